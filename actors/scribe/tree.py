@@ -1,0 +1,191 @@
+"""Per-shard Scribe tree state in compact arrays.
+
+A *slot* is one (local node, group) pair the node has state for: forwarder/member/root
+flags, its parent, the group's ACL as known to the node, counters. Slots are found by the
+key ``local_idx * n_groups + group`` through a KeyIndex. A *child entry* is one
+(slot, child node) pair, keyed ``slot * n_nodes + child``; the children of a slot are a
+contiguous key range, so they come out sorted by child id (deterministic fan-out order).
+Nothing is ever deleted: slots and entries carry an ``active``/``valid`` flag and are
+revived when the same key comes back.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .keyindex import KeyIndex
+
+_SLOT_COLS = {
+    "node": ("i4", -1),        # local index of the node
+    "group": ("i4", -1),
+    "active": ("?", False),    # the node has a children table / is on the tree
+    "member": ("?", False),
+    "root": ("?", False),      # the node is the group's RP (holds the group record)
+    "parent": ("i4", -1),      # global id of the parent, -1 for none / the root
+    "acl": ("i8", -1),         # the group's credential token as known here (-1 unknown)
+    "creator": ("i4", -1),     # RP record: node that created the group
+    "my_cred": ("i8", -1),     # credential the local member joined with
+    "join_cred": ("i8", -1),   # credential carried by this node's own JOIN
+    "n_children": ("i4", 0),
+    "last_seq": ("i8", -1),    # last multicast seqno seen (reliable layer / diagnostics)
+    "rp_cache": ("i4", -1),    # as a source: the RP's address once learned
+}
+
+_ENTRY_COLS = {
+    "slot": ("i4", -1),
+    "child": ("i4", -1),
+    "valid": ("?", False),
+    "cred": ("i8", -1),        # credential the child's JOIN carried
+    "refresh": ("i8", 0),      # last time the child (re)joined
+}
+
+
+class _Columns:
+    """Named numpy columns with amortized-doubling growth."""
+
+    def __init__(self, spec: dict, capacity: int = 1024):
+        self.spec = spec
+        self.cols = {name: np.full(capacity, fill, dtype=dt) for name, (dt, fill) in spec.items()}
+
+    def ensure(self, n: int):
+        cap = len(next(iter(self.cols.values())))
+        if n <= cap:
+            return
+        new_cap = max(n, 2 * cap)
+        for name, (dt, fill) in self.spec.items():
+            arr = np.full(new_cap, fill, dtype=dt)
+            arr[:cap] = self.cols[name]
+            self.cols[name] = arr
+
+    def __getitem__(self, name):
+        return self.cols[name]
+
+
+class TreeState:
+    def __init__(self, n_local: int, n_nodes: int, n_groups: int):
+        self.n_local, self.n_nodes, self.n_groups = n_local, n_nodes, max(int(n_groups), 1)
+        self.slot_index = KeyIndex()
+        self.entry_index = KeyIndex()
+        self.slots = _Columns(_SLOT_COLS)
+        self.entries = _Columns(_ENTRY_COLS)
+        self.node_children = np.zeros(n_local, dtype=np.int64)  # total children, all groups
+
+    # ---- slots ------------------------------------------------------------------
+    def slot_keys(self, local_idx, groups):
+        return np.asarray(local_idx, np.int64) * self.n_groups + np.asarray(groups, np.int64)
+
+    def find(self, local_idx, groups) -> np.ndarray:
+        """Slot of each (local node, group), -1 if the node never had state. O(q log S)."""
+        return self.slot_index.lookup(self.slot_keys(local_idx, groups))
+
+    def find_active(self, local_idx, groups) -> np.ndarray:
+        s = self.find(local_idx, groups)
+        ok = s >= 0
+        s[ok & ~self.slots["active"][np.maximum(s, 0)]] = -1
+        return s
+
+    def get_or_make(self, local_idx, groups) -> np.ndarray:
+        """Slot of each pair, creating inactive slots where needed. O(q log S)."""
+        s, new = self.slot_index.insert(self.slot_keys(local_idx, groups))
+        self.slots.ensure(self.slot_index.size)
+        if new.any():
+            self.slots["node"][s[new]] = local_idx[new] if np.ndim(local_idx) else local_idx
+            self.slots["group"][s[new]] = np.asarray(groups)[new]
+        return s
+
+    def reset(self, slots):
+        """Forget the node's tree state for these slots (the key keeps its slot)."""
+        sl = self.slots
+        for name in ("active", "member", "root"):
+            sl[name][slots] = False
+        for name in ("parent", "acl", "creator", "my_cred", "join_cred", "last_seq"):
+            sl[name][slots] = _SLOT_COLS[name][1]
+
+    # ---- children ---------------------------------------------------------------
+    def add_children(self, slots, children, creds, now) -> np.ndarray:
+        """Add (slot, child) entries (idempotent). Returns a mask of the rows that were new
+        children. Rows must not repeat a (slot, child) pair unless idempotence is wanted."""
+        keys = np.asarray(slots, np.int64) * self.n_nodes + np.asarray(children, np.int64)
+        e, _ = self.entry_index.insert(keys)
+        self.entries.ensure(self.entry_index.size)
+        en = self.entries
+        # only the first row of a repeated pair may count as new
+        _, first = np.unique(e, return_index=True)
+        is_first = np.zeros(len(e), bool)
+        is_first[first] = True
+        was_valid = en["valid"][e].copy()
+        newly = is_first & ~was_valid
+        en["slot"][e] = slots
+        en["child"][e] = children
+        en["valid"][e] = True
+        en["cred"][e] = creds
+        en["refresh"][e] = now
+        if newly.any():
+            np.add.at(self.slots["n_children"], slots[newly], 1)
+            np.add.at(self.node_children, self.slots["node"][slots[newly]], 1)
+        return newly
+
+    def remove_children(self, slots, children) -> np.ndarray:
+        """Remove (slot, child) entries; returns a mask of rows that removed something."""
+        keys = np.asarray(slots, np.int64) * self.n_nodes + np.asarray(children, np.int64)
+        e = self.entry_index.lookup(keys)
+        hit = e >= 0
+        hit[hit] = self.entries["valid"][e[hit]]
+        # a pair repeated in one batch is removed once
+        if hit.any():
+            _, first = np.unique(e[hit], return_index=True)
+            keep = np.zeros(int(hit.sum()), bool)
+            keep[first] = True
+            idx = np.flatnonzero(hit)
+            hit[idx[~keep]] = False
+        eh = e[hit]
+        self.entries["valid"][eh] = False
+        if len(eh):
+            sl = slots[hit]
+            np.add.at(self.slots["n_children"], sl, -1)
+            np.add.at(self.node_children, self.slots["node"][sl], -1)
+        return hit
+
+    def children_of(self, slots) -> tuple[np.ndarray, np.ndarray]:
+        """Valid child entries of the given slots: (row index into slots, entry id),
+        ordered by row then child id. O(q log E + output)."""
+        slots = np.asarray(slots, np.int64)
+        qi, e = self.entry_index.ranges(slots * self.n_nodes, (slots + 1) * self.n_nodes)
+        ok = self.entries["valid"][e] if len(e) else np.zeros(0, bool)
+        return qi[ok], e[ok]
+
+    def clear_children(self, slots) -> tuple[np.ndarray, np.ndarray]:
+        """Drop every child of the slots; returns the removed (row, entry) pairs."""
+        qi, e = self.children_of(slots)
+        if len(e):
+            self.entries["valid"][e] = False
+            sl = np.asarray(slots)[qi]
+            np.add.at(self.slots["n_children"], sl, -1)
+            np.add.at(self.node_children, self.slots["node"][sl], -1)
+        return qi, e
+
+    # ---- snapshots --------------------------------------------------------------
+    def active_slots(self) -> np.ndarray:
+        return np.flatnonzero(self.slots["active"][: self.slot_index.size])
+
+    def state(self) -> dict:
+        n_s, n_e = self.slot_index.size, self.entry_index.size
+        return {"dims": (self.n_local, self.n_nodes, self.n_groups),
+                "slot_index": self.slot_index.state(), "entry_index": self.entry_index.state(),
+                "slots": {k: v[:n_s].copy() for k, v in self.slots.cols.items()},
+                "entries": {k: v[:n_e].copy() for k, v in self.entries.cols.items()},
+                "node_children": self.node_children.copy()}
+
+    @classmethod
+    def from_state(cls, st: dict) -> "TreeState":
+        t = cls(*st["dims"])
+        t.slot_index = KeyIndex.from_state(st["slot_index"])
+        t.entry_index = KeyIndex.from_state(st["entry_index"])
+        t.slots.ensure(max(t.slot_index.size, 1))
+        t.entries.ensure(max(t.entry_index.size, 1))
+        for k, v in st["slots"].items():
+            t.slots[k][: len(v)] = v
+        for k, v in st["entries"].items():
+            t.entries[k][: len(v)] = v
+        t.node_children = st["node_children"].copy()
+        return t

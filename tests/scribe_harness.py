@@ -1,0 +1,267 @@
+"""A small in-process stand-in for the engine and Pastry, used by the Scribe tests.
+
+It follows the contracts of docs/ARCHITECTURE.md: a global grid of cells of width
+DELTA; per shard, the messages due in a cell are dispatched by type code ascending,
+each sub-batch sorted by (time, src, seq); per-sender sequence numbers; messages sent in
+a cell arrive in a later cell. The overlay is prefix routing (b = 4) on 64-bit ids with
+proximity-selected routing-table entries and a final hop to the numerically closest node
+(global knowledge replaces the leaf set) -- deterministic, so the expected Scribe tree is
+the union of the routes from the members to the root (``route_path``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from actors.scribe._engine import MSG_DTYPE, make_batch, msgs_of
+
+DELTA = 2000
+
+
+class Overlay:
+    """Routing state shared by all shards (read-only)."""
+
+    def __init__(self, n: int, seed: int):
+        rng = np.random.default_rng(seed)
+        self.n = n
+        self.ids = rng.integers(0, 2**63, size=n, dtype=np.int64).astype(np.uint64) * 2 + \
+            rng.integers(0, 2, size=n).astype(np.uint64)
+        self.xy = rng.random((n, 2))
+        d = np.sqrt(((self.xy[:, None, :] - self.xy[None, :, :]) ** 2).sum(-1))
+        self.lat = (DELTA + (50_000 * d)).astype(np.int64)
+        self.order = np.argsort(self.ids)
+        self.sorted_ids = self.ids[self.order]
+        self.rows = 6
+        self.rt = self._routing_tables()
+
+    @staticmethod
+    def digit(ids, r):
+        return ((np.asarray(ids, np.uint64) >> np.uint64(60 - 4 * r)) & np.uint64(15)).astype(np.int64)
+
+    def prefix_len(self, a, b):
+        x = np.asarray(a, np.uint64) ^ np.asarray(b, np.uint64)
+        out = np.full(x.shape, 16, dtype=np.int64)
+        for r in range(15, -1, -1):
+            dif = self.digit(x, r) != 0
+            out[dif] = r
+        return out
+
+    def _routing_tables(self):
+        n, rt = self.n, np.full((self.n, self.rows, 16), -1, dtype=np.int64)
+        for r in range(self.rows):
+            shift = np.uint64(64 - 4 * (r + 1))
+            pre = (self.ids >> shift).astype(np.int64)          # prefix of r+1 digits
+            parent_pre = pre >> 4
+            for p in np.unique(pre):
+                cand = np.flatnonzero(pre == p)
+                owners = np.flatnonzero(parent_pre == (p >> 4))
+                best = cand[np.argmin(self.lat[np.ix_(owners, cand)], axis=1)]
+                rt[owners, r, p & 15] = best
+        return rt
+
+    def root(self, key_hi):
+        key = np.atleast_1d(np.asarray(key_hi, np.uint64))
+        pos = np.searchsorted(self.sorted_ids, key)
+        a = self.order[(pos - 1) % self.n]
+        b = self.order[pos % self.n]
+        da = np.minimum(key - self.ids[a], self.ids[a] - key)
+        db = np.minimum(key - self.ids[b], self.ids[b] - key)
+        return np.where(db < da, b, np.where(da < db, a, np.minimum(a, b)))
+
+    def next_hop(self, node, key_hi):
+        node = np.asarray(node, np.int64)
+        key = np.asarray(key_hi, np.uint64)
+        root = self.root(key)
+        l = self.prefix_len(self.ids[node], key)
+        lc = np.minimum(l, self.rows - 1)
+        e = np.where(l < self.rows, self.rt[node, lc, self.digit(key, lc)], -1)
+        e = np.where(e < 0, root, e)
+        return np.where(node == root, -1, e)
+
+    def route_path(self, node, key_hi):
+        path = [int(node)]
+        while True:
+            nx = int(self.next_hop(np.array([path[-1]]), np.array([key_hi], np.uint64))[0])
+            if nx < 0:
+                return path
+            path.append(nx)
+            assert len(path) < 40, "routing loop"
+
+
+class Ctx:
+    def __init__(self, world, shard_id, nodes):
+        self.world, self.shard_id = world, shard_id
+        self.nodes = np.asarray(nodes, np.int32)
+        self.n_nodes = world.overlay.n
+        self.alive = np.ones(len(nodes), bool)
+        self.phase = "test"
+
+    def local(self, g):
+        g = np.asarray(g, np.int64)
+        pos = np.searchsorted(self.nodes, g)
+        pos_c = np.minimum(pos, len(self.nodes) - 1)
+        return np.where(self.nodes[pos_c] == g, pos_c, -1).astype(np.int32)
+
+    def send(self, src, dst, type, sent, payload=None, **fields):
+        src = np.atleast_1d(np.asarray(src, np.int64))
+        n = len(src)
+        m = np.zeros(n, MSG_DTYPE)
+        m["src"], m["dst"], m["type"], m["sent"] = src, dst, type, sent
+        for k, v in fields.items():
+            m[k] = v
+        assert (self.local(src) >= 0).all(), "send from a node of another shard"
+        m["time"] = m["sent"] + self.world.overlay.lat[m["src"], m["dst"]]
+        self.world.post(m)
+
+    def latency(self, a, b):
+        return self.world.overlay.lat[np.asarray(a), np.asarray(b)]
+
+    def log(self, table, **cols):
+        self.world.logs.setdefault(table, []).append({k: np.asarray(v) for k, v in cols.items()})
+
+    def count(self, name, n=1):
+        self.world.counters[name] = self.world.counters.get(name, 0) + int(n)
+
+    def shared(self, name):
+        return self.world.shared[name]
+
+
+class HarnessPastry:
+    """Pastry stand-in offering the overlay API to the app and the stack API to the engine."""
+
+    def __init__(self, app, overlay):
+        self.app, self.ov = app, overlay
+        app.bind(self)
+
+    def setup(self, ctx):
+        self.app.setup(ctx)
+
+    def send(self, ctx, src, dst, type, sent, **fields):
+        fields.setdefault("mode", 0)
+        ctx.send(src, dst, type, sent, **fields)
+
+    def route(self, ctx, src, key_hi, key_lo, type, sent, **fields):
+        src = np.atleast_1d(np.asarray(src, np.int64))
+        n = len(src)
+        m = np.zeros(n, MSG_DTYPE)
+        m["src"], m["dst"], m["type"], m["time"], m["sent"] = src, src, type, sent, sent
+        m["key_hi"], m["key_lo"], m["mode"], m["origin"] = key_hi, key_lo, 1, src
+        for k, v in fields.items():
+            m[k] = v
+        self._route_step(ctx, m)
+
+    def _route_step(self, ctx, m):
+        nxt = self.ov.next_hop(m["dst"], m["key_hi"])
+        at_root = nxt < 0
+        if at_root.any():
+            self.app.deliver(ctx, make_batch(m[at_root]))
+        rest = m[~at_root]
+        if len(rest):
+            b, nxt2 = self.app.forward(ctx, make_batch(rest), nxt[~at_root])
+            rest = msgs_of(b)
+            go = nxt2 >= 0
+            out = rest[go].copy()
+            out["src"] = out["dst"]
+            out["dst"] = nxt2[go]
+            out["hops"] += 1
+            out["path_us"] += self.ov.lat[out["src"], out["dst"]]
+            fields = {k: out[k] for k in MSG_DTYPE.names if k not in ("src", "dst", "type", "sent", "time", "seq")}
+            ctx.send(out["src"], out["dst"], out["type"], out["time"], **fields)
+
+    def handle(self, ctx, type_code, batch):
+        m = msgs_of(batch)
+        routed = m["mode"] == 1
+        if routed.any():
+            self._route_step(ctx, m[routed].copy())
+        if (~routed).any():
+            self.app.receive(ctx, make_batch(m[~routed]))
+
+
+class World:
+    """K shards stepping on the global cell grid."""
+
+    def __init__(self, overlay, app_factory, shards=1, shared=None):
+        self.overlay = overlay
+        self.logs, self.counters = {}, {}
+        self.shared = shared or {}
+        n = overlay.n
+        self.shard_of = np.arange(n) % shards
+        self.seq = np.zeros(n, np.int64)
+        self.queues = [[] for _ in range(shards)]
+        self.ctxs, self.stacks = [], []
+        for k in range(shards):
+            ctx = Ctx(self, k, np.flatnonzero(self.shard_of == k))
+            stack = HarnessPastry(app_factory(), overlay)
+            stack.setup(ctx)
+            self.ctxs.append(ctx)
+            self.stacks.append(stack)
+
+    def post(self, m, assign_seq=True):
+        if not len(m):
+            return
+        if assign_seq:
+            # per-sender sequence numbers in the sender's emission order
+            o = np.argsort(m["src"], kind="stable")
+            s = m["src"][o]
+            starts = np.r_[0, np.flatnonzero(np.diff(s)) + 1]
+            runlen = np.diff(np.r_[starts, len(s)])
+            within = np.arange(len(s)) - np.repeat(starts, runlen)
+            seq = np.empty(len(m), np.int64)
+            seq[o] = self.seq[s] + within
+            np.add.at(self.seq, s, 1)
+            m["seq"] = seq
+        for k in range(len(self.queues)):
+            part = m[self.shard_of[m["dst"]] == k]
+            if len(part):
+                self.queues[k].append(part)
+
+    def inject(self, batch):
+        self.post(msgs_of(batch).copy(), assign_seq=False)
+
+    def fail(self, nodes):
+        for k, ctx in enumerate(self.ctxs):
+            li = ctx.local(nodes)
+            li = li[li >= 0]
+            ctx.alive[li] = False
+            self.stacks[k].app.on_fail(ctx, li)
+
+    def run(self, until=None, max_cells=10**7):
+        cells = 0
+        while True:
+            for k in range(len(self.queues)):
+                if len(self.queues[k]) > 1:
+                    self.queues[k] = [np.concatenate(self.queues[k])]
+            pend = [q[0] for q in self.queues if q and len(q[0])]
+            if not pend:
+                return cells
+            t = min(int(p["time"].min()) for p in pend)
+            if until is not None and t >= until:
+                return cells
+            lo = (t // DELTA) * DELTA
+            hi = lo + DELTA
+            for k, ctx in enumerate(self.ctxs):
+                if not self.queues[k]:
+                    continue
+                q = np.concatenate(self.queues[k])  # includes what other shards just sent
+                due = q["time"] < hi
+                cur = q[due]
+                self.queues[k] = [q[~due]]
+                alive = ctx.alive[ctx.local(cur["dst"])]
+                self.counters["lost"] = self.counters.get("lost", 0) + int((~alive).sum())
+                cur = cur[alive]
+                for ty in np.unique(cur["type"]):
+                    sub = cur[cur["type"] == ty]
+                    sub = sub[np.lexsort((sub["seq"], sub["src"], sub["time"]))]
+                    self.stacks[k].handle(ctx, int(ty), make_batch(sub))
+            cells += 1
+            assert cells < max_cells
+
+    def dump(self):
+        for k, ctx in enumerate(self.ctxs):
+            self.stacks[k].app.dump(ctx, "test")
+
+    def table(self, name):
+        parts = self.logs.get(name, [])
+        if not parts:
+            return {}
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
