@@ -1,0 +1,80 @@
+"""Tree collapse: non-member forwarders with one child disappear, chains included."""
+
+import numpy as np
+
+from actors.scribe import Scribe, collapse_requests, multicast_requests
+from scribe_harness import Overlay, World
+from test_scribe_tree import G, N, build, edges_of, make_groups, reference_tree, rp_of
+
+
+def collapse_reference(edges, members, root):
+    """Expected collapsed tree: splice out every non-member, non-root node with one child."""
+    children = {}
+    for p, c in edges:
+        children.setdefault(p, []).append(c)
+    members = set(int(m) for m in members)
+    out = set()
+
+    def walk(node, kept_parent):
+        kids = children.get(node, [])
+        removable = node not in members and node != root and len(kids) == 1
+        if not removable and kept_parent is not None:
+            out.add((kept_parent, node))
+        for k in kids:
+            walk(k, kept_parent if removable else node)
+
+    walk(root, None)
+    return out
+
+
+def test_collapse_matches_reference_and_keeps_delivery():
+    overlay = Overlay(N, seed=21)
+    table, creators, creds, members = make_groups(seed=4)
+    w = build(overlay, 2, table, creators, creds, members)
+    rp = rp_of(w)
+    w.inject(collapse_requests(np.arange(N), 3_000_000))
+    w.run()
+    w.dump()
+    removed_total = 0
+    for g in range(G):
+        before = reference_tree(overlay, table, g, members[g])
+        expect = collapse_reference(before, members[g], int(rp[g]))
+        got = edges_of(w, g)
+        assert got == expect
+        fwd_before = {p for p, _ in before} - set(members[g].tolist())
+        fwd_after = {p for p, _ in got} - set(members[g].tolist())
+        removed_total += len(fwd_before) - len(fwd_after)
+        # every member still has exactly one way up to the root
+        nodes = {c for _, c in got}
+        assert set(members[g].tolist()) - {int(rp[g])} <= nodes
+    assert removed_total > 0
+    assert w.counters["scribe_collapsed_nodes"] == removed_total
+    w.inject(multicast_requests(rp, np.arange(G), 10_000_000, creds))
+    w.run()
+    d = w.table("delivery")
+    assert set(d["variant"].tolist()) == {"collapsed"}
+    for g in range(G):
+        assert np.array_equal(np.sort(d["member"][d["group"] == g]), members[g])
+
+
+def test_collapse_handles_long_chains():
+    # a group of two far-apart members creates chains of single-child forwarders
+    overlay = Overlay(N, seed=22)
+    table, creators, creds, members = make_groups(seed=8)
+    members = [m[:2] for m in members]
+    w = build(overlay, 1, table, creators, creds, members)
+    rp = rp_of(w)
+    w.inject(collapse_requests(rp, 3_000_000))  # requests at the roots suffice
+    w.run()
+    w.dump()
+    for g in range(G):
+        before = reference_tree(overlay, table, g, members[g])
+        got = edges_of(w, g)
+        assert got == collapse_reference(before, members[g], int(rp[g]))
+        assert set(members[g].tolist()) - {int(rp[g])} <= {c for _, c in got}
+        fanout = {}
+        for p, _ in got:
+            fanout[p] = fanout.get(p, 0) + 1
+        # what is left besides members and the root are branch points
+        for node in {c for _, c in got} - set(members[g].tolist()):
+            assert fanout.get(node, 0) >= 2
