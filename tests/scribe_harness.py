@@ -47,7 +47,7 @@ class Overlay:
         return out
 
     def _routing_tables(self):
-        n, rt = self.n, np.full((self.n, self.rows, 16), -1, dtype=np.int64)
+        _n, rt = self.n, np.full((self.n, self.rows, 16), -1, dtype=np.int64)
         for r in range(self.rows):
             shift = np.uint64(64 - 4 * (r + 1))
             pre = (self.ids >> shift).astype(np.int64)          # prefix of r+1 digits

@@ -1,10 +1,10 @@
 """Tree collapse: non-member forwarders with one child disappear, chains included."""
 
 import numpy as np
-
-from actors.scribe import Scribe, collapse_requests, multicast_requests
-from scribe_harness import Overlay, World
+from scribe_harness import Overlay
 from test_scribe_tree import G, N, build, edges_of, make_groups, reference_tree, rp_of
+
+from actors.scribe import collapse_requests, multicast_requests
 
 
 def collapse_reference(edges, members, root):
@@ -12,7 +12,7 @@ def collapse_reference(edges, members, root):
     children = {}
     for p, c in edges:
         children.setdefault(p, []).append(c)
-    members = set(int(m) for m in members)
+    members = {int(m) for m in members}
     out = set()
 
     def walk(node, kept_parent):

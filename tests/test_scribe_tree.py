@@ -2,10 +2,16 @@
 
 import numpy as np
 import pytest
-
-from actors.scribe import (Scribe, create_requests, group_table, join_requests,
-                           leave_requests, multicast_requests)
 from scribe_harness import Overlay, World
+
+from actors.scribe import (
+    Scribe,
+    create_requests,
+    group_table,
+    join_requests,
+    leave_requests,
+    multicast_requests,
+)
 
 N = 500
 G = 12

@@ -114,7 +114,7 @@ class KeyIndex:
         return {"keys": self.keys.copy(), "vals": self.vals.copy(), "size": self.size}
 
     @classmethod
-    def from_state(cls, st: dict) -> "KeyIndex":
+    def from_state(cls, st: dict) -> KeyIndex:
         ix = cls()
         ix.keys, ix.vals, ix.size = st["keys"], st["vals"], int(st["size"])
         return ix

@@ -14,17 +14,40 @@ one in (time, src, seq) order: where several messages of a batch touch the same
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from ._engine import msgs_of
+from .bottleneck import pick_drops
 from .tree import TreeState
-from .types import (ADOPT, COLLAPSE_REQ, COLLAPSE_WAVE, CREATE, CREATE_REQ, DATA, JOIN,
-                    JOIN_ACK, JOIN_REFUSE, JOIN_REQ, LEAVE, LEAVE_REQ, MCAST, MCAST_REQ,
-                    REJOIN, RP_ADDR, TYPE_NAMES)
+from .types import (
+    ADOPT,
+    BN_JOIN,
+    BN_SIBLING,
+    COLLAPSE_REQ,
+    COLLAPSE_WAVE,
+    CREATE,
+    CREATE_REQ,
+    DATA,
+    JOIN,
+    JOIN_ACK,
+    JOIN_REFUSE,
+    JOIN_REQ,
+    LEAVE,
+    LEAVE_REQ,
+    MCAST,
+    MCAST_REQ,
+    REJOIN,
+    RP_ADDR,
+    TYPE_NAMES,
+)
 
 DEFAULTS = {
     "variant": None,          # label for delivery / tree_edge rows; None: derived
     "groups_key": "groups",   # name of the shared group table (ctx.shared)
+    "bottleneck": False,      # run the bottleneck remover
+    "bottleneck_bound": 64,   # bound on the total children of a node (all groups)
 }
 
 
@@ -50,6 +73,9 @@ class Scribe:
         if unknown:
             raise ValueError(f"Scribe: unknown parameter(s) {sorted(unknown)}")
         self.params = {**DEFAULTS, **params}
+        bound = self.params["bottleneck_bound"]
+        if not isinstance(bound, (int, np.integer)) or bound < 1:
+            raise ValueError(f"Scribe: bottleneck_bound must be a positive integer, got {bound!r}")
         self.overlay = None
         self.tree: TreeState | None = None
         self.collapsed = False
@@ -65,7 +91,9 @@ class Scribe:
     def variant(self) -> str:
         if self.params["variant"]:
             return self.params["variant"]
-        return "collapsed" if self.collapsed else "scribe"
+        if self.collapsed:
+            return "collapsed"
+        return "bottleneck" if self.params["bottleneck"] else "scribe"
 
     def setup(self, ctx):
         if self.overlay is None:
@@ -126,7 +154,7 @@ class Scribe:
 
     def new_leafs(self, ctx, local_idx):
         """Leaf-set changes: nothing to do for plain Scribe on a stable overlay."""
-        return None
+        return
 
     def _dispatch(self, ctx, m, table):
         if not len(m):
@@ -230,6 +258,83 @@ class Scribe:
         sl = self.tree.slots
         self._send(ctx, sub["dst"], sub["src"], JOIN_ACK, sub["time"], sub["group"],
                    a=sl["acl"][s], b=sl["last_seq"][s])
+        if self.params["bottleneck"]:
+            self._enforce_bound(ctx, sl["node"][s].astype(np.int64), sub["time"])
+
+    # ---- bottleneck remover -------------------------------------------------------
+    def _enforce_bound(self, ctx, li, times):
+        """Nodes over the children bound drop children one at a time (largest table,
+        farthest child) until at the bound or nothing useful is left to drop. The dropped
+        child gets one BN_SIBLING per former sibling. O(rounds x their children)."""
+        t = self.tree
+        bound = self.params["bottleneck_bound"]
+        nodes, inv = np.unique(li, return_inverse=True)
+        now = np.full(len(nodes), np.iinfo(np.int64).min, np.int64)
+        np.maximum.at(now, inv, np.asarray(times, np.int64))  # each node's own clock
+        while len(nodes):
+            over = t.node_children[nodes] > bound
+            nodes, now = nodes[over], now[over]
+            if not len(nodes):
+                break
+            rows, slots, e = pick_drops(t, ctx, nodes)
+            if not len(rows):
+                break
+            child = t.entries["child"][e].astype(np.int64)
+            t.remove_children(slots, child)
+            parent = np.asarray(ctx.nodes)[nodes[rows]].astype(np.int64)
+            qi, es = t.children_of(slots)
+            sib = t.entries["child"][es].astype(np.int64)
+            self._send(ctx, parent[qi], child[qi], BN_SIBLING, now[rows][qi],
+                       t.slots["group"][slots][qi],
+                       a=sib, b=np.asarray(ctx.latency(parent[qi], sib), np.int64),
+                       c=parent[qi])
+            ctx.count("scribe_bottleneck_drops", len(rows))
+            nodes, now = nodes[rows], now[rows]
+
+    def _bn_sibling(self, ctx, m):
+        """A dropped child probes its former siblings and joins under the one that
+        minimizes delay(child, sibling) + delay(sibling, parent)."""
+        t, sl = self.tree, self.tree.slots
+        n = len(m)
+        if not n:
+            return
+        probe = np.asarray(ctx.latency(m["dst"], m["a"]), np.int64)
+        ctx.log("probe", node=m["dst"].astype(np.int32), target=m["a"].astype(np.int32),
+                group=m["group"].astype(np.int32), time=m["time"].astype(np.int64))
+        ctx.count("scribe_probes", n)
+        cost = probe + m["b"]
+        o = np.lexsort((m["a"], cost, m["group"], m["dst"]))
+        mo = m[o]
+        first = np.r_[True, (mo["dst"][1:] != mo["dst"][:-1]) | (mo["group"][1:] != mo["group"][:-1])]
+        pick = mo[first]
+        s = t.find_active(self._local(ctx, pick["dst"]), pick["group"])
+        live = s >= 0
+        pick, s = pick[live], s[live]
+        sl["parent"][s] = -1
+        self._send(ctx, pick["dst"], pick["a"], BN_JOIN, pick["time"], pick["group"],
+                   a=sl["join_cred"][s], b=sl["last_seq"][s])
+
+    def _bn_join(self, ctx, m):
+        """A dropped child asks this node (its former sibling) to adopt it."""
+        t, sl = self.tree, self.tree.slots
+        s = t.get_or_make(self._local(ctx, m["dst"]), m["group"])
+        was_active = sl["active"][s].copy()
+        acl = sl["acl"][s]
+        bad = was_active & (acl >= 0) & (m["a"] != acl)
+        self._refuse(ctx, m["group"][bad], m["src"][bad], "join", m["time"][bad])
+        self._send(ctx, m["dst"][bad], m["src"][bad], JOIN_REFUSE, m["time"][bad],
+                   m["group"][bad], a=m["a"][bad])
+        ok = ~bad
+        # the sibling left the tree meanwhile: it becomes a forwarder again
+        start = ok & ~was_active & _first_in_run(np.where(ok, s, -1 - np.arange(len(s))))
+        ss = s[start]
+        sl["active"][ss] = True
+        sl["parent"][ss] = -1
+        sl["join_cred"][ss] = m["a"][start]
+        sub = m[start]
+        self._route(ctx, sub["dst"], JOIN, sub["time"], sub["group"], a=sub["a"],
+                    b=sl["last_seq"][ss], origin=sub["dst"])
+        self._adopt_children(ctx, s[ok], m[ok])
 
     def _deliver_join(self, ctx, m):
         t, sl = self.tree, self.tree.slots
@@ -315,7 +420,7 @@ class Scribe:
         self._prune(ctx, s[hit], m[hit])
 
     def _leave(self, ctx, m):
-        t, sl = self.tree, self.tree.slots
+        t, _sl = self.tree, self.tree.slots
         li = self._local(ctx, m["dst"])
         s = t.find_active(li, m["group"])
         hit = s >= 0
@@ -346,7 +451,7 @@ class Scribe:
         s = t.get_or_make(li, m["group"])
         rp = sl["rp_cache"][s]
         cached = rp >= 0
-        fields = dict(a=m["a"], b=m["b"], c=m["time"], origin=m["dst"])
+        fields = {"a": m["a"], "b": m["b"], "c": m["time"], "origin": m["dst"]}
         d = {k: v[cached] for k, v in fields.items()}
         self._send(ctx, m["dst"][cached], rp[cached], MCAST, m["time"][cached],
                    m["group"][cached], **d)
@@ -510,11 +615,12 @@ class Scribe:
         self.collapsed = bool(state["collapsed"])
         self.params = dict(state["params"])
 
-    _RECEIVE = {
+    _RECEIVE: ClassVar[dict] = {
         CREATE_REQ: _create_req, JOIN_REQ: _join_req, LEAVE_REQ: _leave_req,
         MCAST_REQ: _mcast_req, COLLAPSE_REQ: _collapse_req,
         JOIN_ACK: _join_ack, JOIN_REFUSE: _join_refuse, LEAVE: _leave, REJOIN: _rejoin,
         MCAST: _receive_mcast, RP_ADDR: _rp_addr, DATA: _data,
         COLLAPSE_WAVE: _collapse_wave, ADOPT: _adopt,
+        BN_SIBLING: _bn_sibling, BN_JOIN: _bn_join,
     }
-    _DELIVER = {CREATE: _deliver_create, JOIN: _deliver_join, MCAST: _deliver_mcast}
+    _DELIVER: ClassVar[dict] = {CREATE: _deliver_create, JOIN: _deliver_join, MCAST: _deliver_mcast}

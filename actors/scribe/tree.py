@@ -177,7 +177,7 @@ class TreeState:
                 "node_children": self.node_children.copy()}
 
     @classmethod
-    def from_state(cls, st: dict) -> "TreeState":
+    def from_state(cls, st: dict) -> TreeState:
         t = cls(*st["dims"])
         t.slot_index = KeyIndex.from_state(st["slot_index"])
         t.entry_index = KeyIndex.from_state(st["entry_index"])

@@ -24,6 +24,9 @@ RP_ADDR = 67       # RP -> source: cache my address (a = RP node)
 DATA = 68          # tree dissemination; a = publish time, b = seqno, c = overlay hops so far
 COLLAPSE_WAVE = 70  # a = nearest kept ancestor, b = first removed node below it (-1: none)
 ADOPT = 71          # kept node -> its new parent; a = the removed child it replaces
+BN_SIBLING = 72     # overloaded parent -> dropped child, one per former sibling:
+                    # a = sibling, b = delay parent->sibling, c = the parent
+BN_JOIN = 73        # dropped child -> chosen sibling; a = credential, b = last seqno
 
 TYPE_NAMES = {
     CREATE_REQ: "scribe_create_req",
@@ -42,6 +45,8 @@ TYPE_NAMES = {
     DATA: "scribe_data",
     COLLAPSE_WAVE: "scribe_collapse_wave",
     ADOPT: "scribe_adopt",
+    BN_SIBLING: "scribe_bn_sibling",
+    BN_JOIN: "scribe_bn_join",
 }
 
 SCRIBE_TYPES = tuple(sorted(TYPE_NAMES))
