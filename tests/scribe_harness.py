@@ -32,6 +32,7 @@ class Overlay:
         self.order = np.argsort(self.ids)
         self.sorted_ids = self.ids[self.order]
         self.rows = 6
+        self.alive = np.ones(n, bool)
         self.rt = self._routing_tables()
 
     @staticmethod
@@ -60,10 +61,13 @@ class Overlay:
         return rt
 
     def root(self, key_hi):
+        """The live node numerically closest to each key."""
         key = np.atleast_1d(np.asarray(key_hi, np.uint64))
-        pos = np.searchsorted(self.sorted_ids, key)
-        a = self.order[(pos - 1) % self.n]
-        b = self.order[pos % self.n]
+        order = self.order[self.alive[self.order]]
+        ids = self.ids[order]
+        pos = np.searchsorted(ids, key)
+        a = order[(pos - 1) % len(order)]
+        b = order[pos % len(order)]
         da = np.minimum(key - self.ids[a], self.ids[a] - key)
         db = np.minimum(key - self.ids[b], self.ids[b] - key)
         return np.where(db < da, b, np.where(da < db, a, np.minimum(a, b)))
@@ -75,7 +79,7 @@ class Overlay:
         l = self.prefix_len(self.ids[node], key)
         lc = np.minimum(l, self.rows - 1)
         e = np.where(l < self.rows, self.rt[node, lc, self.digit(key, lc)], -1)
-        e = np.where(e < 0, root, e)
+        e = np.where((e < 0) | ~self.alive[np.maximum(e, 0)], root, e)
         return np.where(node == root, -1, e)
 
     def route_path(self, node, key_hi):
@@ -111,6 +115,15 @@ class Ctx:
             m[k] = v
         assert (self.local(src) >= 0).all(), "send from a node of another shard"
         m["time"] = m["sent"] + self.world.overlay.lat[m["src"], m["dst"]]
+        self.world.post(m)
+
+    def timer(self, node, at, type, **fields):
+        node = np.atleast_1d(np.asarray(node, np.int64))
+        m = np.zeros(len(node), MSG_DTYPE)
+        m["src"] = m["dst"] = m["origin"] = node
+        m["type"], m["time"], m["sent"] = type, at, at
+        for k, v in fields.items():
+            m[k] = v
         self.world.post(m)
 
     def latency(self, a, b):
@@ -168,6 +181,19 @@ class HarnessPastry:
             fields = {k: out[k] for k in MSG_DTYPE.names if k not in ("src", "dst", "type", "sent", "time", "seq")}
             ctx.send(out["src"], out["dst"], out["type"], out["time"], **fields)
 
+    def replica_set(self, ctx, nodes, k):
+        """The k live nodes numerically closest to each node (its leaf set's core)."""
+        nodes = np.atleast_1d(np.asarray(nodes, np.int64))
+        out = np.full((len(nodes), k), -1, np.int64)
+        live = np.flatnonzero(self.ov.alive)
+        for i, x in enumerate(nodes):
+            d = self.ov.ids[live] - self.ov.ids[x]
+            d = np.minimum(d, -d)  # ring distance on uint64
+            cand = live[np.lexsort((live, d))]
+            cand = cand[cand != x][:k]
+            out[i, : len(cand)] = cand
+        return out
+
     def handle(self, ctx, type_code, batch):
         m = msgs_of(batch)
         routed = m["mode"] == 1
@@ -219,6 +245,7 @@ class World:
         self.post(msgs_of(batch).copy(), assign_seq=False)
 
     def fail(self, nodes):
+        self.overlay.alive[np.asarray(nodes)] = False
         for k, ctx in enumerate(self.ctxs):
             li = ctx.local(nodes)
             li = li[li >= 0]

@@ -20,6 +20,7 @@ import numpy as np
 
 from ._engine import msgs_of
 from .bottleneck import pick_drops
+from .repair import RepairMixin
 from .tree import TreeState
 from .types import (
     ADOPT,
@@ -30,6 +31,7 @@ from .types import (
     CREATE,
     CREATE_REQ,
     DATA,
+    HEARTBEAT,
     JOIN,
     JOIN_ACK,
     JOIN_REFUSE,
@@ -38,8 +40,11 @@ from .types import (
     LEAVE_REQ,
     MCAST,
     MCAST_REQ,
+    REFRESH,
     REJOIN,
+    REPLICA,
     RP_ADDR,
+    TICK,
     TYPE_NAMES,
 )
 
@@ -48,6 +53,11 @@ DEFAULTS = {
     "groups_key": "groups",   # name of the shared group table (ctx.shared)
     "bottleneck": False,      # run the bottleneck remover
     "bottleneck_bound": 64,   # bound on the total children of a node (all groups)
+    "heartbeat_us": None,     # tree maintenance period; None disables repair
+    "heartbeat_miss": 3,      # periods without parent news before re-joining
+    "child_expiry_miss": 3,   # periods without refresh before a child entry expires
+    "replicas": 5,            # RP record copies on the k closest nodes (0: none)
+    "rp_cache_ttl_us": None,  # sources re-route to the RP after this; None: 3 periods
 }
 
 
@@ -64,7 +74,7 @@ class ScribeError(RuntimeError):
     """Scribe was used outside its contract (e.g. not bound to an overlay)."""
 
 
-class Scribe:
+class Scribe(RepairMixin):
     TYPE_NAMES = TYPE_NAMES
 
     def __init__(self, params: dict | None = None):
@@ -76,6 +86,11 @@ class Scribe:
         bound = self.params["bottleneck_bound"]
         if not isinstance(bound, (int, np.integer)) or bound < 1:
             raise ValueError(f"Scribe: bottleneck_bound must be a positive integer, got {bound!r}")
+        hb = self.params["heartbeat_us"]
+        if hb is not None and (not isinstance(hb, (int, np.integer)) or hb <= 0):
+            raise ValueError(f"Scribe: heartbeat_us must be a positive integer or None, got {hb!r}")
+        if self.params["rp_cache_ttl_us"] is None and hb:
+            self.params["rp_cache_ttl_us"] = self.params["heartbeat_miss"] * hb
         self.overlay = None
         self.tree: TreeState | None = None
         self.collapsed = False
@@ -103,6 +118,7 @@ class Scribe:
             raise ScribeError("Scribe.setup: shared group table missing (see groups.group_table)")
         self._groups = groups
         self.tree = TreeState(len(ctx.nodes), ctx.n_nodes, len(groups["id_hi"]))
+        self.ticking = np.zeros(len(ctx.nodes), bool)
 
     def _key(self, group):
         return self._groups["id_hi"][group], self._groups["id_lo"][group]
@@ -150,11 +166,8 @@ class Scribe:
         if is_join.any():
             rows = np.flatnonzero(is_join)
             self._forward_join(ctx, m, rows, next_hop)
+            self._start_ticks(ctx, m[rows])
         return batch, next_hop
-
-    def new_leafs(self, ctx, local_idx):
-        """Leaf-set changes: nothing to do for plain Scribe on a stable overlay."""
-        return
 
     def _dispatch(self, ctx, m, table):
         if not len(m):
@@ -167,6 +180,7 @@ class Scribe:
                 ctx.count("scribe_unhandled", len(sub))
                 continue
             handler(self, ctx, sub)
+        self._start_ticks(ctx, m)
 
     # ---- CREATE -------------------------------------------------------------------
     def _create_req(self, ctx, m):
@@ -193,6 +207,7 @@ class Scribe:
                     creator=m["origin"][first].astype(np.int32),
                     id_hex=np.asarray(self._groups["id_hex"][g], dtype=object))
         self._refuse(ctx, m["group"][dup], m["origin"][dup], "create", m["time"][dup])
+        self._replicate(ctx, sf, m["time"][first])
 
     # ---- JOIN ---------------------------------------------------------------------
     def _join_req(self, ctx, m):
@@ -340,8 +355,10 @@ class Scribe:
         t, sl = self.tree, self.tree.slots
         li = self._local(ctx, m["dst"])
         s = t.get_or_make(li, m["group"])
-        known = sl["root"][s] & (sl["acl"][s] >= 0)
-        bad = ~known | (m["a"] != sl["acl"][s])
+        was_root = sl["root"][s] & (sl["acl"][s] >= 0)
+        replica = ~was_root & (sl["rep_acl"][s] >= 0)
+        acl = np.where(was_root, sl["acl"][s], sl["rep_acl"][s])
+        bad = ~(was_root | replica) | (m["a"] != acl)
         self._refuse(ctx, m["group"][bad], m["origin"][bad], "join", m["time"][bad])
         remote = m["src"] != m["dst"]
         rb = bad & remote
@@ -351,6 +368,17 @@ class Scribe:
         lb = bad & ~remote
         sl["member"][s[lb]] = False
         ok = ~bad
+        # the old root failed and Pastry now routes here: take over from the replica
+        take = ok & replica & _first_in_run(np.where(ok & replica, s, -1 - np.arange(len(s))))
+        st = s[take]
+        if len(st):
+            ctx.count("scribe_rp_takeovers", len(st))
+            sl["root"][st] = True
+            sl["parent"][st] = -1
+            sl["acl"][st] = sl["rep_acl"][st]
+            sl["creator"][st] = sl["rep_creator"][st]
+            sl["active"][st] = True
+            self._replicate(ctx, st, m["time"][take])
         sl["active"][s[ok]] = True
         add = ok & remote
         self._adopt_children(ctx, s[add], m[add])
@@ -363,6 +391,7 @@ class Scribe:
         live[live] = sl["active"][s[live]]
         sa = s[live]
         sl["parent"][sa] = m["src"][live]
+        sl["last_heard"][sa] = m["time"][live]
         known = m["a"][live] >= 0
         sl["acl"][sa[known]] = m["a"][live][known]
         # the node left meanwhile: tell the parent to drop the stale child
@@ -451,6 +480,9 @@ class Scribe:
         s = t.get_or_make(li, m["group"])
         rp = sl["rp_cache"][s]
         cached = rp >= 0
+        ttl = self.params["rp_cache_ttl_us"]
+        if ttl:  # a cached RP may have failed: rediscover it by routing now and then
+            cached &= m["time"] - sl["rp_cache_time"][s] <= ttl
         fields = {"a": m["a"], "b": m["b"], "c": m["time"], "origin": m["dst"]}
         d = {k: v[cached] for k, v in fields.items()}
         self._send(ctx, m["dst"][cached], rp[cached], MCAST, m["time"][cached],
@@ -491,6 +523,7 @@ class Scribe:
         t = self.tree
         s = t.get_or_make(self._local(ctx, m["dst"]), m["group"])
         t.slots["rp_cache"][s] = m["a"]
+        t.slots["rp_cache_time"][s] = m["time"]
 
     def _disseminate(self, ctx, s, nodes, group, source, publish, seqno, hops, now):
         """Members among slots s log a delivery; every slot sends one copy per child."""
@@ -506,6 +539,7 @@ class Scribe:
                     variant=np.full(n, self.variant, dtype=object))
         qi, e = self.tree.children_of(s)
         if len(e):
+            sl["last_sent"][s[qi]] = now[qi]
             self._send(ctx, nodes[qi], self.tree.entries["child"][e], DATA, now[qi], group[qi],
                        origin=source[qi], a=publish[qi], b=seqno[qi], c=hops[qi] + 1)
 
@@ -514,6 +548,7 @@ class Scribe:
         s = self.tree.find_active(li, m["group"])
         hit = s >= 0
         ctx.count("scribe_data_no_state", int((~hit).sum()))
+        self._heard_from_parent(ctx, m)
         sub = m[hit]
         self._disseminate(ctx, s[hit], sub["dst"], sub["group"], sub["origin"], sub["a"],
                           sub["b"], sub["c"], sub["time"])
@@ -592,6 +627,7 @@ class Scribe:
         t.clear_children(gone)
         t.reset(gone)
         t.slots["rp_cache"][gone] = -1
+        self.ticking[li] = False
 
     def on_recover(self, ctx, local_idx):
         return None
@@ -608,12 +644,14 @@ class Scribe:
                 variant=np.full(n, self.variant, dtype=object))
 
     def checkpoint(self) -> dict:
-        return {"tree": self.tree.state(), "collapsed": self.collapsed, "params": self.params}
+        return {"tree": self.tree.state(), "collapsed": self.collapsed, "params": self.params,
+                "ticking": self.ticking.copy()}
 
     def restore(self, state: dict):
         self.tree = TreeState.from_state(state["tree"])
         self.collapsed = bool(state["collapsed"])
         self.params = dict(state["params"])
+        self.ticking = state["ticking"].copy()
 
     _RECEIVE: ClassVar[dict] = {
         CREATE_REQ: _create_req, JOIN_REQ: _join_req, LEAVE_REQ: _leave_req,
@@ -622,5 +660,7 @@ class Scribe:
         MCAST: _receive_mcast, RP_ADDR: _rp_addr, DATA: _data,
         COLLAPSE_WAVE: _collapse_wave, ADOPT: _adopt,
         BN_SIBLING: _bn_sibling, BN_JOIN: _bn_join,
+        TICK: RepairMixin._tick, HEARTBEAT: RepairMixin._heartbeat,
+        REFRESH: RepairMixin._refresh, REPLICA: RepairMixin._replica,
     }
     _DELIVER: ClassVar[dict] = {CREATE: _deliver_create, JOIN: _deliver_join, MCAST: _deliver_mcast}

@@ -29,6 +29,11 @@ _SLOT_COLS = {
     "n_children": ("i4", 0),
     "last_seq": ("i8", -1),    # last multicast seqno seen (reliable layer / diagnostics)
     "rp_cache": ("i4", -1),    # as a source: the RP's address once learned
+    "rp_cache_time": ("i8", -1),  # when it was learned
+    "last_heard": ("i8", -1),  # last heartbeat / data / ack from the parent (-1: not yet)
+    "last_sent": ("i8", -1),   # last heartbeat / data sent to the children
+    "rep_acl": ("i8", -1),     # replica of the RP's record (held by the k closest nodes)
+    "rep_creator": ("i4", -1),
 }
 
 _ENTRY_COLS = {
@@ -98,7 +103,8 @@ class TreeState:
         sl = self.slots
         for name in ("active", "member", "root"):
             sl[name][slots] = False
-        for name in ("parent", "acl", "creator", "my_cred", "join_cred", "last_seq"):
+        for name in ("parent", "acl", "creator", "my_cred", "join_cred", "last_seq",
+                     "last_heard", "last_sent"):
             sl[name][slots] = _SLOT_COLS[name][1]
 
     # ---- children ---------------------------------------------------------------
@@ -165,6 +171,14 @@ class TreeState:
         return qi, e
 
     # ---- snapshots --------------------------------------------------------------
+    def slots_of_nodes(self, local_idx) -> tuple[np.ndarray, np.ndarray]:
+        """Active slots of each local node: (row index into local_idx, slot), in group
+        order. O(q log S + output)."""
+        li = np.asarray(local_idx, np.int64)
+        qi, s = self.slot_index.ranges(li * self.n_groups, (li + 1) * self.n_groups)
+        ok = self.slots["active"][s] if len(s) else np.zeros(0, bool)
+        return qi[ok], s[ok]
+
     def active_slots(self) -> np.ndarray:
         return np.flatnonzero(self.slots["active"][: self.slot_index.size])
 

@@ -27,6 +27,10 @@ ADOPT = 71          # kept node -> its new parent; a = the removed child it repl
 BN_SIBLING = 72     # overloaded parent -> dropped child, one per former sibling:
                     # a = sibling, b = delay parent->sibling, c = the parent
 BN_JOIN = 73        # dropped child -> chosen sibling; a = credential, b = last seqno
+TICK = 80           # per-node maintenance timer (heartbeats, refresh, expiry, suspicion)
+HEARTBEAT = 81      # parent -> child
+REFRESH = 82        # child -> parent: keep my children-table entry
+REPLICA = 83        # RP -> its k closest nodes: a = ACL token, b = creator
 
 TYPE_NAMES = {
     CREATE_REQ: "scribe_create_req",
@@ -47,6 +51,10 @@ TYPE_NAMES = {
     ADOPT: "scribe_adopt",
     BN_SIBLING: "scribe_bn_sibling",
     BN_JOIN: "scribe_bn_join",
+    TICK: "scribe_tick",
+    HEARTBEAT: "scribe_heartbeat",
+    REFRESH: "scribe_refresh",
+    REPLICA: "scribe_replica",
 }
 
 SCRIBE_TYPES = tuple(sorted(TYPE_NAMES))
