@@ -20,6 +20,7 @@ import numpy as np
 
 from ._engine import msgs_of
 from .bottleneck import pick_drops
+from .reliable import MessageRing, ReliableMixin
 from .repair import RepairMixin
 from .tree import TreeState
 from .types import (
@@ -58,6 +59,8 @@ DEFAULTS = {
     "child_expiry_miss": 3,   # periods without refresh before a child entry expires
     "replicas": 5,            # RP record copies on the k closest nodes (0: none)
     "rp_cache_ttl_us": None,  # sources re-route to the RP after this; None: 3 periods
+    "reliable": False,        # ordered reliable delivery layer (root numbering, buffers)
+    "reliable_buffer": 256,   # messages buffered per (node, group)
 }
 
 
@@ -74,7 +77,7 @@ class ScribeError(RuntimeError):
     """Scribe was used outside its contract (e.g. not bound to an overlay)."""
 
 
-class Scribe(RepairMixin):
+class Scribe(RepairMixin, ReliableMixin):
     TYPE_NAMES = TYPE_NAMES
 
     def __init__(self, params: dict | None = None):
@@ -119,6 +122,7 @@ class Scribe(RepairMixin):
         self._groups = groups
         self.tree = TreeState(len(ctx.nodes), ctx.n_nodes, len(groups["id_hi"]))
         self.ticking = np.zeros(len(ctx.nodes), bool)
+        self.ring = MessageRing(self.params["reliable_buffer"])
 
     def _key(self, group):
         return self._groups["id_hi"][group], self._groups["id_lo"][group]
@@ -273,6 +277,9 @@ class Scribe(RepairMixin):
         sl = self.tree.slots
         self._send(ctx, sub["dst"], sub["src"], JOIN_ACK, sub["time"], sub["group"],
                    a=sl["acl"][s], b=sl["last_seq"][s])
+        if self.params["reliable"]:  # joinHandler: catch a repairing child up
+            rp = sub["c"] == 1
+            self._retransmit(ctx, s[rp], sub["src"][rp], sub["b"][rp], sub["time"][rp])
         if self.params["bottleneck"]:
             self._enforce_bound(ctx, sl["node"][s].astype(np.int64), sub["time"])
 
@@ -327,7 +334,7 @@ class Scribe(RepairMixin):
         pick, s = pick[live], s[live]
         sl["parent"][s] = -1
         self._send(ctx, pick["dst"], pick["a"], BN_JOIN, pick["time"], pick["group"],
-                   a=sl["join_cred"][s], b=sl["last_seq"][s])
+                   a=sl["join_cred"][s], b=sl["last_seq"][s], c=np.ones(len(s), np.int64))
 
     def _bn_join(self, ctx, m):
         """A dropped child asks this node (its former sibling) to adopt it."""
@@ -392,6 +399,10 @@ class Scribe(RepairMixin):
         sa = s[live]
         sl["parent"][sa] = m["src"][live]
         sl["last_heard"][sa] = m["time"][live]
+        if self.params["reliable"]:  # a fresh joiner starts at its parent's position
+            start = ~sl["synced"][sa] & (m["b"][live] >= 0)
+            sl["last_seq"][sa[start]] = m["b"][live][start]
+            sl["synced"][sa[start]] = True
         known = m["a"][live] >= 0
         sl["acl"][sa[known]] = m["a"][live][known]
         # the node left meanwhile: tell the parent to drop the stale child
@@ -435,7 +446,7 @@ class Scribe(RepairMixin):
         sub, s = m[hit], s[hit]
         sl["parent"][s] = -1
         self._route(ctx, sub["dst"], JOIN, sub["time"], sub["group"], a=sl["join_cred"][s],
-                    b=sl["last_seq"][s], origin=sub["dst"])
+                    b=sl["last_seq"][s], c=np.ones(len(s), np.int64), origin=sub["dst"])
 
     # ---- LEAVE --------------------------------------------------------------------
     def _leave_req(self, ctx, m):
@@ -510,7 +521,8 @@ class Scribe(RepairMixin):
             far = sub["origin"] != sub["dst"]
             self._send(ctx, sub["dst"][far], sub["origin"][far], RP_ADDR, sub["time"][far],
                        sub["group"][far], a=sub["dst"][far])
-        self._disseminate(ctx, s, sub["dst"], sub["group"], sub["origin"], sub["c"], sub["b"],
+        seqno = self._number_at_root(s) if self.params["reliable"] else sub["b"]
+        self._disseminate(ctx, s, sub["dst"], sub["group"], sub["origin"], sub["c"], seqno,
                           sub["hops"].astype(np.int64), sub["time"])
 
     def _deliver_mcast(self, ctx, m):
@@ -527,6 +539,9 @@ class Scribe(RepairMixin):
 
     def _disseminate(self, ctx, s, nodes, group, source, publish, seqno, hops, now):
         """Members among slots s log a delivery; every slot sends one copy per child."""
+        if self.params["reliable"]:
+            self._reliable_disseminate(ctx, s, nodes, group, source, publish, seqno, hops, now)
+            return
         sl = self.tree.slots
         sl["last_seq"][s] = np.maximum(sl["last_seq"][s], seqno)
         mem = sl["member"][s]
@@ -645,13 +660,14 @@ class Scribe(RepairMixin):
 
     def checkpoint(self) -> dict:
         return {"tree": self.tree.state(), "collapsed": self.collapsed, "params": self.params,
-                "ticking": self.ticking.copy()}
+                "ticking": self.ticking.copy(), "ring": self.ring.state()}
 
     def restore(self, state: dict):
         self.tree = TreeState.from_state(state["tree"])
         self.collapsed = bool(state["collapsed"])
         self.params = dict(state["params"])
         self.ticking = state["ticking"].copy()
+        self.ring = MessageRing.from_state(state["ring"])
 
     _RECEIVE: ClassVar[dict] = {
         CREATE_REQ: _create_req, JOIN_REQ: _join_req, LEAVE_REQ: _leave_req,

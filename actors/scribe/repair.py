@@ -60,7 +60,8 @@ class RepairMixin:
             sl["last_heard"][rs] = now[suspect]
             cred = np.where(sl["member"][rs], sl["my_cred"][rs], sl["join_cred"][rs])
             self._route(ctx, me[suspect], JOIN, now[suspect], grp[suspect], a=cred,
-                        b=sl["last_seq"][rs], origin=me[suspect])
+                        b=sl["last_seq"][rs], c=np.ones(len(rs), np.int64),
+                        origin=me[suspect])
         refresh = child_role & ~silent & (sl["parent"][s] >= 0)
         self._send(ctx, me[refresh], sl["parent"][s[refresh]], REFRESH, now[refresh],
                    grp[refresh], a=sl["join_cred"][s[refresh]])

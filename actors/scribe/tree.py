@@ -34,6 +34,7 @@ _SLOT_COLS = {
     "last_sent": ("i8", -1),   # last heartbeat / data sent to the children
     "rep_acl": ("i8", -1),     # replica of the RP's record (held by the k closest nodes)
     "rep_creator": ("i4", -1),
+    "synced": ("?", False),    # reliable layer: last_seq is a valid in-order position
 }
 
 _ENTRY_COLS = {
@@ -101,7 +102,7 @@ class TreeState:
     def reset(self, slots):
         """Forget the node's tree state for these slots (the key keeps its slot)."""
         sl = self.slots
-        for name in ("active", "member", "root"):
+        for name in ("active", "member", "root", "synced"):
             sl[name][slots] = False
         for name in ("parent", "acl", "creator", "my_cred", "join_cred", "last_seq",
                      "last_heard", "last_sent"):
