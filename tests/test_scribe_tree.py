@@ -173,3 +173,47 @@ def test_leave_prunes_exactly_the_branches_without_members(overlay):
     for g in range(G):
         assert np.array_equal(np.sort(d["member"][d["group"] == g]),
                               np.setdiff1d(members[g], leavers[g]))
+
+
+def test_checkpoint_restore_continues_identically(overlay):
+    import pickle
+
+    table, creators, creds, members = make_groups(seed=17)
+    w = build(overlay, 2, table, creators, creds, members)
+    for k, stack in enumerate(w.stacks):
+        state = pickle.loads(pickle.dumps(stack.app.checkpoint()))
+        fresh = Scribe({})
+        stack.app = fresh
+        fresh.bind(stack)
+        fresh.setup(w.ctxs[k])
+        fresh.restore(state)
+    w.inject(multicast_requests(rp_of(w), np.arange(G), 10_000_000, creds))
+    w.run()
+    d = w.table("delivery")
+    for g in range(G):
+        assert np.array_equal(np.sort(d["member"][d["group"] == g]), members[g])
+
+
+def test_bad_input_is_refused_with_clear_errors():
+    with pytest.raises(ValueError, match="bottleneck_bound"):
+        Scribe({"bottleneck": True, "bottleneck_bound": 0})
+    with pytest.raises(ValueError, match="unknown parameter"):
+        Scribe({"bogus": 1})
+    with pytest.raises(ValueError, match="same length"):
+        group_table(["a", "b"], ["x"], [1, 2])
+    with pytest.raises(ValueError, match="unique"):
+        group_table(["a", "a"], ["x", "y"], [1, 2])
+    with pytest.raises(ValueError, match="times"):
+        join_requests([1, 2], [0, 0], [5, 6, 7], 1)
+    with pytest.raises(ValueError, match=">= 0"):
+        multicast_requests([-1], [0], [5], 1)
+
+
+def test_group_ids_are_sha1_of_name_and_creator():
+    import hashlib
+
+    t = group_table(["news"], ["alice"], [3])
+    digest = hashlib.sha1(b"newsalice").digest()
+    assert int(t["id_hi"][0]) == int.from_bytes(digest[:8], "big")
+    assert int(t["id_lo"][0]) == int.from_bytes(digest[8:16], "big")
+    assert t["id_hex"][0] == digest[:16].hex()

@@ -122,6 +122,7 @@ class Scribe(RepairMixin, ReliableMixin):
         self._groups = groups
         self.tree = TreeState(len(ctx.nodes), ctx.n_nodes, len(groups["id_hi"]))
         self.ticking = np.zeros(len(ctx.nodes), bool)
+        self.replicas_stale = np.zeros(len(ctx.nodes), bool)
         self.ring = MessageRing(self.params["reliable_buffer"])
 
     def _key(self, group):
@@ -660,13 +661,15 @@ class Scribe(RepairMixin, ReliableMixin):
 
     def checkpoint(self) -> dict:
         return {"tree": self.tree.state(), "collapsed": self.collapsed, "params": self.params,
-                "ticking": self.ticking.copy(), "ring": self.ring.state()}
+                "ticking": self.ticking.copy(), "ring": self.ring.state(),
+                "replicas_stale": self.replicas_stale.copy()}
 
     def restore(self, state: dict):
         self.tree = TreeState.from_state(state["tree"])
         self.collapsed = bool(state["collapsed"])
         self.params = dict(state["params"])
         self.ticking = state["ticking"].copy()
+        self.replicas_stale = state["replicas_stale"].copy()
         self.ring = MessageRing.from_state(state["ring"])
 
     _RECEIVE: ClassVar[dict] = {

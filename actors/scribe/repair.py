@@ -81,7 +81,11 @@ class RepairMixin:
         idx, e = idx[quiet], e[quiet]
         self._send(ctx, me[idx], t.entries["child"][e], HEARTBEAT, now[idx], grp[idx])
         sl["last_sent"][s[np.unique(idx)]] = now[np.unique(idx)]
-        # 4. reschedule while the node holds any tree state
+        # 4. RPs whose leaf set changed re-send their record to the new closest nodes
+        stale = self.replicas_stale[nodes[qi]] & sl["root"][s] & sl["active"][s]
+        self._replicate(ctx, s[stale], now[stale])
+        self.replicas_stale[nodes] = False
+        # 5. reschedule while the node holds any tree state
         qi2, _ = t.slots_of_nodes(nodes)
         busy = np.zeros(len(nodes), bool)
         busy[qi2] = True
@@ -147,19 +151,7 @@ class RepairMixin:
         sl["rep_creator"][s] = m["b"]
 
     def new_leafs(self, ctx, local_idx):
-        """Leaf sets changed: RPs among these nodes refresh their replicas."""
-        if not self.params["replicas"]:
-            return
-        li = np.atleast_1d(np.asarray(local_idx, np.int64))
-        _qi, s = self.tree.slots_of_nodes(li)
-        root = self.tree.slots["root"][s]
-        now = self._now(ctx)
-        self._replicate(ctx, s[root], np.full(int(root.sum()), now, np.int64))
-
-    def _now(self, ctx):
-        """Current virtual time for upcalls that carry no message (new_leafs)."""
-        for name in ("now", "time", "cell_start"):
-            v = getattr(ctx, name, None)
-            if v is not None:
-                return int(v() if callable(v) else v)
-        return 0
+        """Leaf sets changed: RPs among these nodes refresh their replicas at their next
+        tick (the upcall carries no time, so nothing is sent from here)."""
+        if self.params["replicas"]:
+            self.replicas_stale[np.atleast_1d(np.asarray(local_idx, np.int64))] = True
