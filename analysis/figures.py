@@ -1,0 +1,110 @@
+"""PNG figures of the metric distributions (matplotlib, Agg backend).
+
+Every function takes small pandas frames already computed by Spark and writes one file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _cdf(ax, values, label):
+    v = np.sort(np.asarray(values, dtype=float))
+    v = v[np.isfinite(v)]
+    if len(v):
+        ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=label)
+
+
+def delay_penalty_cdf(by_group: pd.DataFrame, path: Path) -> Path:
+    """CDF over groups of RAD and RMD, per variant (all topologies pooled)."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for variant, part in by_group.groupby("variant", sort=True):
+        _cdf(ax, part["rad"], f"RAD ({variant})")
+        _cdf(ax, part["rmd"], f"RMD ({variant})")
+    ax.set_xlabel("delay penalty (Scribe / IP multicast)")
+    ax.set_ylabel("cumulative fraction of groups")
+    ax.set_title("Delay penalty per group")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
+def rdp_cdf(rdp: pd.DataFrame, path: Path) -> Path:
+    """CDF over the members of the rank-1 group of RDP, per variant."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for variant, part in rdp.groupby("variant", sort=True):
+        _cdf(ax, part["rdp"], variant)
+    ax.axvline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("RDP (Scribe delay / IP delay)")
+    ax.set_ylabel("cumulative fraction of members")
+    ax.set_title("Relative delay penalty, rank-1 group")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
+def node_stress_distribution(hist: pd.DataFrame, path: Path) -> Path:
+    """Nodes per number of children tables / children entries, per variant (log y)."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    for ax, measure, xlabel in ((axes[0], "children_tables", "non-empty children tables"),
+                                (axes[1], "children_entries", "children-table entries")):
+        part = hist[hist["measure"] == measure]
+        for variant, v in part.groupby("variant", sort=True):
+            agg = v.groupby("value")["nodes"].sum().sort_index()
+            ax.plot(agg.index, agg.values, marker=".", label=variant)
+        ax.set_yscale("log")
+        if measure == "children_entries":
+            ax.set_xscale("symlog")
+        ax.set_xlabel(f"{xlabel} per node")
+        ax.set_ylabel("number of nodes")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("Node stress")
+    return _save(fig, path)
+
+
+def link_stress_distribution(hist: pd.DataFrame, path: Path) -> Path:
+    """Links per non-zero stress value: Scribe traffic vs IP multicast vs naive unicast."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for traffic, part in hist.groupby("traffic", sort=True):
+        agg = part.groupby("stress")["links"].sum().sort_index()
+        ax.plot(agg.index, agg.values, marker=".", lw=1, label=traffic)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("link stress (packets per directed link, zeros omitted)")
+    ax.set_ylabel("number of links")
+    ax.set_title("Link stress")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
+def group_size_by_rank(groups: pd.DataFrame, path: Path) -> Path:
+    """Group size against rank (log-log), per topology."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for topo, part in groups.groupby("topo", sort=True):
+        part = part.sort_values("rank")
+        ax.plot(part["rank"], part["size"], marker=".", ms=3, lw=0.8, label=f"topology {topo}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("group rank")
+    ax.set_ylabel("group size (members)")
+    ax.set_title("Group size vs rank")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
