@@ -1,0 +1,108 @@
+"""Vectorized Pastry next-hop selection (SPEC 2) for a batch of (local node, key).
+
+Pure function of the state arrays and the global id columns. For each row:
+
+1. leaf-set rule: if the key lies in the ring range [farthest smaller leaf, farthest
+   larger leaf] -- or a side of the leaf set is not full, meaning the node knows every
+   node on that side of the ring -- the next hop is the numerically closest of
+   leaf set ∪ self (self: deliver here);
+2. prefix rule: row = shared prefix length p of self and key, column = digit p of the key;
+   take that table entry if it is set;
+3. rare case: any known node (leaf set, table, neighbourhood) sharing at least p digits
+   with the key and numerically closer to it than self (the closest such one); none:
+   deliver here.
+
+Each step goes to a node that shares a longer prefix with the key, or as long a prefix
+and is numerically closer, so a route cannot loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .ids import U64, closest_key_order, cw_dist, digit, less, ring_dist, shared_prefix_len
+from .state import PastryState
+
+DELIVER = -1
+
+
+def _gather(ids, nodes):
+    """ids[nodes] with -1 entries mapped to 0 (masked out by the callers)."""
+    return ids[np.where(nodes >= 0, nodes, 0)]
+
+
+def in_leaf_range(state: PastryState, local_idx, self_hi, self_lo, key_hi, key_lo, ids_hi,
+                  ids_lo) -> np.ndarray:
+    """Whether each key is covered by the node's leaf set (see the module docstring)."""
+    half = state.half
+    leaf = state.leaf[local_idx]
+    small, large = leaf[:, :half], leaf[:, half:]
+    n_small = (small >= 0).sum(axis=1)
+    n_large = (large >= 0).sum(axis=1)
+    incomplete = (n_small < half) | (n_large < half)
+    # farthest entry of each side (slots fill nearest first, so the last filled slot)
+    rows = np.arange(len(leaf))
+    lo_node = small[rows, np.maximum(n_small - 1, 0)]
+    hi_node = large[rows, np.maximum(n_large - 1, 0)]
+    lo_hi, lo_lo = _gather(ids_hi, lo_node), _gather(ids_lo, lo_node)
+    hi_hi, hi_lo = _gather(ids_hi, hi_node), _gather(ids_lo, hi_node)
+    span_h, span_l = cw_dist(lo_hi, lo_lo, hi_hi, hi_lo)
+    off_h, off_l = cw_dist(lo_hi, lo_lo, key_hi, key_lo)
+    inside = ~less(span_h, span_l, off_h, off_l)  # offset <= span
+    return incomplete | inside
+
+
+def next_hop(state: PastryState, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo):
+    """Next global node for each (local node, key), or -1 to deliver at the local node.
+
+    ``local_idx`` indexes the state arrays, ``self_ids`` are the same nodes' global ids,
+    ``ids_hi/ids_lo`` the id columns of all N nodes. Returns (next int64[B], rule int8[B])
+    with rule 0 = leaf set, 1 = prefix, 2 = rare case. O(B * (l + rows * 2^b + M)) in
+    the worst case (the rare case); the common path is O(B * l).
+    """
+    local_idx = np.asarray(local_idx, np.int64)
+    self_ids = np.asarray(self_ids, np.int64)
+    key_hi = np.asarray(key_hi, U64)
+    key_lo = np.asarray(key_lo, U64)
+    nb = len(local_idx)
+    out = np.full(nb, DELIVER, np.int64)
+    rule = np.zeros(nb, np.int8)
+    if nb == 0:
+        return out, rule
+    s_hi, s_lo = ids_hi[self_ids], ids_lo[self_ids]
+
+    leafy = in_leaf_range(state, local_idx, s_hi, s_lo, key_hi, key_lo, ids_hi, ids_lo)
+    li = np.flatnonzero(leafy)
+    if len(li):
+        cand = np.concatenate([self_ids[li, None], state.leaf[local_idx[li]]], axis=1)
+        pick = closest_key_order(_gather(ids_hi, cand), _gather(ids_lo, cand), key_hi[li],
+                                 key_lo[li], valid=cand >= 0)
+        chosen = cand[np.arange(len(li)), pick]
+        out[li] = np.where(chosen == self_ids[li], DELIVER, chosen)
+
+    pi = np.flatnonzero(~leafy)
+    if not len(pi):
+        return out, rule
+    p = shared_prefix_len(s_hi[pi], s_lo[pi], key_hi[pi], key_lo[pi], state.b)
+    ok_row = p < state.rows
+    col = digit(key_hi[pi], key_lo[pi], np.minimum(p, state.rows - 1), state.b)
+    entry = np.where(ok_row, state.rt[local_idx[pi], np.minimum(p, state.rows - 1), col], -1)
+    got = entry >= 0
+    out[pi[got]] = entry[got]
+    rule[pi[got]] = 1
+
+    ri = pi[~got]
+    if len(ri):
+        rule[ri] = 2
+        pr = p[~got]
+        cand = state.known(local_idx[ri])
+        c_hi, c_lo = _gather(ids_hi, cand), _gather(ids_lo, cand)
+        kh, kl = key_hi[ri, None], key_lo[ri, None]
+        c_p = shared_prefix_len(c_hi, c_lo, kh, kl, state.b)
+        d_hi, d_lo = ring_dist(c_hi, c_lo, kh, kl)
+        me_hi, me_lo = ring_dist(s_hi[ri], s_lo[ri], key_hi[ri], key_lo[ri])
+        closer = less(d_hi, d_lo, me_hi[:, None], me_lo[:, None])
+        valid = (cand >= 0) & (c_p >= pr[:, None]) & closer
+        pick = closest_key_order(c_hi, c_lo, key_hi[ri], key_lo[ri], valid=valid)
+        out[ri] = np.where(pick >= 0, cand[np.arange(len(ri)), np.maximum(pick, 0)], DELIVER)
+    return out, rule
