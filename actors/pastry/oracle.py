@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .ids import digit, shared_prefix_len, sorted_order
-from .state import PastryState, check_params, table_rows
+from .state import PastryState, check_params
 
 # groups of nodes sharing a prefix larger than this use the dense per-router method,
 # smaller ones the all-pairs method (cost ~ N * size, vectorized over all groups at once)
