@@ -18,8 +18,26 @@ from actors.scribe._engine import MSG_DTYPE, make_batch, msgs_of
 DELTA = 2000
 
 
-class Overlay:
+class _ReplicaMixin:
+    def replica_set(self, nodes, k):
+        """The k live nodes numerically closest to each node (its leaf set's core)."""
+        nodes = np.atleast_1d(np.asarray(nodes, np.int64))
+        out = np.full((len(nodes), k), -1, np.int64)
+        live = np.flatnonzero(self.alive)
+        for i, x in enumerate(nodes):
+            d = self.ring_dist(live, x)
+            cand = live[np.lexsort((live, *d[::-1]))]
+            cand = cand[cand != x][:k]
+            out[i, : len(cand)] = cand
+        return out
+
+
+class Overlay(_ReplicaMixin):
     """Routing state shared by all shards (read-only)."""
+
+    def ring_dist(self, nodes, x):
+        d = self.ids[nodes] - self.ids[x]
+        return (np.minimum(d, -d),)  # ring distance on uint64
 
     def __init__(self, n: int, seed: int):
         rng = np.random.default_rng(seed)
@@ -60,8 +78,8 @@ class Overlay:
                 rt[owners, r, p & 15] = best
         return rt
 
-    def root(self, key_hi):
-        """The live node numerically closest to each key."""
+    def root(self, key_hi, key_lo=None):
+        """The live node numerically closest to each key (64-bit ids: key_lo unused)."""
         key = np.atleast_1d(np.asarray(key_hi, np.uint64))
         order = self.order[self.alive[self.order]]
         ids = self.ids[order]
@@ -72,7 +90,7 @@ class Overlay:
         db = np.minimum(key - self.ids[b], self.ids[b] - key)
         return np.where(db < da, b, np.where(da < db, a, np.minimum(a, b)))
 
-    def next_hop(self, node, key_hi):
+    def next_hop(self, node, key_hi, key_lo=None):
         node = np.asarray(node, np.int64)
         key = np.asarray(key_hi, np.uint64)
         root = self.root(key)
@@ -82,14 +100,53 @@ class Overlay:
         e = np.where((e < 0) | ~self.alive[np.maximum(e, 0)], root, e)
         return np.where(node == root, -1, e)
 
-    def route_path(self, node, key_hi):
+    def route_path(self, node, key_hi, key_lo=0):
         path = [int(node)]
         while True:
-            nx = int(self.next_hop(np.array([path[-1]]), np.array([key_hi], np.uint64))[0])
+            nx = int(self.next_hop(np.array([path[-1]]), np.array([key_hi], np.uint64),
+                                   np.array([key_lo], np.uint64))[0])
             if nx < 0:
                 return path
             path.append(nx)
             assert len(path) < 40, "routing loop"
+
+
+class OracleOverlay(_ReplicaMixin):
+    """The real Pastry pieces: oracle-bootstrapped state (exact PNS) and the vectorized
+    next-hop function of actors/pastry, on a synthetic router network."""
+
+    def __init__(self, n: int, seed: int, n_routers: int | None = None):
+        from actors.pastry import ids as pids
+        from actors.pastry.oracle import oracle_state
+        from actors.pastry.routing import next_hop
+        from actors.pastry.synthetic import host_latency, synthetic_network
+
+        self.n, self._pids, self._next_hop = n, pids, next_hop
+        net = synthetic_network(n, n_routers or max(n // 8, 4), seed)
+        self.hi, self.lo = net["node_ids_hi"], net["node_ids_lo"]
+        self.ids = self.hi
+        self.state = oracle_state(np.arange(n), self.hi, self.lo, net["host_router"],
+                                  net["router_dist_us"], net["lan_us"])
+        a = np.arange(n)
+        self.lat = host_latency(net, a[:, None], a[None, :])
+        assert self.lat.min() >= DELTA
+        self.alive = np.ones(n, bool)
+
+    def ring_dist(self, nodes, x):
+        return self._pids.ring_dist(self.hi[nodes], self.lo[nodes], self.hi[x], self.lo[x])
+
+    def root(self, key_hi, key_lo=None):
+        live = np.flatnonzero(self.alive)
+        order = live[self._pids.sorted_order(self.hi[live], self.lo[live])]
+        return self._pids.closest_node(self.hi[order], self.lo[order], order, key_hi, key_lo)
+
+    def next_hop(self, node, key_hi, key_lo=None):
+        node = np.atleast_1d(np.asarray(node, np.int64))
+        nxt, _ = self._next_hop(self.state, node, node, np.atleast_1d(key_hi),
+                                np.atleast_1d(key_lo), self.hi, self.lo)
+        return nxt
+
+    route_path = Overlay.route_path
 
 
 class Ctx:
@@ -164,7 +221,7 @@ class HarnessPastry:
         self._route_step(ctx, m)
 
     def _route_step(self, ctx, m):
-        nxt = self.ov.next_hop(m["dst"], m["key_hi"])
+        nxt = self.ov.next_hop(m["dst"], m["key_hi"], m["key_lo"])
         at_root = nxt < 0
         if at_root.any():
             self.app.deliver(ctx, make_batch(m[at_root]))
@@ -182,17 +239,7 @@ class HarnessPastry:
             ctx.send(out["src"], out["dst"], out["type"], out["time"], **fields)
 
     def replica_set(self, ctx, nodes, k):
-        """The k live nodes numerically closest to each node (its leaf set's core)."""
-        nodes = np.atleast_1d(np.asarray(nodes, np.int64))
-        out = np.full((len(nodes), k), -1, np.int64)
-        live = np.flatnonzero(self.ov.alive)
-        for i, x in enumerate(nodes):
-            d = self.ov.ids[live] - self.ov.ids[x]
-            d = np.minimum(d, -d)  # ring distance on uint64
-            cand = live[np.lexsort((live, d))]
-            cand = cand[cand != x][:k]
-            out[i, : len(cand)] = cand
-        return out
+        return self.ov.replica_set(nodes, k)
 
     def handle(self, ctx, type_code, batch):
         m = msgs_of(batch)

@@ -38,7 +38,7 @@ def reference_tree(overlay, table, g, members):
     """Expected tree: the union of the overlay routes from the members to the RP."""
     edges = set()
     for m in members:
-        path = overlay.route_path(m, table["id_hi"][g])
+        path = overlay.route_path(m, table["id_hi"][g], table["id_lo"][g])
         edges.update((int(path[i + 1]), int(path[i])) for i in range(len(path) - 1))
     return edges
 
@@ -72,7 +72,7 @@ def test_trees_equal_union_of_routes_and_multicast_reaches_members_once(overlay)
     table, creators, creds, members = make_groups()
     w = build(overlay, 1, table, creators, creds, members)
     rp = rp_of(w)
-    assert (rp == overlay.root(table["id_hi"])).all()
+    assert (rp == overlay.root(table["id_hi"], table["id_lo"])).all()
     w.dump()
     for g in range(G):
         edges = edges_of(w, g)
