@@ -6,15 +6,9 @@ read-only with every shard (``ctx.shared("groups")``); Scribe reads ids and toke
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
-
-def sha1_id128(text: str) -> tuple[int, int]:
-    """First 128 bits of SHA-1(text) as (hi, lo) Python ints. O(len(text))."""
-    digest = hashlib.sha1(text.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big"), int.from_bytes(digest[8:16], "big")
+from actors.pastry.ids import sha1_id as sha1_id128  # (hi, lo) of the first 128 bits
 
 
 def group_table(names, creators, credentials, ranks=None, sizes=None) -> dict:
@@ -41,7 +35,7 @@ def group_table(names, creators, credentials, ranks=None, sizes=None) -> dict:
     lo = np.empty(n, dtype=np.uint64)
     hexes = np.empty(n, dtype=object)
     for g, (name, creator) in enumerate(zip(names, creators)):
-        h, l = sha1_id128(f"{name}{creator}")
+        h, l = sha1_id128(f"{name}{creator}")  # SHA-1(name || creator name)
         hi[g], lo[g] = h, l
         hexes[g] = f"{h:016x}{l:016x}"
     def _opt(col, what):
