@@ -83,3 +83,26 @@ def test_children_expire_without_refresh():
     w.dump()
     te = w.table("tree_edge")
     assert victim not in te["child"]
+
+
+def test_new_leafs_refreshes_replicas_on_the_next_tick():
+    overlay, w, _table, creds, members, rp = start(1)
+    app, ctx = w.stacks[0].app, w.ctxs[0]
+    g = 0
+    # the RP's replicas are lost (say the replica holders were replaced)
+    sl = app.tree.slots
+    holders = overlay.replica_set([rp[g]], 5)[0]
+    hs = app.tree.find(ctx.local(holders), np.full(5, g))
+    sl["rep_acl"][hs] = -1
+    app.new_leafs(ctx, ctx.local([rp[g]]))
+    w.run(until=1_200_000)  # one tick later the RP has re-sent its record
+    assert (sl["rep_acl"][hs] == creds[g]).all()
+    # and the replicas are what lets a new RP take over
+    w.fail([rp[g]])
+    src = members[g][members[g] != rp[g]][0]
+    w.inject(multicast_requests([src], [g], 2_000_000, creds[g], seqno=5))
+    w.run(until=3_000_000)
+    d = w.table("delivery")
+    got = np.sort(d["member"][(d["group"] == g) & (d["seqno"] == 5)])
+    assert np.array_equal(got, np.setdiff1d(members[g], [rp[g]]))
+    assert w.counters["scribe_rp_takeovers"] == 1

@@ -61,6 +61,7 @@ DEFAULTS = {
     "rp_cache_ttl_us": None,  # sources re-route to the RP after this; None: 3 periods
     "reliable": False,        # ordered reliable delivery layer (root numbering, buffers)
     "reliable_buffer": 256,   # messages buffered per (node, group)
+    "max_tree_hops": 255,     # DATA copies beyond this many hops are dropped (loop guard)
 }
 
 
@@ -565,6 +566,11 @@ class Scribe(RepairMixin, ReliableMixin):
         hit = s >= 0
         ctx.count("scribe_data_no_state", int((~hit).sum()))
         self._heard_from_parent(ctx, m)
+        # a copy that went round more tree hops than any tree is deep is in a loop
+        # (possible only under failures): drop it rather than circulate forever
+        looping = hit & (m["c"] > self.params["max_tree_hops"])
+        ctx.count("scribe_data_hop_limit", int(looping.sum()))
+        hit &= ~looping
         sub = m[hit]
         self._disseminate(ctx, s[hit], sub["dst"], sub["group"], sub["origin"], sub["a"],
                           sub["b"], sub["c"], sub["time"])
