@@ -7,4 +7,4 @@ Entry points: `run_analysis(run_dir, spark, refs=None, scenario_meta=None, extra
 from analysis.run import run_analysis
 from analysis.schema import AnalysisOptions, Traffic
 
-__all__ = ["run_analysis", "AnalysisOptions", "Traffic"]
+__all__ = ["AnalysisOptions", "Traffic", "run_analysis"]

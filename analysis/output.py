@@ -8,6 +8,7 @@ half-written CSV.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -47,7 +48,7 @@ def write_json(obj: dict, path: str | Path) -> Path:
 
 
 def _finite(obj):
-    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
+    if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
         return {str(k): _finite(v) for k, v in obj.items()}

@@ -10,7 +10,7 @@ from analysis.schema import type_name
 
 def _type_names(spark: SparkSession, names: dict[int, str] | None) -> DataFrame:
     """Small (type, type_name) table covering every code a smallint log column can use here."""
-    rows = [(code, type_name(code, names)) for code in range(0, 256)]
+    rows = [(code, type_name(code, names)) for code in range(256)]
     return spark.createDataFrame(rows, "type smallint, type_name string")
 
 

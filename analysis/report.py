@@ -83,10 +83,11 @@ def write_report(run_dir: str | Path) -> tuple[Path, Path]:
     md += ["## Configuration", "", "```toml", config.rstrip(), "```", "",
            "CSV files: `metrics/` (schemas in docs/analysis.md)."]
 
-    h = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-         "</title><style>body{font-family:sans-serif;max-width:1000px;margin:auto}"
-         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
-         "</style></head><body>", f"<h1>{html.escape(title)}</h1>"]
+    head = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+            "</title><style>body{font-family:sans-serif;max-width:1000px;margin:auto}"
+            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
+            "</style></head><body>")
+    h = [head, f"<h1>{html.escape(title)}</h1>"]
     for name, header, rows in tables:
         h.append(f"<h2>{html.escape(name)}</h2><table><tr>"
                  + "".join(f"<th>{html.escape(c)}</th>" for c in header) + "</tr>")

@@ -9,8 +9,8 @@ import sys
 
 import numpy as np
 import pytest
-
 import test_analysis_helpers as hand
+
 from analysis.physical import CoreRoutes, core_pair_loads, core_union_loads
 from analysis.schema import AnalysisOptions
 
@@ -35,7 +35,7 @@ def test_core_routes_refuse_latency_matrix():
 @pytest.fixture(scope="session")
 def spark():
     try:
-        from emulator.runtime import start_ray, start_spark   # the lead's plumbing, when landed
+        from emulator.runtime import start_ray, start_spark  # the lead's plumbing, when landed
     except ImportError:
         start_ray = start_spark = None
     import ray
@@ -70,6 +70,26 @@ def read_csv(path):
         return list(csv.DictReader(f))
 
 
+pytestmark_spark = pytest.mark.slow   # Spark start-up (~15 s) + one analysis per session
+
+
+@pytestmark_spark
+def test_load_refs_through_raydp(spark):
+    import pyarrow as pa
+    import ray
+
+    from analysis.load import load_refs
+
+    tbl = pa.table({"phase": ["join"] * 3, "group": pa.array([0, 0, 1], pa.int32()),
+                    "member": pa.array([1, 2, 3], pa.int32()), "topo": pa.array([0, 0, 0])})
+    df = load_refs(spark, [ray.put(tbl)], "membership")
+    assert df.columns == ["phase", "group", "member", "topo"]
+    assert sorted(r["member"] for r in df.collect()) == [1, 2, 3]
+    with pytest.raises(ValueError, match="lacks column"):
+        load_refs(spark, [ray.put(tbl.drop(["member"]))], "membership")
+
+
+@pytestmark_spark
 def test_delay_penalty_by_hand(hand_run):
     run_dir, summary = hand_run
     rows = {int(r["group"]): r for r in read_csv(run_dir / "metrics/delay_penalty_by_group.csv")}
@@ -85,6 +105,7 @@ def test_delay_penalty_by_hand(hand_run):
     assert rad["p90"] == pytest.approx(57 / 53 + 0.9 * (51 / 19 - 57 / 53))
 
 
+@pytestmark_spark
 def test_rdp_rank1_by_hand(hand_run):
     run_dir, summary = hand_run
     rows = read_csv(run_dir / "metrics/rdp_rank1.csv")
@@ -96,6 +117,7 @@ def test_rdp_rank1_by_hand(hand_run):
     assert s["frac_below_1"] == 0.0
 
 
+@pytestmark_spark
 def test_node_stress_by_hand(hand_run):
     run_dir, summary = hand_run
     rows = read_csv(run_dir / "metrics/node_stress.csv")
@@ -112,6 +134,7 @@ def test_node_stress_by_hand(hand_run):
     assert ns["tree_nodes"]["children_entries"]["mean"] == 1.5
 
 
+@pytestmark_spark
 def test_link_stress_by_hand(hand_run):
     run_dir, summary = hand_run
     rows = read_csv(run_dir / "metrics/link_stress.csv")
@@ -138,6 +161,7 @@ def test_link_stress_by_hand(hand_run):
     assert scribe_hist == {1: 9, 2: 5}
 
 
+@pytestmark_spark
 def test_overlay_and_counts_by_hand(hand_run):
     run_dir, summary = hand_run
     assert summary["overlay"]["mean_hops"] == pytest.approx(1.5)
@@ -148,6 +172,7 @@ def test_overlay_and_counts_by_hand(hand_run):
                        ("join", "scribe_join"): 1}
 
 
+@pytestmark_spark
 def test_summary_keys_and_merge(hand_run):
     run_dir, summary = hand_run
     on_disk = json.loads((run_dir / "summary.json").read_text())
@@ -185,6 +210,7 @@ CSV_HEADERS = {
 }
 
 
+@pytestmark_spark
 def test_csv_headers_and_files(hand_run):
     run_dir, _ = hand_run
     for name, header in CSV_HEADERS.items():
@@ -196,6 +222,7 @@ def test_csv_headers_and_files(hand_run):
         assert (run_dir / "figures" / fig).stat().st_size > 5000
 
 
+@pytestmark_spark
 def test_report(hand_run):
     from analysis.report import write_report
 
@@ -206,6 +233,7 @@ def test_report(hand_run):
     assert "data:image/png;base64," in html.read_text()
 
 
+@pytestmark_spark
 def test_latency_matrix_has_no_link_stress(spark, tmp_path):
     from analysis import run_analysis
 
@@ -219,6 +247,7 @@ def test_latency_matrix_has_no_link_stress(spark, tmp_path):
     assert summary["delay_penalty"]["rmd"]["max"] == pytest.approx(2.0)
 
 
+@pytestmark_spark
 def test_bad_input_is_refused(spark, tmp_path):
     from analysis import run_analysis
 

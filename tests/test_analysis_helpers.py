@@ -8,6 +8,7 @@ in Spark workers through `read_hand_topology` (pickled by value, see `spark` fix
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import networkx as nx
@@ -35,7 +36,7 @@ class HandTopology:
     def _core(self, ra, rb):
         nodes = nx.shortest_path(self._graph, int(ra), int(rb), weight="weight")
         links, delay = [], 0
-        for u, v in zip(nodes[:-1], nodes[1:]):
+        for u, v in itertools.pairwise(nodes):
             e = self._graph.edges[u, v]["e"]
             links.append(2 * e if (self.edges[e, 0], self.edges[e, 1]) == (u, v) else 2 * e + 1)
             delay += self._graph.edges[u, v]["weight"]
@@ -98,7 +99,7 @@ def write_hand_run(run_dir: Path, has_paths: bool = True, topo: int = 0) -> Path
     HandTopology(EDGES, DELAYS, HOST_ROUTER, has_paths).save(
         run_dir / "topology" / f"topo-{topo}.npz")
     (run_dir / "config.toml").write_text('scenario = "hand"\nnodes = 6\n')
-    w = lambda table, phase, cols, types: _write(run_dir, table, phase, cols, types, topo)  # noqa
+    w = lambda table, phase, cols, types: _write(run_dir, table, phase, cols, types, topo)
     w("host", "setup", {"node": list(range(6)), "router": HOST_ROUTER,
                         "id_hex": [f"{i:032x}" for i in range(6)]},
       {"node": I4, "router": I4, "id_hex": S})
