@@ -62,6 +62,8 @@ DEFAULTS = {
     "reliable": False,        # ordered reliable delivery layer (root numbering, buffers)
     "reliable_buffer": 256,   # messages buffered per (node, group)
     "max_tree_hops": 255,     # DATA copies beyond this many hops are dropped (loop guard)
+    "lazy_growth": False,     # variant: a JOIN stops at the first tree node, which adopts
+                              # the joiner itself unless it has bottleneck_bound children
 }
 
 
@@ -171,6 +173,9 @@ class Scribe(RepairMixin, ReliableMixin):
         is_join = (m["type"] == JOIN) & (m["src"] != m["dst"])  # not the origin's own call
         if is_join.any():
             rows = np.flatnonzero(is_join)
+            if self.params["lazy_growth"]:
+                self._forward_join_lazy(ctx, m, rows, next_hop)
+                return batch, next_hop
             self._forward_join(ctx, m, rows, next_hop)
             self._start_ticks(ctx, m[rows])
         return batch, next_hop
@@ -238,6 +243,25 @@ class Scribe(RepairMixin, ReliableMixin):
         sub = m[start]
         self._route(ctx, sub["dst"], JOIN, sub["time"], sub["group"], a=sub["a"],
                     b=sl["last_seq"][ss], origin=sub["dst"])
+
+    def _forward_join_lazy(self, ctx, m, rows, next_hop):
+        """Lazy growth: nodes off the tree pass the JOIN on untouched; the first tree node
+        with room adopts the joiner (the JOIN's origin) directly and stops it."""
+        t, sl = self.tree, self.tree.slots
+        sub = m[rows].copy()
+        s = t.find_active(self._local(ctx, sub["dst"]), sub["group"])
+        on_tree = s >= 0
+        room = on_tree.copy()
+        room[on_tree] = t.node_children[sl["node"][s[on_tree]]] < self.params["bottleneck_bound"]
+        acl = sl["acl"][np.maximum(s, 0)]
+        bad = room & (acl >= 0) & (sub["a"] != acl)
+        self._refuse(ctx, sub["group"][bad], sub["origin"][bad], "join", sub["time"][bad])
+        self._send(ctx, sub["dst"][bad], sub["origin"][bad], JOIN_REFUSE, sub["time"][bad],
+                   sub["group"][bad], a=sub["a"][bad])
+        take = room & ~bad
+        sub["src"] = sub["origin"]  # the joiner itself becomes the child
+        self._adopt_children(ctx, s[take], sub[take])
+        next_hop[rows[room]] = -1
 
     def _forward_join(self, ctx, m, rows, next_hop):
         """JOIN at an intermediate node y from the previous hop p = src (SPEC 3):
@@ -362,6 +386,9 @@ class Scribe(RepairMixin, ReliableMixin):
 
     def _deliver_join(self, ctx, m):
         t, sl = self.tree, self.tree.slots
+        if self.params["lazy_growth"]:  # the RP deals with the joiner itself
+            m = m.copy()
+            m["src"] = m["origin"]
         li = self._local(ctx, m["dst"])
         s = t.get_or_make(li, m["group"])
         was_root = sl["root"][s] & (sl["acl"][s] >= 0)
