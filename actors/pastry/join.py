@@ -1,0 +1,331 @@
+"""The Pastry join protocol and leaf-set maintenance, as handlers of :class:`Pastry`.
+
+Join of node X (SPEC 2), all on the virtual clock:
+
+1. JOIN_START (timer at X's arrival time, drawn from a seeded Poisson schedule shared by
+   all shards): X contacts A, the live node nearest to X by network delay among the nodes
+   that arrived at least ``join_settle_us`` earlier. A is found per router: the earliest
+   settled host of every router is a candidate, and X takes the candidate router nearest
+   to its own (a stand-in for an expanding-ring search; ties: earliest host). The first
+   node has no contact and forms the overlay alone.
+2. JOIN_REQ X -> A: A sends X its neighbourhood set (JOIN_NBRS) and routes a JOIN with
+   key X; every node Y on the route (A .. Z) sends X its table rows 0..spl(Y, X)
+   (JOIN_ROWS); Z, the numerically closest live node, also sends its leaf set and the
+   number of route nodes (JOIN_LEAFS).
+3. X merges everything as it arrives: the leaf set is the l/2 + l/2 closest ids seen, the
+   neighbourhood set the M nearest by probing, table entries by probing (PNS).
+   When all pieces are in, X is joined and announces itself (ANNOUNCE) to every node in
+   its state.
+4. A node that inserts an announcer into its leaf set answers with its leaf set
+   (LEAF_REPLY); a node that gains leaf-set members from a LEAF_REPLY announces itself
+   to them. This closes the gaps left by joins that overlap in virtual time: the overlay
+   converges to leaf sets equal to the true l/2 + l/2 closest ids.
+
+Keep-alives and repair use the same LEAF_REQ / LEAF_REPLY exchange.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import types as T
+from .ids import shared_prefix_len
+from .merge import group_rows, select_nearest
+
+CHUNK = 1024
+
+
+def join_schedule(n: int, rate_per_s: float, start_us: int, seed: int) -> np.ndarray:
+    """Arrival time (us) of nodes 0..n-1: Poisson arrivals at ``rate_per_s``, node i the
+    i-th to arrive. Identical on every shard (one seeded Generator). O(n)."""
+    if rate_per_s <= 0:
+        raise ValueError(f"Pastry: join_rate_per_s must be > 0, got {rate_per_s}")
+    rng = np.random.default_rng([int(seed), 0x9A57])
+    gaps = rng.exponential(1e6 / rate_per_s, size=n)
+    gaps[0] = 0.0
+    return int(start_us) + np.cumsum(np.ceil(gaps)).astype(np.int64)
+
+
+def nearby_contacts(joiners, times, settle_us, host_router, router_dist) -> np.ndarray:
+    """Contact A for each joiner (see the module docstring); -1 for node 0 (the first).
+
+    O(len(joiners) * R) in chunks, R = routers hosting a node.
+    """
+    joiners = np.asarray(joiners, np.int64)
+    host_router = np.asarray(host_router, np.int64)
+    n = len(times)
+    out = np.zeros(len(joiners), np.int64)
+    if n == 0 or len(joiners) == 0:
+        return out
+    r_sorted = np.unique(host_router, return_index=True)
+    routers, first_host = r_sorted[0], r_sorted[1]  # first (earliest) host of each router
+    o = np.argsort(first_host, kind="stable")
+    routers, first_host = routers[o], first_host[o]
+    avail = np.searchsorted(times + settle_us, times[joiners], side="right")  # nodes < avail
+    cnt = np.searchsorted(first_host, avail, side="left")  # candidate columns per joiner
+    big = np.iinfo(np.int64).max
+    for c0 in range(0, len(joiners), CHUNK):
+        sl = slice(c0, c0 + CHUNK)
+        d = router_dist[np.ix_(host_router[joiners[sl]], routers)].astype(np.int64)
+        d[np.arange(d.shape[1])[None, :] >= cnt[sl, None]] = big
+        out[sl] = first_host[np.argmin(d, axis=1)]
+    out[cnt == 0] = 0  # nobody settled yet: the first node is the bootstrap contact
+    out[joiners == 0] = -1
+    return out
+
+
+def _padded(m, payload):
+    """Payload rows as a padded int64 matrix (-1 pads) plus each row's sender appended."""
+    lens = m["pay_len"].astype(np.int64)
+    w = int(lens.max()) if len(lens) else 0
+    out = np.full((len(m), w + 1), -1, np.int64)
+    if w:
+        j = np.arange(w)[None, :]
+        idx = m["pay_off"][:, None] + j
+        ok = j < lens[:, None]
+        out[:, :w] = np.where(ok, payload[np.where(ok, idx, 0)], -1)
+    out[:, w] = m["src"]
+    return out
+
+
+class JoinMixin:
+    """Join protocol, announcements, keep-alives and leaf-set repair (see module doc)."""
+
+    # ---- setup / checkpoint ---------------------------------------------------------
+    def join_setup(self, ctx):
+        n = len(self.nodes)
+        self.jn_got = np.zeros(n, np.int64)       # JOIN_ROWS received
+        self.jn_expect = np.full(n, -1, np.int64)  # JOIN_ROWS expected (from JOIN_LEAFS)
+        self.jn_nbrs = np.zeros(n, bool)          # JOIN_NBRS received
+        if self.params["bootstrap"] != "protocol" or n == 0:
+            return
+        p = self.params
+        times = join_schedule(ctx.n_nodes, p["join_rate_per_s"], p["join_start_us"], p["seed"])
+        times = times + int(getattr(ctx, "delta_us", 0) or 0) + 1
+        contact = nearby_contacts(self.nodes, times, p["join_settle_us"],
+                                  ctx.shared("host_router"), ctx.shared("router_dist_us"))
+        ctx.timer(self.nodes, times[self.nodes], T.JOIN_START, a=contact)
+
+    def join_checkpoint(self) -> dict:
+        return {"got": self.jn_got.copy(), "expect": self.jn_expect.copy(),
+                "nbrs": self.jn_nbrs.copy()}
+
+    def join_restore(self, d):
+        self.jn_got, self.jn_expect, self.jn_nbrs = d["got"].copy(), d["expect"].copy(), d["nbrs"].copy()
+
+    def _li(self, ctx, nodes):
+        return np.asarray(ctx.local(np.asarray(nodes, np.int64)), np.int64)
+
+    def _send_payload(self, ctx, src, dst, type_code, sent, rows, **fields):
+        """Direct messages each carrying one row of ``rows`` (-1 entries dropped)."""
+        rows = np.asarray(rows, np.int64)
+        keep = rows >= 0
+        lens = keep.sum(axis=1)
+        flat = rows[keep].astype(np.int32)
+        offs = np.r_[0, np.cumsum(lens)[:-1]].astype(np.int64)
+        ctx.send(src, dst, type_code, sent, payload=flat, pay_off=offs, pay_len=lens, mode=0,
+                 **fields)
+
+    # ---- join -----------------------------------------------------------------------
+    def _join_start(self, ctx, batch):
+        m = self._msgs(batch)
+        x, a, t = m["dst"].astype(np.int64), m["a"], m["time"]
+        alone = a < 0
+        if alone.any():
+            li = self._li(ctx, x[alone])
+            self.joined[li] = True
+            self._start_keepalive(ctx, li, t[alone])
+        if (~alone).any():
+            ctx.send(x[~alone], a[~alone], T.JOIN_REQ, t[~alone], a=x[~alone], mode=0)
+
+    def _join_req(self, ctx, batch):
+        m = self._msgs(batch)
+        a_nodes, x, t = m["dst"].astype(np.int64), m["a"], m["time"]
+        li = self._li(ctx, a_nodes)
+        self._send_payload(ctx, a_nodes, x, T.JOIN_NBRS, t, self.state.nbr[li])
+        self.route(ctx, a_nodes, self.ids_hi[x], self.ids_lo[x], T.JOIN, t, origin=x, a=x)
+
+    def _send_rows(self, ctx, m):
+        """Each route node Y sends X = m['a'] its rows 0..min(spl(Y, X), rows-1)."""
+        y, x = m["dst"].astype(np.int64), m["a"]
+        li = self._li(ctx, y)
+        s = self.state
+        p = shared_prefix_len(self.ids_hi[y], self.ids_lo[y], self.ids_hi[x], self.ids_lo[x], s.b)
+        last = np.minimum(p, s.rows - 1)
+        rows = s.rt[li].reshape(len(li), -1).astype(np.int64)
+        width = 1 << s.b
+        rows[np.arange(rows.shape[1])[None, :] >= ((last + 1) * width)[:, None]] = -1
+        self._send_payload(ctx, y, x, T.JOIN_ROWS, m["time"], rows)
+
+    def _forward_own(self, ctx, m):
+        if len(m):
+            j = m["type"] == T.JOIN
+            if j.any():
+                self._send_rows(ctx, m[j])
+
+    def _deliver_own(self, ctx, m):
+        j = m["type"] == T.JOIN
+        if not j.any():
+            return
+        m = m[j]
+        self._send_rows(ctx, m)
+        li = self._li(ctx, m["dst"])
+        self._send_payload(ctx, m["dst"], m["a"], T.JOIN_LEAFS, m["time"], self.state.leaf[li],
+                           a=m["hops"].astype(np.int64) + 1)
+
+    def _learn(self, ctx, li, cand, t):
+        """Offer candidates to leaf sets and routing tables of local nodes ``li``."""
+        self._insert_table(ctx, li, cand)
+        return self._merge_leaves(ctx, li, cand, t)
+
+    def _join_rows(self, ctx, batch):
+        m = self._msgs(batch)
+        li = self._li(ctx, m["dst"])
+        self._learn(ctx, li, _padded(m, self._payload(batch)), m["time"])
+        np.add.at(self.jn_got, li, 1)
+        self._maybe_joined(ctx, li, m["time"])
+
+    def _join_nbrs(self, ctx, batch):
+        m = self._msgs(batch)
+        li = self._li(ctx, m["dst"])
+        cand = _padded(m, self._payload(batch))
+        self._learn(ctx, li, cand, m["time"])
+        self._merge_nbrs(ctx, li, cand)
+        self.jn_nbrs[li] = True
+        self._maybe_joined(ctx, li, m["time"])
+
+    def _join_leafs(self, ctx, batch):
+        m = self._msgs(batch)
+        li = self._li(ctx, m["dst"])
+        self._learn(ctx, li, _padded(m, self._payload(batch)), m["time"])
+        self.jn_expect[li] = m["a"]
+        self._maybe_joined(ctx, li, m["time"])
+
+    def _merge_nbrs(self, ctx, li, cand):
+        s = self.state
+        li, cand, _ = group_rows(li, cand)
+        both = np.concatenate([s.nbr[li].astype(np.int64), cand], axis=1)
+        s.nbr[li] = select_nearest(self.nodes[li], both, s.nbr.shape[1], ctx.latency,
+                                   exclude=self.dead[li])
+
+    def _maybe_joined(self, ctx, li, t):
+        li, first = np.unique(li, return_index=True)
+        t = np.asarray(t)[first]
+        done = (~self.joined[li]) & self.jn_nbrs[li] & (self.jn_expect[li] >= 0) & \
+            (self.jn_got[li] >= self.jn_expect[li])
+        if not done.any():
+            return
+        li, t = li[done], t[done]
+        self.joined[li] = True
+        ctx.count("pastry_joined", len(li))
+        known = self.state.known(li).astype(np.int64)
+        r, c = np.nonzero(known >= 0)
+        pair = np.unique(np.stack([r, known[r, c]], axis=1), axis=0)
+        if len(pair):
+            ctx.send(self.nodes[li][pair[:, 0]], pair[:, 1], T.ANNOUNCE, t[pair[:, 0]],
+                     a=self.nodes[li][pair[:, 0]], mode=0)
+        self._start_keepalive(ctx, li, t)
+
+    def _announce(self, ctx, batch):
+        m = self._msgs(batch)
+        li = self._li(ctx, m["dst"])
+        cand = m["src"].astype(np.int64)[:, None]
+        uli, changed, _added = self._learn(ctx, li, cand, m["time"])
+        self._merge_nbrs(ctx, li, cand)
+        # the announcer now sits in our leaf set: tell it our leaf set
+        ch = np.zeros(len(self.nodes), bool)
+        ch[uli[changed]] = True
+        inleaf = (self.state.leaf[li] == m["src"][:, None]).any(axis=1) & ch[li]
+        if inleaf.any():
+            rows = np.concatenate([self.state.leaf[li[inleaf]],
+                                   m["dst"][inleaf, None].astype(np.int32)], axis=1)
+            self._send_payload(ctx, m["dst"][inleaf], m["src"][inleaf], T.LEAF_REPLY,
+                               m["time"][inleaf], rows)
+
+    def _leaf_reply(self, ctx, batch):
+        m = self._msgs(batch)
+        li = self._li(ctx, m["dst"])
+        uli, _changed, added = self._learn(ctx, li, _padded(m, self._payload(batch)), m["time"])
+        r, c = np.nonzero(added >= 0)
+        if len(r):
+            t_of = np.zeros(len(self.nodes), np.int64)
+            np.maximum.at(t_of, li, m["time"])
+            me = self.nodes[uli[r]]
+            ctx.send(me, added[r, c], T.ANNOUNCE, t_of[uli[r]], a=me, mode=0)
+
+    def _leaf_req(self, ctx, batch):
+        m = self._msgs(batch)
+        li = self._li(ctx, m["dst"])
+        rows = np.concatenate([self.state.leaf[li], m["dst"][:, None].astype(np.int32)], axis=1)
+        self._send_payload(ctx, m["dst"], m["src"], T.LEAF_REPLY, m["time"], rows)
+
+    # ---- keep-alives and failure detection --------------------------------------------
+    def _start_keepalive(self, ctx, li, t):
+        per = self.params["keepalive_us"]
+        if per and len(li):
+            self.heard[li] = np.asarray(t)[:, None]
+            ctx.timer(self.nodes[li], np.asarray(t) + per, T.KA_TIMER)
+
+    def _timeout(self):
+        p = self.params
+        return p["fail_timeout_us"] or 3 * p["keepalive_us"]
+
+    def _ka_timer(self, ctx, batch):
+        m = self._msgs(batch)
+        x, t = m["dst"].astype(np.int64), m["time"]
+        li = self._li(ctx, x)
+        s = self.state
+        leaf = s.leaf[li].astype(np.int64)
+        silent = (leaf >= 0) & (self.heard[li] < (t - self._timeout())[:, None])
+        r, c = np.nonzero(silent)
+        if len(r):
+            ctx.count("pastry_presumed_failed", len(r))
+            self._remember_dead(li[r], leaf[r, c])
+            # repair: ask the farthest surviving leaf on each side for its leaf set
+            hit = np.unique(r)
+            half = s.half
+            for side in (slice(0, half), slice(half, 2 * half)):
+                part = s.leaf[li[hit], side]
+                n_ok = (part >= 0).sum(axis=1)
+                far = part[np.arange(len(hit)), np.maximum(n_ok - 1, 0)]
+                ok = n_ok > 0
+                if ok.any():
+                    ctx.send(x[hit][ok], far[ok], T.LEAF_REQ, t[hit][ok], mode=0)
+            if self.app is not None:
+                self.app.new_leafs(ctx, li[hit])
+        leaf = s.leaf[li].astype(np.int64)
+        r, c = np.nonzero(leaf >= 0)
+        if len(r):
+            ctx.send(x[r], leaf[r, c], T.KEEPALIVE, t[r], mode=0)
+        ctx.timer(x, t + self.params["keepalive_us"], T.KA_TIMER)
+
+    def _keepalive(self, ctx, batch):
+        m = self._msgs(batch)
+        li = self._li(ctx, m["dst"])
+        hit = self.state.leaf[li] == m["src"][:, None]
+        r, c = np.nonzero(hit)
+        np.maximum.at(self.heard, (li[r], c), m["time"][r])
+        stranger = ~hit.any(axis=1)
+        if stranger.any():  # a node that lists us (e.g. recovered, or a repaired neighbour)
+            self._learn(ctx, li[stranger], m["src"][stranger, None].astype(np.int64),
+                        m["time"][stranger])
+
+    def _msgs(self, batch):
+        return batch.msgs if hasattr(batch, "msgs") else batch
+
+    def _payload(self, batch):
+        p = getattr(batch, "payload", None)
+        return np.zeros(0, np.int32) if p is None else np.asarray(p)
+
+    _HANDLERS = {
+        T.JOIN_START: _join_start,
+        T.JOIN_REQ: _join_req,
+        T.JOIN_ROWS: _join_rows,
+        T.JOIN_NBRS: _join_nbrs,
+        T.JOIN_LEAFS: _join_leafs,
+        T.ANNOUNCE: _announce,
+        T.LEAF_REQ: _leaf_req,
+        T.LEAF_REPLY: _leaf_reply,
+        T.KA_TIMER: _ka_timer,
+        T.KEEPALIVE: _keepalive,
+    }

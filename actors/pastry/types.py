@@ -1,0 +1,37 @@
+"""Pastry message type codes (10-49, ARCHITECTURE.md) and their names for logs."""
+
+JOIN_START = 10    # timer: a node starts joining (a = nearby node A or -1)
+JOIN_REQ = 11      # X -> A direct: please route my join (a = X)
+JOIN = 12          # routed towards X's id (origin = X, a = the hop index)
+JOIN_ROWS = 13     # hop -> X: routing-table rows (payload: rows r0..r1 as 2^b ids each, b = r0, c = r1)
+JOIN_LEAFS = 14    # Z -> X: Z's leaf set (payload) ; a = Z
+JOIN_NBRS = 15     # A -> X: A's neighbourhood set (payload)
+ANNOUNCE = 16      # X -> a node of its new state: "I joined" (receivers insert X)
+JOIN_DONE = 17     # timer: X has its state; probe candidates and announce
+KEEPALIVE = 20     # leaf-set member -> leaf-set member
+KA_TIMER = 21      # timer: send keep-alives, check silent leaves
+LEAF_REQ = 22      # ask a surviving leaf for its leaf set (leaf-set repair)
+LEAF_REPLY = 23    # the leaf set (payload)
+ROW_REQ = 24       # lazy routing-table repair: ask a node for a table entry (a = row, b = column)
+ROW_REPLY = 25     # the entry (a = row, b = column, c = node or -1)
+
+TYPE_NAMES = {
+    JOIN_START: "pastry_join_start",
+    JOIN_REQ: "pastry_join_req",
+    JOIN: "pastry_join",
+    JOIN_ROWS: "pastry_join_rows",
+    JOIN_LEAFS: "pastry_join_leafs",
+    JOIN_NBRS: "pastry_join_nbrs",
+    ANNOUNCE: "pastry_announce",
+    JOIN_DONE: "pastry_join_done",
+    KEEPALIVE: "pastry_keepalive",
+    KA_TIMER: "pastry_ka_timer",
+    LEAF_REQ: "pastry_leaf_req",
+    LEAF_REPLY: "pastry_leaf_reply",
+    ROW_REQ: "pastry_row_req",
+    ROW_REPLY: "pastry_row_reply",
+}
+
+
+def is_pastry_type(code) -> bool:
+    return 10 <= int(code) <= 49
