@@ -141,6 +141,8 @@ class Scribe(RepairMixin, ReliableMixin):
     def _send(self, ctx, src, dst, type_code, sent, group, **fields):
         if len(np.atleast_1d(src)) == 0:
             return
+        if np.min(dst) < 0:  # a bug upstream, never a network event: fail loudly
+            raise ScribeError(f"Scribe: {TYPE_NAMES[type_code]} addressed to node -1")
         hi, lo = self._key(group)
         self.overlay.send(ctx, src, dst, type_code, sent, group=group, key_hi=hi, key_lo=lo,
                           **fields)
