@@ -222,8 +222,11 @@ class JoinMixin:
         r, c = np.nonzero(known >= 0)
         pair = np.unique(np.stack([r, known[r, c]], axis=1), axis=0)
         if len(pair):
+            # b = 1: "you are in my leaf set" -- such receivers always answer with theirs,
+            # so a joiner that got a stale leaf set walks to its true neighbours
+            is_leaf = (self.state.leaf[li][pair[:, 0]] == pair[:, 1:2]).any(axis=1)
             ctx.send(self.nodes[li][pair[:, 0]], pair[:, 1], T.ANNOUNCE, t[pair[:, 0]],
-                     a=self.nodes[li][pair[:, 0]], mode=0)
+                     a=self.nodes[li][pair[:, 0]], b=is_leaf.astype(np.int64), mode=0)
         self._start_keepalive(ctx, li, t)
 
     def _announce(self, ctx, batch):
@@ -235,7 +238,7 @@ class JoinMixin:
         # the announcer now sits in our leaf set: tell it our leaf set
         ch = np.zeros(len(self.nodes), bool)
         ch[uli[changed]] = True
-        inleaf = (self.state.leaf[li] == m["src"][:, None]).any(axis=1) & ch[li]
+        inleaf = ((self.state.leaf[li] == m["src"][:, None]).any(axis=1) & ch[li]) | (m["b"] == 1)
         if inleaf.any():
             rows = np.concatenate([self.state.leaf[li[inleaf]],
                                    m["dst"][inleaf, None].astype(np.int32)], axis=1)
@@ -251,7 +254,7 @@ class JoinMixin:
             t_of = np.zeros(len(self.nodes), np.int64)
             np.maximum.at(t_of, li, m["time"])
             me = self.nodes[uli[r]]
-            ctx.send(me, added[r, c], T.ANNOUNCE, t_of[uli[r]], a=me, mode=0)
+            ctx.send(me, added[r, c], T.ANNOUNCE, t_of[uli[r]], a=me, b=1, mode=0)
 
     def _leaf_req(self, ctx, batch):
         m = self._msgs(batch)

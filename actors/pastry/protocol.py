@@ -166,6 +166,10 @@ class Pastry(JoinMixin):
             return self.app.dump(ctx, phase)
         return None
 
+    def export_state(self):
+        """(global node ids, state dict) of this shard, for :func:`quality.stack_states`."""
+        return self.nodes.copy(), self.state.to_dict()
+
     # ---- overlay API ----------------------------------------------------------------
     def send(self, ctx, src, dst, type, sent, **fields):
         """Direct message to a known node (mode 0)."""
@@ -262,6 +266,13 @@ class Pastry(JoinMixin):
             hit = arr[li] == np.asarray(dead_ids)[:, None]
             r, c = np.nonzero(hit)
             arr[li[r], c] = -1
+        # close the holes in each leaf-set side (nearest first), moving keep-alive clocks along
+        ul = np.unique(li)
+        for side in (slice(0, s.half), slice(s.half, s.l)):
+            part = s.leaf[ul, side]
+            o = np.argsort(part < 0, axis=1, kind="stable")
+            s.leaf[ul, side] = np.take_along_axis(part, o, axis=1)
+            self.heard[ul, side] = np.take_along_axis(self.heard[ul, side], o, axis=1)
         rt = s.rt[li].reshape(len(li), -1)
         r, c = np.nonzero(rt == np.asarray(dead_ids)[:, None])
         flat = s.rt.reshape(len(s.rt), -1)

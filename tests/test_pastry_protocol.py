@@ -1,0 +1,192 @@
+"""Pastry as a stack: oracle and protocol bootstrap, overlay API upcalls, shard counts,
+keep-alive failure detection and leaf-set repair (on the in-process harness engine)."""
+
+import numpy as np
+import pytest
+from pastry_harness import World
+
+from actors.pastry import ids as I
+from actors.pastry.oracle import oracle_state
+from actors.pastry.protocol import Pastry, msgs_of
+from actors.pastry.quality import stack_states, table_quality
+from actors.pastry.synthetic import synthetic_network
+
+APP_TYPE = 200
+
+
+class RecordingApp:
+    """Routes keys on request; records deliveries; ``forward`` stops/redirects by field c."""
+
+    def __init__(self):
+        self.delivered = []
+        self.forwarded = 0
+
+    def bind(self, overlay):
+        self.overlay = overlay
+
+    def setup(self, ctx):
+        pass
+
+    def forward(self, ctx, batch, next_hop):
+        m = msgs_of(batch)
+        self.forwarded += len(m)
+        nh = np.asarray(next_hop).copy()
+        nh[m["c"] == 1] = -1           # stop
+        redirect = m["c"] == 2
+        nh[redirect] = m["b"][redirect]  # redirect to node b (which then routes on)
+        m["c"][redirect] = 0
+        return batch, nh
+
+    def deliver(self, ctx, batch):
+        m = msgs_of(batch)
+        self.delivered.append(np.stack([m["a"], m["dst"], m["hops"], m["path_us"]], axis=1))
+
+    def receive(self, ctx, batch):
+        m = msgs_of(batch)
+        self.overlay.route(ctx, m["dst"], m["key_hi"], m["key_lo"], APP_TYPE, m["time"],
+                           a=m["a"], b=m["b"], c=m["c"])
+
+    def on_fail(self, ctx, li):
+        pass
+
+    def on_recover(self, ctx, li):
+        pass
+
+    def new_leafs(self, ctx, li):
+        pass
+
+    def checkpoint(self):
+        return {}
+
+    def restore(self, d):
+        pass
+
+    def dump(self, ctx, phase):
+        return None
+
+
+def inject_routes(world, start, kh, kl, at, c=None, b=None):
+    """Self-messages asking node ``start[i]`` to route key i at time ``at``."""
+    for ctx in world.ctxs:
+        li = ctx.local(start)
+        mine = np.flatnonzero(li >= 0)
+        if len(mine):
+            ctx.timer(start[mine], np.full(len(mine), at), APP_TYPE, key_hi=kh[mine],
+                      key_lo=kl[mine], a=mine, c=0 if c is None else c[mine],
+                      b=0 if b is None else b[mine])
+
+
+def deliveries(world, n):
+    got = np.full((n, 4), -1, np.int64)
+    for st in world.stacks:
+        for arr in st.app.delivered:
+            got[arr[:, 0]] = arr
+    return got
+
+
+def gather(world):
+    return stack_states([st.export_state() for st in world.stacks], world.n)
+
+
+def true_root(net, kh, kl, alive=None):
+    hi, lo = net["node_ids_hi"], net["node_ids_lo"]
+    nodes = np.arange(len(hi)) if alive is None else np.flatnonzero(alive)
+    o = nodes[I.sorted_order(hi[nodes], lo[nodes])]
+    return I.closest_node(hi[o], lo[o], o, kh, kl)
+
+
+def keys(n, seed):
+    rng = np.random.default_rng(seed)
+    return (rng.integers(0, 2**64, n, dtype=np.uint64), rng.integers(0, 2**64, n, dtype=np.uint64),
+            rng.integers(0, 10**9, n))
+
+
+@pytest.fixture(scope="module")
+def net():
+    return synthetic_network(1500, 150, seed=11)
+
+
+def run_routes(net, shards, params, n_routes=600, seed=1):
+    w = World(net, lambda: Pastry(RecordingApp(), params), shards=shards)
+    w.run()
+    kh, kl, r = keys(n_routes, seed)
+    start = r % w.n
+    inject_routes(w, start, kh, kl, at=w.now + 10_000)
+    w.run()
+    return w, start, kh, kl
+
+
+def test_oracle_stack_delivers_at_closest_and_logs_routes(net):
+    w, start, kh, kl = run_routes(net, 2, {"bootstrap": "oracle"})
+    got = deliveries(w, len(start))
+    assert (got[:, 1] == true_root(net, kh, kl)).all()
+    assert got[:, 2].mean() < 3  # ceil(log16 1500) = 3
+    routes = w.logs["route"]
+    ends = np.concatenate([r["end"] for r in routes])
+    starts = np.concatenate([r["start"] for r in routes])
+    hops = np.concatenate([r["hops"] for r in routes])
+    assert len(ends) == len(start) and (ends - starts >= 0).all() and hops.max() >= 2
+    assert w.counters.get("lost", 0) == 0
+
+
+def test_forward_can_stop_and_redirect(net):
+    w = World(net, lambda: Pastry(RecordingApp(), {"bootstrap": "oracle"}), shards=1)
+    kh, kl, r = keys(200, 5)
+    start = r % w.n
+    root = true_root(net, kh, kl)
+    away = np.flatnonzero(root != start)[:100]
+    c = np.zeros(200, np.int64)
+    c[away[:50]] = 1                  # stopped at the origin: never delivered
+    c[away[50:]] = 2                  # redirected to node 7 first, then routed on
+    b = np.full(200, 7)
+    inject_routes(w, start, kh, kl, at=10_000, c=c, b=b)
+    w.run()
+    got = deliveries(w, 200)
+    assert (got[away[:50], 1] == -1).all()
+    keep = np.setdiff1d(np.arange(200), away[:50])
+    assert (got[keep, 1] == root[keep]).all()
+
+
+def test_same_results_for_one_and_two_shards(net):
+    params = {"bootstrap": "protocol", "join_rate_per_s": 500.0}
+    w1, s1, kh, kl = run_routes(net, 1, params, 300)
+    w2, s2, _, _ = run_routes(net, 2, params, 300)
+    g1, g2 = gather(w1), gather(w2)
+    assert (g1.rt == g2.rt).all() and (g1.leaf == g2.leaf).all() and (g1.nbr == g2.nbr).all()
+    assert (deliveries(w1, 300) == deliveries(w2, 300)).all()
+    assert w1.counters == w2.counters
+
+
+def test_protocol_bootstrap_leaf_sets_are_exact_and_tables_good(net):
+    w = World(net, lambda: Pastry(None, {"bootstrap": "protocol", "join_rate_per_s": 300.0}),
+              shards=2)
+    w.run()
+    assert sum(int(st.joined.sum()) for st in w.stacks) == w.n
+    g = gather(w)
+    ora = oracle_state(np.arange(w.n), net["node_ids_hi"], net["node_ids_lo"],
+                       net["host_router"], net["router_dist_us"], net["lan_us"])
+    assert (g.leaf == ora.leaf).all()   # the true l/2 + l/2 closest ids, in order
+    q = table_quality(g, net["node_ids_hi"], net["node_ids_lo"], net["host_router"],
+                      net["router_dist_us"], net["lan_us"], oracle=ora, n_routes=1000)
+    assert q["correct"] == 1.0
+    assert q["fraction_optimal"] > 0.6 and q["filled"] > 0.95
+    assert 1.0 <= q["stretch_mean"] < 3.0
+
+
+def test_leaf_repair_after_concurrent_failures(net):
+    params = {"bootstrap": "oracle", "keepalive_us": 200_000}
+    w = World(net, lambda: Pastry(RecordingApp(), params), shards=2)
+    w.run(until=500_000)
+    hi, lo = net["node_ids_hi"], net["node_ids_lo"]
+    order = I.sorted_order(hi, lo)
+    dead = np.r_[order[100:107], order[700:705]]      # < l/2 adjacent nodes, two places
+    w.fail(dead)
+    w.run(until=2_000_000)                            # detection (3 periods) + repair
+    alive = np.ones(w.n, bool)
+    alive[dead] = False
+    g = gather(w)
+    live = np.flatnonzero(alive)
+    ora = oracle_state(live, hi, lo, net["host_router"], net["router_dist_us"], net["lan_us"],
+                       present=alive)
+    assert (g.leaf[live] == ora.leaf).all()
+    assert w.counters["pastry_presumed_failed"] > 0
