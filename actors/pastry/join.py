@@ -284,18 +284,18 @@ class JoinMixin:
         if len(r):
             ctx.count("pastry_presumed_failed", len(r))
             self._remember_dead(li[r], leaf[r, c])
-            # repair: ask the farthest surviving leaf on each side for its leaf set
-            hit = np.unique(r)
-            half = s.half
-            for side in (slice(0, half), slice(half, 2 * half)):
-                part = s.leaf[li[hit], side]
-                n_ok = (part >= 0).sum(axis=1)
-                far = part[np.arange(len(hit)), np.maximum(n_ok - 1, 0)]
-                ok = n_ok > 0
-                if ok.any():
-                    ctx.send(x[hit][ok], far[ok], T.LEAF_REQ, t[hit][ok], mode=0)
             if self.app is not None:
-                self.app.new_leafs(ctx, li[hit])
+                self.app.new_leafs(ctx, li[np.unique(r)])
+        # repair, repeated every period until full: a side short of l/2 members asks its
+        # farthest surviving member for its leaf set
+        half = s.half
+        for side in (slice(0, half), slice(half, 2 * half)):
+            part = s.leaf[li, side]
+            n_ok = (part >= 0).sum(axis=1)
+            far = part[np.arange(len(li)), np.maximum(n_ok - 1, 0)]
+            ask = (n_ok > 0) & (n_ok < half) & self.joined[li]
+            if ask.any():
+                ctx.send(x[ask], far[ask], T.LEAF_REQ, t[ask], mode=0)
         leaf = s.leaf[li].astype(np.int64)
         r, c = np.nonzero(leaf >= 0)
         if len(r):
