@@ -1,0 +1,73 @@
+"""Pastry benchmarks: oracle bootstrap time/memory, protocol bootstrap (harness engine),
+routed next-hop decisions per second. Usage:
+    python benchmarks/bench_pastry.py --oracle 10000 50000 100000 --protocol 2000 --routes 200000
+Uses the synthetic network of actors/pastry/synthetic.py (5050 routers)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from actors.pastry.oracle import oracle_state  # noqa: E402
+from actors.pastry.quality import route_paths, table_quality  # noqa: E402
+from actors.pastry.synthetic import synthetic_network  # noqa: E402
+
+
+def bench_oracle(n, routers):
+    net = synthetic_network(n, routers, seed=1)
+    t = time.perf_counter()
+    st = oracle_state(np.arange(n), net["node_ids_hi"], net["node_ids_lo"], net["host_router"],
+                      net["router_dist_us"], net["lan_us"])
+    dt = time.perf_counter() - t
+    print(f"oracle N={n}: {dt:.1f} s, state {st.nbytes() / 1e6:.0f} MB")
+    return net, st
+
+
+def bench_routes(net, st, k):
+    rng = np.random.default_rng(0)
+    n = len(net["node_ids_hi"])
+    kh = rng.integers(0, 2**64, k, dtype=np.uint64)
+    kl = rng.integers(0, 2**64, k, dtype=np.uint64)
+    t = time.perf_counter()
+    _, hops, _ = route_paths(st, net["node_ids_hi"], net["node_ids_lo"], rng.integers(0, n, k), kh, kl)
+    dt = time.perf_counter() - t
+    print(f"routes N={n}: {k} routes, {hops.sum()} hops in {dt:.2f} s = "
+          f"{hops.sum() / dt:,.0f} hops/s, mean hops {hops.mean():.2f}")
+
+
+def bench_protocol(n, routers, rate):
+    from pastry_harness import World
+
+    from actors.pastry.protocol import Pastry
+    from actors.pastry.quality import stack_states
+    net = synthetic_network(n, routers, seed=2)
+    t = time.perf_counter()
+    w = World(net, lambda: Pastry(None, {"bootstrap": "protocol", "join_rate_per_s": rate}))
+    w.run()
+    dt = time.perf_counter() - t
+    g = stack_states([s.export_state() for s in w.stacks], n)
+    q = table_quality(g, net["node_ids_hi"], net["node_ids_lo"], net["host_router"],
+                      net["router_dist_us"], net["lan_us"])
+    print(f"protocol N={n} rate={rate}/s: {dt:.1f} s wall, quality {q}")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--oracle", type=int, nargs="*", default=[10000])
+    ap.add_argument("--protocol", type=int, nargs="*", default=[])
+    ap.add_argument("--rate", type=float, default=200.0)
+    ap.add_argument("--routes", type=int, default=100000)
+    ap.add_argument("--routers", type=int, default=5050)
+    a = ap.parse_args()
+    for n in a.oracle:
+        net, st = bench_oracle(n, a.routers)
+        bench_routes(net, st, a.routes)
+    for n in a.protocol:
+        bench_protocol(n, min(a.routers, 500), a.rate)
