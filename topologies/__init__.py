@@ -1,0 +1,25 @@
+"""Network model: GT-ITM transit-stub graphs, measured maps, IP routes and baselines.
+
+Pure numpy/scipy/networkx. See docs/topologies.md.
+"""
+from .errors import TopologyError
+from .graph import EDGE_CLASS_NAMES, RouterGraph
+from .hosts import attach_hosts
+from .topology import Topology
+from .transit_stub import PRESETS, GeoParams, TransitStubSpec, generate_transit_stub
+
+
+def make_topology(source: str, seed: int, n_hosts: int, cache_dir=None, lan_us: int = 1000):
+    """Build (or load from cache) a topology from a source string; see topologies.make."""
+    from .make import make_topology as _make
+    return _make(source, seed, n_hosts, cache_dir=cache_dir, lan_us=lan_us)
+
+
+def load_topology(path):
+    """Read a topology file written by Topology.save."""
+    return Topology.load(path)
+
+
+__all__ = ["RouterGraph", "Topology", "TopologyError", "TransitStubSpec", "GeoParams",
+           "PRESETS", "EDGE_CLASS_NAMES", "generate_transit_stub", "attach_hosts",
+           "make_topology", "load_topology"]
