@@ -1,0 +1,77 @@
+"""Partition routers (and so hosts) into k shards by network locality.
+
+Units are whole domains (a stub domain, or a transit domain's own routers); units are
+ordered by region (the transit domain they belong to or hang off) and cut into k
+contiguous runs of balanced host weight, so a shard holds whole stubs of few regions and
+most host pairs inside a shard are close while pairs across shards are far apart.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import TopologyError
+from .topology import Topology, _min_cross_distance
+
+
+def partition_routers(topo: Topology, k: int, hosts_weight=None) -> np.ndarray:
+    """int32 part (0..k-1) per router; O(R log R).
+
+    hosts_weight: optional weight per router (default: number of hosts on it). Parts are
+    balanced by weight at unit granularity; when there are fewer units than k, single
+    routers become the units.
+    """
+    k = int(k)
+    n = topo.n_routers
+    if k < 1:
+        raise TopologyError(f"k must be >= 1, got {k}")
+    if hosts_weight is None:
+        weight = np.bincount(topo.host_router, minlength=n).astype(np.float64)
+    else:
+        weight = np.asarray(hosts_weight, np.float64)
+        if weight.shape != (n,) or (weight < 0).any():
+            raise TopologyError(f"hosts_weight must be {n} non-negative numbers")
+    if weight.sum() == 0:
+        weight = np.ones(n)
+    domain = topo.router_domain.astype(np.int64)
+    region = topo.router_region.astype(np.int64)
+    if len(np.unique(domain)) < k:
+        domain = np.arange(n, dtype=np.int64)
+    # units ordered by (region, domain); routers keep their unit's rank
+    order = np.lexsort((domain, region))
+    unit_start = np.ones(n, bool)
+    unit_start[1:] = (domain[order][1:] != domain[order][:-1]) | \
+                     (region[order][1:] != region[order][:-1])
+    unit_of_sorted = np.cumsum(unit_start) - 1
+    unit_weight = np.bincount(unit_of_sorted, weights=weight[order])
+    # cut at cumulative-weight quantiles, unit centre decides its part
+    cum = np.cumsum(unit_weight)
+    centre = cum - unit_weight / 2
+    part_of_unit = np.minimum((centre / cum[-1] * k).astype(np.int64), k - 1)
+    n_units = len(unit_weight)
+    if n_units >= k:
+        # guarantee no empty part: units are spread so each part gets at least one
+        present = np.unique(part_of_unit)
+        if len(present) < k:
+            part_of_unit = np.minimum(np.arange(n_units) * k // n_units, k - 1)
+    part = np.empty(n, np.int32)
+    part[order] = part_of_unit[unit_of_sorted]
+    return part
+
+
+def cross_lookahead_us(topo: Topology, host_part) -> int:
+    """Min latency between two hosts in different parts (lan + core + lan).
+
+    2*lan if two parts share a router. Dense tables: O(R^2); lazy: one multi-source
+    Dijkstra (a lower bound under policy routing).
+    """
+    host_part = np.asarray(host_part).ravel()
+    if len(host_part) != topo.n_hosts:
+        raise TopologyError(f"host_part has {len(host_part)} entries for {topo.n_hosts} hosts")
+    if len(np.unique(host_part)) < 2:
+        raise TopologyError("host_part has a single part: no cross-part latency")
+    pairs = np.unique(np.stack([topo.host_router.astype(np.int64),
+                                host_part.astype(np.int64)]), axis=1)
+    routers, parts = pairs
+    if len(np.unique(routers)) < len(routers):
+        return 2 * topo.lan_us
+    return 2 * topo.lan_us + _min_cross_distance(topo, routers, parts)
