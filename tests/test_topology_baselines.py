@@ -1,0 +1,84 @@
+"""IP multicast / naive unicast baselines and the locality partition."""
+import numpy as np
+import pytest
+
+from topologies import Topology, TopologyError, attach_hosts, generate_transit_stub
+from topologies.baselines import ip_multicast, naive_unicast
+from topologies.partition import cross_lookahead_us, partition_routers
+
+
+def hand_tree():
+    # routers: 0 -1ms- 1, 1 -2ms- 2, 1 -3ms- 3 ; hosts: h0@0 h1@2 h2@3 h3@3 h4@0
+    return Topology.from_edges(4, [0, 1, 1], [1, 2, 3], [1000, 2000, 3000],
+                               [0, 2, 3, 3, 0], lan_us=1000)
+
+
+def test_ip_multicast_by_hand():
+    delays, links, counts = ip_multicast(hand_tree(), 0, [1, 2, 3, 4, 0])
+    assert delays.tolist() == [5000, 6000, 6000, 2000, 0]
+    # core 0->1 (id 0), 1->2 (2), 1->3 (4); LAN up of h0 (6); down of h1..h4 (9, 11, 13, 15)
+    assert links.tolist() == [0, 2, 4, 6, 9, 11, 13, 15]
+    assert counts.tolist() == [1] * 8
+
+
+def test_naive_unicast_by_hand():
+    delays, links, counts = naive_unicast(hand_tree(), 0, [1, 2, 3, 4])
+    assert delays.tolist() == [5000, 6000, 6000, 2000]
+    assert dict(zip(links.tolist(), counts.tolist())) == {
+        0: 3, 2: 1, 4: 2, 6: 4, 9: 1, 11: 1, 13: 1, 15: 1}
+    # from a leaf the routes go the other way: reverse ids
+    _, links2, counts2 = naive_unicast(hand_tree(), 1, [2, 0])
+    assert dict(zip(links2.tolist(), counts2.tolist())) == {
+        1: 1, 3: 2, 4: 1, 8: 2, 7: 1, 11: 1}
+
+
+def test_baselines_agree_with_path_links_on_transit_stub():
+    topo = attach_hosts(generate_transit_stub(preset="ts600", seed=7), 2000, seed=7)
+    rng = np.random.default_rng(3)
+    members = rng.choice(2000, 300, replace=False)
+    src = int(members[0])
+    per_member = [topo.path_links(src, int(m)) for m in members]
+    all_links = np.concatenate(per_member)
+    ids, cnt = np.unique(all_links, return_counts=True)
+    d, l, c = naive_unicast(topo, src, members)
+    assert np.array_equal(l, ids) and np.array_equal(c, cnt)
+    assert np.array_equal(d, topo.latency(np.full(300, src), members))
+    _, l2, c2 = ip_multicast(topo, src, members)
+    assert np.array_equal(l2, ids) and c2.sum() == len(ids) < c.sum()
+
+
+def test_baselines_refuse_latency_matrix():
+    topo = Topology.from_latency_matrix(np.array([[0, 5000], [5000, 0]]), [0, 1])
+    assert not topo.has_paths
+    assert topo.latency(0, 1) == 7000
+    with pytest.raises(TopologyError, match="not available"):
+        ip_multicast(topo, 0, [1])
+    with pytest.raises(TopologyError, match="no router paths"):
+        topo.path_links(0, 1)
+
+
+def test_partition_keeps_stubs_whole_and_balances_hosts():
+    topo = attach_hosts(generate_transit_stub(preset="ts5050", seed=1), 20000, seed=1)
+    part = partition_routers(topo, 4)
+    assert part.dtype == np.int32 and set(np.unique(part)) == {0, 1, 2, 3}
+    dom = topo.router_domain
+    for d in np.unique(dom):
+        assert len(np.unique(part[dom == d])) == 1
+    hosts_per_part = np.bincount(part[topo.host_router], minlength=4)
+    assert hosts_per_part.max() / hosts_per_part.min() < 1.1
+    # locality: cross-part lookahead beats a random partition of the same routers
+    look = cross_lookahead_us(topo, part[topo.host_router])
+    rand = np.random.default_rng(0).integers(0, 4, topo.n_hosts)
+    assert cross_lookahead_us(topo, rand) == 2 * topo.lan_us
+    assert look > 2 * topo.lan_us
+
+
+def test_cross_lookahead_by_hand():
+    topo = hand_tree()                    # hosts on routers 0, 2, 3, 3, 0
+    assert cross_lookahead_us(topo, [0, 1, 1, 1, 0]) == 2000 + 3000
+    assert cross_lookahead_us(topo, [0, 0, 1, 1, 0]) == 2000 + 4000   # routers 0 and 3
+    lazy = Topology(topo.graph, topo.host_router, lan_us=1000, dense_limit=1)
+    assert cross_lookahead_us(lazy, [0, 1, 1, 1, 0]) == 5000
+    assert cross_lookahead_us(topo, [0, 1, 0, 1, 0]) == 2000      # router 3 in both parts
+    with pytest.raises(TopologyError, match="single part"):
+        cross_lookahead_us(topo, [0] * 5)
