@@ -275,7 +275,9 @@ def load_latency_matrix(path) -> tuple[np.ndarray, dict]:
         raise TopologyError(f"{path}: matrix is {m.shape[0]} x {m.shape[1]}, not square")
     missing = ~np.isfinite(m) | (m < 0)
     m = np.where(missing, np.nan, m)
-    sym = np.nanmean(np.stack([m, m.T]), axis=0) / 2          # one-way ms
+    both = np.stack([m, m.T])
+    n_seen = np.isfinite(both).sum(axis=0)
+    sym = np.where(n_seen > 0, np.nansum(both, axis=0) / np.maximum(n_seen, 1), np.nan) / 2
     np.fill_diagonal(sym, 0)
     n_missing = int(np.isnan(sym).sum())
     if n_missing:
