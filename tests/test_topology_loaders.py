@@ -6,8 +6,13 @@ import numpy as np
 import pytest
 
 from topologies import TopologyError, attach_hosts, make_topology
-from topologies.loaders import (load_edge_csv, load_latency_matrix, load_rocketfuel,
-                                load_zoo, read_rocketfuel_latencies)
+from topologies.loaders import (
+    load_edge_csv,
+    load_latency_matrix,
+    load_rocketfuel,
+    load_zoo,
+    read_rocketfuel_latencies,
+)
 
 MEASURED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "measured"
 needs_data = pytest.mark.skipif(not MEASURED.is_dir(),

@@ -4,8 +4,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from topologies import (PRESETS, GeoParams, TopologyError, TransitStubSpec, attach_hosts,
-                        generate_transit_stub)
+from topologies import (
+    PRESETS,
+    GeoParams,
+    TopologyError,
+    TransitStubSpec,
+    attach_hosts,
+    generate_transit_stub,
+)
 from topologies.graph import INTRA_STUB, INTRA_TRANSIT, TRANSIT_STUB, TRANSIT_TRANSIT
 from topologies.transit_stub import derived_scales, randomize_sizes
 

@@ -20,6 +20,16 @@ def load_topology(path):
     return Topology.load(path)
 
 
-__all__ = ["RouterGraph", "Topology", "TopologyError", "TransitStubSpec", "GeoParams",
-           "PRESETS", "EDGE_CLASS_NAMES", "generate_transit_stub", "attach_hosts",
-           "make_topology", "load_topology"]
+__all__ = [
+    "EDGE_CLASS_NAMES",
+    "PRESETS",
+    "GeoParams",
+    "RouterGraph",
+    "Topology",
+    "TopologyError",
+    "TransitStubSpec",
+    "attach_hosts",
+    "generate_transit_stub",
+    "load_topology",
+    "make_topology",
+]

@@ -20,7 +20,7 @@ def describe_topology(topo, sample_sources: int = 256, seed: int = 0) -> dict:
     n = g.n_routers
     out = {"name": g.name, "routers": n, "hosts": topo.n_hosts, "has_paths": topo.has_paths,
            "transit_routers": int(g.router_is_transit.sum()),
-           "domains": int(len(np.unique(g.router_domain))),
+           "domains": len(np.unique(g.router_domain)),
            "core_edges": g.n_edges, "directed_links": topo.n_links,
            "links_by_class": {EDGE_CLASS_NAMES[c]: int(k) for c, k in
                               zip(*np.unique(g.edge_class, return_counts=True))},

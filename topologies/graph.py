@@ -92,4 +92,4 @@ class RouterGraph:
 
     @property
     def n_edges(self) -> int:
-        return int(len(self.edge_src))
+        return len(self.edge_src)

@@ -7,7 +7,6 @@ was wrong; nothing is returned half-built.
 from __future__ import annotations
 
 import gzip
-import io
 import math
 import re
 import tarfile
@@ -184,7 +183,7 @@ def load_rocketfuel(path, asn: str | None = None, latencies=None) -> RouterGraph
     delay = np.where(ca == cb, SAME_CITY_US, delay).astype(np.int64)
     measured = int(sum(x != y and (min(x, y), max(x, y)) in lat
                        for x, y in zip(city_names[ca].tolist(), city_names[cb].tolist())))
-    meta = dict(source="rocketfuel", file=label, asn=asn, routers_in_file=int(len(uids)),
+    meta = dict(source="rocketfuel", file=label, asn=asn, routers_in_file=len(uids),
                 cities=int(nc), links_measured_city_pair=measured,
                 links_same_city=int((ca == cb).sum()), latency_file=latencies is not None)
     return RouterGraph(n, eu, ev, delay, router_domain=city_id, router_region=city_id,

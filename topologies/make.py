@@ -11,12 +11,15 @@ import hashlib
 import re
 from pathlib import Path
 
-import numpy as np
-
 from .errors import TopologyError
 from .hosts import attach_hosts
-from .loaders import (load_edge_csv, load_latency_matrix, load_rocketfuel, load_zoo,
-                      read_rocketfuel_latencies)
+from .loaders import (
+    load_edge_csv,
+    load_latency_matrix,
+    load_rocketfuel,
+    load_zoo,
+    read_rocketfuel_latencies,
+)
 from .topology import Topology
 from .transit_stub import PRESETS, generate_transit_stub
 
@@ -66,7 +69,7 @@ def build_core(source: str, seed: int) -> Topology:
 
 def _load_topohub(name: str):
     try:
-        import topohub  # noqa: F401
+        import topohub
     except ImportError:
         raise TopologyError("topohub source needs the 'topohub' package "
                             "(pip install topohub); it is not installed") from None

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import TopologyError
-from .graph import EDGE_CLASS_NAMES, RouterGraph
+from .graph import RouterGraph
 from .routing import DENSE_MAX_ROUTERS, DenseRoutes, LazyRoutes, MatrixRoutes
 
 _FORMAT = 1
@@ -44,7 +44,7 @@ class Topology:
     # ---- construction -------------------------------------------------------------
     @classmethod
     def from_edges(cls, n_routers, src, dst, delay_us, host_router, policy_weight=None,
-                   lan_us=1000, **graph_fields) -> "Topology":
+                   lan_us=1000, **graph_fields) -> Topology:
         """A topology from an explicit undirected edge list (delays in us)."""
         g = RouterGraph(n_routers, src, dst, delay_us, edge_policy=policy_weight,
                         **graph_fields)
@@ -52,7 +52,7 @@ class Topology:
 
     @classmethod
     def from_latency_matrix(cls, site_latency_us, host_router, lan_us=1000, name="matrix",
-                            meta=None) -> "Topology":
+                            meta=None) -> Topology:
         """Sites with a measured one-way latency matrix (us) and no paths (has_paths False)."""
         m = np.asarray(site_latency_us)
         n = m.shape[0]
@@ -60,7 +60,7 @@ class Topology:
                         name=name, meta=dict(meta or {}))
         return cls(g, host_router, lan_us=lan_us, site_latency_us=m)
 
-    def with_hosts(self, host_router, lan_us=None) -> "Topology":
+    def with_hosts(self, host_router, lan_us=None) -> Topology:
         """Same core (routing tables shared), other hosts."""
         t = Topology.__new__(Topology)
         t.graph, t._routes, t._link_keys = self.graph, self._routes, self._link_keys
@@ -73,7 +73,7 @@ class Topology:
         return t
 
     # ---- plain attributes ---------------------------------------------------------
-    n_hosts = property(lambda self: int(len(self.host_router)))
+    n_hosts = property(lambda self: len(self.host_router))
     n_routers = property(lambda self: self.graph.n_routers)
     n_edges = property(lambda self: self.graph.n_edges)
     edge_src = property(lambda self: self.graph.edge_src)
@@ -259,7 +259,7 @@ class Topology:
         tmp.replace(path)
 
     @classmethod
-    def load(cls, path) -> "Topology":
+    def load(cls, path) -> Topology:
         """Read a file written by `save`; O(file size), no routing recomputation."""
         path = Path(path)
         try:
@@ -317,6 +317,7 @@ def _min_cross_distance(topo: Topology, routers: np.ndarray, label: np.ndarray) 
                 best = min(best, int(rows[diff].min()))
         return int(best)
     from scipy.sparse.csgraph import dijkstra
+
     from .routing import route_weight_matrix
     g = topo.graph
     mat, _ = route_weight_matrix(g.n_routers, g.edge_src, g.edge_dst, g.edge_delay_us, None)

@@ -5,15 +5,14 @@ from one numpy Generator seeded with `seed`, in the order GT-ITM makes them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components, shortest_path
 
 from .errors import TopologyError
-from .graph import (INTRA_STUB, INTRA_TRANSIT, STUB_STUB, TRANSIT_STUB, TRANSIT_TRANSIT,
-                    RouterGraph)
+from .graph import INTRA_STUB, INTRA_TRANSIT, STUB_STUB, TRANSIT_STUB, TRANSIT_TRANSIT, RouterGraph
 
 OVERALL_DENSITY_FACTOR = 80.0
 STUB_DENSITY_FACTOR = 16.0
