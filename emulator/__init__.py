@@ -1,0 +1,17 @@
+"""The engine: virtual clock, global cell grid, message batches, shards, the driver.
+
+No protocol logic lives here: protocols plug in as stacks of handlers (docs/ARCHITECTURE.md).
+"""
+from .batch import MSG_DTYPE, Batch, new_messages, rank_within
+from .latency import RouterLatency
+
+
+def __getattr__(name):  # the driver imports Ray; keep `import emulator.batch` light
+    if name in ("Emulator", "EmulationError", "round_robin"):
+        from . import driver
+        return getattr(driver, name)
+    raise AttributeError(name)
+
+
+__all__ = ["MSG_DTYPE", "Batch", "EmulationError", "Emulator", "RouterLatency", "new_messages",
+           "rank_within", "round_robin"]

@@ -1,0 +1,123 @@
+"""Message batches: one numpy structured array per batch, plus an optional CSR payload.
+
+Every message the engine moves is a row of ``MSG_DTYPE`` (docs/ARCHITECTURE.md lists the
+fields). Variable-length data (Pastry table rows, leaf sets) rides in ``Batch.payload``, a
+flat int32 array indexed by the rows' ``pay_off``/``pay_len``; taking a subset of rows
+compacts it so batches never drag along payload that no row references.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MSG_DTYPE = np.dtype([
+    ("time", "i8"), ("sent", "i8"), ("src", "i4"), ("dst", "i4"), ("seq", "i8"),
+    ("type", "i2"), ("mode", "i1"), ("origin", "i4"), ("key_hi", "u8"), ("key_lo", "u8"),
+    ("group", "i4"), ("hops", "i2"), ("path_us", "i8"), ("a", "i8"), ("b", "i8"),
+    ("c", "i8"), ("pay_off", "i8"), ("pay_len", "i4"),
+])
+
+NO_PAYLOAD = np.zeros(0, np.int32)
+
+
+class Batch:
+    """Rows of MSG_DTYPE and the flat payload they index. Cheap to slice (views)."""
+
+    __slots__ = ("msgs", "payload")
+
+    def __init__(self, msgs: np.ndarray, payload: np.ndarray | None = None):
+        if msgs.dtype != MSG_DTYPE:
+            raise TypeError(f"Batch needs MSG_DTYPE rows, got {msgs.dtype}")
+        self.msgs = msgs
+        self.payload = NO_PAYLOAD if payload is None else np.asarray(payload, np.int32)
+
+    def __len__(self) -> int:
+        return len(self.msgs)
+
+    def __repr__(self) -> str:
+        return f"Batch({len(self.msgs)} msgs, {len(self.payload)} payload ints)"
+
+    @classmethod
+    def empty(cls) -> Batch:
+        return cls(np.zeros(0, MSG_DTYPE))
+
+    @property
+    def has_payload(self) -> bool:
+        return len(self.payload) > 0 and bool(self.msgs["pay_len"].any())
+
+    def take(self, idx) -> Batch:
+        """Rows `idx` (indices or mask) with a compacted payload; O(rows + payload taken)."""
+        m = self.msgs[idx]
+        if not len(self.payload):
+            return Batch(m)
+        lens = m["pay_len"].astype(np.int64)
+        total = int(lens.sum())
+        if total == 0:
+            m["pay_off"] = 0
+            return Batch(m)
+        new_off = np.cumsum(lens) - lens
+        gather = np.repeat(m["pay_off"] - new_off, lens) + np.arange(total)
+        payload = self.payload[gather]
+        m["pay_off"] = new_off
+        return Batch(m, payload)
+
+    def segment(self, i: int) -> np.ndarray:
+        """Payload of row i (a view)."""
+        o, n = int(self.msgs["pay_off"][i]), int(self.msgs["pay_len"][i])
+        return self.payload[o:o + n]
+
+    @staticmethod
+    def concat(batches) -> Batch:
+        """One batch of all rows, payload offsets shifted; O(total rows + payload)."""
+        batches = [b for b in batches if len(b)]
+        if not batches:
+            return Batch.empty()
+        if len(batches) == 1:
+            return batches[0]
+        if not any(b.has_payload for b in batches):
+            return Batch(np.concatenate([b.msgs for b in batches]))
+        parts, pays, base = [], [], 0
+        for b in batches:
+            if b.has_payload:
+                b = b.take(slice(None))  # drop payload no row references before copying
+                m = b.msgs.copy() if b.msgs.base is not None else b.msgs
+                m["pay_off"] += base
+                base += len(b.payload)
+                pays.append(b.payload)
+            else:
+                m = b.msgs
+            parts.append(m)
+        return Batch(np.concatenate(parts), np.concatenate(pays))
+
+
+def new_messages(n: int, **fields) -> np.ndarray:
+    """A zeroed MSG_DTYPE array of n rows with `fields` set (broadcast)."""
+    m = np.zeros(n, MSG_DTYPE)
+    for name, value in fields.items():
+        m[name] = value
+    return m
+
+
+def rank_within(keys) -> np.ndarray:
+    """For each row, how many earlier rows have the same key (0 for the first); O(n log n).
+
+    Handlers that must treat several messages to one node as successive steps split a
+    batch into rounds `rank_within(dst) == r`, each with distinct destinations.
+    """
+    keys = np.asarray(keys)
+    n = len(keys)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    start = np.ones(n, bool)
+    start[1:] = sk[1:] != sk[:-1]
+    first = np.maximum.accumulate(np.where(start, np.arange(n), 0))
+    ranks = np.empty(n, np.int64)
+    ranks[order] = np.arange(n) - first
+    return ranks
+
+
+def dispatch_order(m: np.ndarray) -> np.ndarray:
+    """Row order of a cell's messages: by type, then (time, src, seq) -- the determinism key."""
+    return np.lexsort((m["seq"], m["src"], m["time"], m["type"]))

@@ -1,0 +1,95 @@
+"""ShardContext: everything a protocol handler may ask of the engine (ARCHITECTURE.md).
+
+Calls are vectorized: ``send`` takes arrays of sources, destinations and fields and makes
+one batch. The context is a thin facade over the ShardEngine, so protocol code cannot
+reach the queue, the outboxes or other shards.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .batch import MSG_DTYPE, Batch, new_messages, rank_within
+from .rng import node_uniform
+
+
+class ShardContext:
+    def __init__(self, engine):
+        self._e = engine
+        self.shard_id = engine.shard_id
+        self.n_nodes = engine.n_nodes
+        self.nodes = engine.nodes
+        self.alive = engine.alive
+        self.delta_us = engine.delta_us
+
+    @property
+    def phase(self) -> str:
+        return self._e.phase
+
+    @property
+    def now(self) -> int:
+        """Start of the cell being processed (us)."""
+        return self._e.now
+
+    def local(self, global_ids) -> np.ndarray:
+        """Local indices of global node ids (int32; -1 where not on this shard)."""
+        g = np.asarray(global_ids, np.int64)
+        ok = (g >= 0) & (g < self.n_nodes)
+        return np.where(ok, self._e.local_index[np.where(ok, g, 0)], -1).astype(np.int32)
+
+    def send(self, src, dst, type, sent, payload=None, **fields) -> None:
+        """Messages from local nodes; each arrives at sent + latency(src, dst)."""
+        src = np.asarray(src)
+        n = max(src.size, np.size(dst), np.size(sent))
+        if n == 0:
+            return
+        m = new_messages(n, src=src, dst=dst, type=type, sent=sent, **fields)
+        m["time"] = m["sent"] + self._e.latency.latency(m["src"], m["dst"])
+        self._e.emit(Batch(m, payload))
+
+    def send_batch(self, batch) -> None:
+        """Like send, for a prepared Batch (or MSG_DTYPE array); `time` is computed here."""
+        if not isinstance(batch, Batch):
+            batch = Batch(np.asarray(batch, MSG_DTYPE))
+        if not len(batch):
+            return
+        m = batch.msgs.copy()
+        m["time"] = m["sent"] + self._e.latency.latency(m["src"], m["dst"])
+        self._e.emit(Batch(m, batch.payload))
+
+    def timer(self, node, at, type, **fields) -> None:
+        """Self-messages due at `at` (us) at `node`; dropped if the node is dead then."""
+        node = np.asarray(node)
+        n = max(node.size, np.size(at))
+        if n == 0:
+            return
+        m = new_messages(n, src=node, dst=node, type=type, **fields)
+        m["time"] = at
+        m["sent"] = m["time"]
+        self._e.emit(Batch(m))
+
+    def latency(self, a, b) -> np.ndarray:
+        return self._e.latency.latency(a, b)
+
+    def random(self, nodes) -> np.ndarray:
+        """Uniform [0, 1) per node from its own stream (seed, node, draw number)."""
+        nodes = np.asarray(nodes, np.int64).ravel()
+        li = self.local(nodes)
+        if (li < 0).any():
+            raise ValueError("ctx.random: nodes must be local to this shard")
+        draws = self._e.draws[li] + rank_within(li)
+        np.add.at(self._e.draws, li, 1)
+        return node_uniform(self._e.seed, nodes, draws)
+
+    def log(self, table: str, **columns) -> None:
+        self._e.logs.add(table, self._e.phase, columns)
+
+    def count(self, name: str, n=1) -> None:
+        c = self._e.counts
+        c[name] = c.get(name, 0) + int(n)
+
+    def shared(self, name: str):
+        return self._e.shared(name)
+
+
+__all__ = ["ShardContext", "MSG_DTYPE"]

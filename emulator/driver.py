@@ -1,0 +1,303 @@
+"""The driver: shards as Ray actors advanced in conservative windows on a global grid.
+
+Each round the driver knows T, the earliest pending event anywhere (in a shard's queue or
+in flight between shards). With lookahead L -- the smallest latency between hosts of
+different shards -- nothing a shard sends before ``E = floor((T + L)/Δ)·Δ`` can reach
+another shard before E, so every shard may process all cells before E independently. The
+shards' outgoing batches come back as separate object references and are passed, still
+as references, to their destination shards in the next round; the driver itself only
+fetches one small tuple per shard per round. Idle stretches cost nothing: T jumps to the
+next event.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import ray
+
+from .batch import MSG_DTYPE, Batch
+from .engine import CONTROL_NAMES, FAIL, RECOVER
+from .queue import NEVER
+
+INJECT_SEQ_BASE = -(1 << 62)  # injected stimuli sort before protocol messages of a node
+
+
+class EmulationError(RuntimeError):
+    """The emulation itself failed (a shard crashed or a handler raised)."""
+
+
+def round_robin(n_nodes: int, shards: int) -> np.ndarray:
+    return (np.arange(n_nodes) % shards).astype(np.int32)
+
+
+class Emulator:
+    """Drive `shards` ShardActors over `n_nodes` nodes (see docs/ARCHITECTURE.md)."""
+
+    def __init__(self, n_nodes: int, latency, stack_factory, shards: int = 1, node_shard=None,
+                 seed: int = 0, shared: dict | None = None, run_dir=None, topo_index: int = 0,
+                 type_names: dict | None = None, log_messages: bool = True,
+                 window_cap_us: int = 200_000, actor_options: dict | None = None):
+        from actors.shard import ShardActor  # the actor lives with the protocols' side
+
+        if not ray.is_initialized():
+            raise EmulationError("Ray is not initialised: call emulator.runtime.start_ray() first")
+        self.n_nodes = int(n_nodes)
+        if self.n_nodes < 1:
+            raise ValueError(f"n_nodes must be >= 1, got {n_nodes}")
+        if len(latency.host_router) != self.n_nodes:
+            raise ValueError(f"latency model has {len(latency.host_router)} hosts for "
+                             f"{self.n_nodes} nodes")
+        if node_shard is None:
+            shards = int(shards)
+            if not 1 <= shards <= self.n_nodes:
+                raise ValueError(f"shards must be in 1..{self.n_nodes}, got {shards}")
+            node_shard = round_robin(self.n_nodes, shards)
+        node_shard = np.ascontiguousarray(node_shard, np.int32)
+        if node_shard.shape != (self.n_nodes,) or node_shard.min() < 0:
+            raise ValueError("node_shard must give a shard >= 0 for every node")
+        self.shards = int(node_shard.max()) + 1
+        if len(np.unique(node_shard)) != self.shards:
+            raise ValueError("node_shard leaves a shard without nodes")
+        self.node_shard = node_shard
+        self.delta_us = int(latency.min_latency_us())
+        if self.delta_us < 1:
+            raise ValueError("the smallest latency between two hosts is 0: no time grid")
+        self.lookahead_us = (int(latency.cross_lookahead_us(node_shard)) if self.shards > 1
+                             else NEVER)
+        self.window_cap_us = max(int(window_cap_us), self.delta_us)
+        self.seed = int(seed)
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.topo_index = int(topo_index)
+        self.type_names = {**CONTROL_NAMES, **{int(k): v for k, v in (type_names or {}).items()}}
+        self.now = 0
+        self._next = NEVER
+        self._inbox: list[list] = [[] for _ in range(self.shards)]
+        self._inject_seq = 0
+        self._refs: dict[str, list] = {}
+        self._windows = 0
+        self._cells_sum = 0
+        self._phase_stats: dict[str, dict] = {}
+
+        shared_refs = {k: ray.put(v) for k, v in (shared or {}).items()}
+        lat_ref = ray.put(latency)
+        ns_ref = ray.put(node_shard)
+        opts = {"num_cpus": 0, **(actor_options or {})}
+        self._actors = [
+            ShardActor.options(**opts).remote(k, ns_ref, lat_ref, stack_factory, self.seed,
+                                              self.delta_us, shared_refs, log_messages,
+                                              str(self.run_dir) if self.run_dir else None,
+                                              self.topo_index)
+            for k in range(self.shards)]
+        self._get([a.ready.remote() for a in self._actors], "setup")
+        if self.run_dir is not None:
+            self._write_type_table()
+
+    # ---- helpers ----------------------------------------------------------------------
+    def _get(self, refs, what: str):
+        """ray.get that turns a crashed shard or a failing handler into one clear error."""
+        try:
+            return ray.get(refs)
+        except ray.exceptions.RayActorError as e:
+            k = self._which_failed(refs)
+            raise EmulationError(f"shard {k} crashed during {what} at virtual time "
+                                 f"{self.now} us: {str(e).splitlines()[0]}") from e
+        except ray.exceptions.RayTaskError as e:
+            k = self._which_failed(refs)
+            cause = e.cause if getattr(e, "cause", None) is not None else e
+            raise EmulationError(f"shard {k} failed during {what} at virtual time {self.now} us: "
+                                 f"{type(cause).__name__}: {str(cause).splitlines()[0]}") from e
+
+    def _which_failed(self, refs):
+        for k, r in enumerate(refs):
+            try:
+                ray.get(r, timeout=0)
+            except Exception:  # noqa: BLE001 - we are only locating the failure
+                return k
+        return "?"
+
+    def _write_type_table(self):
+        import pyarrow as pa
+
+        from .logs import write_parquet
+        codes = sorted(self.type_names)
+        tbl = pa.table({"type": pa.array(codes, pa.int16()),
+                        "name": pa.array([self.type_names[c] for c in codes], pa.string()),
+                        "phase": pa.array(["static"] * len(codes), pa.string())})
+        write_parquet(tbl, self.run_dir / "events", "message_type", self.topo_index, "types")
+
+    # ---- stimuli ----------------------------------------------------------------------
+    def inject(self, msgs) -> None:
+        """External stimuli (requests, scheduled events) due at their `time`."""
+        b = msgs if isinstance(msgs, Batch) else Batch(np.asarray(msgs, MSG_DTYPE))
+        if not len(b):
+            return
+        m = b.msgs = b.msgs.copy()
+        if (m["time"] < self.now).any():
+            raise ValueError(f"inject: message due at {int(m['time'].min())} us, before the "
+                             f"current virtual time {self.now} us")
+        if ((m["dst"] < 0) | (m["dst"] >= self.n_nodes)).any():
+            raise ValueError("inject: destination outside 0..n_nodes-1")
+        m["seq"] = INJECT_SEQ_BASE + self._inject_seq + np.arange(len(m))
+        self._inject_seq += len(m)
+        shard = self.node_shard[m["dst"]]
+        for k in np.unique(shard).tolist():
+            self._inbox[k].append(ray.put(b.take(shard == k)))
+        self._next = min(self._next, int(m["time"].min()))
+
+    def _control(self, nodes, at, code):
+        nodes = np.atleast_1d(np.asarray(nodes, np.int64))
+        m = np.zeros(len(nodes), MSG_DTYPE)
+        m["src"] = m["dst"] = nodes
+        m["time"] = m["sent"] = at
+        m["type"] = code
+        m["group"] = -1
+        self.inject(m)
+
+    def fail(self, nodes, at_us) -> None:
+        """Crash `nodes` at the cell holding `at_us`: their messages and timers are dropped."""
+        self._control(nodes, at_us, FAIL)
+
+    def recover(self, nodes, at_us) -> None:
+        self._control(nodes, at_us, RECOVER)
+
+    # ---- running ----------------------------------------------------------------------
+    def run(self, phase: str, until: int | None = None, progress=None) -> dict:
+        """Process every cell that starts before `until` (all events when None)."""
+        d = self.delta_us
+        limit = NEVER if until is None else -(-int(until) // d) * d
+        t0 = time.perf_counter()
+        windows = events = 0
+        busy = np.zeros(self.shards)
+        last_report = t0
+        k_all = range(self.shards)
+        while self._next < limit:
+            start = self._next - self._next % d
+            la = min(self.lookahead_us, self.window_cap_us)
+            end = min(((self._next + la) // d) * d, limit)
+            end = max(end, start + d)
+            self.now = start
+            calls = [self._actors[k].advance.options(num_returns=self.shards + 1)
+                     .remote(end, phase, *self._inbox[k]) for k in k_all]
+            heads = self._get([c[0] for c in calls], f"phase {phase!r}")
+            self._inbox = [[calls[i][1 + k] for i in k_all if heads[i][1]["out"][k]]
+                           for k in k_all]
+            self._next = min(h[0] for h in heads)
+            windows += 1
+            for k, (_, st) in enumerate(heads):
+                events += st["events"]
+                busy[k] += st["busy_s"]
+            self.now = end
+            if progress is not None and time.perf_counter() - last_report > 0.5:
+                last_report = time.perf_counter()
+                progress(phase, self.now, events)
+        if until is not None:
+            self.now = max(self.now, limit)
+        wall = time.perf_counter() - t0
+        if progress is not None:
+            progress(phase, self.now, events)
+        self._windows += windows
+        stats = {"windows": windows, "messages": events, "virtual_us": self.now,
+                 "wall_s": wall, "busy_s": busy.tolist(),
+                 "sync_s": max(0.0, wall - float(busy.max(initial=0.0)))}
+        prev = self._phase_stats.get(phase)
+        if prev:
+            for key in ("windows", "messages", "wall_s", "sync_s"):
+                stats[key] += prev[key]
+        self._phase_stats[phase] = stats
+        return stats
+
+    @property
+    def idle(self) -> bool:
+        return self._next == NEVER
+
+    # ---- stack calls, logs ------------------------------------------------------------
+    def call(self, method: str, *args) -> list:
+        return self._get([a.call.remote(method, *args) for a in self._actors], f"call {method}")
+
+    def dump(self, phase: str) -> list:
+        return self.call("dump", phase)
+
+    def flush(self, phase: str) -> dict:
+        """Write buffered log rows of every shard to Parquet; keep refs for the analysis."""
+        names = self._get([a.flush.remote(phase) for a in self._actors], f"flush {phase}")
+        new: dict[str, list] = {}
+        for a, ns in zip(self._actors, names, strict=True):
+            if not ns:
+                continue
+            refs = a.take_tables.options(num_returns=len(ns)).remote()
+            refs = [refs] if len(ns) == 1 else refs
+            for n, r in zip(ns, refs, strict=True):
+                new.setdefault(n, []).append(r)
+        for n, rs in new.items():
+            self._refs.setdefault(n, []).extend(rs)
+        return new
+
+    def logs(self, table: str | None = None):
+        if table is not None:
+            return list(self._refs.get(table, []))
+        return {k: list(v) for k, v in self._refs.items()}
+
+    def counters(self) -> dict:
+        per_shard = self._get([a.counters.remote() for a in self._actors], "counters")
+        name = self.type_names.get
+        sent: dict[str, int] = {}
+        lost: dict[str, int] = {}
+        counts: dict[str, int] = {}
+        for c in per_shard:
+            for t, v in c["sent_by_type"].items():
+                sent[name(t, str(t))] = sent.get(name(t, str(t)), 0) + v
+            for t, v in c["lost_by_type"].items():
+                lost[name(t, str(t))] = lost.get(name(t, str(t)), 0) + v
+            for k, v in c["counts"].items():
+                counts[k] = counts.get(k, 0) + v
+        return {"shards": self.shards, "delta_us": self.delta_us,
+                "lookahead_us": None if self.lookahead_us == NEVER else self.lookahead_us,
+                "windows": self._windows, "virtual_us": self.now,
+                "messages_sent": sent, "lost": lost, "lost_total": sum(lost.values()),
+                "counts": counts, "phases": self._phase_stats,
+                "per_shard": [{k: c[k] for k in ("shard", "nodes", "events", "cells", "busy_s",
+                                                 "pending", "alive")} for c in per_shard]}
+
+    # ---- checkpoints ------------------------------------------------------------------
+    def _ckpt_dir(self, name: str) -> Path:
+        if self.run_dir is None:
+            raise EmulationError("checkpoints need a run directory")
+        return self.run_dir / "checkpoints" / name
+
+    def checkpoint(self, name: str) -> Path:
+        """Save every shard's state (in-flight messages included) under checkpoints/<name>/."""
+        d = self._ckpt_dir(name)
+        d.mkdir(parents=True, exist_ok=True)
+        self._get([a.accept.remote(*self._inbox[k]) for k, a in enumerate(self._actors)],
+                  "checkpoint")
+        self._inbox = [[] for _ in range(self.shards)]
+        self._get([a.save.remote(str(d / f"shard{k}.pkl")) for k, a in enumerate(self._actors)],
+                  "checkpoint")
+        meta = {"shards": self.shards, "now": self.now, "next": self._next,
+                "inject_seq": self._inject_seq, "windows": self._windows,
+                "phase_stats": self._phase_stats, "n_nodes": self.n_nodes}
+        (d / "driver.json").write_text(json.dumps(meta))
+        return d
+
+    def restore(self, name: str) -> None:
+        """Continue from checkpoints/<name>/ (this Emulator must be built with the same args)."""
+        d = self._ckpt_dir(name)
+        meta = json.loads((d / "driver.json").read_text())
+        if meta["shards"] != self.shards or meta["n_nodes"] != self.n_nodes:
+            raise EmulationError(f"checkpoint {d} was made with {meta['shards']} shards and "
+                                 f"{meta['n_nodes']} nodes, not {self.shards} and {self.n_nodes}")
+        nexts = self._get([a.load.remote(str(d / f"shard{k}.pkl"))
+                           for k, a in enumerate(self._actors)], "restore")
+        self._inbox = [[] for _ in range(self.shards)]
+        self.now, self._inject_seq = meta["now"], meta["inject_seq"]
+        self._windows, self._phase_stats = meta["windows"], meta["phase_stats"]
+        self._next = min(nexts)
+
+    def shutdown(self) -> None:
+        for a in self._actors:
+            ray.kill(a)
+        self._actors = []

@@ -1,0 +1,228 @@
+"""ShardEngine: one shard's clock, queue, dispatch loop and outboxes. No Ray, no protocol.
+
+A shard advances in windows handed to it by the driver. Inside a window it takes the cells
+of the global grid ``[kΔ, (k+1)Δ)`` one by one (skipping empty ones): all messages due in a
+cell form one batch, sorted by ``(type, time, src, seq)`` and handed to the protocol stack
+one type at a time. A message created while a cell is processed is due in a later cell
+(every latency between distinct hosts is >= Δ), except self-messages with no delay, which
+get a further pass of the same cell. Messages for other shards wait in outboxes until the
+window ends; the lookahead guarantees none of them is due before then.
+"""
+
+from __future__ import annotations
+
+import time as _time
+
+import numpy as np
+
+from .batch import Batch, dispatch_order, rank_within
+from .context import ShardContext
+from .logs import LogBuffer
+from .queue import NEVER, EventQueue
+
+# engine control types (0-9): dispatched before protocol types in a cell
+FAIL = 1
+RECOVER = 2
+CONTROL_NAMES = {FAIL: "engine.fail", RECOVER: "engine.recover"}
+
+
+class ShardEngine:
+    def __init__(self, shard_id: int, node_shard: np.ndarray, latency, stack_factory,
+                 seed: int, delta_us: int, shared: dict | None = None, resolve=None,
+                 log_messages: bool = True):
+        self.shard_id = int(shard_id)
+        node_shard = np.asarray(node_shard, np.int32)
+        self.node_shard = node_shard
+        self.n_nodes = len(node_shard)
+        self.nodes = np.flatnonzero(node_shard == shard_id).astype(np.int32)
+        self.local_index = np.full(self.n_nodes, -1, np.int32)
+        self.local_index[self.nodes] = np.arange(len(self.nodes), dtype=np.int32)
+        self.n_shards = int(node_shard.max()) + 1 if len(node_shard) else 1
+        self.latency = latency
+        self.seed = int(seed)
+        self.delta_us = int(delta_us)
+        self._shared = dict(shared or {})
+        self._resolve = resolve or (lambda x: x)
+        self.log_messages = log_messages
+
+        n = len(self.nodes)
+        self.alive = np.ones(n, bool)
+        self.seq = np.zeros(n, np.int64)
+        self.draws = np.zeros(n, np.int64)
+        self.queue = EventQueue()
+        self.outbox: list[list[Batch]] = [[] for _ in range(self.n_shards)]
+        self.logs = LogBuffer()
+        self.counts: dict[str, int] = {}
+        self.sent_by_type: dict[int, int] = {}
+        self.lost_by_type: dict[int, int] = {}
+        self.phase = "setup"
+        self.now = 0
+        self.busy_s = 0.0
+        self.events = 0
+        self.cells = 0
+        self.ctx = ShardContext(self)
+        self.stack = stack_factory()
+        self.stack.setup(self.ctx)
+
+    # ---- shared data ----------------------------------------------------------------
+    def shared(self, name: str):
+        try:
+            v = self._shared[name]
+        except KeyError:
+            raise KeyError(f"no shared data named {name!r}; have {sorted(self._shared)}") from None
+        v = self._resolve(v)
+        self._shared[name] = v
+        return v
+
+    # ---- sending --------------------------------------------------------------------
+    def emit(self, batch: Batch) -> None:
+        """Stamp per-sender sequence numbers, log hops, route to the queue or an outbox."""
+        m = batch.msgs
+        src_li = self.local_index[m["src"]]
+        if (src_li < 0).any():
+            bad = int(m["src"][src_li < 0][0])
+            raise ValueError(f"shard {self.shard_id}: send from node {bad}, not on this shard")
+        dst = m["dst"]
+        if (dst < 0).any() or (dst >= self.n_nodes).any():
+            bad = int(dst[(dst < 0) | (dst >= self.n_nodes)][0])
+            raise ValueError(f"shard {self.shard_id}: send to node {bad}, "
+                             f"outside 0..{self.n_nodes - 1} (type {int(m['type'][0])})")
+        late = m["time"] < self.now
+        if late.any():  # a handler asked for the past: run it now rather than never
+            self.counts["late_events"] = self.counts.get("late_events", 0) + int(late.sum())
+            m["time"][late] = self.now
+        m["seq"] = self.seq[src_li] + rank_within(src_li)
+        np.add.at(self.seq, src_li, 1)
+        types, counts = np.unique(m["type"], return_counts=True)
+        for t, c in zip(types.tolist(), counts.tolist(), strict=True):
+            self.sent_by_type[t] = self.sent_by_type.get(t, 0) + c
+        hop = m["src"] != m["dst"]
+        if self.log_messages and hop.any():
+            h = m[hop]
+            self.logs.add("message", self.phase, {
+                "time": h["sent"], "arrival": h["time"], "type": h["type"],
+                "src": h["src"], "dst": h["dst"], "group": h["group"]})
+        if self.n_shards == 1:
+            self.queue.push(batch)
+            return
+        shard = self.node_shard[dst]
+        mine = shard == self.shard_id
+        if mine.all():
+            self.queue.push(batch)
+            return
+        self.queue.push(batch.take(mine))
+        for s in np.unique(shard[~mine]).tolist():
+            self.outbox[s].append(batch.take(shard == s))
+
+    def accept(self, batches) -> None:
+        for b in batches:
+            if b is not None and len(b):
+                self.queue.push(b)
+
+    # ---- the window loop ------------------------------------------------------------
+    def advance(self, end: int, phase: str, inbound) -> tuple[int, list[Batch], dict]:
+        """Process every cell before `end` (a grid point); return (next time, outboxes, stats)."""
+        t0 = _time.perf_counter()
+        self.phase = phase
+        self.accept(inbound)
+        d = self.delta_us
+        events = 0
+        while True:
+            t = self.queue.next_time()
+            if t >= end:
+                break
+            cell_start = t - t % d
+            cell_end = cell_start + d
+            self.now = cell_start
+            self.cells += 1
+            while True:  # further passes for zero-delay self-messages
+                due = self.queue.pop_before(cell_end)
+                if not len(due):
+                    break
+                events += len(due)
+                self._dispatch(due)
+        out = []
+        out_min = NEVER
+        for s in range(self.n_shards):
+            b = Batch.concat(self.outbox[s])
+            self.outbox[s] = []
+            if len(b):
+                out_min = min(out_min, int(b.msgs["time"].min()))
+            out.append(b)
+        self.events += events
+        busy = _time.perf_counter() - t0
+        self.busy_s += busy
+        return min(self.queue.next_time(), out_min), out, {"events": events, "busy_s": busy}
+
+    def _dispatch(self, due: Batch) -> None:
+        due = due.take(dispatch_order(due.msgs))
+        m = due.msgs
+        types = m["type"]
+        cuts = np.flatnonzero(types[1:] != types[:-1]) + 1
+        starts = np.r_[0, cuts]
+        ends = np.r_[cuts, len(m)]
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            ty = int(types[s])
+            sub = Batch(m[s:e], due.payload)
+            li = self.local_index[sub.msgs["dst"]]
+            if ty == RECOVER:
+                dead = ~self.alive[li]
+                li = np.unique(li[dead])
+                self.alive[li] = True
+                if len(li):
+                    self.stack.on_recover(self.ctx, li)
+                continue
+            ok = self.alive[li]
+            if not ok.all():
+                lost = int((~ok).sum())
+                self.lost_by_type[ty] = self.lost_by_type.get(ty, 0) + lost
+                sub = sub.take(ok)
+                li = li[ok]
+                if not len(sub):
+                    continue
+            if ty == FAIL:
+                li = np.unique(li)
+                self.alive[li] = False
+                self.stack.on_fail(self.ctx, li)
+                continue
+            self.stack.handle(self.ctx, ty, sub)
+
+    # ---- phase ends, logs, counters, checkpoints --------------------------------------
+    def call(self, method: str, *args):
+        self.phase = args[0] if method == "dump" and args else self.phase
+        fn = getattr(self.stack, method, None)
+        if fn is None:
+            raise AttributeError(f"stack {type(self.stack).__name__} has no method {method!r}")
+        return fn(self.ctx, *args)
+
+    def take_logs(self):
+        return self.logs.take()
+
+    def counters(self) -> dict:
+        return {"shard": self.shard_id, "nodes": len(self.nodes), "events": self.events,
+                "cells": self.cells, "busy_s": self.busy_s, "pending": len(self.queue),
+                "sent_by_type": dict(self.sent_by_type), "lost_by_type": dict(self.lost_by_type),
+                "counts": dict(self.counts), "alive": int(self.alive.sum())}
+
+    def state(self) -> dict:
+        """Everything needed to continue exactly from here (outboxes are empty between windows)."""
+        stack_state = self.stack.checkpoint() if hasattr(self.stack, "checkpoint") else self.stack
+        return {"stack": stack_state, "queue": self.queue.snapshot(), "alive": self.alive.copy(),
+                "seq": self.seq.copy(), "draws": self.draws.copy(), "now": self.now,
+                "counts": dict(self.counts), "sent_by_type": dict(self.sent_by_type),
+                "lost_by_type": dict(self.lost_by_type), "events": self.events,
+                "cells": self.cells, "phase": self.phase}
+
+    def load_state(self, st: dict) -> None:
+        if hasattr(self.stack, "restore"):
+            self.stack.restore(st["stack"])
+        else:
+            self.stack = st["stack"]
+        self.queue.clear()
+        self.queue.push(st["queue"])
+        self.alive[:] = st["alive"]
+        self.seq[:] = st["seq"]
+        self.draws[:] = st["draws"]
+        self.now, self.phase = st["now"], st["phase"]
+        self.counts, self.events, self.cells = st["counts"], st["events"], st["cells"]
+        self.sent_by_type, self.lost_by_type = st["sent_by_type"], st["lost_by_type"]

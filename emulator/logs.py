@@ -1,0 +1,78 @@
+"""Event-log rows: columnar buffers per table, turned into Arrow tables and Parquet files.
+
+Handlers log whole columns at once (``ctx.log("delivery", group=..., member=...)``); a
+buffer keeps the column chunks and the phase they were logged in. ``take()`` turns them
+into one ``pyarrow.Table`` per table (with a ``phase`` column); ``write_parquet`` stores it
+under ``events/<table>/topo=<t>/`` -- the directory carries ``topo`` (hive partitioning),
+so the file does not repeat it, while the in-memory copies for RayDP get a ``topo`` column.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+class LogBuffer:
+    def __init__(self):
+        self._chunks: dict[str, list[tuple[str, dict[str, np.ndarray]]]] = {}
+
+    def add(self, table: str, phase: str, columns: dict) -> None:
+        """Append rows; array columns must share one length, scalars are broadcast."""
+        arrays = {k: np.asarray(v) for k, v in columns.items()}
+        lengths = {len(v) for v in arrays.values() if v.ndim == 1}
+        if any(v.ndim > 1 for v in arrays.values()) or len(lengths) > 1:
+            shapes = {k: v.shape for k, v in arrays.items()}
+            raise ValueError(f"log {table!r}: columns must be 1-d of one length, got {shapes}")
+        n = lengths.pop() if lengths else 1
+        if n == 0:
+            return
+        cols = {k: (np.full(n, v[()]) if v.ndim == 0 else v.copy()) for k, v in arrays.items()}
+        self._chunks.setdefault(table, []).append((phase, cols))
+
+    def __bool__(self) -> bool:
+        return bool(self._chunks)
+
+    def rows(self, table: str) -> int:
+        return sum(len(next(iter(c.values()))) for _, c in self._chunks.get(table, []))
+
+    def take(self) -> dict[str, pa.Table]:
+        """All buffered rows as Arrow tables (column order of the first chunk); clears."""
+        out = {}
+        for table, chunks in sorted(self._chunks.items()):
+            parts = []
+            for phase, cols in chunks:
+                arrays = {k: _arrow(v) for k, v in cols.items()}
+                n = len(next(iter(arrays.values())))
+                arrays["phase"] = pa.DictionaryArray.from_arrays(
+                    pa.array(np.zeros(n, np.int32)), pa.array([phase])).cast(pa.string())
+                parts.append(pa.table(arrays))
+            out[table] = pa.concat_tables(parts, promote_options="permissive")
+        self._chunks = {}
+        return out
+
+
+def _arrow(v: np.ndarray) -> pa.Array:
+    if v.dtype == object or v.dtype.kind in "US":
+        return pa.array(v.astype(str).tolist() if v.dtype.kind != "O" else list(v), pa.string())
+    return pa.array(v)
+
+
+def write_parquet(table: pa.Table, events_dir: Path, name: str, topo: int, stem: str) -> Path:
+    """Write one file events/<name>/topo=<topo>/<stem>.parquet; never overwrites."""
+    d = Path(events_dir) / name / f"topo={int(topo)}"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{stem}.parquet"
+    part = 0
+    while path.exists():
+        part += 1
+        path = d / f"{stem}-{part}.parquet"
+    pq.write_table(table, path)
+    return path
+
+
+def with_topo(table: pa.Table, topo: int) -> pa.Table:
+    return table.append_column("topo", pa.array(np.full(table.num_rows, int(topo), np.int32)))

@@ -1,0 +1,205 @@
+"""The one module that starts and stops Ray and Spark (through RayDP).
+
+Everything else (scenarios, analysis, the CLI) asks this module for a running Ray and a
+SparkSession, so the settings that make them behave on a small machine (no dashboard,
+localhost only, a bounded object store, few shuffle partitions, quiet logs, the right
+Python for Spark workers) live in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+
+class RuntimeSetupError(RuntimeError):
+    """Ray or Spark cannot be started because of the environment (message is one line)."""
+
+
+_OBJECT_STORE_FRACTION = 0.30
+_OBJECT_STORE_CAP = 8 * 1024**3      # more only helps when shards hold huge logs
+_OBJECT_STORE_FLOOR = 256 * 1024**2
+
+_state = {"ray_started_here": False, "spark": None}
+
+
+def object_store_bytes(total_memory: int | None = None) -> int:
+    """Object-store size for an embedded Ray: 30% of RAM, at least 256 MB, at most 8 GB,
+    and never more than /dev/shm can hold (Ray would fall back to slow disk files)."""
+    if total_memory is None:
+        import psutil
+        total_memory = psutil.virtual_memory().total
+    size = int(total_memory * _OBJECT_STORE_FRACTION)
+    with contextlib.suppress(OSError):
+        shm = shutil.disk_usage("/dev/shm").free
+        if shm >= _OBJECT_STORE_FLOOR:
+            # Ray keeps a little of /dev/shm for itself; stay 10% under what is free.
+            size = min(size, int(shm * 0.9))
+    return max(_OBJECT_STORE_FLOOR, min(size, _OBJECT_STORE_CAP))
+
+
+def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Connect to the Ray cluster at `address` (or $RAY_ADDRESS), or start an embedded one.
+
+    The embedded Ray has no dashboard, listens on 127.0.0.1 only, logs at WARNING (actor
+    errors and their tracebacks still reach the driver) and gets a bounded object store.
+    Calling it again while Ray is up is a no-op.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")   # no prompt, no phone-home
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    common = dict(ignore_reinit_error=True, logging_level=logging.WARNING, log_to_driver=True)
+    if address:
+        try:
+            ray.init(address=address, **common)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RuntimeSetupError(f"cannot connect to the Ray cluster at {address!r}: "
+                                    f"{first}") from None
+        _state["ray_started_here"] = False
+        return
+    if num_cpus is not None and num_cpus < 1:
+        raise ValueError(f"num_cpus must be at least 1, got {num_cpus}")
+    # RAY_ADDRESS="" in the environment would make ray.init look for a cluster.
+    os.environ.pop("RAY_ADDRESS", None)
+    # Token auth stays on (Ray's default for a new local cluster); only its "is enabled"
+    # notice is dropped, a disabled-auth warning (mode set by the user) still shows.
+    logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
+        lambda rec: "Token authentication is enabled" not in rec.getMessage())
+    # The C++ core logs INFO lines (gcs_client ...) from every worker otherwise.
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "warning")
+    ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
+             object_store_memory=object_store_bytes(), **common)
+    _state["ray_started_here"] = True
+
+
+def ray_is_local() -> bool:
+    """True when the running Ray was started by this process (embedded, one machine)."""
+    return bool(_state["ray_started_here"])
+
+
+def java_executable() -> str:
+    """Path of the `java` Spark will use ($JAVA_HOME/bin/java, else the one on PATH).
+
+    Raises RuntimeSetupError with the fix when there is none."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        cand = Path(java_home) / "bin" / "java"
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return str(cand)
+        raise RuntimeSetupError(f"JAVA_HOME={java_home} has no bin/java; point JAVA_HOME at "
+                                "a Java 17 install or unset it (`make java` installs OpenJDK 17)")
+    found = shutil.which("java")
+    if not found:
+        raise RuntimeSetupError("java not found: Spark needs Java 17; run `make java` (as root: "
+                                "apt-get install openjdk-17-jre-headless) or set JAVA_HOME")
+    return found
+
+
+_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+"""
+
+
+def _log4j2_file() -> Path:
+    import tempfile
+    path = Path(tempfile.gettempdir()) / f"scribe-emu-log4j2-{os.getuid()}.properties"
+    if not path.is_file() or path.read_text() != _LOG4J2:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(_LOG4J2)
+        os.replace(tmp, path)
+    return path
+
+
+def start_spark(app_name: str = "scribe-emu", executors: int = 1, cores: int = 1,
+                memory: str = "2GB", configs: dict[str, str] | None = None):
+    """A SparkSession whose executors are Ray actors (RayDP); starts Ray if needed.
+
+    Returns the running session when one was already started here.
+    """
+    if _state["spark"] is not None:
+        return _state["spark"]
+    if executors < 1 or cores < 1:
+        raise ValueError(f"Spark needs at least 1 executor with 1 core, got "
+                         f"executors={executors}, cores={cores}")
+    java_executable()
+    import ray
+    if not ray.is_initialized():
+        start_ray()
+    import raydp
+
+    # Spark's Python workers must be this interpreter (the venv), or they cannot import
+    # pyspark/analysis; the env vars cover the driver, the confs cover remote executors.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    conf = {
+        "spark.sql.shuffle.partitions": "4",    # the default 200 tiny tasks dominate run time
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.pyspark.python": sys.executable,
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+    }
+    if ray_is_local():
+        # On an embedded Ray everything is on this host; elsewhere RayDP picks the node IP
+        # so that executors on other machines can reach the driver.
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+        conf["spark.driver.host"] = "127.0.0.1"
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # RayDP points the driver JVM at a log4j2 file that does not exist (log4j then prints
+    # an error and Spark's INFO/WARN banner); give it one that logs errors only.
+    conf["spark.log4j.config.file.name"] = str(_log4j2_file())
+    conf.update(configs or {})
+    try:
+        spark = raydp.init_spark(app_name, executors, cores, memory, configs=conf)
+    except Exception as exc:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RuntimeSetupError(f"cannot start Spark on Ray (RayDP): {msg}") from exc
+    spark.sparkContext.setLogLevel("ERROR")
+    _state["spark"] = spark
+    return spark
+
+
+def stop_spark() -> None:
+    """Stop the RayDP Spark cluster started by start_spark (no-op when none)."""
+    if _state["spark"] is None:
+        return
+    import raydp
+    try:
+        raydp.stop_spark()
+    finally:
+        _state["spark"] = None
+
+
+def stop_ray() -> None:
+    """Stop Spark if running, then disconnect from Ray (and stop it when embedded)."""
+    stop_spark()
+    import ray
+    if ray.is_initialized():
+        ray.shutdown()
+    _state["ray_started_here"] = False
+
+
+@contextlib.contextmanager
+def session(address: str | None = None, spark: bool = True,
+            num_cpus: int | None = None) -> Iterator:
+    """`with session() as spark:` Ray (and Spark unless spark=False, then None) for the
+    duration of the block, torn down afterwards even on error."""
+    start_ray(address, num_cpus=num_cpus)
+    try:
+        yield start_spark() if spark else None
+    finally:
+        stop_ray()
