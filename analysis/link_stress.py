@@ -21,7 +21,7 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from analysis.physical import CoreRoutes, core_pair_loads, core_union_loads, load_topology
+from analysis.physical import core_pair_loads, core_union_counts, load_topology
 from analysis.schema import Traffic
 
 NO_PATHS_NOTE = "not available: the topology has no physical paths (latency matrix only)"
@@ -38,15 +38,15 @@ def expand_router_pairs(pairs: DataFrame, run_dir: str | Path, reader=None) -> D
     """(topo, traffic, src_router, dst_router, count) -> core (topo, traffic, link, stress).
 
     Rows of one (topo, traffic) may be spread over batches: the caller sums by link.
-    O(pairs * route length) numpy work in the workers, one path lookup per distinct pair.
+    One vectorized `route_links` call per (batch, topo, traffic) in the workers.
     """
     run_dir = str(run_dir)
 
     def expand(batches):
         for pdf in batches:
             for (t, traffic), part in pdf.groupby(["topo", "traffic"], sort=True):
-                routes = CoreRoutes(load_topology(run_dir, int(t), reader))
-                loads = core_pair_loads(routes, part["src_router"].to_numpy(),
+                loads = core_pair_loads(load_topology(run_dir, int(t), reader),
+                                        part["src_router"].to_numpy(),
                                         part["dst_router"].to_numpy(), part["count"].to_numpy())
                 yield _nonzero_frame(int(t), traffic, loads)
 
@@ -56,18 +56,23 @@ def expand_router_pairs(pairs: DataFrame, run_dir: str | Path, reader=None) -> D
 def expand_group_unions(trees: DataFrame, run_dir: str | Path, reader=None) -> DataFrame:
     """(topo, group, src_router, dst_routers array) -> core (topo, traffic, link, stress).
 
-    One row per group, so each group's union of routes is taken whole; stress counts groups.
+    One row per group, so each group's union of routes is taken whole inside one batch;
+    stress counts groups. All (group, destination router) pairs of a batch are expanded by
+    one `route_links` call.
     """
     run_dir = str(run_dir)
 
     def expand(batches):
         for pdf in batches:
             for t, part in pdf.groupby("topo", sort=True):
-                topo = load_topology(run_dir, int(t), reader)
-                routes = CoreRoutes(topo)
-                loads = np.zeros(int(topo.n_links), dtype=np.int64)
-                for src, dsts in zip(part["src_router"].tolist(), part["dst_routers"].tolist()):
-                    loads[core_union_loads(routes, src, np.asarray(dsts))] += 1
+                dsts = part["dst_routers"].to_numpy()
+                lengths = np.fromiter((len(d) for d in dsts), np.int64, count=len(dsts))
+                flat = (np.concatenate([np.asarray(d, np.int64) for d in dsts])
+                        if lengths.sum() else np.zeros(0, np.int64))
+                tree = np.repeat(np.arange(len(part), dtype=np.int64), lengths)
+                src = np.repeat(part["src_router"].to_numpy(np.int64), lengths)
+                loads = core_union_counts(load_topology(run_dir, int(t), reader),
+                                          tree, src, flat)
                 yield _nonzero_frame(int(t), "ip_multicast", loads)
 
     return trees.mapInPandas(expand, "topo int, traffic string, link bigint, stress bigint")

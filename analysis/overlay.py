@@ -2,16 +2,42 @@
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from analysis.schema import type_name
+from analysis.schema import TYPE_NAMES, TYPE_RANGES
 
 
-def _type_names(spark: SparkSession, names: dict[int, str] | None) -> DataFrame:
-    """Small (type, type_name) table covering every code a smallint log column can use here."""
-    rows = [(code, type_name(code, names)) for code in range(256)]
-    return spark.createDataFrame(rows, "type smallint, type_name string")
+def _fallback_name(code: Column, names: dict[int, str] | None) -> Column:
+    """Name from the static tables (options first), else from the code range of the type."""
+    table = {**TYPE_NAMES, **(names or {})}
+    mapping = F.create_map(*[F.lit(x) for k, v in sorted(table.items())
+                             for x in (k, v)])
+    by_range = F.concat(F.lit("type_"), code.cast("string"))
+    for low, high, prefix in reversed(TYPE_RANGES):
+        by_range = F.when(code.between(low, high),
+                          F.concat(F.lit(f"{prefix}_"), code.cast("string"))).otherwise(by_range)
+    return F.coalesce(mapping[code.cast("int")], by_range)
+
+
+def with_type_names(counts: DataFrame, message_type: DataFrame | None,
+                    names: dict[int, str] | None = None) -> DataFrame:
+    """Add `type_name` to a frame with a `type` column.
+
+    The run's own `message_type` table (written by the engine from each protocol's
+    TYPE_NAMES) wins; codes it does not name fall back to `names`, then to the static copy
+    in analysis.schema, then to the code range ("pastry_24", "type_201").
+    """
+    out = counts
+    if message_type is not None:
+        logged = (message_type.where(F.col("name").isNotNull())
+                  .groupBy("type").agg(F.min("name").alias("logged_name")))
+        out = out.join(F.broadcast(logged), "type", "left")
+    else:
+        out = out.withColumn("logged_name", F.lit(None).cast("string"))
+    return (out.withColumn("type_name", F.coalesce(F.col("logged_name"),
+                                                   _fallback_name(F.col("type"), names)))
+            .drop("logged_name"))
 
 
 def overlay_hops_histogram(route: DataFrame) -> DataFrame:
@@ -20,7 +46,8 @@ def overlay_hops_histogram(route: DataFrame) -> DataFrame:
     return route.groupBy("topo", "phase", "type", "hops").agg(F.count("*").alias("routes"))
 
 
-def overlay_hops_summary(route: DataFrame, names: dict[int, str] | None = None) -> DataFrame:
+def overlay_hops_summary(route: DataFrame, names: dict[int, str] | None = None,
+                         message_type: DataFrame | None = None) -> DataFrame:
     """Per (topo, phase, type) of routed message: routes, mean/max hops, mean overlay delay.
 
     Schema: topo int, phase string, type smallint, type_name string, routes bigint,
@@ -29,18 +56,19 @@ def overlay_hops_summary(route: DataFrame, names: dict[int, str] | None = None) 
     per_type = route.groupBy("topo", "phase", "type").agg(
         F.count("*").alias("routes"), F.avg("hops").alias("mean_hops"),
         F.max("hops").alias("max_hops"), F.avg("path_us").alias("mean_path_us"))
-    return (per_type.join(F.broadcast(_type_names(route.sparkSession, names)), "type", "left")
+    return (with_type_names(per_type, message_type, names)
             .select("topo", "phase", "type", "type_name", "routes", "mean_hops", "max_hops",
                     "mean_path_us"))
 
 
-def messages_by_type(message: DataFrame, names: dict[int, str] | None = None) -> DataFrame:
+def messages_by_type(message: DataFrame, names: dict[int, str] | None = None,
+                     message_type: DataFrame | None = None) -> DataFrame:
     """Overlay hops (message rows) per (topo, phase, type).
 
     Schema: topo int, phase string, type smallint, type_name string, messages bigint.
     """
     counts = message.groupBy("topo", "phase", "type").agg(F.count("*").alias("messages"))
-    return (counts.join(F.broadcast(_type_names(message.sparkSession, names)), "type", "left")
+    return (with_type_names(counts, message_type, names)
             .select("topo", "phase", "type", "type_name", "messages"))
 
 

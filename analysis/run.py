@@ -140,11 +140,12 @@ def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list]
 
     # overlay and groups
     t0 = time.perf_counter()
-    hops_summary = overlay.overlay_hops_summary(ev["route"], options.type_names)
+    hops_summary = overlay.overlay_hops_summary(ev["route"], options.type_names,
+                                                ev["message_type"])
     write_csv(overlay.overlay_hops_histogram(ev["route"]), metrics / "overlay_hops.csv",
               ["topo", "phase", "type", "hops"])
     write_csv(hops_summary, metrics / "overlay_hops_summary.csv", ["topo", "phase", "type"])
-    write_csv(overlay.messages_by_type(ev["message"], options.type_names),
+    write_csv(overlay.messages_by_type(ev["message"], options.type_names, ev["message_type"]),
               metrics / "messages_by_type.csv", ["topo", "phase", "type"])
     probes_pd = overlay.probes_per_join(ev["probe"], ev["membership"]).toPandas()
     write_csv(spark.createDataFrame(probes_pd, "topo int, probes bigint, nodes_probing bigint, "

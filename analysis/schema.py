@@ -29,6 +29,7 @@ EVENT_TABLES: dict[str, dict[str, str]] = {
     "refused": {"phase": "string", "group": "int", "node": "int", "op": "string",
                 "time": "bigint"},
     "host": {"phase": "string", "node": "int", "router": "int", "id_hex": "string"},
+    "message_type": {"phase": "string", "type": "smallint", "name": "string"},
 }
 
 # Scribe type codes (actors/scribe/types.py).
@@ -36,13 +37,30 @@ SCRIBE_JOIN = 61
 SCRIBE_MCAST = 66   # source -> RP (no hop when the source is the RP, as in the experiments)
 SCRIBE_DATA = 68    # tree dissemination
 
-TYPE_NAMES: dict[int, str] = {
+# Fallback names of message type codes when a run has no `message_type` table. Copied from
+# actors/pastry/types.py and actors/scribe/types.py (analysis may not import actors/);
+# test_analysis_schema.py checks the copy against the originals.
+PASTRY_TYPE_NAMES: dict[int, str] = {
+    10: "pastry_join_start", 11: "pastry_join_req", 12: "pastry_join", 13: "pastry_join_rows",
+    14: "pastry_join_leafs", 15: "pastry_join_nbrs", 16: "pastry_announce",
+    17: "pastry_join_done", 20: "pastry_keepalive", 21: "pastry_ka_timer",
+    22: "pastry_leaf_req", 23: "pastry_leaf_reply", 24: "pastry_row_req",
+    25: "pastry_row_reply",
+}
+SCRIBE_TYPE_NAMES: dict[int, str] = {
     50: "scribe_create_req", 51: "scribe_join_req", 52: "scribe_leave_req",
     53: "scribe_mcast_req", 54: "scribe_collapse_req", 60: "scribe_create",
     61: "scribe_join", 62: "scribe_join_ack", 63: "scribe_join_refuse", 64: "scribe_leave",
     65: "scribe_rejoin", 66: "scribe_mcast", 67: "scribe_rp_addr", 68: "scribe_data",
-    70: "scribe_collapse_wave", 71: "scribe_adopt",
+    70: "scribe_collapse_wave", 71: "scribe_adopt", 72: "scribe_bn_sibling",
+    73: "scribe_bn_join", 80: "scribe_tick", 81: "scribe_heartbeat", 82: "scribe_refresh",
+    83: "scribe_replica",
 }
+TYPE_NAMES: dict[int, str] = {**PASTRY_TYPE_NAMES, **SCRIBE_TYPE_NAMES}
+
+# code ranges of docs/ARCHITECTURE.md, for codes no table names: (low, high, prefix)
+TYPE_RANGES: tuple[tuple[int, int, str], ...] = (
+    (0, 9, "engine"), (10, 49, "pastry"), (50, 89, "scribe"), (90, 109, "reliable"))
 
 
 def type_name(code: int, names: dict[int, str] | None = None) -> str:
@@ -50,14 +68,9 @@ def type_name(code: int, names: dict[int, str] | None = None) -> str:
     table = {**TYPE_NAMES, **(names or {})}
     if code in table:
         return table[code]
-    if 0 <= code <= 9:
-        return f"engine_{code}"
-    if 10 <= code <= 49:
-        return f"pastry_{code}"
-    if 50 <= code <= 89:
-        return f"scribe_{code}"
-    if 90 <= code <= 109:
-        return f"reliable_{code}"
+    for low, high, prefix in TYPE_RANGES:
+        if low <= code <= high:
+            return f"{prefix}_{code}"
     return f"type_{code}"
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import test_analysis_helpers as hand
 
-from analysis.physical import CoreRoutes, core_pair_loads, core_union_loads
+from analysis.physical import core_pair_loads, core_union_counts
 from analysis.schema import AnalysisOptions
 
 OPTIONS = AnalysisOptions(topology_reader=hand.read_hand_topology)
@@ -19,17 +19,21 @@ OPTIONS = AnalysisOptions(topology_reader=hand.read_hand_topology)
 
 def test_core_expansion_by_hand():
     topo = hand.HandTopology(hand.EDGES, hand.DELAYS, hand.HOST_ROUTER)
-    routes = CoreRoutes(topo)
-    assert routes.links(2, 3).tolist() == [3, 4]       # r2 -> r1 -> r3
-    loads = core_pair_loads(routes, np.array([0, 2, 1]), np.array([2, 3, 1]), np.array([2, 1, 5]))
+    assert topo.route_links([2], [3])[1].tolist() == [3, 4]       # r2 -> r1 -> r3
+    loads = core_pair_loads(topo, np.array([0, 2, 1]), np.array([2, 3, 1]), np.array([2, 1, 5]))
     assert loads.tolist()[:6] == [2, 0, 2, 1, 1, 0] and loads[6:].sum() == 0
-    assert core_union_loads(routes, 0, np.array([1, 2, 3, 3])).tolist() == [0, 2, 4]
+    # tree 0: r0 -> {r1, r2, r3, r3}; tree 1: r2 -> {r1}; the union counts each link once
+    counts = core_union_counts(topo, np.array([0, 0, 0, 0, 1]), np.array([0, 0, 0, 0, 2]),
+                               np.array([1, 2, 3, 3, 1]))
+    assert counts.tolist()[:6] == [1, 0, 1, 1, 1, 0] and counts[6:].sum() == 0
 
 
-def test_core_routes_refuse_latency_matrix():
+def test_core_expansion_refuses_latency_matrix():
     topo = hand.HandTopology(hand.EDGES, hand.DELAYS, hand.HOST_ROUTER, has_paths=False)
     with pytest.raises(ValueError, match="no physical paths"):
-        CoreRoutes(topo)
+        core_pair_loads(topo, np.array([0]), np.array([1]), np.array([1]))
+    with pytest.raises(ValueError, match="no physical paths"):
+        core_union_counts(topo, np.array([0]), np.array([0]), np.array([1]))
 
 
 @pytest.fixture(scope="session")
@@ -169,7 +173,8 @@ def test_overlay_and_counts_by_hand(hand_run):
     by_type = {(r["phase"], r["type_name"]): int(r["messages"])
                for r in read_csv(run_dir / "metrics/messages_by_type.csv")}
     assert by_type == {("multicast", "scribe_data"): 6, ("multicast", "scribe_join_ack"): 1,
-                       ("join", "scribe_join"): 1}
+                       ("join", "scribe_join"): 1, ("maintenance", "test_ping"): 2,
+                       ("maintenance", "pastry_row_req"): 1, ("maintenance", "reliable_95"): 1}
 
 
 @pytestmark_spark

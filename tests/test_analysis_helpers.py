@@ -48,6 +48,18 @@ class HandTopology:
                                                                    self.host_router[b])[1]
                          for a, b in zip(src.tolist(), dst.tolist())], dtype=np.int64)
 
+    def route_links(self, src_routers, dst_routers):
+        """(pair index, directed core link) rows in path order, like Topology.route_links."""
+        if not self.has_paths:
+            raise ValueError("latency matrix: no paths")
+        pairs, links = [], []
+        for i, (ra, rb) in enumerate(zip(np.ravel(src_routers).tolist(),
+                                         np.ravel(dst_routers).tolist())):
+            core, _ = self._core(ra, rb) if ra != rb else ([], 0)
+            pairs += [i] * len(core)
+            links += core
+        return np.array(pairs, dtype=np.int64), np.array(links, dtype=np.int64)
+
     def path_links(self, a, b):
         base = 2 * len(self.edges)
         core, _ = self._core(self.host_router[a], self.host_router[b])
@@ -126,6 +138,13 @@ def write_hand_run(run_dir: Path, has_paths: bool = True, topo: int = 0) -> Path
         "group": [g for g, _, _ in data] + [0]}, msg_types)
     w("message", "join", {"time": [1], "arrival": [2], "type": [61], "src": [1], "dst": [0],
                           "group": [0]}, msg_types)
+    # maintenance hops: a test protocol's code named only by the run's message_type table,
+    # a Pastry code named by the static fallback, a reliable-range code named by its range
+    w("message", "maintenance", {"time": [1, 2, 3, 4], "arrival": [3, 4, 5, 6],
+                                 "type": [201, 201, 24, 95], "src": [1, 2, 3, 4],
+                                 "dst": [2, 3, 4, 5], "group": [-1] * 4}, msg_types)
+    w("message_type", "setup", {"type": [201, 68], "name": ["test_ping", "scribe_data"]},
+      {"type": I2, "name": S})
     rows = [(g, m, PUBLISH[g] + d) for (g, m), d in SCRIBE_DELAY.items()]
     rows.append((0, 3, PUBLISH[0] + 999_999))            # late duplicate of the same message
     rows.append((0, 0, PUBLISH[0]))                      # the source itself: left out
