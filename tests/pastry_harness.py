@@ -21,6 +21,7 @@ class Ctx:
         self.alive = np.ones(len(nodes), bool)
         self.phase = "test"
         self.delta_us = world.delta
+        self.now = 0
 
     def local(self, g):
         g = np.asarray(g, np.int64)
@@ -79,6 +80,9 @@ class World:
     def post(self, m, payload):
         if not len(m):
             return
+        # the real engine would route a message to node -1 nowhere (or crash): catch it here
+        assert (m["dst"] >= 0).all() and (m["dst"] < self.n).all(), \
+            f"message to a node outside 0..N-1: types {np.unique(m['type'][m['dst'] < 0])}"
         assert (m["time"] >= m["sent"] + self.delta).all() or (m["src"] == m["dst"]).all()
         o = np.argsort(m["src"], kind="stable")
         s = m["src"][o]
@@ -107,6 +111,14 @@ class World:
             li = li[li >= 0]
             ctx.alive[li] = False
             self.stacks[k].on_fail(ctx, li)
+
+    def recover(self, nodes):
+        for k, ctx in enumerate(self.ctxs):
+            li = ctx.local(nodes)
+            li = li[li >= 0]
+            ctx.alive[li] = True
+            ctx.now = self.now
+            self.stacks[k].on_recover(ctx, li)
 
     def run(self, until=None, max_cells=10**6):
         cells = 0
