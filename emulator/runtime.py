@@ -74,8 +74,6 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     # notice is dropped, a disabled-auth warning (mode set by the user) still shows.
     logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
         lambda rec: "Token authentication is enabled" not in rec.getMessage())
-    # The C++ core logs INFO lines (gcs_client ...) from every worker otherwise.
-    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "warning")
     ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
              object_store_memory=object_store_bytes(), **common)
     _state["ray_started_here"] = True
@@ -112,6 +110,10 @@ appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+# PySpark counts as a shell: Spark sets the root to this logger's level and says so on
+# stderr unless both already agree.
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
 """
 
 

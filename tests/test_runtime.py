@@ -1,0 +1,65 @@
+"""emulator.runtime: Ray + Spark (RayDP) start, Arrow -> Spark hand-over, teardown."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from emulator import runtime
+
+
+def test_object_store_size_is_bounded():
+    gib = 1024**3
+    assert runtime.object_store_bytes(24 * gib) <= 8 * gib
+    assert runtime.object_store_bytes(24 * gib) >= 256 * 1024**2
+    # a small machine gets 30% (unless /dev/shm is smaller still), never below the floor
+    assert runtime.object_store_bytes(2 * gib) <= int(0.3 * 2 * gib)
+    assert runtime.object_store_bytes(100 * 1024**2) == 256 * 1024**2
+
+
+def test_missing_java_is_one_clear_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))          # no bin/java in there
+    with pytest.raises(runtime.RuntimeSetupError, match="JAVA_HOME=.*no bin/java"):
+        runtime.java_executable()
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(runtime.RuntimeSetupError, match="java not found") as err:
+        runtime.start_spark()
+    assert "\n" not in str(err.value)
+
+
+def test_bad_spark_sizes_are_refused():
+    with pytest.raises(ValueError, match="at least 1 executor"):
+        runtime.start_spark(executors=0)
+
+
+@pytest.mark.slow
+def test_arrow_table_from_ray_to_spark_and_back():
+    import pyarrow as pa
+    import ray
+
+    with runtime.session() as spark:
+        assert ray.is_initialized() and runtime.ray_is_local()
+        assert runtime.start_spark() is spark          # idempotent while running
+        assert os.environ["PYSPARK_PYTHON"] == sys.executable
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
+        assert spark.conf.get("spark.driver.host") == "127.0.0.1"
+        n = 10_000
+        tbl = pa.table({"group": pa.array([i % 7 for i in range(n)], pa.int32()),
+                        "delay": pa.array(range(n), pa.int64())})
+        df = ray.data.from_arrow(tbl).to_spark(spark)
+        rows = {r["group"]: (r["n"], r["s"]) for r in
+                df.groupBy("group").agg({"delay": "sum", "*": "count"})
+                  .withColumnRenamed("count(1)", "n").withColumnRenamed("sum(delay)", "s")
+                  .collect()}
+        expected = {g: (len(range(g, n, 7)), sum(range(g, n, 7))) for g in range(7)}
+        assert rows == expected
+        # a Python UDF runs in Spark's Python workers: proves they got this interpreter
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StringType
+        exe = F.udf(lambda _: sys.executable, StringType())
+        assert {r[0] for r in df.limit(3).select(exe("group")).collect()} == {sys.executable}
+    assert not ray.is_initialized()
+    assert runtime._state["spark"] is None
