@@ -146,3 +146,43 @@ def test_oracle_rejects_bad_input(net):
     with pytest.raises(ValueError, match="LAN"):
         oracle_state([0], net["node_ids_hi"], net["node_ids_lo"], net["host_router"],
                      net["router_dist_us"], np.arange(N))
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 9, 17, 40])
+def test_tiny_rings_route_to_closest_with_short_sides(n):
+    """The half-ring side rule leaves sides short on tiny rings; routing must still reach
+    the numerically closest node from every node."""
+    from actors.pastry.quality import route_paths
+    from actors.pastry.synthetic import synthetic_network
+    net = synthetic_network(n, 7, seed=n)
+    hi, lo = net["node_ids_hi"], net["node_ids_lo"]
+    st = oracle_state(np.arange(n), hi, lo, net["host_router"], net["router_dist_us"],
+                      net["lan_us"])
+    rng = np.random.default_rng(n)
+    k = 400
+    kh = rng.integers(0, 2**64, k, dtype=np.uint64)
+    kl = rng.integers(0, 2**64, k, dtype=np.uint64)
+    start = rng.integers(0, n, k)
+    final, _, _ = route_paths(st, hi, lo, start, kh, kl)
+    o = I.sorted_order(hi, lo)
+    assert (final == I.closest_node(hi[o], lo[o], o, kh, kl)).all()
+    # sides never share a node; with n - 1 <= l/2 each half ring fits its side: all listed
+    for row in st.leaf:
+        got = row[row >= 0]
+        assert len(got) == len(set(got.tolist()))
+        if n - 1 <= 8:
+            assert len(got) == n - 1
+
+
+def test_select_leaves_keeps_a_side_short_rather_than_wrapping():
+    """A node that knows only larger ids must not put far larger ids on its smaller side."""
+    from actors.pastry.merge import select_leaves
+    from actors.pastry.synthetic import synthetic_network
+    net = synthetic_network(400, 7, seed=4)
+    hi, lo = net["node_ids_hi"], net["node_ids_lo"]
+    o = I.sorted_order(hi, lo)
+    me = o[100]
+    cand = np.r_[o[95:100], o[101:140]][None, :]        # 5 smaller, 39 larger
+    out = select_leaves(np.array([me]), cand, hi, lo, 8)
+    assert out[0, :5].tolist() == o[99:94:-1].tolist() and (out[0, 5:8] == -1).all()
+    assert out[0, 8:].tolist() == o[101:109].tolist()

@@ -15,6 +15,8 @@ import numpy as np
 U64 = np.uint64
 _ONE = U64(1)
 SUPPORTED_B = (1, 2, 4, 8, 16)
+# high word of half the ring (2^127): a distance d is below half the ring iff d_hi < this
+HALF_RING_HI = U64(1 << 63)
 
 
 def check_b(b: int) -> int:

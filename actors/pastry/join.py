@@ -232,6 +232,7 @@ class JoinMixin:
     def _announce(self, ctx, batch):
         m = self._msgs(batch)
         li = self._li(ctx, m["dst"])
+        self._forget_dead(li, m["src"])
         cand = m["src"].astype(np.int64)[:, None]
         uli, changed, _added = self._learn(ctx, li, cand, m["time"])
         self._merge_nbrs(ctx, li, cand)
@@ -248,6 +249,7 @@ class JoinMixin:
     def _leaf_reply(self, ctx, batch):
         m = self._msgs(batch)
         li = self._li(ctx, m["dst"])
+        self._forget_dead(li, m["src"])
         uli, _changed, added = self._learn(ctx, li, _padded(m, self._payload(batch)), m["time"])
         r, c = np.nonzero(added >= 0)
         if len(r):
@@ -259,6 +261,7 @@ class JoinMixin:
     def _leaf_req(self, ctx, batch):
         m = self._msgs(batch)
         li = self._li(ctx, m["dst"])
+        self._forget_dead(li, m["src"])
         rows = np.concatenate([self.state.leaf[li], m["dst"][:, None].astype(np.int32)], axis=1)
         self._send_payload(ctx, m["dst"], m["src"], T.LEAF_REPLY, m["time"], rows)
 
@@ -305,6 +308,7 @@ class JoinMixin:
     def _keepalive(self, ctx, batch):
         m = self._msgs(batch)
         li = self._li(ctx, m["dst"])
+        self._forget_dead(li, m["src"])
         hit = self.state.leaf[li] == m["src"][:, None]
         r, c = np.nonzero(hit)
         np.maximum.at(self.heard, (li[r], c), m["time"][r])
@@ -312,6 +316,15 @@ class JoinMixin:
         if stranger.any():  # a node that lists us (e.g. recovered, or a repaired neighbour)
             self._learn(ctx, li[stranger], m["src"][stranger, None].astype(np.int64),
                         m["time"][stranger])
+            # Leaf sets are not symmetric while they converge: the sender lists us but we
+            # do not list it, so we send it no keep-alives and it would presume us failed
+            # (and then keep us out through its dead memory). Answer it (b = 1: a reply,
+            # which is never answered, so no ping-pong).
+            still = stranger & ~(self.state.leaf[li] == m["src"][:, None]).any(axis=1) & \
+                (m["b"] == 0)
+            if still.any():
+                ctx.send(m["dst"][still], m["src"][still], T.KEEPALIVE, m["time"][still], b=1,
+                         mode=0)
 
     def _msgs(self, batch):
         return batch.msgs if hasattr(batch, "msgs") else batch

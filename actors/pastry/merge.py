@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ids import cw_dist, digit, shared_prefix_len
+from .ids import HALF_RING_HI, cw_dist, digit, shared_prefix_len
 
 
 def group_rows(keys, cand, t=None):
@@ -46,9 +46,9 @@ def select_leaves(self_ids, cand, ids_hi, ids_lo, half: int, exclude=None) -> np
     ``half`` nearest larger ids on the ring (int32[B, 2*half], nearest first, -1 padded).
 
     ``cand`` int[B, c] (-1 pads; duplicates and the node itself are ignored);
-    ``exclude`` int[B, e] ids to leave out (nodes known to be dead). With K distinct
-    candidates and K < 2*half, the smaller side takes K//2 and the larger the rest, so
-    the two sides never share a node (the oracle's rule). O(B c log(B c)).
+    ``exclude`` int[B, e] ids to leave out (nodes known to be dead). A candidate goes
+    to the smaller side iff its counter-clockwise distance is below half the ring, so
+    the sides never share a node (the oracle's rule). O(B c log(B c)).
     """
     self_ids = np.asarray(self_ids, np.int64)
     cand = np.asarray(cand, np.int64)
@@ -66,18 +66,20 @@ def select_leaves(self_ids, cand, ids_hi, ids_lo, half: int, exclude=None) -> np
     cc = np.where(valid, c, 0)
     s_hi, s_lo = ids_hi[self_ids][:, None], ids_lo[self_ids][:, None]
     c_hi, c_lo = ids_hi[cc], ids_lo[cc]
-    k = valid.sum(axis=1)
-    n_small = np.minimum(half, k // 2)
-    n_large = np.minimum(half, k - n_small)
     ccw_h, ccw_l = cw_dist(c_hi, c_lo, s_hi, s_lo)   # self - c: distance going down
     cw_h, cw_l = cw_dist(s_hi, s_lo, c_hi, c_lo)     # c - self: distance going up
+    # each candidate belongs to the side of the half ring it lies in, so a node that
+    # knows too few nodes on one side keeps that side short (and repairs it) instead of
+    # filling it with far nodes of the other side
+    down = ccw_h < HALF_RING_HI
+    v_small, v_large = valid & down, valid & ~down
+    n_small = np.minimum(half, v_small.sum(axis=1))
+    n_large = np.minimum(half, v_large.sum(axis=1))
     rows = np.arange(bsz)[:, None]
     j = np.arange(half)[None, :]
-    o_small = _rank_rows(ccw_h, ccw_l, valid)[:, :half] if c.shape[1] >= half else None
-    o_large = _rank_rows(cw_h, cw_l, valid)[:, :half] if c.shape[1] >= half else None
-    if o_small is None:  # fewer columns than half: pad the rank matrices
-        o_small = np.pad(_rank_rows(ccw_h, ccw_l, valid), ((0, 0), (0, half - c.shape[1])))
-        o_large = np.pad(_rank_rows(cw_h, cw_l, valid), ((0, 0), (0, half - c.shape[1])))
+    pad = ((0, 0), (0, max(0, half - c.shape[1])))
+    o_small = np.pad(_rank_rows(ccw_h, ccw_l, v_small), pad)[:, :half]
+    o_large = np.pad(_rank_rows(cw_h, cw_l, v_large), pad)[:, :half]
     out[:, :half] = np.where(j < n_small[:, None], c[rows, o_small], -1)
     out[:, half:] = np.where(j < n_large[:, None], c[rows, o_large], -1)
     return out

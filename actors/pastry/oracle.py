@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ids import digit, shared_prefix_len, sorted_order
+from .ids import HALF_RING_HI, cw_dist, digit, shared_prefix_len, sorted_order
 from .state import PastryState, check_params
 
 # groups of nodes sharing a prefix larger than this use the dense per-router method,
@@ -48,19 +48,36 @@ def _best_per_router(hosts: np.ndarray, router: np.ndarray):
     return u[co], best[co]
 
 
-def _leaf_sets(order: np.ndarray, qpos: np.ndarray, l: int) -> np.ndarray:
-    """Leaf sets of the nodes at sorted positions ``qpos``. O(len(qpos) * l)."""
+def _leaf_sets(order: np.ndarray, qpos: np.ndarray, l: int, ids_hi, ids_lo) -> np.ndarray:
+    """Leaf sets of the nodes at sorted positions ``qpos``. O(len(qpos) * l).
+
+    Side rule (shared with :func:`merge.select_leaves`): a node is on the smaller side
+    when its counter-clockwise distance is below half the ring, otherwise on the larger
+    side; each side keeps its ``l/2`` nearest. On a ring of more than ~l nodes this is
+    the plain l/2 predecessors and l/2 successors; on a tiny ring a side may stay short
+    (then the node knows every node of that half ring).
+    """
     n = len(order)
     half = l // 2
     out = np.full((len(qpos), l), -1, np.int32)
-    n_small = min(half, (n - 1) // 2)
-    n_large = min(half, n - 1 - n_small)
-    j = np.arange(1, half + 1)
-    if n_small:
-        out[:, :n_small] = order[(qpos[:, None] - j[None, :n_small]) % n]
-    if n_large:
-        out[:, half:half + n_large] = order[(qpos[:, None] + j[None, :n_large]) % n]
+    k = min(half, n - 1)
+    if k <= 0:
+        return out
+    j = np.arange(1, k + 1)
+    me = order[qpos]
+    pred = order[(qpos[:, None] - j[None, :]) % n]
+    succ = order[(qpos[:, None] + j[None, :]) % n]
+    # smaller side iff the counter-clockwise distance is below 2^127 (high word < 2^63);
+    # distances grow with j, so each filter keeps a prefix and slots stay nearest first
+    out[:, :k] = np.where(_down_hi(pred, me, ids_hi, ids_lo) < HALF_RING_HI, pred, -1)
+    out[:, half:half + k] = np.where(_down_hi(succ, me, ids_hi, ids_lo) >= HALF_RING_HI, succ, -1)
     return out
+
+
+def _down_hi(c, me, ids_hi, ids_lo):
+    """High word of the counter-clockwise distance (me - c) mod 2^128, rows = me."""
+    h, _ = cw_dist(ids_hi[c], ids_lo[c], ids_hi[me][:, None], ids_lo[me][:, None])
+    return h
 
 
 def _neighbourhood(nodes, present_hosts, host_router, router_dist, m) -> np.ndarray:
@@ -173,7 +190,7 @@ def oracle_state(nodes, ids_hi, ids_lo, host_router, router_dist, lan_us=1000, *
     pos_of = np.full(n_all, -1, np.int64)
     pos_of[order] = np.arange(len(order))
     qpos = pos_of[nodes]
-    state.leaf[:] = _leaf_sets(order, qpos, l)
+    state.leaf[:] = _leaf_sets(order, qpos, l, ids_hi, ids_lo)
     state.nbr[:] = _neighbourhood(nodes, members, host_router, router_dist, m)
 
     s_hi, s_lo = ids_hi[order], ids_lo[order]

@@ -278,6 +278,15 @@ class Pastry(JoinMixin):
         flat = s.rt.reshape(len(s.rt), -1)
         flat[li[r], c] = -1
 
+    def _forget_dead(self, li, senders):
+        """A node we hear from directly is alive: drop it from the dead memory (a node
+        presumed failed by mistake, or recovered, may be re-admitted to the tables)."""
+        li = np.asarray(li, np.int64)
+        if len(li):
+            hit = self.dead[li] == np.asarray(senders, np.int64)[:, None]
+            r, c = np.nonzero(hit)
+            self.dead[li[r], c] = -1
+
     def _merge_leaves(self, ctx, li, cand, t):
         """Merge candidate ids into leaf sets (rows of one node are combined); returns
         (nodes' local indices, changed mask, added members). Dead-known ids stay out.

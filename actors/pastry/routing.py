@@ -3,8 +3,8 @@
 Pure function of the state arrays and the global id columns. For each row:
 
 1. leaf-set rule: if the key lies in the ring range [farthest smaller leaf, farthest
-   larger leaf] -- or a side of the leaf set is not full, meaning the node knows every
-   node on that side of the ring -- the next hop is the numerically closest of
+   larger leaf] -- or in the half ring of a side that is not full, meaning the node
+   knows every node of that half ring -- the next hop is the numerically closest of
    leaf set ∪ self (self: deliver here);
 2. prefix rule: row = shared prefix length p of self and key, column = digit p of the key;
    take that table entry if it is set;
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ids import U64, closest_key_order, cw_dist, digit, less, ring_dist, shared_prefix_len
+from .ids import HALF_RING_HI, U64, closest_key_order, cw_dist, digit, less, ring_dist, shared_prefix_len
 from .state import PastryState
 
 DELIVER = -1
@@ -39,17 +39,20 @@ def in_leaf_range(state: PastryState, local_idx, self_hi, self_lo, key_hi, key_l
     small, large = leaf[:, :half], leaf[:, half:]
     n_small = (small >= 0).sum(axis=1)
     n_large = (large >= 0).sum(axis=1)
-    incomplete = (n_small < half) | (n_large < half)
     # farthest entry of each side (slots fill nearest first, so the last filled slot)
     rows = np.arange(len(leaf))
     lo_node = small[rows, np.maximum(n_small - 1, 0)]
     hi_node = large[rows, np.maximum(n_large - 1, 0)]
-    lo_hi, lo_lo = _gather(ids_hi, lo_node), _gather(ids_lo, lo_node)
-    hi_hi, hi_lo = _gather(ids_hi, hi_node), _gather(ids_lo, hi_node)
-    span_h, span_l = cw_dist(lo_hi, lo_lo, hi_hi, hi_lo)
-    off_h, off_l = cw_dist(lo_hi, lo_lo, key_hi, key_lo)
-    inside = ~less(span_h, span_l, off_h, off_l)  # offset <= span
-    return incomplete | inside
+    dn_h, dn_l = cw_dist(key_hi, key_lo, self_hi, self_lo)   # self - key
+    up_h, up_l = cw_dist(self_hi, self_lo, key_hi, key_lo)   # key - self
+    lo_h, lo_l = cw_dist(_gather(ids_hi, lo_node), _gather(ids_lo, lo_node), self_hi, self_lo)
+    hi_h, hi_l = cw_dist(self_hi, self_lo, _gather(ids_hi, hi_node), _gather(ids_lo, hi_node))
+    # a short side means the node knows every node of that half ring (side rule of
+    # merge.select_leaves), so it covers the whole half
+    down = dn_h < HALF_RING_HI
+    cov_dn = np.where(n_small < half, down, ~less(lo_h, lo_l, dn_h, dn_l))
+    cov_up = np.where(n_large < half, ~down, ~less(hi_h, hi_l, up_h, up_l))
+    return cov_dn | cov_up
 
 
 def next_hop(state: PastryState, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo):
