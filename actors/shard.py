@@ -33,6 +33,9 @@ class ShardActor:
     def ready(self) -> int:
         return len(self.engine.nodes)
 
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
     def advance(self, end, phase, *inbound):
         next_time, outs, stats = self.engine.advance(end, phase, inbound)
         stats["out"] = [len(b) for b in outs]

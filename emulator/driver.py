@@ -85,9 +85,10 @@ class Emulator:
         shared_refs = {k: ray.put(v) for k, v in (shared or {}).items()}
         lat_ref = ray.put(latency)
         ns_ref = ray.put(node_shard)
-        opts = {"num_cpus": 0, **(actor_options or {})}
+        if not isinstance(actor_options, list | tuple):
+            actor_options = [actor_options] * self.shards
         self._actors = [
-            ShardActor.options(**opts).remote(k, ns_ref, lat_ref, stack_factory, self.seed,
+            ShardActor.options(**{"num_cpus": 0, **(actor_options[k] or {})}).remote(k, ns_ref, lat_ref, stack_factory, self.seed,
                                               self.delta_us, shared_refs, log_messages,
                                               str(self.run_dir) if self.run_dir else None,
                                               self.topo_index)

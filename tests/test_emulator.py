@@ -1,0 +1,256 @@
+"""The engine on its own, with the flooding test protocol (tests/emu_protocols.py)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from emu_protocols import BOOM, PING, TICK, TYPE_NAMES, Flood
+from emulator import Batch, RouterLatency, new_messages, rank_within
+from emulator.batch import MSG_DTYPE
+from emulator.engine import ShardEngine
+from emulator.queue import NEVER, EventQueue
+from emulator.rng import node_uniform
+from topologies import make_topology
+from topologies.partition import partition_routers
+
+
+@pytest.fixture(scope="module")
+def topo():
+    return make_topology("ts600", 1, 1500)
+
+
+@pytest.fixture(scope="module")
+def lat(topo):
+    return RouterLatency.from_topology(topo)
+
+
+# ---- pure parts --------------------------------------------------------------------------
+def test_batch_take_and_concat_keep_payload_rows():
+    m = new_messages(3, src=[0, 1, 2], dst=[1, 2, 0], pay_off=[0, 2, 2], pay_len=[2, 0, 3])
+    b = Batch(m, np.array([10, 11, 20, 21, 22], np.int32))
+    t = b.take(np.array([2, 0]))
+    assert t.segment(0).tolist() == [20, 21, 22] and t.segment(1).tolist() == [10, 11]
+    assert len(t.payload) == 5
+    c = Batch.concat([t, b.take(np.array([0])), Batch(new_messages(1))])
+    assert [c.segment(i).tolist() for i in range(4)] == [[20, 21, 22], [10, 11], [10, 11], []]
+
+
+def test_rank_within_counts_earlier_equal_keys():
+    assert rank_within(np.array([5, 3, 5, 5, 3, 9])).tolist() == [0, 0, 1, 2, 1, 0]
+    assert rank_within(np.array([], np.int64)).tolist() == []
+
+
+def test_queue_pops_in_time_order_across_runs():
+    q = EventQueue()
+    rng = np.random.default_rng(0)
+    times = []
+    for _ in range(40):
+        t = rng.integers(0, 10_000, size=rng.integers(1, 50))
+        times.append(t)
+        q.push(Batch(new_messages(len(t), time=t)))
+    allt = np.sort(np.concatenate(times))
+    assert q.next_time() == allt[0]
+    got = []
+    for cut in (100, 2500, 2500, 7000, NEVER):
+        got.append(q.pop_before(cut).msgs["time"])
+        assert (got[-1] < cut).all()
+    assert np.array_equal(np.sort(np.concatenate(got)), allt)
+    assert len(q) == 0 and q.next_time() == NEVER
+
+
+def test_node_streams_do_not_depend_on_batching():
+    nodes = np.array([7, 7, 3, 7, 3])
+    draws = np.array([0, 1, 0, 2, 1])
+    together = node_uniform(11, nodes, draws)
+    apart = np.array([node_uniform(11, [n], [d])[0] for n, d in zip(nodes, draws)])
+    assert np.array_equal(together, apart)
+    assert len(np.unique(together)) == 5 and ((together >= 0) & (together < 1)).all()
+    assert not np.array_equal(node_uniform(12, nodes, draws), together)
+
+
+def test_lookahead_matches_brute_force(topo, lat):
+    part = partition_routers(topo, 3)[topo.host_router]
+    d = lat.latency(np.arange(topo.n_hosts)[:, None], np.arange(topo.n_hosts)[None, :])
+    cross = part[:, None] != part[None, :]
+    assert lat.cross_lookahead_us(part) == d[cross].min()
+    off = ~np.eye(topo.n_hosts, dtype=bool)
+    assert lat.min_latency_us() == d[off].min() == topo.min_latency_us
+    assert np.array_equal(lat.latency([0, 5, 9], [3, 5, 1]), topo.latency([0, 5, 9], [3, 5, 1]))
+
+
+def test_engine_alone_processes_cells_causally(lat):
+    n = lat.n_hosts
+    e = ShardEngine(0, np.zeros(n, np.int32), lat, functools.partial(Flood, 2, 5), seed=1,
+                    delta_us=lat.min_latency_us())
+    e.accept([Batch(new_messages(4, time=[0, 10, 20, 30], src=[1, 2, 3, 4], dst=[1, 2, 3, 4],
+                                 type=PING, group=-1))])
+    nxt, out, stats = e.advance(NEVER, "p", [])
+    assert nxt == NEVER and stats["events"] == 4 * (2 ** 6 - 1)
+    rows = e.take_logs()["recv"].to_pandas()
+    d = lat.min_latency_us()
+    assert ((rows.time >= rows.cell) & (rows.time < rows.cell + d)).all()
+    hop = rows.hops > 0
+    assert (rows.time[hop] == rows.sent[hop] + lat.latency(rows.src[hop], rows.node[hop])).all()
+
+
+# ---- on Ray ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ray_session():
+    import ray
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, num_cpus=2, logging_level="WARNING")
+    yield ray
+
+
+def _flood(lat, tmp_path, ray, shards=1, node_shard=None, seed=5, phase="p", **kw):
+    from emulator import Emulator
+    emu = Emulator(lat.n_hosts, lat, functools.partial(Flood, 3, 7, **kw), shards=shards,
+                   node_shard=node_shard, seed=seed, run_dir=tmp_path, type_names=TYPE_NAMES)
+    starts = np.arange(8)
+    emu.inject(new_messages(8, time=starts * 3000, src=starts * 100, dst=starts * 100,
+                            type=PING, group=-1))
+    return emu
+
+
+def _table(ray, emu, name):
+    t = pa.concat_tables(ray.get(emu.logs(name))).to_pandas()
+    return t.sort_values(list(t.columns)).reset_index(drop=True)
+
+
+@pytest.mark.slow
+def test_same_log_for_any_shard_count_and_partition(topo, lat, tmp_path, ray_session):
+    ray = ray_session
+    results, windows = [], {}
+    parts = {
+        "k1": dict(shards=1), "k2": dict(shards=2), "k3": dict(shards=3),
+        "random3": dict(node_shard=np.random.default_rng(3).integers(0, 3, topo.n_hosts)),
+        "locality3": dict(node_shard=partition_routers(topo, 3)[topo.host_router]),
+    }
+    for name, kw in parts.items():
+        emu = _flood(lat, tmp_path / name, ray, **kw)
+        stats = emu.run("p")
+        windows[name] = (stats["windows"], emu.lookahead_us)
+        emu.dump("p")
+        emu.flush("p")
+        results.append((name, _table(ray, emu, "recv"), _table(ray, emu, "message")))
+        emu.shutdown()
+    _, recv0, msg0 = results[0]
+    assert len(recv0) == 8 * (3 ** 8 - 1) // 2
+    for name, recv, msg in results[1:]:
+        assert recv.equals(recv0), name
+        assert msg.equals(msg0), name
+    # locality partition: longer lookahead, fewer synchronisation rounds than random
+    assert windows["locality3"][1] > windows["random3"][1]
+    assert windows["locality3"][0] < windows["random3"][0]
+    # Parquet files are written per table, topo and phase
+    assert list((tmp_path / "k2" / "events" / "recv" / "topo=0").glob("p-shard1*.parquet"))
+    assert list((tmp_path / "k2" / "events" / "message_type" / "topo=0").glob("*.parquet"))
+
+
+@pytest.mark.slow
+def test_timers_idle_jumps_and_failures(lat, tmp_path, ray_session):
+    ray = ray_session
+    from emulator import Emulator
+    n = lat.n_hosts
+    emu = Emulator(n, lat, functools.partial(Flood, 1, 0, period_us=1_000_000,
+                                             stop_us=5_000_000_000),
+                   shards=2, seed=1, run_dir=tmp_path, type_names=TYPE_NAMES)
+    emu.fail([3, 4], 2_500_000)
+    emu.recover([3], 3_500_000)
+    stats = emu.run("t", until=5_000_000_001)
+    emu.flush("t")
+    ticks = _table(ray, emu, "tick")
+    # exact timer times; node 4 stops at its failure, node 3 misses one tick only
+    per = ticks.groupby("node").time.apply(list)
+    assert per[0] == [k * 1_000_000 for k in range(1, 5001)]
+    assert per[4] == [1_000_000, 2_000_000]
+    assert per[3] == [1_000_000, 2_000_000]  # its timer chain died with it (state is kept)
+    assert ((ticks.time >= ticks.cell) & (ticks.time < ticks.cell + emu.delta_us)).all()
+    # 5,000 seconds of virtual time with events once a second: rounds ~ busy cells, not time
+    assert stats["windows"] <= 5000 + 10
+    c = emu.counters()
+    assert c["lost"].get("test.tick", 0) >= 2
+    failed = _table(ray, emu, "failed")
+    assert sorted(failed.node) == [3, 4]
+    emu.shutdown()
+
+
+@pytest.mark.slow
+def test_handler_crash_names_shard_and_time(lat, tmp_path, ray_session):
+    from emulator import EmulationError, Emulator
+    emu = Emulator(lat.n_hosts, lat, functools.partial(Flood, 1, 1), shards=2, seed=1,
+                   run_dir=tmp_path, type_names=TYPE_NAMES)
+    emu.inject(new_messages(1, time=40_000, src=7, dst=7, type=BOOM, group=-1))
+    with pytest.raises(EmulationError, match=r"shard 1 failed .* at virtual time 40000 us.*boom"):
+        emu.run("x")
+    emu.shutdown()
+
+
+@pytest.mark.slow
+def test_checkpoint_resume_gives_identical_results(lat, tmp_path, ray_session):
+    ray = ray_session
+
+    def second_phase(emu):
+        emu.inject(new_messages(5, time=emu.now + np.arange(5) * 7000, src=np.arange(5) * 11,
+                                dst=np.arange(5) * 11, type=PING, group=-1))
+        emu.run("b")
+        emu.flush("b")
+        rows = _table(ray, emu, "recv")
+        return rows[rows.phase == "b"].reset_index(drop=True), emu.call("dump", "b")
+
+    emu = _flood(lat, tmp_path / "a", ray, shards=2, period_us=0)
+    emu.run("a", until=60_000)  # stop mid-flood: messages in flight across shards
+    emu.flush("a")
+    emu.checkpoint("a")
+    ref = second_phase(emu)
+    emu.shutdown()
+
+    emu2 = _flood(lat, tmp_path / "a", ray, shards=2)  # same arguments, fresh shards
+    emu2.restore("a")
+    got = second_phase(emu2)
+    emu2.shutdown()
+    assert got[1] == ref[1]
+    rows_b = ref[0]
+    assert len(rows_b) > 0 and got[0].equals(rows_b)
+
+
+@pytest.mark.slow
+def test_runs_on_a_two_node_cluster(lat, tmp_path):
+    """Shards pinned to two Ray nodes of a local cluster give the single-machine result."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from emulator import Emulator
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster()
+    try:
+        cluster.add_node(num_cpus=1, resources={"node_a": 1})
+        cluster.add_node(num_cpus=1, resources={"node_b": 1})
+        ray.init(address=cluster.address, logging_level="WARNING")
+        res = []
+        for opts in ([{"resources": {"node_a": 0.01}}] * 2,
+                     [{"resources": {"node_a": 0.01}}, {"resources": {"node_b": 0.01}}]):
+            emu = Emulator(lat.n_hosts, lat, functools.partial(Flood, 3, 6), shards=2, seed=9,
+                           run_dir=None, type_names=TYPE_NAMES, actor_options=opts)
+            emu.inject(new_messages(3, time=[0, 5, 9], src=[1, 2, 3], dst=[1, 2, 3], type=PING,
+                                    group=-1))
+            emu.run("c")
+            emu.flush("c")
+            res.append(_table(ray, emu, "recv"))
+            nodes = set(ray.get([a.node_id.remote() for a in emu._actors]))
+            assert len(nodes) == (1 if opts[0] == opts[1] else 2)
+            emu.shutdown()
+        assert len(res[0]) > 100 and res[0].equals(res[1])
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def test_message_dtype_is_the_documented_one():
+    assert MSG_DTYPE.names[:6] == ("time", "sent", "src", "dst", "seq", "type")
+    assert TICK in TYPE_NAMES
