@@ -1,0 +1,446 @@
+"""Scenario configuration: TOML files -> one validated, frozen `ScenarioConfig`.
+
+Validation happens once, here, before any work: unknown sections and keys, wrong types,
+out-of-range values, impossible sizes (a fixed group larger than the overlay, a Zipf rank
+with no member), phase orders that cannot run, missing measured-topology files. Every
+problem is a `ScenarioError` whose message is one line naming the key, the problem and
+the valid choices. `to_toml()` writes the resolved configuration back (run dir config.toml,
+the input of --resume).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCENARIO_DIR = Path(__file__).resolve().parent
+PROJECT_ROOT = SCENARIO_DIR.parent
+
+
+class ScenarioError(ValueError):
+    """Bad scenario input; the message is one line for the user."""
+
+
+# ---- the schema ------------------------------------------------------------------------
+# Each section: key -> (type, default, check, help). Types: int, float, bool, str, list.
+# The Pastry/Scribe keys mirror the protocols' DEFAULTS; the protocols validate their
+# values again when the stack is built (their ValueError becomes a ScenarioError).
+
+def _pos(v):
+    return v > 0
+
+
+def _nonneg(v):
+    return v >= 0
+
+
+PHASES = ("bootstrap", "create", "join", "multicast", "collapse", "multicast_collapsed",
+          "multicast_bottleneck", "churn")
+PARTITIONS = ("locality", "random")
+GROUP_KINDS = ("zipf", "fixed")
+BOOTSTRAPS = ("oracle", "protocol")
+
+SCHEMA: dict[str, dict[str, tuple]] = {
+    "run": {
+        "nodes": (int, 2000, lambda v: v >= 2, "number of Pastry/Scribe nodes (>= 2)"),
+        "groups": (int, 50, _pos, "number of groups (>= 1)"),
+        "topologies": (int, 1, lambda v: 1 <= v <= 1000, "topology seeds to average (1..1000)"),
+        "seed": (int, 1, _nonneg, "base seed (>= 0); topology t uses seed + t"),
+        "shards": (int, 1, _pos, "shard actors (>= 1, at most nodes)"),
+    },
+    "topology": {
+        "source": (str, "ts5050", None, "ts5050, ts600, rocketfuel:<path>[:<AS>], zoo:<path>, "
+                   "planetlab:<path>, edges:<csv>, topohub:<name>"),
+        "lan_us": (int, 1000, _pos, "LAN delay host<->router, us (> 0)"),
+        "partition": (str, "locality", lambda v: v in PARTITIONS,
+                      f"shard assignment: {' | '.join(PARTITIONS)}"),
+    },
+    "groups": {
+        "kind": (str, "zipf", lambda v: v in GROUP_KINDS, f"{' | '.join(GROUP_KINDS)}"),
+        "exponent": (float, 1.25, _pos, "Zipf exponent e of gsize(r) = floor(N r^-e + 0.5)"),
+        "size": (int, 11, _pos, "members per group when kind = fixed"),
+    },
+    "pastry": {
+        "bootstrap": (str, "oracle", lambda v: v in BOOTSTRAPS, f"{' | '.join(BOOTSTRAPS)}"),
+        "b": (int, 4, None, "digit bits (1, 2, 4, 8, 16)"),
+        "l": (int, 16, None, "leaf-set size (even, >= 2)"),
+        "m": (int, 32, None, "neighbourhood-set size"),
+        "keepalive_us": (int, 0, _nonneg, "leaf-set keep-alive period, us (0 = off)"),
+        "fail_timeout_us": (int, 0, _nonneg, "silence before a leaf is presumed failed "
+                            "(0 = 3 keep-alive periods)"),
+        "join_rate_per_s": (float, 100.0, _pos, "protocol bootstrap: node arrivals per second"),
+        "join_settle_us": (int, 2_000_000, _nonneg, "protocol bootstrap: a node serves as a "
+                           "contact this long after joining"),
+        "dead_memory": (int, 8, _pos, "presumed-failed ids a node remembers"),
+    },
+    "scribe": {
+        "bottleneck": (bool, False, None, "run the bottleneck remover while joining"),
+        "bottleneck_bound": (int, 64, _pos, "children bound of the bottleneck remover"),
+        "heartbeat_us": (int, 0, _nonneg, "tree maintenance period, us (0 = no repair)"),
+        "heartbeat_miss": (int, 3, _pos, "silent parent periods before a repair join"),
+        "child_expiry_miss": (int, 3, _pos, "periods before an unrefreshed child expires"),
+        "replicas": (int, 5, _nonneg, "RP record copies on the closest nodes"),
+        "rp_cache_ttl_us": (int, 0, _nonneg, "source RP cache lifetime, us (0 = 3 periods)"),
+        "reliable": (bool, False, None, "ordered reliable delivery layer"),
+        "reliable_buffer": (int, 256, _pos, "messages buffered per (node, group)"),
+        "max_tree_hops": (int, 255, _pos, "DATA hop limit (loop guard)"),
+        "lazy_growth": (bool, False, None, "lazy-growth variant"),
+    },
+    "phases": {
+        "order": (list, ["bootstrap", "create", "join", "multicast"], None,
+                  f"phase names from {', '.join(PHASES)}"),
+        "gap_us": (int, 1_000_000, _pos, "virtual time between the end of a phase and the "
+                   "next phase's stimuli, us"),
+        "join_spread_us": (int, 1_000_000, _nonneg, "member joins are spread uniformly over "
+                           "this window, us"),
+        "settle_us": (int, 5_000_000, _pos, "with periodic timers on (keep-alives, heartbeats) "
+                      "a phase runs this long after its last stimulus, us"),
+    },
+    "churn": {
+        "duration_us": (int, 20_000_000, _pos, "length of the churn phase, us"),
+        "fail_rate_per_s": (float, 2.0, _nonneg, "node failures per second (Poisson)"),
+        "downtime_us": (int, 5_000_000, _nonneg, "mean downtime before a failed node "
+                        "recovers, us (0 = never)"),
+        "multicast_interval_us": (int, 1_000_000, _pos, "each streaming group multicasts this "
+                                  "often, us"),
+        "stream_groups": (int, 0, _nonneg, "the top-ranked groups that stream (0 = all)"),
+        "warmup_us": (int, 2_000_000, _nonneg, "failures start this long after the stream"),
+    },
+}
+TOP_LEVEL = {"description": (str, "", None, "one line shown by `scenarios list`")}
+
+
+def _type_name(t) -> str:
+    return {int: "an integer", float: "a number", bool: "true/false", str: "a string",
+            list: "a list"}[t]
+
+
+def _check_type(where: str, t, v):
+    ok = (isinstance(v, bool) if t is bool else
+          isinstance(v, int) and not isinstance(v, bool) if t is int else
+          isinstance(v, (int, float)) and not isinstance(v, bool) if t is float else
+          isinstance(v, t))
+    if not ok:
+        raise ScenarioError(f"{where} must be {_type_name(t)}, got {v!r}")
+    if t is float:
+        v = float(v)
+        if not math.isfinite(v):
+            raise ScenarioError(f"{where} must be a finite number, got {v!r}")
+    return v
+
+
+# ---- the resolved configuration ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class ScenarioConfig:
+    """A validated scenario. Sections are plain dicts (read-only by convention)."""
+
+    name: str
+    description: str
+    run: dict = field(default_factory=dict)
+    topology: dict = field(default_factory=dict)
+    groups_cfg: dict = field(default_factory=dict)
+    pastry: dict = field(default_factory=dict)
+    scribe: dict = field(default_factory=dict)
+    phases: dict = field(default_factory=dict)
+    churn: dict = field(default_factory=dict)
+
+    # the names cli.py relies on
+    @property
+    def nodes(self) -> int:
+        return self.run["nodes"]
+
+    @property
+    def groups(self) -> int:
+        return self.run["groups"]
+
+    @property
+    def topologies(self) -> int:
+        return self.run["topologies"]
+
+    @property
+    def seed(self) -> int:
+        return self.run["seed"]
+
+    @property
+    def shards(self) -> int:
+        return self.run["shards"]
+
+    @property
+    def phase_order(self) -> list[str]:
+        return list(self.phases["order"])
+
+    def section(self, name: str) -> dict:
+        return getattr(self, "groups_cfg" if name == "groups" else name)
+
+    def pastry_params(self, topo_seed: int) -> dict:
+        """Parameters for `Pastry(app, params)`; its join schedule follows the topology seed."""
+        p = dict(self.pastry)
+        p["seed"] = int(topo_seed)
+        return p
+
+    def scribe_params(self) -> dict:
+        """Parameters for `Scribe(params)` (0 means None for the optional periods)."""
+        s = dict(self.scribe)
+        s["heartbeat_us"] = s["heartbeat_us"] or None
+        s["rp_cache_ttl_us"] = s["rp_cache_ttl_us"] or None
+        return s
+
+    @property
+    def periodic(self) -> bool:
+        """True when timers never stop (keep-alives or heartbeats): phases need an end."""
+        return bool(self.pastry["keepalive_us"] or self.scribe["heartbeat_us"])
+
+    def to_dict(self) -> dict:
+        d = {"name": self.name, "description": self.description}
+        for s in SCHEMA:
+            d[s] = dict(self.section(s))
+        return d
+
+    def to_toml(self) -> str:
+        """The resolved configuration as TOML (loads back to an equal config)."""
+        lines = [f"# resolved configuration of scenario {self.name!r}",
+                 f"name = {_toml_value(self.name)}",
+                 f"description = {_toml_value(self.description)}"]
+        for s in SCHEMA:
+            lines += ["", f"[{s}]"]
+            for k, v in self.section(s).items():
+                lines.append(f"{k} = {_toml_value(v)}")
+        return "\n".join(lines) + "\n"
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else "nan"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {v!r} as TOML")
+
+
+# ---- loading -----------------------------------------------------------------------------
+
+def scenario_files() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(SCENARIO_DIR.glob("*.toml"))}
+
+
+def _resolve_file(name: str) -> tuple[str, Path]:
+    files = scenario_files()
+    if name in files:
+        return name, files[name]
+    p = Path(name).expanduser()
+    if p.suffix == ".toml" or p.exists():
+        if not p.is_file():
+            raise ScenarioError(f"scenario file {p} does not exist")
+        return p.stem, p
+    raise ScenarioError(f"unknown scenario {name!r}; choose one of {', '.join(files)} "
+                        "or give a path to a .toml file")
+
+
+def read_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{path}: not valid TOML ({e})") from None
+    except OSError as e:
+        raise ScenarioError(f"cannot read scenario file {path}: {e.strerror}") from None
+
+
+def parse_set(item: str) -> tuple[str, str, object]:
+    """'section.key=value' -> (section, key, value); the value is read as TOML, else as a
+    bare string (so `topology.source=ts600` needs no quotes)."""
+    if not isinstance(item, str) or "=" not in item:
+        raise ScenarioError(f"--set {item!r}: expected section.key=value, e.g. pastry.l=32")
+    path, _, raw = item.partition("=")
+    path, raw = path.strip(), raw.strip()
+    sec, dot, key = path.partition(".")
+    if not dot or not key:
+        raise ScenarioError(f"--set {item!r}: expected section.key=value with a section from "
+                            f"{', '.join(SCHEMA)}")
+    if sec not in SCHEMA:
+        raise ScenarioError(f"--set {item!r}: unknown section {sec!r}; valid: {', '.join(SCHEMA)}")
+    if key not in SCHEMA[sec]:
+        raise ScenarioError(f"--set {item!r}: unknown key {sec}.{key}; valid: "
+                            f"{', '.join(SCHEMA[sec])}")
+    if raw == "":
+        raise ScenarioError(f"--set {item!r}: missing value after '='")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return sec, key, value
+
+
+def _merge(raw: dict, where: str) -> dict:
+    """Fill defaults, reject unknown sections/keys, check types (not cross-field rules)."""
+    unknown = sorted(set(raw) - set(SCHEMA) - set(TOP_LEVEL) - {"name"})
+    if unknown:
+        raise ScenarioError(f"{where}: unknown section or key {unknown[0]!r}; valid sections: "
+                            f"{', '.join(SCHEMA)}")
+    out = {"description": _check_type(f"{where}: description", str, raw.get("description", ""))}
+    for sec, keys in SCHEMA.items():
+        given = raw.get(sec, {})
+        if not isinstance(given, dict):
+            raise ScenarioError(f"{where}: [{sec}] must be a table of keys")
+        bad = sorted(set(given) - set(keys))
+        if bad:
+            raise ScenarioError(f"{where}: unknown key {sec}.{bad[0]}; valid: {', '.join(keys)}")
+        vals = {}
+        for k, (t, default, check, help_) in keys.items():
+            v = given.get(k, default)
+            v = _check_type(f"{sec}.{k}", t, v)
+            if check is not None and not check(v):
+                raise ScenarioError(f"{sec}.{k} = {v!r} is out of range: {help_}")
+            vals[k] = list(v) if t is list else v
+        out[sec] = vals
+    return out
+
+
+def _resolve_source(source: str) -> str:
+    """Make file paths of measured sources absolute (relative to the project root when not
+    found relative to the working directory) and check that the files exist."""
+    kind, sep, rest = source.partition(":")
+    if not sep or kind not in ("rocketfuel", "zoo", "planetlab", "edges"):
+        if sep and kind != "topohub":
+            raise ScenarioError(f"topology.source {source!r}: unknown kind {kind!r}; use ts5050, "
+                                "ts600, rocketfuel:<path>[:<AS>], zoo:<path>, planetlab:<path>, "
+                                "edges:<csv>, topohub:<name>")
+        if not sep and source not in ("ts5050", "ts600"):
+            raise ScenarioError(f"topology.source {source!r} is unknown; use ts5050, ts600, "
+                                "rocketfuel:<path>[:<AS>], zoo:<path>, planetlab:<path>, "
+                                "edges:<csv>, topohub:<name>")
+        return source
+    asn = ""
+    if kind == "rocketfuel":
+        head, colon, tail = rest.rpartition(":")
+        if colon and tail.isdigit():
+            rest, asn = head, ":" + tail
+    p = Path(rest).expanduser()
+    for cand in ([p] if p.is_absolute() else [Path.cwd() / p, PROJECT_ROOT / p]):
+        if cand.exists():
+            return f"{kind}:{cand.resolve()}{asn}"
+    raise ScenarioError(f"topology.source: measured data file {rest} not found (looked in "
+                        f"{Path.cwd()} and {PROJECT_ROOT}); give its path with "
+                        f"--set topology.source={kind}:<path>")
+
+
+def _validate(cfg: ScenarioConfig) -> None:
+    """Cross-field rules: sizes that cannot exist, phase orders that cannot run."""
+    n, g = cfg.nodes, cfg.groups
+    if cfg.shards > n:
+        raise ScenarioError(f"run.shards = {cfg.shards} exceeds run.nodes = {n}: every shard "
+                            "needs a node")
+    gc = cfg.groups_cfg
+    if gc["kind"] == "fixed" and gc["size"] > n:
+        raise ScenarioError(f"groups.size = {gc['size']} exceeds run.nodes = {n}: a group "
+                            "cannot have more members than there are nodes")
+    if gc["kind"] == "zipf":
+        smallest = math.floor(n * g ** -gc["exponent"] + 0.5)
+        if smallest < 1:
+            # largest r with N r^-e + 0.5 >= 1, i.e. r <= (2N)^(1/e); fix float rounding
+            r = max(1, int((2 * n) ** (1 / gc["exponent"])))
+            while r > 1 and math.floor(n * r ** -gc["exponent"] + 0.5) < 1:
+                r -= 1
+            while math.floor(n * (r + 1) ** -gc["exponent"] + 0.5) >= 1:
+                r += 1
+            raise ScenarioError(f"run.groups = {g} is impossible with {n} nodes: Zipf groups "
+                                f"beyond rank {r} would have no member; use at most {r} groups")
+    order = cfg.phase_order
+    bad = [p for p in order if p not in PHASES]
+    if bad:
+        raise ScenarioError(f"phases.order: unknown phase {bad[0]!r}; valid: {', '.join(PHASES)}")
+    if len(set(order)) != len(order):
+        dup = next(p for p in order if order.count(p) > 1)
+        raise ScenarioError(f"phases.order: phase {dup!r} appears twice")
+    if not order or order[0] != "bootstrap":
+        raise ScenarioError("phases.order must start with 'bootstrap' (it builds the overlay)")
+    needs = {"join": ["create"], "multicast": ["join"], "collapse": ["join"],
+             "multicast_collapsed": ["collapse"], "multicast_bottleneck": ["join"],
+             "churn": ["join"], "create": []}
+    for i, p in enumerate(order):
+        for req in needs.get(p, []):
+            if req not in order[:i]:
+                raise ScenarioError(f"phases.order: {p!r} needs {req!r} before it")
+    s = cfg.scribe
+    if s["bottleneck"] and "multicast" in order:
+        raise ScenarioError("phases.order: with scribe.bottleneck = true the trees are the "
+                            "remover's; use 'multicast_bottleneck' instead of 'multicast'")
+    if "multicast_bottleneck" in order and not s["bottleneck"]:
+        raise ScenarioError("phases.order: 'multicast_bottleneck' needs scribe.bottleneck = true")
+    if "churn" in order:
+        if not cfg.pastry["keepalive_us"] or not s["heartbeat_us"]:
+            raise ScenarioError("phases.order: 'churn' needs pastry.keepalive_us > 0 and "
+                                "scribe.heartbeat_us > 0 (failure detection and tree repair)")
+        c = cfg.churn
+        if c["warmup_us"] >= c["duration_us"]:
+            raise ScenarioError(f"churn.warmup_us = {c['warmup_us']} must be shorter than "
+                                f"churn.duration_us = {c['duration_us']}")
+    # the protocols' own checks (digit size, leaf-set size, ...) with their messages
+    from actors.stack import make_stack
+    try:
+        make_stack(cfg.pastry_params(cfg.seed), cfg.scribe_params())
+    except ValueError as e:
+        raise ScenarioError(str(e).splitlines()[0]) from None
+
+
+def build_config(name: str, raw: dict, where: str = "scenario") -> ScenarioConfig:
+    merged = _merge(raw, where)
+    merged["topology"]["source"] = _resolve_source(merged["topology"]["source"])
+    cfg = ScenarioConfig(name=name, description=merged["description"], run=merged["run"],
+                         topology=merged["topology"], groups_cfg=merged["groups"],
+                         pastry=merged["pastry"], scribe=merged["scribe"],
+                         phases=merged["phases"], churn=merged["churn"])
+    _validate(cfg)
+    return cfg
+
+
+def load_scenario(name: str, *, nodes=None, groups=None, topologies=None, seed=None,
+                  shards=None, bootstrap=None, sets=()) -> ScenarioConfig:
+    """A scenario by name (scenarios/<name>.toml) or path, with overrides applied.
+
+    Order: the file, then each `sets` item ("section.key=value"), then the keyword
+    overrides. Raises ScenarioError (one line) on any bad input.
+    """
+    if not isinstance(name, str) or not name:
+        raise ScenarioError("scenario name must be a non-empty string")
+    sname, path = _resolve_file(name)
+    raw = read_toml(path)
+    if isinstance(raw.get("name"), str) and raw["name"]:
+        sname = raw["name"]      # a resolved config.toml keeps its scenario's name
+    raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    if isinstance(sets, str):
+        sets = [sets]
+    for item in sets or ():
+        sec, key, value = parse_set(item)
+        raw.setdefault(sec, {})
+        if not isinstance(raw[sec], dict):
+            raise ScenarioError(f"{path}: [{sec}] must be a table of keys")
+        raw[sec][key] = value
+    for key, value in (("nodes", nodes), ("groups", groups), ("topologies", topologies),
+                       ("seed", seed), ("shards", shards)):
+        if value is not None:
+            raw.setdefault("run", {})[key] = value
+    if bootstrap is not None:
+        raw.setdefault("pastry", {})["bootstrap"] = bootstrap
+    return build_config(sname, raw, where=str(path.name))
+
+
+def with_overrides(cfg: ScenarioConfig, **sections) -> ScenarioConfig:
+    """A copy with some section keys replaced, validated again (used by tests)."""
+    raw = cfg.to_dict()
+    for sec, vals in sections.items():
+        raw[sec].update(vals)
+    name = raw.pop("name")
+    return build_config(name, raw)
+
+
+__all__ = ["PHASES", "SCHEMA", "ScenarioConfig", "ScenarioError", "build_config",
+           "load_scenario", "parse_set", "read_toml", "scenario_files", "with_overrides"]

@@ -1,0 +1,168 @@
+"""Scenario configs: every shipped TOML validates; Zipf sizes; overrides; bad input -> one
+clear ScenarioError line naming the problem (fast: no Ray, no Spark)."""
+
+import tomllib
+
+import numpy as np
+import pytest
+
+from scenarios import ScenarioError, list_scenarios, load_scenario
+from scenarios.config import PHASES, scenario_files
+from scenarios.groups import join_times, plan_groups, zipf_sizes
+
+SHIPPED = ["churn", "churn_reliable", "measured_internet", "paper_zipf_1500",
+           "paper_zipf_1500_bottleneck", "quick", "small_groups_30k"]
+
+
+def test_every_required_scenario_ships():
+    assert set(SHIPPED) <= set(scenario_files())
+
+
+@pytest.mark.parametrize("name", sorted(scenario_files()))
+def test_every_toml_loads_validates_and_round_trips(name, tmp_path):
+    if name == "measured_internet" and not (
+            scenario_files()[name].parents[2] / "shared/data/measured").is_dir():
+        with pytest.raises(ScenarioError, match="measured data file"):
+            load_scenario(name)
+        return
+    cfg = load_scenario(name)
+    assert cfg.name == name and cfg.description
+    assert cfg.phase_order[0] == "bootstrap" and set(cfg.phase_order) <= set(PHASES)
+    text = cfg.to_toml()
+    tomllib.loads(text)                      # valid TOML
+    p = tmp_path / "config.toml"
+    p.write_text(text)
+    again = load_scenario(str(p))
+    assert again == cfg                      # the resolved config reproduces the run
+
+
+def test_paper_scenarios_match_the_spec():
+    z = load_scenario("paper_zipf_1500")
+    assert (z.nodes, z.groups, z.topologies) == (100_000, 1500, 10)
+    assert z.topology["source"] == "ts5050" and z.groups_cfg["kind"] == "zipf"
+    assert z.groups_cfg["exponent"] == 1.25 and z.phase_order[-1] == "multicast"
+    b = load_scenario("paper_zipf_1500_bottleneck")
+    assert b.scribe["bottleneck"] and b.scribe["bottleneck_bound"] == 64
+    assert "multicast_bottleneck" in b.phase_order and b.seed == z.seed
+    s = load_scenario("small_groups_30k")
+    assert (s.nodes, s.groups, s.groups_cfg["kind"], s.groups_cfg["size"]) == (50_000, 30_000,
+                                                                             "fixed", 11)
+    assert s.phase_order[-2:] == ["collapse", "multicast_collapsed"]
+    q = load_scenario("quick")
+    assert {"collapse", "multicast_collapsed"} <= set(q.phase_order) and q.nodes <= 5000
+    c, cr = load_scenario("churn"), load_scenario("churn_reliable")
+    assert "churn" in c.phase_order and c.pastry["keepalive_us"] > 0 and c.scribe["heartbeat_us"] > 0
+    assert not c.scribe["reliable"] and cr.scribe["reliable"]
+
+
+def test_zipf_sizes_for_100k_nodes():
+    s = zipf_sizes(100_000, 1500, 1.25)
+    print(f"sum of Zipf group sizes for N=100,000, G=1,500: {int(s.sum()):,}")
+    assert s[0] == 100_000 and s[-1] == 11
+    assert (np.diff(s) <= 0).all()
+    assert s[1] == int(np.floor(100_000 * 2 ** -1.25 + 0.5))
+
+
+def test_group_plan_members_uniform_without_replacement_and_per_seed():
+    p = plan_groups("t", "zipf", 5000, 80, seed=3, topo=0)
+    assert len(p.member_node) == p.sizes.sum()
+    for g in (0, 1, 40, 79):
+        m = p.members_of(g)
+        assert len(m) == p.sizes[g] and len(np.unique(m)) == len(m)
+        assert m.min() >= 0 and m.max() < 5000
+    assert np.array_equal(p.members_of(0), np.arange(5000))   # rank 1 = everybody
+    same = plan_groups("t", "zipf", 5000, 80, seed=3, topo=0)
+    other = plan_groups("t", "zipf", 5000, 80, seed=3, topo=1)
+    assert np.array_equal(same.member_node, p.member_node)
+    assert not np.array_equal(other.members_of(5), p.members_of(5))
+    # groupIds differ between topologies (names carry the topology index) and are unique
+    ids = set(zip(p.table["id_hi"].tolist(), p.table["id_lo"].tolist()))
+    assert len(ids) == 80
+    # uniformity: over 80 groups, member counts per node decile are balanced
+    counts = np.bincount(p.member_node[p.member_group > 0] * 10 // 5000, minlength=10)
+    assert counts.min() > 0.8 * counts.mean()
+    f = plan_groups("t", "fixed", 300, 50, seed=1, topo=0, size=11)
+    assert (f.sizes == 11).all() and len(f.member_node) == 550
+    t = join_times(1, 0, 1000, 5_000, 100)
+    assert t.min() >= 5_000 and t.max() < 5_100
+
+
+def test_overrides_keywords_and_sets():
+    c = load_scenario("paper_zipf_1500", nodes=3000, groups=60, topologies=2, seed=7, shards=3,
+                      bootstrap="protocol",
+                      sets=["pastry.l=32", "scribe.bottleneck_bound=32",
+                            "topology.source=ts600", "phases.join_spread_us=250000",
+                            "groups.exponent=1.1"])
+    assert (c.nodes, c.groups, c.topologies, c.seed, c.shards) == (3000, 60, 2, 7, 3)
+    assert c.pastry["bootstrap"] == "protocol" and c.pastry["l"] == 32
+    assert c.scribe["bottleneck_bound"] == 32 and c.topology["source"] == "ts600"
+    assert c.phases["join_spread_us"] == 250_000 and c.groups_cfg["exponent"] == 1.1
+    # keyword overrides win over --set
+    assert load_scenario("quick", nodes=500, sets=["run.nodes=900"]).nodes == 500
+    # a list value
+    q = load_scenario("quick", sets=['phases.order=["bootstrap","create","join","multicast"]'])
+    assert q.phase_order == ["bootstrap", "create", "join", "multicast"]
+    assert load_scenario("quick", sets=["pastry.join_rate_per_s=50"]).pastry["join_rate_per_s"] == 50.0
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(sets=["pastry.nope=3"]), r"unknown key pastry\.nope; valid: bootstrap, b, l"),
+    (dict(sets=["nosuch.key=3"]), r"unknown section 'nosuch'; valid: run, topology"),
+    (dict(sets=["pastry.l"]), r"expected section\.key=value"),
+    (dict(sets=["nodes=3"]), r"expected section\.key=value"),
+    (dict(sets=["pastry.l="]), r"missing value"),
+    (dict(sets=["pastry.l=abc"]), r"pastry\.l must be an integer, got 'abc'"),
+    (dict(sets=["pastry.l=16.5"]), r"pastry\.l must be an integer"),
+    (dict(sets=["scribe.bottleneck=1"]), r"scribe\.bottleneck must be true/false"),
+    (dict(sets=["pastry.l=15"]), r"Pastry.*l"),
+    (dict(sets=["pastry.b=3"]), r"b"),
+    (dict(bootstrap="magic"), r"pastry\.bootstrap = 'magic' is out of range: oracle \| protocol"),
+    (dict(nodes=1), r"run\.nodes = 1 is out of range"),
+    (dict(nodes=True), r"run\.nodes must be an integer"),
+    (dict(shards=0), r"run\.shards = 0 is out of range"),
+    (dict(nodes=100, shards=101), r"run\.shards = 101 exceeds run\.nodes = 100"),
+    (dict(nodes=100, groups=1000), r"run\.groups = 1000 is impossible with 100 nodes.*at most"),
+    (dict(sets=["topology.partition=domain"]), r"partition.*locality \| random"),
+    (dict(sets=["topology.source=ts9999"]), r"topology\.source 'ts9999' is unknown; use ts5050"),
+    (dict(sets=["topology.source=rocketfuel:/nonexistent/x.cch:1239"]),
+     r"measured data file /nonexistent/x\.cch not found"),
+    (dict(sets=['phases.order=["bootstrap","join"]']), r"'join' needs 'create' before it"),
+    (dict(sets=['phases.order=["create","join"]']), r"must start with 'bootstrap'"),
+    (dict(sets=['phases.order=["bootstrap","create","fly"]']), r"unknown phase 'fly'; valid: bootstrap"),
+    (dict(sets=['phases.order=["bootstrap","create","create"]']), r"'create' appears twice"),
+    (dict(sets=["scribe.bottleneck=true"]), r"use 'multicast_bottleneck' instead"),
+    (dict(sets=['phases.order=["bootstrap","create","join","churn"]']),
+     r"'churn' needs pastry\.keepalive_us > 0"),
+])
+def test_bad_input_raises_one_clear_line(kwargs, match):
+    with pytest.raises(ScenarioError, match=match) as e:
+        load_scenario("quick", **kwargs)
+    assert "\n" not in str(e.value)
+
+
+def test_impossible_fixed_group_size():
+    with pytest.raises(ScenarioError, match=r"groups\.size = 11 exceeds run\.nodes = 10"):
+        load_scenario("small_groups_30k", nodes=10, groups=5, shards=1)
+
+
+def test_unknown_scenario_and_bad_files(tmp_path):
+    with pytest.raises(ScenarioError, match=r"unknown scenario 'nope'; choose one of .*quick"):
+        load_scenario("nope")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("description = 'x'\n[run]\nnodes = 100\ncolour = 'red'\n")
+    with pytest.raises(ScenarioError, match=r"unknown key run\.colour"):
+        load_scenario(str(bad))
+    bad.write_text("description = 'x'\n[fun]\nnodes = 100\n")
+    with pytest.raises(ScenarioError, match=r"unknown section or key 'fun'"):
+        load_scenario(str(bad))
+    bad.write_text("description = 'x\n")
+    with pytest.raises(ScenarioError, match=r"not valid TOML"):
+        load_scenario(str(bad))
+    with pytest.raises(ScenarioError, match=r"does not exist"):
+        load_scenario(str(tmp_path / "missing.toml"))
+
+
+def test_list_scenarios():
+    infos = {i.name: i for i in list_scenarios()}
+    assert set(SHIPPED) <= set(infos)
+    assert infos["paper_zipf_1500"].nodes == 100_000 and infos["quick"].groups == 40
