@@ -88,10 +88,9 @@ class Emulator:
         if not isinstance(actor_options, list | tuple):
             actor_options = [actor_options] * self.shards
         self._actors = [
-            ShardActor.options(**{"num_cpus": 0, **(actor_options[k] or {})}).remote(k, ns_ref, lat_ref, stack_factory, self.seed,
-                                              self.delta_us, shared_refs, log_messages,
-                                              str(self.run_dir) if self.run_dir else None,
-                                              self.topo_index)
+            ShardActor.options(num_cpus=0, **(actor_options[k] or {})).remote(
+                k, ns_ref, lat_ref, stack_factory, self.seed, self.delta_us, shared_refs,
+                log_messages, str(self.run_dir) if self.run_dir else None, self.topo_index)
             for k in range(self.shards)]
         self._get([a.ready.remote() for a in self._actors], "setup")
         if self.run_dir is not None:

@@ -13,5 +13,5 @@ ROOT = Path(__file__).resolve().parent.parent
 for p in (str(ROOT), str(ROOT / "tests")):
     if p not in sys.path:
         sys.path.insert(0, p)
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(ROOT), str(ROOT / "tests")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+_inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), *_inherited])

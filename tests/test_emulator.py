@@ -7,8 +7,8 @@ import functools
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from emu_protocols import BOOM, PING, TICK, TYPE_NAMES, Flood
+
 from emulator import Batch, RouterLatency, new_messages, rank_within
 from emulator.batch import MSG_DTYPE
 from emulator.engine import ShardEngine
@@ -66,7 +66,7 @@ def test_node_streams_do_not_depend_on_batching():
     nodes = np.array([7, 7, 3, 7, 3])
     draws = np.array([0, 1, 0, 2, 1])
     together = node_uniform(11, nodes, draws)
-    apart = np.array([node_uniform(11, [n], [d])[0] for n, d in zip(nodes, draws)])
+    apart = np.array([node_uniform(11, [n], [d])[0] for n, d in zip(nodes, draws, strict=True)])
     assert np.array_equal(together, apart)
     assert len(np.unique(together)) == 5 and ((together >= 0) & (together < 1)).all()
     assert not np.array_equal(node_uniform(12, nodes, draws), together)
