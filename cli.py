@@ -169,7 +169,7 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
             rows.append((f"link stress total / max ({traffic})",
                          f"{_fmt(d.get('total'))} / {_fmt(d.get('max'))}"))
     ov = summary.get("overlay") or {}
-    for k in ("mean_hops", "ceil_log16_n"):
+    for k in ("mean_hops", "log16_nodes_ceil", "probes_per_join"):
         if k in ov:
             rows.append((k.replace("_", " "), ov[k]))
     timing = summary.get("timing") or {}
@@ -252,7 +252,7 @@ def list_scenarios_cmd():
     table = Table(title="scenarios")
     for col, just in (("name", "left"), ("nodes", "right"), ("groups", "right"),
                       ("topologies", "right"), ("description", "left")):
-        table.add_column(col, justify=just, overflow="fold")
+        table.add_column(col, justify=just, overflow="fold", no_wrap=col != "description")
     for info in scenarios.list_scenarios():
         table.add_row(info.name, f"{info.nodes:,}", f"{info.groups:,}", str(info.topologies),
                       info.description)
