@@ -108,3 +108,29 @@ def group_size_by_rank(groups: pd.DataFrame, path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend()
     return _save(fig, path)
+
+
+def churn_delivery(buckets: pd.DataFrame, path: Path) -> Path:
+    """Delivery ratio per time bucket of the multicast stream, per variant (topologies
+    pooled: received / expected summed per bucket), with the dead nodes on a second axis."""
+    fig, ax = plt.subplots(figsize=(7.2, 4.2))
+    agg = buckets.groupby(["variant", "bucket"], sort=True).agg(
+        start=("bucket_start_us", "min"), received=("received", "sum"),
+        expected=("expected", "sum"), dead=("dead_nodes", "sum")).reset_index()
+    for variant, part in agg.groupby("variant", sort=True):
+        ratio = part["received"] / part["expected"].where(part["expected"] > 0)
+        ax.step(part["start"] / 1e6, ratio, where="post", marker=".", label=variant)
+    ax.set_xlabel("publish time (s, virtual)")
+    ax.set_ylabel("delivery ratio (received / expected)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    dead = agg.groupby("bucket").agg(start=("start", "min"), dead=("dead", "max"))
+    if dead["dead"].max() > 0:
+        ax2 = ax.twinx()
+        ax2.step(dead["start"] / 1e6, dead["dead"], where="post", color="grey", lw=0.8,
+                 ls="--", label="dead nodes")
+        ax2.set_ylabel("dead nodes at bucket start")
+        ax2.legend(loc="lower right")
+    ax.legend(loc="lower left")
+    ax.set_title("Delivery under churn")
+    return _save(fig, path)

@@ -16,7 +16,8 @@ FIGURES = [("delay_penalty_cdf.png", "Delay penalty (RAD, RMD) over groups"),
            ("rdp_rank1_cdf.png", "RDP of the rank-1 group's members"),
            ("node_stress.png", "Node stress: children tables and entries per node"),
            ("link_stress.png", "Link stress: Scribe vs IP multicast vs naive unicast"),
-           ("group_size_by_rank.png", "Group size vs rank")]
+           ("group_size_by_rank.png", "Group size vs rank"),
+           ("churn_delivery.png", "Delivery ratio over time under churn")]
 
 
 def _fmt(v) -> str:
@@ -51,6 +52,14 @@ def _tables(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
                 [[t, *(_fmt(d.get(k)) for k in ("total", "mean", "median", "max", "links",
                                                  "links_nonzero")), d.get("note", "")]
                  for t, d in ls.items()]))
+    ch = summary.get("churn") or {}
+    variants = {v: d for v, d in ch.items() if isinstance(d, dict)}
+    if variants:
+        cols = ["ratio", "min_bucket_ratio", "duplicates", "out_of_order", "p99_delay_us",
+                "outages", "outage_median_us", "rp_failures", "rp_failovers", "failover_max_us"]
+        out.append((f"Delivery under churn (buckets of {_fmt(ch.get('bucket_us'))} us, "
+                    f"messages from {ch.get('publishes_from')})", ["variant", *cols],
+                    [[v, *(_fmt(d.get(k)) for k in cols)] for v, d in variants.items()]))
     ov = summary.get("overlay") or {}
     out.append(("Overlay", list(ov), [[_fmt(v) for v in ov.values()]]))
     timing = summary.get("timing") or {}

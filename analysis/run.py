@@ -12,7 +12,7 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from analysis import delay, figures, link_stress, node_stress, overlay
+from analysis import churn, delay, figures, link_stress, node_stress, overlay
 from analysis.load import load_events
 from analysis.output import write_csv, write_json
 from analysis.physical import lan_base, load_topology
@@ -161,12 +161,70 @@ def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list]
                                                    F.count("*").alias("routes")).toPandas())
     timing["overlay"] = time.perf_counter() - t0
 
+    # churn: only when the run logged a multicast stream or failures
+    churn_summary = None
+    if ev["publish"].limit(1).count() or ev["node_event"].limit(1).count():
+        t0 = time.perf_counter()
+        churn_summary = _churn(spark, ev, options, metrics, figs)
+        timing["churn"] = time.perf_counter() - t0
+
     summary = _summary(run_dir, scenario_meta or {}, indices, meta_pd, groups_pd, options,
                        dp_pd, rdp_pd, ns_pd, ls_pd, route_means, probes_pd)
+    if churn_summary is not None:
+        summary["churn"] = churn_summary
     timing["analysis_total"] = time.perf_counter() - started
     summary["timing"] = {f"analysis_{k}" if not k.startswith("analysis") else k: round(v, 3)
                          for k, v in timing.items()}
     return _merge_and_write(run_dir / "summary.json", summary, extra or {})
+
+
+def churn_bucket_us(messages_span_us: int, requested: int | None) -> int:
+    """Bucket width: the requested one, else 1/20 of the stream rounded up to whole ms."""
+    if requested is not None:
+        if requested <= 0:
+            raise ValueError(f"churn_bucket_us must be positive, got {requested}")
+        return int(requested)
+    return max(1000, -(-max(int(messages_span_us), 1) // 20 // 1000) * 1000)
+
+
+def _churn(spark: SparkSession, ev: dict, options: AnalysisOptions, metrics: Path,
+           figs: Path) -> dict | None:
+    """Churn CSVs and figure; returns the summary.json entry (None: no stream logged)."""
+    inferred = ev["publish"].limit(1).count() == 0
+    messages = churn.published_messages(ev["publish"], ev["delivery"], inferred,
+                                        options.churn_phases).cache()
+    span = messages.agg(F.min("publish_time").alias("lo"),
+                        F.max("publish_time").alias("hi")).first()
+    if span["lo"] is None:
+        messages.unpersist()
+        return None
+    bucket_us = churn_bucket_us(span["hi"] - span["lo"], options.churn_bucket_us)
+    dead = churn.dead_intervals(ev["node_event"]).cache()
+    expected = churn.expected_deliveries(messages, ev["membership"], dead)
+    arrivals = churn.first_arrivals(ev["delivery"], messages, options.churn_phases).cache()
+    outcomes = churn.delivery_outcomes(expected, arrivals).cache()
+    buckets = churn.churn_delivery(outcomes, arrivals, messages, dead, bucket_us).cache()
+    outages = churn.churn_outages(outcomes).cache()
+    failovers = churn.churn_rp_failover(messages, arrivals, ev["group"], ev["node_event"]).cache()
+    source = "delivery" if inferred else "publish"
+    summary = churn.churn_summary(churn.delivery_summary(outcomes, arrivals, buckets),
+                                  outages, failovers, source)
+    write_csv(buckets, metrics / "churn_delivery.csv", ["topo", "variant", "bucket"])
+    write_csv(outages, metrics / "churn_outages.csv", ["topo", "variant", "group", "member",
+                                                       "start_us"])
+    write_csv(failovers, metrics / "churn_rp_failover.csv", ["topo", "variant", "group"])
+    summary_pd = summary.toPandas()
+    write_csv(spark.createDataFrame(summary_pd, summary.schema), metrics / "churn_summary.csv",
+              ["topo", "variant"])
+    buckets_pd = buckets.toPandas()
+    if len(buckets_pd):
+        figures.churn_delivery(buckets_pd, figs / "churn_delivery.png")
+    for df in (messages, dead, arrivals, outcomes, buckets, outages, failovers):
+        df.unpersist()
+    out = {"bucket_us": bucket_us, "publishes_from": source}
+    for _, r in _mean_rows(summary_pd).iterrows():
+        out[r["variant"]] = {c: _num(r[c]) for c in churn.SUMMARY_COLUMNS}
+    return out
 
 
 def _summary(run_dir, scenario_meta, indices, meta_pd, groups_pd, options, dp_pd, rdp_pd,
@@ -253,7 +311,7 @@ def _merge_and_write(path: Path, summary: dict, extra: dict) -> dict:
                 merged[k] = v
     # the issue's key order first, extras after
     head = ["scenario", "nodes", "groups", "topologies", "delay_penalty", "rdp_rank1",
-            "node_stress", "link_stress", "overlay", "timing"]
+            "node_stress", "link_stress", "overlay", "churn", "timing"]
     ordered = {k: merged[k] for k in head if k in merged}
     ordered.update({k: v for k, v in merged.items() if k not in ordered})
     write_json(ordered, path)

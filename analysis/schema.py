@@ -30,6 +30,10 @@ EVENT_TABLES: dict[str, dict[str, str]] = {
                 "time": "bigint"},
     "host": {"phase": "string", "node": "int", "router": "int", "id_hex": "string"},
     "message_type": {"phase": "string", "type": "smallint", "name": "string"},
+    # churn scenarios (written by the scenario runner, docs/analysis.md "Churn")
+    "publish": {"phase": "string", "group": "int", "source": "int", "time": "bigint",
+                "variant": "string"},
+    "node_event": {"phase": "string", "node": "int", "time": "bigint", "event": "string"},
 }
 
 # Scribe type codes (actors/scribe/types.py).
@@ -108,6 +112,11 @@ class AnalysisOptions:
     traffic: tuple[Traffic, ...] = DEFAULT_TRAFFIC
     type_names: dict[int, str] = field(default_factory=dict)
     primary_variant: str = "scribe"   # the variant summary.json's top-level figures describe
+    # churn metrics: phases of the publish/delivery rows of the multicast stream (None: all)
+    # and the width of the time buckets of churn_delivery.csv (None: 1/20 of the stream's
+    # span, rounded up to a whole millisecond)
+    churn_phases: tuple[str, ...] | None = None
+    churn_bucket_us: int | None = None
     # reader(path) -> topology for RUN_DIR/topology/topo-<t>.npz; None = Topology.load.
     # Runs in Spark workers: must be a picklable module-level function.
     topology_reader: Callable | None = None

@@ -1,0 +1,292 @@
+"""Delivery under churn (SPEC 5, churn / failure scenarios): ratio over time, duplicates,
+out-of-order deliveries, member outages (tree repair as members see it), RP fail-overs.
+
+Inputs (event tables, docs/analysis.md "Churn"):
+- `publish` (group, source, time, variant): every multicast the scenario issued; when the
+  run has no publish rows, the messages are inferred from `delivery` (distinct (variant,
+  group, source, publish_time)) and messages no member received are then invisible;
+- `node_event` (node, time, event "fail" | "recover"): crashes and recoveries the scenario
+  caused; a node is dead at t when it failed at or before t and has not recovered by t;
+- `membership` (who was asked to join), `group` (the RP), `delivery`.
+A delivery is *expected* for (message, member) when the member is in the group, is not the
+source, and is alive at the publish time. Messages are keyed by (variant, group, source,
+publish_time): publish_time is the time the source issued the multicast, identical in
+every copy, while seqnos differ between the plain and the reliable layer.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from analysis.stats import with_topology_mean
+
+MESSAGE = ["topo", "variant", "group", "source", "publish_time"]
+
+
+def _in_phases(df: DataFrame, phases: tuple[str, ...] | None) -> DataFrame:
+    return df if phases is None else df.where(F.col("phase").isin(list(phases)))
+
+
+def published_messages(publish: DataFrame, delivery: DataFrame, inferred: bool,
+                       phases: tuple[str, ...] | None = None) -> DataFrame:
+    """The multicast stream: (topo, variant, group, source, publish_time), one row each.
+
+    inferred=True takes the messages seen in `delivery` (the run logged no publish rows).
+    """
+    if inferred:
+        return _in_phases(delivery, phases).select(*MESSAGE).distinct()
+    return (_in_phases(publish, phases)
+            .select("topo", "variant", "group", "source", F.col("time").alias("publish_time"))
+            .distinct())
+
+
+def dead_intervals(node_event: DataFrame) -> DataFrame:
+    """(topo, node, dead_from, dead_until): from each failure to the node's next recovery
+    (null: it never recovered). O(events log events) (one sort per node)."""
+    w = (Window.partitionBy("topo", "node").orderBy("time")
+         .rowsBetween(1, Window.unboundedFollowing))
+    return (node_event
+            .withColumn("next_recover", F.min(F.when(F.col("event") == "recover", F.col("time")))
+                        .over(w))
+            .where(F.col("event") == "fail")
+            .select("topo", "node", F.col("time").alias("dead_from"),
+                    F.col("next_recover").alias("dead_until")))
+
+
+def _dead_at(rows: DataFrame, dead: DataFrame, node: str, time: str) -> DataFrame:
+    """Rows of `rows` whose `node` column is dead at their `time` column (semi join)."""
+    d = dead.withColumnRenamed("node", node)
+    cond = ((rows["topo"] == d["topo"]) & (rows[node] == d[node])
+            & (d["dead_from"] <= rows[time])
+            & (d["dead_until"].isNull() | (rows[time] < d["dead_until"])))
+    return rows.join(d, cond, "left_semi")
+
+
+def expected_deliveries(messages: DataFrame, membership: DataFrame,
+                        dead: DataFrame) -> DataFrame:
+    """(topo, variant, group, source, publish_time, member) the stream should reach:
+    group members other than the source, alive at the publish time."""
+    pairs = (messages.join(membership.select("topo", "group", "member").distinct(),
+                           ["topo", "group"])
+             .where(F.col("member") != F.col("source")))
+    return pairs.join(_dead_at(pairs, dead, "member", "publish_time"),
+                      [*MESSAGE, "member"], "left_anti")
+
+
+def first_arrivals(delivery: DataFrame, messages: DataFrame,
+                   phases: tuple[str, ...] | None = None) -> DataFrame:
+    """Deliveries of the stream's messages, one row per (message, member):
+    arrival (first copy's time), copies (rows logged), out_of_order (1 when an earlier
+    message of the same source reached this member later than this one: its publish_time
+    is below the largest publish_time the member had already received from that source).
+
+    Schema: topo, variant, group, source, publish_time, member, arrival bigint,
+    copies bigint, out_of_order int.
+    """
+    per_member = (_in_phases(delivery, phases).join(messages, MESSAGE, "left_semi")
+                  .groupBy(*MESSAGE, "member")
+                  .agg(F.min("time").alias("arrival"), F.count("*").alias("copies")))
+    earlier = (Window.partitionBy("topo", "variant", "group", "source", "member")
+               .orderBy("arrival", "publish_time")
+               .rowsBetween(Window.unboundedPreceding, -1))
+    seen = F.max("publish_time").over(earlier)
+    return per_member.withColumn(
+        "out_of_order", (seen.isNotNull() & (F.col("publish_time") < seen)).cast("int"))
+
+
+def stream_start(messages: DataFrame) -> DataFrame:
+    """(topo, t0): the first publish time of the stream per topology (bucket origin)."""
+    return messages.groupBy("topo").agg(F.min("publish_time").alias("t0"))
+
+
+def _bucketed(df: DataFrame, t0: DataFrame, bucket_us: int) -> DataFrame:
+    return (df.join(F.broadcast(t0), "topo")
+            .withColumn("bucket", F.floor((F.col("publish_time") - F.col("t0"))
+                                          / F.lit(bucket_us)).cast("int"))
+            .drop("t0"))
+
+
+def delivery_outcomes(expected: DataFrame, arrivals: DataFrame) -> DataFrame:
+    """Expected deliveries with their outcome: received (0/1), arrival, delay_us
+    (arrival - publish_time; null when not received)."""
+    got = arrivals.select(*MESSAGE, "member", "arrival")
+    return (expected.join(got, [*MESSAGE, "member"], "left")
+            .withColumn("received", F.col("arrival").isNotNull().cast("int"))
+            .withColumn("delay_us", F.col("arrival") - F.col("publish_time")))
+
+
+def churn_delivery(outcomes: DataFrame, arrivals: DataFrame, messages: DataFrame,
+                   dead: DataFrame, bucket_us: int) -> DataFrame:
+    """Delivery ratio over time: one row per (topo, variant, bucket of publish time).
+
+    Schema: topo int, variant string, bucket int, bucket_start_us bigint,
+    bucket_end_us bigint, messages bigint (published), expected bigint, received bigint,
+    ratio double (received / expected), duplicates bigint (copies beyond the first, all
+    members), out_of_order bigint, mean_delay_us double, max_delay_us bigint (received
+    ones), dead_nodes bigint (nodes dead at the bucket start).
+    """
+    t0 = stream_start(messages)
+    msgs = (_bucketed(messages, t0, bucket_us).groupBy("topo", "variant", "bucket")
+            .agg(F.count("*").alias("messages")))
+    got = (_bucketed(outcomes, t0, bucket_us).groupBy("topo", "variant", "bucket")
+           .agg(F.count("*").alias("expected"), F.sum("received").alias("received"),
+                F.avg("delay_us").alias("mean_delay_us"),
+                F.max("delay_us").alias("max_delay_us")))
+    extra = (_bucketed(arrivals, t0, bucket_us).groupBy("topo", "variant", "bucket")
+             .agg(F.sum(F.col("copies") - 1).alias("duplicates"),
+                  F.sum("out_of_order").cast("bigint").alias("out_of_order")))
+    starts = (msgs.select("topo", "bucket").distinct().join(F.broadcast(t0), "topo")
+              .withColumn("bucket_start_us", F.col("t0") + F.col("bucket") * F.lit(bucket_us))
+              .drop("t0"))
+    dead_now = (starts.join(dead, "topo")
+                .where((F.col("dead_from") <= F.col("bucket_start_us"))
+                       & (F.col("dead_until").isNull()
+                          | (F.col("bucket_start_us") < F.col("dead_until"))))
+                .groupBy("topo", "bucket").agg(F.countDistinct("node").alias("dead_nodes")))
+    keys = ["topo", "variant", "bucket"]
+    return (msgs.join(got, keys, "left").join(extra, keys, "left")
+            .join(starts, ["topo", "bucket"]).join(dead_now, ["topo", "bucket"], "left")
+            .fillna(0, ["expected", "received", "duplicates", "out_of_order", "dead_nodes"])
+            .withColumn("bucket_end_us", F.col("bucket_start_us") + F.lit(bucket_us))
+            .withColumn("ratio", F.col("received") / F.col("expected"))
+            .select("topo", "variant", "bucket", "bucket_start_us", "bucket_end_us",
+                    "messages", "expected", "received", "ratio", "duplicates", "out_of_order",
+                    "mean_delay_us", "max_delay_us", "dead_nodes"))
+
+
+def churn_outages(outcomes: DataFrame) -> DataFrame:
+    """Member outages: maximal runs of consecutive expected messages (in publish order,
+    per variant, group and member) the member never received.
+
+    recovered_us is the publish time of the next message it did receive (null: none until
+    the end of the stream); duration_us = recovered_us - start_us is the tree repair time
+    as the member saw it, at the resolution of the multicast interval.
+    Schema: topo int, variant string, group int, member int, start_us bigint,
+    last_missed_us bigint, missed bigint, recovered_us bigint, duration_us bigint.
+    """
+    member = ["topo", "variant", "group", "member"]
+    order = Window.partitionBy(*member).orderBy("publish_time", "source")
+    later = order.rowsBetween(1, Window.unboundedFollowing)
+    # gaps and islands: the number of hits so far is constant within a run of misses and
+    # differs between runs, so (member, hits) names each outage
+    rows = (outcomes
+            .withColumn("hits", F.sum("received").over(
+                order.rowsBetween(Window.unboundedPreceding, 0)))
+            .withColumn("next_received", F.min(F.when(F.col("received") == 1,
+                                                      F.col("publish_time"))).over(later))
+            .where(F.col("received") == 0))
+    return (rows.groupBy(*member, "hits")
+            .agg(F.min("publish_time").alias("start_us"),
+                 F.max("publish_time").alias("last_missed_us"),
+                 F.count("*").alias("missed"),
+                 F.min("next_received").alias("recovered_us"))
+            .withColumn("duration_us", F.col("recovered_us") - F.col("start_us"))
+            .select(*member, "start_us", "last_missed_us", "missed", "recovered_us",
+                    "duration_us"))
+
+
+def churn_rp_failover(messages: DataFrame, arrivals: DataFrame, groups: DataFrame,
+                      node_event: DataFrame) -> DataFrame:
+    """Per group whose RP (group.rp, the node that took the CREATE) failed during the stream:
+    how long until a message published after the failure reached a member again.
+
+    The take-over itself is not logged (Scribe counts it in `scribe_rp_takeovers`); the
+    fail-over time is measured from the RP's first failure to the publish time of the first
+    later message delivered to any member (resolution: the multicast interval).
+    Schema: topo int, variant string, group int, rp int, failed_us bigint,
+    messages_after bigint, delivered_after bigint (published after the failure and
+    received by at least one member), first_delivered_us bigint, failover_us bigint
+    (null: no later message was delivered).
+    """
+    rp = groups.groupBy("topo", "group").agg(F.min("rp").alias("rp"))
+    first_fail = (node_event.where(F.col("event") == "fail")
+                  .groupBy("topo", F.col("node").alias("rp"))
+                  .agg(F.min("time").alias("failed_us")))
+    span = messages.groupBy("topo", "variant", "group").agg(
+        F.min("publish_time").alias("first_us"), F.max("publish_time").alias("last_us"))
+    failed = (span.join(rp, ["topo", "group"]).join(first_fail, ["topo", "rp"])
+              .where((F.col("failed_us") >= F.col("first_us"))
+                     & (F.col("failed_us") <= F.col("last_us"))))
+    delivered = arrivals.select(*MESSAGE).distinct().withColumn("delivered", F.lit(1))
+    after = (messages.join(failed.select("topo", "variant", "group", "failed_us"),
+                           ["topo", "variant", "group"])
+             .where(F.col("publish_time") > F.col("failed_us"))
+             .join(delivered, MESSAGE, "left"))
+    stats = after.groupBy("topo", "variant", "group").agg(
+        F.count("*").alias("messages_after"),
+        F.count("delivered").alias("delivered_after"),
+        F.min(F.when(F.col("delivered") == 1, F.col("publish_time"))).alias(
+            "first_delivered_us"))
+    return (failed.join(stats, ["topo", "variant", "group"], "left")
+            .fillna(0, ["messages_after", "delivered_after"])
+            .withColumn("failover_us", F.col("first_delivered_us") - F.col("failed_us"))
+            .select("topo", "variant", "group", "rp", "failed_us", "messages_after",
+                    "delivered_after", "first_delivered_us", "failover_us"))
+
+
+def delivery_summary(outcomes: DataFrame, arrivals: DataFrame, buckets: DataFrame) -> DataFrame:
+    """Per (topo, variant): messages, expected, received, ratio, min_bucket_ratio,
+    duplicates, out_of_order, delay mean/p99/max of received expected deliveries."""
+    keys = ["topo", "variant"]
+    got = outcomes.groupBy(*keys).agg(
+        F.count("*").alias("expected"), F.sum("received").alias("received"),
+        F.avg("delay_us").alias("mean_delay_us"),
+        F.percentile("delay_us", 0.99).alias("p99_delay_us"),
+        F.max("delay_us").cast("double").alias("max_delay_us"))
+    per_bucket = buckets.groupBy(*keys).agg(
+        F.sum("messages").alias("messages"), F.min("ratio").alias("min_bucket_ratio"))
+    extra = arrivals.groupBy(*keys).agg(
+        F.sum(F.col("copies") - 1).alias("duplicates"),
+        F.sum("out_of_order").cast("bigint").alias("out_of_order"))
+    return (per_bucket.join(got, keys, "left").join(extra, keys, "left")
+            .fillna(0, ["expected", "received", "duplicates", "out_of_order"])
+            .withColumn("ratio", F.col("received") / F.col("expected"))
+            .select(*keys, "messages", "expected", "received", "ratio", "min_bucket_ratio",
+                    "duplicates", "out_of_order", "mean_delay_us", "p99_delay_us",
+                    "max_delay_us"))
+
+
+def outage_summary(outages: DataFrame) -> DataFrame:
+    """Per (topo, variant): outages, outages_recovered, duration mean/median/max (recovered)."""
+    return outages.groupBy("topo", "variant").agg(
+        F.count("*").alias("outages"), F.count("duration_us").alias("outages_recovered"),
+        F.avg("duration_us").alias("outage_mean_us"),
+        F.percentile("duration_us", 0.5).alias("outage_median_us"),
+        F.max("duration_us").cast("double").alias("outage_max_us"))
+
+
+def failover_summary(failovers: DataFrame) -> DataFrame:
+    """Per (topo, variant): rp_failures, rp_failovers (a later message got through),
+    failover mean/max."""
+    return failovers.groupBy("topo", "variant").agg(
+        F.count("*").alias("rp_failures"), F.count("failover_us").alias("rp_failovers"),
+        F.avg("failover_us").alias("failover_mean_us"),
+        F.max("failover_us").cast("double").alias("failover_max_us"))
+
+
+SUMMARY_COLUMNS = ["messages", "expected", "received", "ratio", "min_bucket_ratio",
+                   "duplicates", "out_of_order", "mean_delay_us", "p99_delay_us",
+                   "max_delay_us", "outages", "outages_recovered", "outage_mean_us",
+                   "outage_median_us", "outage_max_us", "rp_failures", "rp_failovers",
+                   "failover_mean_us", "failover_max_us"]
+
+
+def churn_summary(delivery: DataFrame, outages: DataFrame, failovers: DataFrame,
+                  publishes_from: str) -> DataFrame:
+    """One row per (topo, variant) and the mean row over topologies: the three summaries
+    side by side (counts of outages / fail-overs are 0 when there were none).
+
+    Schema: topo string, variant string, then SUMMARY_COLUMNS (numbers; the delay and
+    duration figures double), publishes_from string ("publish" or "delivery": where the
+    list of messages came from).
+    """
+    keys = ["topo", "variant"]
+    joined = (delivery.join(outage_summary(outages), keys, "left")
+              .join(failover_summary(failovers), keys, "left")
+              .fillna(0, ["outages", "outages_recovered", "rp_failures", "rp_failovers"]))
+    numbers = joined.select(*keys, *[F.col(c).cast("double").alias(c)
+                                     for c in SUMMARY_COLUMNS])
+    return (with_topology_mean(numbers, ["variant"])
+            .withColumn("publishes_from", F.lit(publishes_from)))
+
