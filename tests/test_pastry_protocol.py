@@ -194,3 +194,61 @@ def test_leaf_repair_after_concurrent_failures(net):
                        present=alive)
     assert (g.leaf[live] == ora.leaf).all()
     assert w.counters["pastry_presumed_failed"] > 0
+
+
+def counters_delta(w, before):
+    return {k: v - before.get(k, 0) for k, v in w.counters.items()}
+
+
+def assert_tables_well_formed(g, net, b=4):
+    """Every routing-table entry at (row r, column c) shares exactly r digits with its
+    node and has digit r equal to c."""
+    hi, lo = net["node_ids_hi"], net["node_ids_lo"]
+    node, r, c = np.nonzero(g.rt >= 0)
+    e = g.rt[node, r, c]
+    assert (I.shared_prefix_len(hi[node], lo[node], hi[e], lo[e], b) == r).all()
+    assert (I.digit(hi[e], lo[e], r, b) == c).all()
+
+
+def test_routing_after_many_failures_reaches_live_root_and_repairs_tables(net):
+    """15% of the nodes fail at once. Lost hops are detected by missing acks, the hop is
+    re-routed, and the emptied routing-table slots are refilled by ROW_REQ: every key
+    reaches the live node numerically closest; routing the same keys again meets far
+    fewer dead entries (lazy repair); leaf sets are exact."""
+    params = {"bootstrap": "oracle", "keepalive_us": 200_000}
+    w = World(net, lambda: Pastry(RecordingApp(), params), shards=2)
+    w.run(until=500_000)
+    rng = np.random.default_rng(3)
+    dead = rng.choice(w.n, size=int(0.15 * w.n), replace=False)
+    alive = np.ones(w.n, bool)
+    alive[dead] = False
+    w.fail(dead)
+    w.run(until=2_500_000)                      # keep-alive detection + leaf repair
+    g0 = gather(w)
+    live = np.flatnonzero(alive)
+    dead_entries_before = int(np.isin(g0.rt[live], dead).sum())
+    kh, kl, r = keys(800, 21)
+    start = live[r % len(live)]
+    root = true_root(net, kh, kl, alive)
+    c0 = dict(w.counters)
+    inject_routes(w, start, kh, kl, at=2_600_000)
+    w.run(until=4_000_000)
+    first = counters_delta(w, c0)
+    got = deliveries(w, len(start))
+    assert (got[:, 1] == root).all()
+    assert first["pastry_hop_timeouts"] > 0 and first["pastry_row_repairs"] > 0
+    for st in w.stacks:
+        st.app.delivered.clear()
+    c1 = dict(w.counters)
+    inject_routes(w, start, kh, kl, at=4_100_000)
+    w.run(until=5_500_000)
+    second = counters_delta(w, c1)
+    assert (deliveries(w, len(start))[:, 1] == root).all()
+    assert second.get("pastry_hop_timeouts", 0) * 4 <= first["pastry_hop_timeouts"]
+    g = gather(w)
+    assert int(np.isin(g.rt[live], dead).sum()) < dead_entries_before
+    assert_tables_well_formed(g, net)
+    hi, lo = net["node_ids_hi"], net["node_ids_lo"]
+    ora = oracle_state(live, hi, lo, net["host_router"], net["router_dist_us"], net["lan_us"],
+                       present=alive)
+    assert (g.leaf[live] == ora.leaf).all()

@@ -128,9 +128,6 @@ def test_identical_logs_for_one_and_two_shards(scenario):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="Pastry leaf repair sends LEAF_REQ to node -1 (an empty leaf slot) "
-                          "at b396842; the test is expected to pass once that is fixed",
-                   raises=AssertionError, strict=False)
 def test_repair_and_rp_takeover_on_real_pastry():
     net = synthetic_network(600, 100, seed=9)
     rng = np.random.default_rng(9)

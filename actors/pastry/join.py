@@ -163,12 +163,13 @@ class JoinMixin:
             if j.any():
                 self._send_rows(ctx, m[j])
 
-    def _deliver_own(self, ctx, m):
+    def _deliver_own(self, ctx, m, rows=True):
         j = m["type"] == T.JOIN
         if not j.any():
             return
         m = m[j]
-        self._send_rows(ctx, m)
+        if rows:  # a JOIN re-routed after a lost hop: this node sent its rows already
+            self._send_rows(ctx, m)
         li = self._li(ctx, m["dst"])
         self._send_payload(ctx, m["dst"], m["a"], T.JOIN_LEAFS, m["time"], self.state.leaf[li],
                            a=m["hops"].astype(np.int64) + 1)
@@ -286,9 +287,7 @@ class JoinMixin:
         r, c = np.nonzero(silent)
         if len(r):
             ctx.count("pastry_presumed_failed", len(r))
-            self._remember_dead(li[r], leaf[r, c])
-            if self.app is not None:
-                self.app.new_leafs(ctx, li[np.unique(r)])
+            self._presume_dead(ctx, li[r], leaf[r, c], t[r])
         # repair, repeated every period until full: a side short of l/2 members asks its
         # farthest surviving member for its leaf set
         half = s.half

@@ -24,6 +24,7 @@ from . import types as T
 from .join import JoinMixin
 from .merge import group_rows, insert_table, select_leaves
 from .oracle import oracle_state
+from .repair import RepairMixin
 from .routing import next_hop
 from .state import PastryState, check_params
 
@@ -44,6 +45,8 @@ DEFAULTS = {
     "join_settle_us": 2_000_000,   # a node is used as contact A this long after it joined
     "seed": 0,
     "dead_memory": 8,              # how many presumed-failed ids a node remembers
+    "hop_ack": None,               # per-hop acks of routed messages; None: on iff keep-alives
+    "ack_slack_us": 0,             # ack deadline = sent + 2 * latency + slack; 0: one cell
 }
 
 ROUTE_FIELDS = [n for n in MSG_DTYPE.names if n not in ("src", "dst", "type", "sent", "time",
@@ -66,7 +69,7 @@ def make_batch(msgs, payload=None):
         return Batch(msgs=msgs, payload=payload)
 
 
-class Pastry(JoinMixin):
+class Pastry(JoinMixin, RepairMixin):
     TYPE_NAMES = T.TYPE_NAMES
 
     def __init__(self, app, params: dict | None = None):
@@ -108,6 +111,7 @@ class Pastry(JoinMixin):
         self.dead = np.full((n, p["dead_memory"]), -1, np.int32)
         self.dead_next = np.zeros(n, np.int64)
         self.join_setup(ctx)
+        self.repair_setup(ctx, MSG_DTYPE)
         if p["keepalive_us"] and p["bootstrap"] == "oracle" and n:
             ctx.timer(self.nodes, np.full(n, p["keepalive_us"], np.int64), T.KA_TIMER)
         if self.app is not None:
@@ -123,6 +127,7 @@ class Pastry(JoinMixin):
         m = msgs_of(batch)
         routed = m["mode"] == 1
         if routed.any():
+            self._ack_hops(ctx, m[routed])
             self._route_step(ctx, m[routed].copy(), payload_of(batch))
         if (~routed).any() and T.is_pastry_type(type_code):
             self._HANDLERS[int(type_code)](self, ctx, make_batch(m[~routed], payload_of(batch)))
@@ -148,7 +153,7 @@ class Pastry(JoinMixin):
     def checkpoint(self) -> dict:
         d = {"state": self.state.to_dict(), "joined": self.joined.copy(), "heard": self.heard.copy(),
              "dead": self.dead.copy(), "dead_next": self.dead_next.copy(),
-             "join": self.join_checkpoint()}
+             "join": self.join_checkpoint(), "repair": self.repair_checkpoint()}
         if self.app is not None:
             d["app"] = self.app.checkpoint()
         return d
@@ -158,6 +163,7 @@ class Pastry(JoinMixin):
         self.joined, self.heard = d["joined"].copy(), d["heard"].copy()
         self.dead, self.dead_next = d["dead"].copy(), d["dead_next"].copy()
         self.join_restore(d["join"])
+        self.repair_restore(d["repair"])
         if self.app is not None and "app" in d:
             self.app.restore(d["app"])
 
@@ -165,6 +171,10 @@ class Pastry(JoinMixin):
         if self.app is not None:
             return self.app.dump(ctx, phase)
         return None
+
+    _HANDLERS = {**JoinMixin._HANDLERS, T.HOP_ACK: RepairMixin._hop_ack,
+                 T.ACK_TIMER: RepairMixin._ack_timer, T.ROW_REQ: RepairMixin._row_req,
+                 T.ROW_REPLY: RepairMixin._row_reply}
 
     def export_state(self):
         """(global node ids, state dict) of this shard, for :func:`quality.stack_states`."""
@@ -210,8 +220,9 @@ class Pastry(JoinMixin):
         return out
 
     # ---- routing --------------------------------------------------------------------
-    def _route_step(self, ctx, m, payload):
-        """One routing step for messages now at ``m['dst']`` (local, alive)."""
+    def _route_step(self, ctx, m, payload, upcall=True):
+        """One routing step for messages now at ``m['dst']`` (local, alive). ``upcall``
+        False: a message re-routed after a lost hop; the node already ran ``forward``."""
         li = np.asarray(ctx.local(m["dst"]), np.int64)
         if len(li) and li.min() < 0:
             raise ValueError("Pastry: a routed message for another shard's node reached this shard")
@@ -226,17 +237,18 @@ class Pastry(JoinMixin):
                     end=d["time"].astype(np.int64), hops=d["hops"].astype(np.int16),
                     path_us=d["path_us"].astype(np.int64))
             if (here & own).any():
-                self._deliver_own(ctx, m[here & own])
+                self._deliver_own(ctx, m[here & own], rows=upcall)
             if (here & ~own).any() and self.app is not None:
                 self.app.deliver(ctx, make_batch(m[here & ~own], payload))
         go_parts = []
         if (~here & own).any():
             sub = m[~here & own]
-            self._forward_own(ctx, sub)
+            if upcall:
+                self._forward_own(ctx, sub)
             go_parts.append((sub, nxt[~here & own]))
         if (~here & ~own).any():
             sub, nh = m[~here & ~own], nxt[~here & ~own]
-            if self.app is not None:
+            if self.app is not None and upcall:
                 b2, nh = self.app.forward(ctx, make_batch(sub, payload), nh)
                 sub = msgs_of(b2)
             go_parts.append((sub, np.asarray(nh, np.int64)))
@@ -249,9 +261,11 @@ class Pastry(JoinMixin):
             out["src"] = out["dst"]
             out["dst"] = nh
             out["hops"] += 1
-            out["path_us"] += np.asarray(ctx.latency(out["src"], nh), np.int64)
+            lat = np.asarray(ctx.latency(out["src"], nh), np.int64)
+            out["path_us"] += lat
             ctx.send(out["src"], out["dst"], out["type"], out["time"],
                      **{k: out[k] for k in ROUTE_FIELDS if k not in ("pay_off", "pay_len")})
+            self._expect_acks(ctx, out, lat)
 
     # ---- state helpers shared by join and repair --------------------------------------
     def _remember_dead(self, li, dead_ids):
@@ -312,6 +326,12 @@ class Pastry(JoinMixin):
         return li, changed, added
 
     def _insert_table(self, ctx, li, cand):
+        li = np.asarray(li, np.int64)
+        cand = np.asarray(cand, np.int64)
+        dead = self.dead[li]
+        if (dead >= 0).any():  # presumed-failed nodes stay out until heard from directly
+            gone = (cand[:, :, None] == np.where(dead < 0, -2, dead)[:, None, :]).any(axis=2)
+            cand = np.where(gone, -1, cand)
         probes = insert_table(self.state.rt, li, self.nodes[li], cand, self.ids_hi, self.ids_lo,
                               self.state.b, ctx.latency)
         if probes:

@@ -20,7 +20,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ids import HALF_RING_HI, U64, closest_key_order, cw_dist, digit, less, ring_dist, shared_prefix_len
+from .ids import (
+    HALF_RING_HI,
+    U64,
+    closest_key_order,
+    cw_dist,
+    digit,
+    less,
+    ring_dist,
+    shared_prefix_len,
+)
 from .state import PastryState
 
 DELIVER = -1

@@ -12,8 +12,11 @@ KEEPALIVE = 20     # leaf-set member -> leaf-set member
 KA_TIMER = 21      # timer: send keep-alives, check silent leaves
 LEAF_REQ = 22      # ask a surviving leaf for its leaf set (leaf-set repair)
 LEAF_REPLY = 23    # the leaf set (payload)
-ROW_REQ = 24       # lazy routing-table repair: ask a node for a table entry (a = row, b = column)
-ROW_REPLY = 25     # the entry (a = row, b = column, c = node or -1)
+ROW_REQ = 24       # lazy routing-table repair: ask a node for a table entry (a = row, b = column,
+                   # hops = attempt number, echoed in the reply)
+ROW_REPLY = 25     # the entry (a = row, b = column, c = node or -1, hops = attempt number)
+HOP_ACK = 26       # receiver of a routed hop -> sender (origin, key, b = type, c = hops: the hop)
+ACK_TIMER = 27     # timer: routed hops of this node past their ack deadline were lost
 
 TYPE_NAMES = {
     JOIN_START: "pastry_join_start",
@@ -30,6 +33,8 @@ TYPE_NAMES = {
     LEAF_REPLY: "pastry_leaf_reply",
     ROW_REQ: "pastry_row_req",
     ROW_REPLY: "pastry_row_reply",
+    HOP_ACK: "pastry_hop_ack",
+    ACK_TIMER: "pastry_ack_timer",
 }
 
 
