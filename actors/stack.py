@@ -15,9 +15,22 @@ from actors.scribe import TYPE_NAMES as SCRIBE_TYPE_NAMES
 from actors.scribe import Scribe
 
 
-def make_stack(pastry_params: dict, scribe_params: dict) -> Pastry:
+class ScribeStack(Pastry):
+    """Pastry with Scribe bound as its application, plus the queries scenarios make through
+    ``emu.call(method, ...)`` (the engine passes the shard context first)."""
+
+    def overlay_state(self, ctx):
+        """(global node ids, Pastry state dict) of this shard, for table-quality reports."""
+        return self.export_state()
+
+    def alive_nodes(self, ctx):
+        """Global ids of this shard's live nodes."""
+        return self.nodes[ctx.alive].copy()
+
+
+def make_stack(pastry_params: dict, scribe_params: dict) -> ScribeStack:
     """A new Pastry(Scribe) stack; Pastry binds Scribe as its application."""
-    return Pastry(Scribe(dict(scribe_params)), dict(pastry_params))
+    return ScribeStack(Scribe(dict(scribe_params)), dict(pastry_params))
 
 
 def stack_factory(pastry_params: dict, scribe_params: dict):

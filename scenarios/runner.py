@@ -1,0 +1,664 @@
+"""Run a scenario into a run directory: topologies, emulation phases, Spark analysis.
+
+Per topology seed t the runner builds the topology, the node ids and the group plan, starts
+an `Emulator` of Pastry+Scribe shards and drives the configured phases:
+
+  bootstrap            oracle: nothing to run; protocol: the join protocol on the clock,
+                       then the table quality against the oracle (run.log, summary.json)
+  create               CREATE of every group by its creator -> `group` rows (the RPs)
+  join                 JOIN of every member (`membership` rows written by the runner)
+  multicast[_*]        one message per group from its RP (variants: plain, collapsed,
+                       bottleneck -- each in its own phase so link stress separates them)
+  collapse             collapse requests at every node
+  churn                a stream of multicasts while nodes fail and recover (`publish` and
+                       `node_event` rows written by the runner)
+
+At the end of every phase: ``emu.dump`` (tree snapshots), ``emu.flush`` (Parquet + refs),
+``emu.checkpoint``; `state.json` records the completed phases, so ``--resume`` restores the
+last checkpoint and continues with identical results. Files are written in an order that
+never makes a half-done run look complete: `COMPLETE` comes last.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .config import ScenarioConfig, ScenarioError, load_scenario
+from .groups import GroupPlan, join_times, plan_groups
+
+log = logging.getLogger("scribe_emu.scenario")
+
+CACHE_DIR = Path(os.environ.get("SCRIBE_EMU_CACHE", Path.home() / ".cache" / "scribe-emu"))
+_STREAM_CHURN = 0xC4E2
+
+
+# ---- run directory ------------------------------------------------------------------------
+
+def _new_run_dir(cfg: ScenarioConfig, out: Path | None) -> Path:
+    if out is None:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        run_dir = Path("runs") / f"{cfg.name}-{stamp}"
+        k = 1
+        while run_dir.exists():            # two runs in one second
+            k += 1
+            run_dir = Path("runs") / f"{cfg.name}-{stamp}-{k}"
+    else:
+        run_dir = Path(out)
+        if run_dir.exists() and any(run_dir.iterdir()):
+            raise ScenarioError(f"output directory {run_dir} exists and is not empty; choose "
+                                "another --out or use --resume to continue it")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+class _State:
+    """state.json: completed phases per topology, timings, counters (survives a crash)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.d = json.loads(path.read_text()) if path.is_file() else {
+            "completed": {}, "topologies_done": [], "timing": {}, "phases": {},
+            "quality": {}, "counters": {}, "resumed": 0}
+
+    def save(self):
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.d, indent=1, default=_json_default))
+        os.replace(tmp, self.path)
+
+    def completed(self, t: int) -> list[str]:
+        return list(self.d["completed"].get(str(t), []))
+
+    def add_time(self, key: str, seconds: float):
+        self.d["timing"][key] = round(self.d["timing"].get(key, 0.0) + float(seconds), 3)
+
+
+def _json_default(o):
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _setup_logging(run_dir: Path) -> logging.Handler:
+    h = logging.FileHandler(run_dir / "run.log")
+    h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(h)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    return h
+
+
+def _phase_of_file(stem: str) -> str:
+    return re.split(r"-(?:shard\d+|driver)", stem, maxsplit=1)[0]
+
+
+def _clean_incomplete(run_dir: Path, t: int, done: list[str]) -> None:
+    """Remove event files of topology t from phases that did not complete (a crash between
+    a flush and its checkpoint) and the type table the new Emulator writes again."""
+    events = run_dir / "events"
+    if not events.is_dir():
+        return
+    for d in events.glob(f"*/topo={t}"):
+        for f in d.glob("*.parquet"):
+            if d.parent.name == "message_type" or _phase_of_file(f.stem) not in done:
+                f.unlink()
+
+
+# ---- driver-written event tables -----------------------------------------------------------
+
+def _driver_table(run_dir: Path, table: str, t: int, phase: str, columns: dict,
+                  refs: dict) -> None:
+    """Rows the scenario itself logs (membership, host, publish, node_event): Parquet under
+    events/<table>/topo=<t>/<phase>-driver.parquet like the engine's files, plus an object
+    ref (with the topo column) for the analysis."""
+    import ray
+
+    from emulator.logs import with_topo, write_parquet
+
+    cols = {k: pa.array(v) for k, v in columns.items()}
+    n = len(next(iter(cols.values())))
+    cols["phase"] = pa.array([phase] * n, pa.string())
+    tbl = pa.table(cols)
+    write_parquet(tbl, run_dir / "events", table, t, f"{phase}-driver")
+    refs.setdefault(table, []).append(ray.put(with_topo(tbl, t)))
+
+
+def _read_events(run_dir: Path, table: str, t: int) -> pa.Table | None:
+    d = run_dir / "events" / table / f"topo={t}"
+    files = sorted(d.glob("*.parquet")) if d.is_dir() else []
+    if not files:
+        return None
+    return pa.concat_tables([pq.read_table(f) for f in files], promote_options="permissive")
+
+
+# ---- progress -----------------------------------------------------------------------------
+
+class _Progress:
+    """One status line (rich) with phase, virtual time and message rate; no-op when off."""
+
+    def __init__(self, enabled: bool, n_topos: int):
+        self.enabled = enabled
+        self.n_topos = n_topos
+        self._p = None
+        self.topo = 0
+        self._t0 = time.perf_counter()
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+            self._p = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                               TimeElapsedColumn(), console=Console(stderr=True),
+                               transient=False)
+            self._p.__enter__()
+            self._task = self._p.add_task("starting", total=None)
+        return self
+
+    def __exit__(self, *exc):
+        if self._p is not None:
+            self._p.__exit__(*exc)
+
+    def status(self, text: str):
+        log.info(text)
+        if self._p is not None:
+            self._p.update(self._task, description=text)
+
+    def start_phase(self):
+        self._t0 = time.perf_counter()
+
+    def __call__(self, phase: str, virtual_us: int, messages: int):
+        if self._p is None:
+            return
+        dt = max(time.perf_counter() - self._t0, 1e-9)
+        self._p.update(self._task, description=(
+            f"topology {self.topo + 1}/{self.n_topos}  {phase:<20} virtual {virtual_us / 1e6:9.3f} s"
+            f"  {messages:>12,} msgs  {messages / dt:>10,.0f} msg/s"))
+
+
+# ---- one topology -----------------------------------------------------------------------
+
+@dataclasses.dataclass
+class _Topo:
+    cfg: ScenarioConfig
+    run_dir: Path
+    t: int
+    seed_t: int
+    topo: object
+    plan: GroupPlan
+    emu: object
+    refs: dict
+    shared: dict
+    rp: np.ndarray | None = None
+
+
+def _build_topology(cfg: ScenarioConfig, t: int, seed_t: int):
+    from topologies import TopologyError, make_topology
+    try:
+        topo = make_topology(cfg.topology["source"], seed_t, cfg.nodes, cache_dir=CACHE_DIR,
+                             lan_us=cfg.topology["lan_us"])
+    except TopologyError as e:
+        raise ScenarioError(f"topology {cfg.topology['source']!r}: {str(e).splitlines()[0]}") from None
+    if not getattr(topo, "is_dense", True):
+        raise ScenarioError(f"topology {cfg.topology['source']!r} has {topo.n_routers} routers, "
+                            "more than the dense delay table the emulator's latency model "
+                            "needs; use a smaller map")
+    return topo
+
+
+def _node_shard(cfg: ScenarioConfig, topo) -> np.ndarray | None:
+    k = cfg.shards
+    if k == 1 or cfg.topology["partition"] == "random":
+        return None                     # the engine's round robin
+    from topologies.partition import partition_routers
+    part = partition_routers(topo, k)[topo.host_router].astype(np.int32)
+    if len(np.unique(part)) < k:        # fewer occupied domains than shards
+        log.warning("locality partition left shards empty; using round robin")
+        return None
+    return part
+
+
+def _start(T: _Topo) -> int:
+    """Virtual time of the next phase's first stimulus: a gap after the current time."""
+    return int(T.emu.now) + int(T.cfg.phases["gap_us"])
+
+
+def _run(T: _Topo, phase: str, last_stimulus: int, progress) -> dict:
+    until = last_stimulus + T.cfg.phases["settle_us"] if T.cfg.periodic else None
+    progress.start_phase()
+    return T.emu.run(phase, until=until, progress=progress)
+
+
+def _phase_bootstrap(T: _Topo, progress) -> dict:
+    cfg = T.cfg
+    if cfg.pastry["bootstrap"] == "oracle":
+        return {"windows": 0, "messages": 0, "virtual_us": int(T.emu.now), "wall_s": 0.0}
+    from actors.pastry.join import join_schedule
+    p = cfg.pastry_params(T.seed_t)
+    arrivals = join_schedule(cfg.nodes, p["join_rate_per_s"], p.get("join_start_us", 0),
+                             p["seed"])
+    last = int(arrivals[-1]) + int(T.emu.delta_us) + 1
+    # the join protocol stops by itself unless keep-alives run; then give it settle_us
+    until = last + p["join_settle_us"] + cfg.phases["settle_us"] if cfg.periodic else None
+    progress.start_phase()
+    stats = T.emu.run("bootstrap", until=until, progress=progress)
+    stats["quality"] = _overlay_quality(T)
+    log.info("topology %d: protocol bootstrap table quality %s", T.t, stats["quality"])
+    return stats
+
+
+def _overlay_quality(T: _Topo) -> dict:
+    """Protocol tables vs the oracle's exact PNS state (SPEC 2)."""
+    from actors.pastry.quality import stack_states, table_quality
+    parts = T.emu.call("overlay_state")
+    state = stack_states(parts, T.cfg.nodes)
+    q = table_quality(state, T.shared["node_ids_hi"], T.shared["node_ids_lo"],
+                      T.topo.host_router, T.shared["router_dist_us"], T.topo.lan_us,
+                      n_routes=min(2000, 10 * T.cfg.nodes), seed=T.seed_t)
+    return {k: (float(v) if isinstance(v, (float, np.floating)) else v) for k, v in q.items()}
+
+
+def _phase_create(T: _Topo, progress) -> dict:
+    from actors.scribe import create_requests
+    t0 = _start(T)
+    G = T.plan.n_groups
+    T.emu.inject(create_requests(T.plan.creators, np.arange(G), t0, T.plan.credentials))
+    return _run(T, "create", t0, progress)
+
+
+def _phase_join(T: _Topo, progress) -> dict:
+    from actors.scribe import join_requests
+    plan = T.plan
+    t0 = _start(T)
+    _driver_table(T.run_dir, "membership", T.t, "join",
+                  {"group": plan.member_group.astype(np.int32),
+                   "member": plan.member_node.astype(np.int32)}, T.refs)
+    times = join_times(T.cfg.seed, T.t, len(plan.member_node), t0, T.cfg.phases["join_spread_us"])
+    T.emu.inject(join_requests(plan.member_node, plan.member_group, times,
+                               plan.credentials[plan.member_group]))
+    return _run(T, "join", int(times.max(initial=t0)), progress)
+
+
+def _phase_multicast(T: _Topo, progress, phase: str, seqno: int) -> dict:
+    from actors.scribe import multicast_requests
+    t0 = _start(T)
+    G = T.plan.n_groups
+    T.emu.inject(multicast_requests(T.rp, np.arange(G), t0, T.plan.credentials, seqno=seqno))
+    return _run(T, phase, t0, progress)
+
+
+def _phase_collapse(T: _Topo, progress) -> dict:
+    from actors.scribe import collapse_requests
+    t0 = _start(T)
+    # every node gets the request; the roots act on it (docs/scribe.md)
+    T.emu.inject(collapse_requests(np.arange(T.cfg.nodes), t0))
+    return _run(T, "collapse", t0, progress)
+
+
+def churn_schedule(cfg: ScenarioConfig, t: int, t0: int, rp: np.ndarray, plan: GroupPlan):
+    """The churn phase's stimuli, deterministic in (seed, t).
+
+    Streaming groups multicast every interval from a fixed source: a member that never
+    fails (so delivery ratios measure the tree, not a dead source); RPs and forwarders do
+    fail. Failures: Poisson at fail_rate_per_s from t0 + warmup, each a uniformly chosen
+    live non-source node; each recovers after an exponential downtime (mean downtime_us)
+    unless downtime_us = 0.
+    Returns dict of arrays: pub_group, pub_source, pub_time, fail_node, fail_time,
+    rec_node, rec_time.
+    """
+    c = cfg.churn
+    rng = np.random.default_rng([cfg.seed, t, _STREAM_CHURN])
+    G = plan.n_groups
+    n_stream = G if c["stream_groups"] == 0 else min(G, c["stream_groups"])
+    groups = np.arange(n_stream)
+    sources = np.empty(n_stream, np.int64)
+    for g in range(n_stream):
+        m = plan.members_of(g)
+        m = m[m != rp[g]] if len(m) > 1 else m
+        sources[g] = m[rng.integers(len(m))]
+    protected = np.zeros(cfg.nodes, bool)
+    protected[sources] = True
+    end = t0 + c["duration_us"]
+    ticks = np.arange(t0, end, c["multicast_interval_us"], dtype=np.int64)
+    pub_time = np.repeat(ticks, n_stream)
+    pub_group = np.tile(groups, len(ticks))
+    pub_source = sources[pub_group]
+    fail_node, fail_time, rec_node, rec_time = [], [], [], []
+    down_until = np.full(cfg.nodes, -1, np.int64)     # -1: alive; else recovery time (or max)
+    rate = c["fail_rate_per_s"]
+    now = t0 + c["warmup_us"]
+    never = np.iinfo(np.int64).max
+    while rate > 0:
+        now += int(np.ceil(rng.exponential(1e6 / rate)))
+        if now >= end:
+            break
+        alive = (~protected) & ((down_until < 0) | (down_until <= now))
+        cand = np.flatnonzero(alive)
+        if len(cand) == 0:
+            break
+        v = int(cand[rng.integers(len(cand))])
+        fail_node.append(v)
+        fail_time.append(now)
+        if c["downtime_us"] > 0:
+            back = now + max(1, int(np.ceil(rng.exponential(c["downtime_us"]))))
+            if back < end:
+                rec_node.append(v)
+                rec_time.append(back)
+                down_until[v] = back
+                continue
+        down_until[v] = never
+    i64 = lambda x: np.asarray(x, np.int64)  # noqa: E731
+    return {"pub_group": pub_group, "pub_source": pub_source, "pub_time": pub_time,
+            "fail_node": i64(fail_node), "fail_time": i64(fail_time),
+            "rec_node": i64(rec_node), "rec_time": i64(rec_time), "end": end}
+
+
+def _phase_churn(T: _Topo, progress) -> dict:
+    from actors.scribe import multicast_requests
+    t0 = _start(T)
+    s = churn_schedule(T.cfg, T.t, t0, T.rp, T.plan)
+    variant = "scribe"
+    # numbering is per message when the reliable layer is off (seqno = stream tick index)
+    seq = (s["pub_time"] - t0) // T.cfg.churn["multicast_interval_us"] + 1
+    T.emu.inject(multicast_requests(s["pub_source"], s["pub_group"], s["pub_time"],
+                                    T.plan.credentials[s["pub_group"]], seqno=seq))
+    if len(s["fail_node"]):
+        T.emu.fail(s["fail_node"], s["fail_time"])
+    if len(s["rec_node"]):
+        T.emu.recover(s["rec_node"], s["rec_time"])
+    _driver_table(T.run_dir, "publish", T.t, "churn",
+                  {"group": s["pub_group"].astype(np.int32),
+                   "source": s["pub_source"].astype(np.int32),
+                   "time": s["pub_time"], "variant": [variant] * len(s["pub_time"])}, T.refs)
+    ev_node = np.r_[s["fail_node"], s["rec_node"]].astype(np.int32)
+    ev_time = np.r_[s["fail_time"], s["rec_time"]]
+    ev = ["fail"] * len(s["fail_node"]) + ["recover"] * len(s["rec_node"])
+    if len(ev_node):
+        _driver_table(T.run_dir, "node_event", T.t, "churn",
+                      {"node": ev_node, "time": ev_time, "event": ev}, T.refs)
+    log.info("topology %d churn: %d multicasts, %d failures, %d recoveries", T.t,
+             len(s["pub_time"]), len(s["fail_node"]), len(s["rec_node"]))
+    progress.start_phase()
+    stats = T.emu.run("churn", until=s["end"] + T.cfg.phases["settle_us"], progress=progress)
+    stats["churn"] = {"multicasts": len(s["pub_time"]), "failures": len(s["fail_node"]),
+                      "recoveries": len(s["rec_node"])}
+    return stats
+
+
+_MULTICAST_SEQ = {"multicast": 1, "multicast_collapsed": 2, "multicast_bottleneck": 3}
+
+
+def _run_phase(T: _Topo, phase: str, progress) -> dict:
+    if phase == "bootstrap":
+        return _phase_bootstrap(T, progress)
+    if phase == "create":
+        return _phase_create(T, progress)
+    if phase == "join":
+        return _phase_join(T, progress)
+    if phase in _MULTICAST_SEQ:
+        return _phase_multicast(T, progress, phase, _MULTICAST_SEQ[phase])
+    if phase == "collapse":
+        return _phase_collapse(T, progress)
+    if phase == "churn":
+        return _phase_churn(T, progress)
+    raise ScenarioError(f"unknown phase {phase!r}")  # config validation prevents this
+
+
+def _load_rps(T: _Topo) -> np.ndarray:
+    """RP of every group from the `group` rows logged when each CREATE reached its root."""
+    tbl = _read_events(T.run_dir, "group", T.t)
+    G = T.plan.n_groups
+    rp = np.full(G, -1, np.int64)
+    if tbl is not None:
+        g = tbl.column("group").to_numpy()
+        rp[g] = tbl.column("rp").to_numpy()
+    missing = np.flatnonzero(rp < 0)
+    if len(missing):
+        raise RuntimeError(f"topology {T.t}: {len(missing)} of {G} groups have no RP after the "
+                           f"create phase (first: group {missing[0]})")
+    return rp
+
+
+def _run_topology(cfg, run_dir, t, state: _State, refs, progress) -> None:
+    from actors.pastry.ids import node_ids, to_hex
+    from actors.stack import stack_factory, type_names
+    from emulator import Emulator, RouterLatency
+
+    seed_t = cfg.seed + t
+    done = state.completed(t)
+    _clean_incomplete(run_dir, t, done)
+    progress.topo = t
+    progress.status(f"topology {t + 1}/{cfg.topologies}: building {cfg.topology['source']} "
+                    f"(seed {seed_t}, {cfg.nodes:,} hosts)")
+    w0 = time.perf_counter()
+    topo = _build_topology(cfg, t, seed_t)
+    (run_dir / "topology").mkdir(exist_ok=True)
+    topo.save(run_dir / "topology" / f"topo-{t}.npz")
+    ids_hi, ids_lo = node_ids(cfg.nodes, seed_t)
+    plan = plan_groups(cfg.name, cfg.groups_cfg["kind"], cfg.nodes, cfg.groups, cfg.seed, t,
+                       cfg.groups_cfg["exponent"], cfg.groups_cfg["size"])
+    state.add_time("topology_build", time.perf_counter() - w0)
+
+    w0 = time.perf_counter()
+    lat = RouterLatency.from_topology(topo)
+    shared = {"node_ids_hi": ids_hi, "node_ids_lo": ids_lo, "host_router": lat.host_router,
+              "router_dist_us": lat.router_dist_us, "lan_us": int(lat.lan_us),
+              "groups": plan.table}
+    node_shard = _node_shard(cfg, topo)
+    progress.status(f"topology {t + 1}/{cfg.topologies}: starting {cfg.shards} shard(s)")
+    emu = Emulator(n_nodes=cfg.nodes, latency=lat,
+                   stack_factory=stack_factory(cfg.pastry_params(seed_t), cfg.scribe_params()),
+                   shards=cfg.shards, node_shard=node_shard, seed=seed_t, shared=shared,
+                   run_dir=run_dir, topo_index=t, type_names=type_names())
+    T = _Topo(cfg, run_dir, t, seed_t, topo, plan, emu, refs, shared)
+    state.add_time("emulator_setup", time.perf_counter() - w0)
+    log.info("topology %d: %d routers, %d hosts, delta %d us, lookahead %s us, %d shards",
+             t, topo.n_routers, cfg.nodes, emu.delta_us, emu.lookahead_us, emu.shards)
+    try:
+        if done:
+            emu.restore(done[-1])
+            log.info("topology %d: restored checkpoint %r (virtual %d us)", t, done[-1], emu.now)
+        else:
+            _driver_table(run_dir, "host", t, "bootstrap",
+                          {"node": np.arange(cfg.nodes, dtype=np.int32),
+                           "router": topo.host_router.astype(np.int32),
+                           "id_hex": list(to_hex(ids_hi, ids_lo))}, refs)
+        if "create" in done:
+            T.rp = _load_rps(T)
+        for phase in cfg.phase_order:
+            if phase in done:
+                continue
+            w0 = time.perf_counter()
+            stats = _run_phase(T, phase, progress)
+            emu.dump(phase)
+            emu.flush(phase)
+            if phase == "create":
+                T.rp = _load_rps(T)
+            emu.checkpoint(phase)
+            wall = time.perf_counter() - w0
+            state.add_time(f"phase_{phase}", wall)
+            ph = state.d["phases"].setdefault(phase, {"messages": 0, "windows": 0,
+                                                      "wall_s": 0.0, "emulation_s": 0.0})
+            ph["messages"] += int(stats.get("messages", 0))
+            ph["windows"] += int(stats.get("windows", 0))
+            ph["wall_s"] = round(ph["wall_s"] + wall, 3)
+            ph["emulation_s"] = round(ph["emulation_s"] + float(stats.get("wall_s", 0.0)), 3)
+            if "quality" in stats:
+                state.d["quality"][str(t)] = stats["quality"]
+            if "churn" in stats:
+                state.d.setdefault("churn_schedule", {})[str(t)] = stats["churn"]
+            done.append(phase)
+            state.d["completed"][str(t)] = list(done)
+            state.save()
+            rate = stats.get("messages", 0) / max(stats.get("wall_s", 0.0), 1e-9)
+            log.info("topology %d phase %s: %d messages, %d windows, virtual %d us, "
+                     "%.2f s emulation (%.0f msg/s), %.2f s with dump/flush/checkpoint",
+                     t, phase, stats.get("messages", 0), stats.get("windows", 0),
+                     stats.get("virtual_us", emu.now), stats.get("wall_s", 0.0), rate, wall)
+        c = emu.counters()
+        state.d["counters"][str(t)] = {
+            "messages_sent": c["messages_sent"], "lost_total": c["lost_total"],
+            "counts": c["counts"], "delta_us": c["delta_us"], "lookahead_us": c["lookahead_us"],
+            "windows": c["windows"], "virtual_us": c["virtual_us"]}
+        for k, v in refs_from(emu).items():
+            refs.setdefault(k, []).extend(v)
+    finally:
+        emu.shutdown()
+    state.d["topologies_done"].append(t)
+    state.save()
+
+
+def refs_from(emu) -> dict:
+    return emu.logs()
+
+
+# ---- analysis -----------------------------------------------------------------------------
+
+def _summary_extra(cfg: ScenarioConfig, state: _State) -> dict:
+    d = state.d
+    extra = {"timing": dict(d["timing"]), "emulation": {"phases": d["phases"]}}
+    counters = d["counters"]
+    if counters:
+        first = next(iter(counters.values()))
+        extra["emulation"].update({"delta_us": first["delta_us"],
+                                   "lookahead_us": first["lookahead_us"],
+                                   "shards": cfg.shards,
+                                   "windows": sum(c["windows"] for c in counters.values()),
+                                   "lost_messages": sum(c["lost_total"] for c in counters.values())})
+        total: dict[str, int] = {}
+        for c in counters.values():
+            for k, v in c["counts"].items():
+                total[k] = total.get(k, 0) + int(v)
+        extra["emulation"]["counters"] = dict(sorted(total.items()))
+    if d["quality"]:
+        extra["overlay_quality"] = d["quality"]
+    if d.get("churn_schedule"):
+        extra["churn_schedule"] = d["churn_schedule"]
+    return extra
+
+
+def _analysis_options(cfg: ScenarioConfig):
+    from actors.stack import type_names
+    from analysis.schema import AnalysisOptions
+    names = {f.name for f in dataclasses.fields(AnalysisOptions)}
+    kw = {"type_names": type_names()}
+    if "churn_phases" in names and "churn" in cfg.phase_order:
+        kw["churn_phases"] = ("churn",)
+    return AnalysisOptions(**kw)
+
+
+def _analyse(cfg, run_dir: Path, refs: dict | None, state: _State, progress) -> dict:
+    from analysis import run_analysis
+    from analysis.report import write_report
+    from analysis.schema import EVENT_TABLES
+    from emulator.runtime import start_spark
+
+    progress.status("analysis: starting Spark (RayDP)")
+    w0 = time.perf_counter()
+    spark = start_spark()
+    state.add_time("spark_start", time.perf_counter() - w0)
+    meta = {"scenario": cfg.name, "nodes": cfg.nodes, "groups": cfg.groups,
+            "topologies": cfg.topologies, "seed": cfg.seed, "shards": cfg.shards,
+            "topology_source": cfg.topology["source"], "bootstrap": cfg.pastry["bootstrap"],
+            "phases": cfg.phase_order}
+    if refs is not None:   # tables the analysis does not know stay on disk only
+        refs = {k: v for k, v in refs.items() if k in EVENT_TABLES}
+    progress.status("analysis: computing metrics in Spark")
+    summary = run_analysis(run_dir, spark, refs=refs, scenario_meta=meta,
+                           extra=_summary_extra(cfg, state), options=_analysis_options(cfg))
+    write_report(run_dir)
+    return summary
+
+
+# ---- entry point --------------------------------------------------------------------------
+
+def run_scenario(cfg, *, out: Path | None = None, address: str | None = None,
+                 resume: Path | None = None, progress: bool = True) -> Path:
+    """Run `cfg` (a ScenarioConfig or a scenario name) and return the run directory.
+
+    resume: a run directory of an interrupted run; its config.toml is used (cfg may be
+    None) and completed phases are skipped by restoring the last checkpoint.
+    Raises ScenarioError on bad input; a failed run keeps its directory without COMPLETE
+    (or loses it entirely when it failed before any work was done).
+    """
+    created = False
+    if resume is not None:
+        run_dir = Path(resume)
+        if not (run_dir / "config.toml").is_file():
+            raise ScenarioError(f"cannot resume {run_dir}: no config.toml there (not a run "
+                                "directory)")
+        if (run_dir / "COMPLETE").exists():
+            raise ScenarioError(f"run {run_dir} is already complete; nothing to resume")
+        cfg = load_scenario(str(run_dir / "config.toml"))
+    else:
+        if isinstance(cfg, str):
+            cfg = load_scenario(cfg)
+        if not isinstance(cfg, ScenarioConfig):
+            raise ScenarioError("run_scenario needs a ScenarioConfig (from load_scenario) or a "
+                                "scenario name")
+        run_dir = _new_run_dir(cfg, out)
+        created = True
+        (run_dir / "config.toml").write_text(cfg.to_toml())
+    handler = _setup_logging(run_dir)
+    state = _State(run_dir / "state.json")
+    if resume is not None:
+        state.d["resumed"] = state.d.get("resumed", 0) + 1
+    started_work = bool(state.d["completed"])
+    t_start = time.perf_counter()
+    try:
+        from emulator.runtime import start_ray
+        start_ray(address)
+        log.info("scenario %s: %d nodes, %d groups, %d topologies, %d shards -> %s", cfg.name,
+                 cfg.nodes, cfg.groups, cfg.topologies, cfg.shards, run_dir)
+        refs: dict = {}
+        with _Progress(progress, cfg.topologies) as prog:
+            for t in range(cfg.topologies):
+                if t in state.d["topologies_done"]:
+                    continue
+                started_work = True
+                _run_topology(cfg, run_dir, t, state, refs, prog)
+            state.add_time("emulation_total", time.perf_counter() - t_start)
+            state.save()
+            # after a resume the earlier topologies' refs are gone: read Parquet instead
+            use_refs = refs if state.d["resumed"] == 0 else None
+            _analyse(cfg, run_dir, use_refs, state, prog)
+        (run_dir / "COMPLETE").write_text(datetime.now().isoformat(timespec="seconds") + "\n")
+        log.info("run complete: %s", run_dir)
+        return run_dir
+    except ScenarioError:
+        log.exception("scenario failed on bad input")
+        if created and not _has_work(run_dir, started_work):
+            _remove(run_dir, handler)
+            handler = None
+        raise
+    except BaseException:
+        log.exception("run failed (resume with --resume %s)", run_dir)
+        raise
+    finally:
+        if handler is not None:
+            log.removeHandler(handler)
+            handler.close()
+
+
+def _has_work(run_dir: Path, started: bool) -> bool:
+    return started and (run_dir / "events").is_dir()
+
+
+def _remove(run_dir: Path, handler) -> None:
+    log.removeHandler(handler)
+    handler.close()
+    shutil.rmtree(run_dir, ignore_errors=True)
