@@ -252,3 +252,61 @@ def test_routing_after_many_failures_reaches_live_root_and_repairs_tables(net):
     ora = oracle_state(live, hi, lo, net["host_router"], net["router_dist_us"], net["lan_us"],
                        present=alive)
     assert (g.leaf[live] == ora.leaf).all()
+
+
+@pytest.fixture(scope="module")
+def recovery_runs():
+    """600 nodes, keep-alives; 30 nodes fail (two runs of 5 adjacent ones among them),
+    neighbours repair, then they recover; one and two shards."""
+    small = synthetic_network(600, 80, seed=5)
+    hi, lo = small["node_ids_hi"], small["node_ids_lo"]
+    order = I.sorted_order(hi, lo)
+    rng = np.random.default_rng(5)
+    dead = np.unique(np.r_[order[50:55], order[300:305], rng.choice(600, 20, replace=False)])
+    runs = {}
+    for k in (1, 2):
+        w = World(small, lambda: Pastry(RecordingApp(), {"bootstrap": "oracle",
+                                                         "keepalive_us": 200_000}), shards=k)
+        w.run(until=400_000)
+        w.fail(dead)
+        w.run(until=2_400_000)
+        mid = gather(w)
+        w.recover(dead)
+        w.run(until=5_000_000)
+        kh, kl, r = keys(400, 8)
+        start = r % w.n
+        inject_routes(w, start, kh, kl, at=5_100_000)
+        w.run(until=6_500_000)
+        runs[k] = (w, mid, start, kh, kl)
+    return small, dead, runs
+
+
+def test_recovered_nodes_rejoin_with_their_ids(recovery_runs):
+    small, dead, runs = recovery_runs
+    w, mid, start, kh, kl = runs[2]
+    hi, lo = small["node_ids_hi"], small["node_ids_lo"]
+    live = np.setdiff1d(np.arange(w.n), dead)
+    assert not np.isin(mid.leaf[live], dead).any()    # repaired around them meanwhile
+    assert w.counters["pastry_rejoins"] == len(dead)
+    assert w.counters["pastry_joined"] >= len(dead)    # through the join protocol
+    g = gather(w)
+    ora = oracle_state(np.arange(w.n), hi, lo, small["host_router"], small["router_dist_us"],
+                       small["lan_us"])
+    assert (g.leaf == ora.leaf).all()                 # back in the others' leaf sets, exact
+    assert (g.rt[dead] >= 0).sum(axis=(1, 2)).min() > 10  # and they have tables again
+    assert_tables_well_formed(g, small)
+    got = deliveries(w, len(start))
+    root = true_root(small, kh, kl)
+    assert np.isin(root, dead).any()
+    assert (got[:, 1] == root).all()
+
+
+def test_failures_and_recovery_same_for_one_and_two_shards(recovery_runs):
+    _, _, runs = recovery_runs
+    (w1, m1, *_), (w2, m2, *_) = runs[1], runs[2]
+    g1, g2 = gather(w1), gather(w2)
+    for a, b in ((g1, g2), (m1, m2)):
+        assert (a.rt == b.rt).all() and (a.leaf == b.leaf).all() and (a.nbr == b.nbr).all()
+    assert (deliveries(w1, 400) == deliveries(w2, 400)).all()
+    assert w1.counters == w2.counters
+    assert w1.counters["pastry_hop_timeouts"] > 0

@@ -97,6 +97,8 @@ class JoinMixin:
         self.jn_got = np.zeros(n, np.int64)       # JOIN_ROWS received
         self.jn_expect = np.full(n, -1, np.int64)  # JOIN_ROWS expected (from JOIN_LEAFS)
         self.jn_nbrs = np.zeros(n, bool)          # JOIN_NBRS received
+        self.jn_inc = np.zeros(n, np.int64)       # incarnation: bumped by each recovery
+        self.jn_cand = None                       # rejoin contacts (allocated on recovery)
         if self.params["bootstrap"] != "protocol" or n == 0:
             return
         p = self.params
@@ -108,10 +110,57 @@ class JoinMixin:
 
     def join_checkpoint(self) -> dict:
         return {"got": self.jn_got.copy(), "expect": self.jn_expect.copy(),
-                "nbrs": self.jn_nbrs.copy()}
+                "nbrs": self.jn_nbrs.copy(), "inc": self.jn_inc.copy(),
+                "cand": None if self.jn_cand is None else self.jn_cand.copy()}
 
     def join_restore(self, d):
-        self.jn_got, self.jn_expect, self.jn_nbrs = d["got"].copy(), d["expect"].copy(), d["nbrs"].copy()
+        self.jn_got, self.jn_expect = d["got"].copy(), d["expect"].copy()
+        self.jn_nbrs, self.jn_inc = d["nbrs"].copy(), d["inc"].copy()
+        self.jn_cand = None if d["cand"] is None else d["cand"].copy()
+
+    # ---- recovery -------------------------------------------------------------------
+    def rejoin(self, ctx, li, now):
+        """Recovered nodes ``li`` drop their tables and join again with their own ids.
+
+        Contacts: the nodes of the old neighbourhood set (nearest first), then of the old
+        leaf set; a contact that does not lead to a completed join within
+        ``rejoin_timeout_us`` (it may have failed too) is replaced by the next one. A new
+        incarnation number invalidates the node's timers from before the crash.
+        """
+        s = self.state
+        li = np.asarray(li, np.int64)
+        if self.jn_cand is None:  # allocated on the first recovery only
+            self.jn_cand = np.full((len(self.nodes), s.nbr.shape[1] + s.l), -1, np.int32)
+        cand = np.concatenate([s.nbr[li], s.leaf[li]], axis=1)
+        # nearest first, duplicates out, packed to the left
+        dup = np.zeros(cand.shape, bool)
+        for j in range(1, cand.shape[1]):  # M + l columns, vectorized over nodes
+            dup[:, j] = (cand[:, :j] == cand[:, j:j + 1]).any(axis=1)
+        cand = np.where(dup, -1, cand)
+        o = np.argsort(cand < 0, axis=1, kind="stable")
+        self.jn_cand[li] = np.take_along_axis(cand, o, axis=1)
+        self.jn_inc[li] += 1
+        s.rt[li] = -1
+        s.leaf[li] = -1
+        s.nbr[li] = -1
+        self.heard[li] = 0
+        self.dead[li] = -1
+        self.joined[li] = False
+        self.jn_got[li], self.jn_expect[li], self.jn_nbrs[li] = 0, -1, False
+        ctx.count("pastry_rejoins", len(li))
+        t = np.full(len(li), now + max(int(getattr(ctx, "delta_us", 0) or 0), 1), np.int64)
+        self._rejoin_attempt(ctx, li, np.zeros(len(li), np.int64), t)
+
+    def _rejoin_attempt(self, ctx, li, k, t):
+        """JOIN_START of attempt ``k`` (b = k + 1 marks a rejoin; c = incarnation)."""
+        has = (k < self.jn_cand.shape[1])
+        has[has] = self.jn_cand[li[has], k[has]] >= 0
+        if (~has).any():
+            ctx.count("pastry_rejoin_gave_up", int((~has).sum()))
+        li, k, t = li[has], k[has], t[has]
+        if len(li):
+            ctx.timer(self.nodes[li], t, T.JOIN_START, a=self.jn_cand[li, k], b=k + 1,
+                      c=self.jn_inc[li])
 
     def _li(self, ctx, nodes):
         return np.asarray(ctx.local(np.asarray(nodes, np.int64)), np.int64)
@@ -129,6 +178,17 @@ class JoinMixin:
     # ---- join -----------------------------------------------------------------------
     def _join_start(self, ctx, batch):
         m = self._msgs(batch)
+        rj = m["b"] > 0
+        if rj.any():  # rejoin attempts of recovered nodes
+            li = self._li(ctx, m["dst"][rj])
+            go = (m["c"][rj] == self.jn_inc[li]) & ~self.joined[li]
+            li, r = li[go], m[rj][go]
+            if len(li):
+                # counts restart: pieces of an earlier attempt may still arrive, harmless
+                self.jn_got[li], self.jn_expect[li], self.jn_nbrs[li] = 0, -1, False
+                ctx.send(r["dst"], r["a"], T.JOIN_REQ, r["time"], a=r["dst"], mode=0)
+                self._rejoin_attempt(ctx, li, r["b"], r["time"] + self.params["rejoin_timeout_us"])
+            m = m[~rj]
         x, a, t = m["dst"].astype(np.int64), m["a"], m["time"]
         alone = a < 0
         if alone.any():
@@ -271,7 +331,7 @@ class JoinMixin:
         per = self.params["keepalive_us"]
         if per and len(li):
             self.heard[li] = np.asarray(t)[:, None]
-            ctx.timer(self.nodes[li], np.asarray(t) + per, T.KA_TIMER)
+            ctx.timer(self.nodes[li], np.asarray(t) + per, T.KA_TIMER, c=self.jn_inc[li])
 
     def _timeout(self):
         p = self.params
@@ -279,6 +339,8 @@ class JoinMixin:
 
     def _ka_timer(self, ctx, batch):
         m = self._msgs(batch)
+        # a timer set before a crash (c = old incarnation) is void after the recovery
+        m = m[m["c"] == self.jn_inc[self._li(ctx, m["dst"])]]
         x, t = m["dst"].astype(np.int64), m["time"]
         li = self._li(ctx, x)
         s = self.state
@@ -302,7 +364,7 @@ class JoinMixin:
         r, c = np.nonzero(leaf >= 0)
         if len(r):
             ctx.send(x[r], leaf[r, c], T.KEEPALIVE, t[r], mode=0)
-        ctx.timer(x, t + self.params["keepalive_us"], T.KA_TIMER)
+        ctx.timer(x, t + self.params["keepalive_us"], T.KA_TIMER, c=self.jn_inc[li])
 
     def _keepalive(self, ctx, batch):
         m = self._msgs(batch)

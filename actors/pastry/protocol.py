@@ -47,6 +47,7 @@ DEFAULTS = {
     "dead_memory": 8,              # how many presumed-failed ids a node remembers
     "hop_ack": None,               # per-hop acks of routed messages; None: on iff keep-alives
     "ack_slack_us": 0,             # ack deadline = sent + 2 * latency + slack; 0: one cell
+    "rejoin_timeout_us": 1_000_000,  # a recovering node tries its next contact after this
 }
 
 ROUTE_FIELDS = [n for n in MSG_DTYPE.names if n not in ("src", "dst", "type", "sent", "time",
@@ -127,26 +128,37 @@ class Pastry(JoinMixin, RepairMixin):
         m = msgs_of(batch)
         routed = m["mode"] == 1
         if routed.any():
-            self._ack_hops(ctx, m[routed])
-            self._route_step(ctx, m[routed].copy(), payload_of(batch))
+            r = m[routed]
+            if self.acks:
+                # a node still (re)joining has no tables to route with: it stays silent,
+                # so the sender presumes it failed and routes around it
+                r = r[self.joined[ctx.local(r["dst"])] | (r["src"] == r["dst"])]
+                self._ack_hops(ctx, r)
+            if len(r):
+                self._route_step(ctx, r.copy(), payload_of(batch))
         if (~routed).any() and T.is_pastry_type(type_code):
             self._HANDLERS[int(type_code)](self, ctx, make_batch(m[~routed], payload_of(batch)))
         elif (~routed).any() and self.app is not None:
             self.app.receive(ctx, make_batch(m[~routed], payload_of(batch)))
 
     def on_fail(self, ctx, local_idx):
-        """A crashed node stops; its timers and incoming messages are dropped by the engine."""
+        """A crashed node stops; its timers and incoming messages are dropped by the engine,
+        and the hops it was waiting to see acknowledged are forgotten with it."""
         li = np.asarray(local_idx, np.int64)
+        if len(li) and len(self.pend):
+            self._keep_pending(~np.isin(self.pend["src"], self.nodes[li]))
         if self.app is not None:
             self.app.on_fail(ctx, li)
 
     def on_recover(self, ctx, local_idx, now=0):
-        """A recovered node keeps its old state and resumes keep-alives; stale entries are
-        found by keep-alive timeouts (its neighbours re-learn it from its keep-alives)."""
+        """A recovered node keeps its id but not its tables: it rejoins through the join
+        protocol, with the nodes it knew (nearest first) as candidate contacts, so that its
+        neighbours put it back into their leaf sets (see :meth:`JoinMixin.rejoin`).
+        The engine must give the recovery time as ``ctx.now``."""
         li = np.asarray(local_idx, np.int64)
         now = int(getattr(ctx, "now", now) or now)
         if len(li):
-            self._start_keepalive(ctx, li, np.full(len(li), now, np.int64))
+            self.rejoin(ctx, li, now)
         if self.app is not None:
             self.app.on_recover(ctx, li)
 
