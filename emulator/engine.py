@@ -49,7 +49,7 @@ class ShardEngine:
         self.alive = np.ones(n, bool)
         self.seq = np.zeros(n, np.int64)
         self.draws = np.zeros(n, np.int64)
-        self.queue = EventQueue()
+        self.queue = EventQueue(self.delta_us)
         self.outbox: list[list[Batch]] = [[] for _ in range(self.n_shards)]
         self.logs = LogBuffer()
         self.counts: dict[str, int] = {}
@@ -128,15 +128,13 @@ class ShardEngine:
         d = self.delta_us
         events = 0
         while True:
-            t = self.queue.next_time()
-            if t >= end:
+            cell = self.queue.next_cell()
+            if cell == NEVER or cell * d >= end:
                 break
-            cell_start = t - t % d
-            cell_end = cell_start + d
-            self.now = cell_start
+            self.now = cell * d
             self.cells += 1
             while True:  # further passes for zero-delay self-messages
-                due = self.queue.pop_before(cell_end)
+                due = self.queue.pop_cell(cell)
                 if not len(due):
                     break
                 events += len(due)

@@ -44,22 +44,25 @@ def test_rank_within_counts_earlier_equal_keys():
     assert rank_within(np.array([], np.int64)).tolist() == []
 
 
-def test_queue_pops_in_time_order_across_runs():
-    q = EventQueue()
+def test_queue_returns_each_cell_whole_and_in_order():
+    q = EventQueue(1000)
     rng = np.random.default_rng(0)
     times = []
     for _ in range(40):
-        t = rng.integers(0, 10_000, size=rng.integers(1, 50))
+        t = rng.integers(0, 100_000, size=rng.integers(1, 50))
         times.append(t)
         q.push(Batch(new_messages(len(t), time=t)))
     allt = np.sort(np.concatenate(times))
-    assert q.next_time() == allt[0]
+    assert q.next_time() == allt[0] // 1000 * 1000 and len(q) == len(allt)
     got = []
-    for cut in (100, 2500, 2500, 7000, NEVER):
-        got.append(q.pop_before(cut).msgs["time"])
-        assert (got[-1] < cut).all()
-    assert np.array_equal(np.sort(np.concatenate(got)), allt)
-    assert len(q) == 0 and q.next_time() == NEVER
+    while q.next_cell() != NEVER:
+        c = q.next_cell()
+        b = q.pop_cell(c).msgs["time"]
+        assert len(b) and (b // 1000 == c).all()
+        assert not got or c > got[-1][0] // 1000
+        got.append(np.sort(b))
+    assert np.array_equal(np.concatenate(got), allt)
+    assert len(q) == 0 and len(q.pop_cell(3)) == 0
 
 
 def test_node_streams_do_not_depend_on_batching():
