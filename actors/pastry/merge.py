@@ -41,6 +41,15 @@ def _rank_rows(key_hi, key_lo, valid):
     return o.reshape(b, c) - (np.arange(b) * c)[:, None]
 
 
+def _first_cols(a, k):
+    """The first k columns of a, zero-padded when a has fewer."""
+    if a.shape[1] >= k:
+        return a[:, :k]
+    out = np.zeros((a.shape[0], k), a.dtype)
+    out[:, :a.shape[1]] = a
+    return out
+
+
 def select_leaves(self_ids, cand, ids_hi, ids_lo, half: int, exclude=None) -> np.ndarray:
     """The new leaf sets: from candidates ∪ nothing else, the ``half`` nearest smaller and
     ``half`` nearest larger ids on the ring (int32[B, 2*half], nearest first, -1 padded).
@@ -77,9 +86,8 @@ def select_leaves(self_ids, cand, ids_hi, ids_lo, half: int, exclude=None) -> np
     n_large = np.minimum(half, v_large.sum(axis=1))
     rows = np.arange(bsz)[:, None]
     j = np.arange(half)[None, :]
-    pad = ((0, 0), (0, max(0, half - c.shape[1])))
-    o_small = np.pad(_rank_rows(ccw_h, ccw_l, v_small), pad)[:, :half]
-    o_large = np.pad(_rank_rows(cw_h, cw_l, v_large), pad)[:, :half]
+    o_small = _first_cols(_rank_rows(ccw_h, ccw_l, v_small), half)
+    o_large = _first_cols(_rank_rows(cw_h, cw_l, v_large), half)
     out[:, :half] = np.where(j < n_small[:, None], c[rows, o_small], -1)
     out[:, half:] = np.where(j < n_large[:, None], c[rows, o_large], -1)
     return out

@@ -188,8 +188,9 @@ class Pastry(JoinMixin, RepairMixin):
                  T.ACK_TIMER: RepairMixin._ack_timer, T.ROW_REQ: RepairMixin._row_req,
                  T.ROW_REPLY: RepairMixin._row_reply}
 
-    def export_state(self):
-        """(global node ids, state dict) of this shard, for :func:`quality.stack_states`."""
+    def export_state(self, ctx=None):
+        """(global node ids, state dict) of this shard, for :func:`quality.stack_states`
+        (``emu.call("export_state")`` passes the shard's ctx, which is not needed)."""
         return self.nodes.copy(), self.state.to_dict()
 
     # ---- overlay API ----------------------------------------------------------------
