@@ -55,6 +55,9 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")   # no prompt, no phone-home
+    # Ray Data (the Arrow -> Spark hand-over) logs every dataset execution at INFO.
+    os.environ.setdefault("RAY_DATA_LOG_LEVEL", "WARNING")
+    _quiet_ray_data()
     address = address or os.environ.get("RAY_ADDRESS") or None
     common = dict(ignore_reinit_error=True, logging_level=logging.WARNING, log_to_driver=True)
     if address:
@@ -77,6 +80,19 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
              object_store_memory=object_store_bytes(), **common)
     _state["ray_started_here"] = True
+
+
+def _quiet_ray_data() -> None:
+    """Drop Ray Data's INFO console lines and progress bars if it is already imported
+    (otherwise RAY_DATA_LOG_LEVEL does it at import)."""
+    if "ray.data" not in sys.modules:
+        return
+    import ray.data
+    logger = logging.getLogger("ray.data")
+    if logger.level < logging.WARNING:
+        logger.setLevel(logging.WARNING)
+    with contextlib.suppress(Exception):
+        ray.data.DataContext.get_current().enable_progress_bars = False
 
 
 def ray_is_local() -> bool:
@@ -103,6 +119,8 @@ def java_executable() -> str:
 
 
 _LOG4J2 = """\
+# Errors only. Spark announces "Setting default log level" unless the root level equals the
+# level configured for its shell logger (under org.apache.spark): both are ERROR here.
 rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
@@ -110,10 +128,16 @@ appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
-# PySpark counts as a shell: Spark sets the root to this logger's level and says so on
-# stderr unless both already agree.
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
+logger.spark.name = org.apache.spark
+logger.spark.level = error
+logger.sparkproject.name = org.sparkproject
+logger.sparkproject.level = error
+logger.hadoop.name = org.apache.hadoop
+logger.hadoop.level = error
+logger.parquet.name = org.apache.parquet
+logger.parquet.level = error
+logger.ray.name = io.ray
+logger.ray.level = error
 """
 
 
@@ -142,8 +166,11 @@ def start_spark(app_name: str = "scribe-emu", executors: int = 1, cores: int = 1
     import ray
     if not ray.is_initialized():
         start_ray()
+    import ray.data
     import raydp
 
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    _quiet_ray_data()
     # Spark's Python workers must be this interpreter (the venv), or they cannot import
     # pyspark/analysis; the env vars cover the driver, the confs cover remote executors.
     os.environ["PYSPARK_PYTHON"] = sys.executable
