@@ -6,13 +6,14 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 ARGS   ?=
+TESTS  ?= tests
 
 .PHONY: help venv java run quick test test-fast bench lint clean
 
 help:
 	@echo "make run    - run the small_groups_30k scenario (ARGS='--nodes 5000 ...' to override)"
 	@echo "make quick  - run the quick scenario (seconds)"
-	@echo "make test   - run the whole test suite (pytest)"
+	@echo "make test   - run the whole test suite (TESTS=tests/test_cli.py for one file)"
 	@echo "make test-fast - tests not marked slow (no Ray/Spark start)"
 	@echo "make venv   - create .venv and pip install -e '.[dev]' (again when pyproject.toml changes)"
 	@echo "make java   - install OpenJDK 17 (as root, apt-get) when java is missing"
@@ -61,10 +62,10 @@ quick: venv java
 	$(PY) cli.py scenario quick $(ARGS)
 
 test: venv java
-	$(PY) -m pytest -q tests $(ARGS)
+	$(PY) -m pytest -q $(TESTS) $(ARGS)
 
 test-fast: venv
-	$(PY) -m pytest -q -m "not slow" tests $(ARGS)
+	$(PY) -m pytest -q -m "not slow" $(TESTS) $(ARGS)
 
 bench: venv java
 	@set -e; for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b $(ARGS); done
