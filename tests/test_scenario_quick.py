@@ -1,0 +1,170 @@
+"""The `quick` scenario end to end through Ray (engine shards) and Spark (RayDP analysis):
+a complete run directory, plausible metrics, identical metrics for 1 and 2 shards, and a
+run interrupted after a phase that resumes to the same results.
+
+Slow: one Ray and one Spark session for the module (Spark start alone takes tens of seconds
+on a small machine); three small emulations and three analyses."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from scenarios import ScenarioError, load_scenario, run_scenario
+from scenarios import runner as runner_mod
+from scenarios.groups import zipf_sizes
+
+pytestmark = pytest.mark.slow
+
+NODES, GROUPS = 800, 24
+METRIC_KEYS = ("delay_penalty", "delay_penalty_by_variant", "rdp_rank1", "node_stress",
+               "link_stress", "overlay")
+FIGURES = ["delay_penalty_cdf.png", "rdp_rank1_cdf.png", "node_stress.png", "link_stress.png",
+           "group_size_by_rank.png"]
+CSVS = ["delay_penalty_by_group.csv", "delay_penalty_summary.csv", "rdp_rank1.csv",
+        "rdp_rank1_summary.csv", "node_stress.csv", "node_stress_summary.csv",
+        "node_stress_histogram.csv", "link_stress.csv", "link_stress_summary.csv",
+        "link_stress_histogram.csv", "overlay_hops.csv", "overlay_hops_summary.csv",
+        "messages_by_type.csv", "probes.csv", "groups.csv"]
+
+
+def cfg(shards):
+    return load_scenario("quick", nodes=NODES, groups=GROUPS, shards=shards)
+
+
+@pytest.fixture(scope="module")
+def session():
+    from emulator.runtime import start_ray, stop_ray
+    start_ray(num_cpus=2)
+    yield
+    stop_ray()
+
+
+@pytest.fixture(scope="module")
+def runs(session, tmp_path_factory):
+    base = tmp_path_factory.mktemp("runs")
+    return {k: run_scenario(cfg(k), out=base / f"quick-k{k}", progress=False) for k in (1, 2)}
+
+
+def same(a, b, path="") -> None:
+    """Equal metrics; floats to 1e-9 relative (Spark sums in partition order, so the last
+    bits of a mean may differ between runs with different numbers of input files)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), path
+        for k in a:
+            same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-9, abs=1e-12), path
+    else:
+        assert a == b, path
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def deliveries(run_dir: Path) -> np.ndarray:
+    t = pq.read_table(run_dir / "events" / "delivery").select(
+        ["group", "member", "seqno", "time", "hops"]).to_pandas()
+    return t.sort_values(["seqno", "group", "member"]).to_numpy()
+
+
+def test_run_directory_is_complete(runs):
+    d = runs[2]
+    for name in ("COMPLETE", "config.toml", "run.log", "summary.json", "report.md",
+                 "topology/topo-0.npz"):
+        assert (d / name).is_file(), name
+    for f in FIGURES:
+        assert (d / "figures" / f).stat().st_size > 1000, f
+    for f in CSVS:
+        assert (d / "metrics" / f).is_file(), f
+    for table in ("message", "route", "delivery", "tree_edge", "group", "membership", "host"):
+        assert list((d / "events" / table / "topo=0").glob("*.parquet")), table
+    for phase in load_scenario("quick").phase_order:
+        assert (d / "checkpoints" / phase / "driver.json").is_file(), phase
+    # the resolved config reproduces the run's configuration
+    assert load_scenario(str(d / "config.toml")) == cfg(2)
+    assert "phase multicast_collapsed" in (d / "run.log").read_text()
+
+
+def test_summary_is_plausible(runs):
+    s = summary(runs[2])
+    assert (s["scenario"], s["nodes"], s["groups"]) == ("quick", NODES, GROUPS)
+    for variant in ("scribe", "collapsed"):
+        assert s["delay_penalty_by_variant"][variant]["groups"] == GROUPS
+    by_group = [r for r in rows(runs[2] / "metrics" / "delay_penalty_by_group.csv")
+                if r["topo"] != "mean"]
+    rad = np.array([float(r["rad"]) for r in by_group])
+    rmd = np.array([float(r["rmd"]) for r in by_group])
+    assert len(rad) == 2 * GROUPS
+    assert (rad >= 0.95).mean() >= 0.9 and (rmd >= 0.95).mean() >= 0.9
+    assert 1.0 < np.median(rad) < 4.0
+    ns = s["node_stress"]["scribe"]
+    assert ns["children_entries"]["mean"] > 0 and ns["children_tables"]["max"] >= 1
+    # collapse removes forwarders: fewer tree nodes, never more entries than there were
+    assert ns["tree_nodes"]["nodes"] > s["node_stress"]["collapsed"]["tree_nodes"]["nodes"]
+    ls = s["link_stress"]
+    assert ls["scribe"]["total"] >= ls["ip_multicast"]["total"] > 0
+    assert ls["collapsed"]["total"] <= ls["scribe"]["total"]
+    assert ls["scribe_join"]["total"] == ls["scribe"]["total"]       # symmetry (SPEC 5)
+    largest = int(zipf_sizes(NODES, GROUPS)[0])
+    assert ls["naive_unicast"]["max"] >= largest - 1     # the source sends to all others
+    assert 0 < s["overlay"]["mean_hops"] <= s["overlay"]["log16_nodes_ceil"]
+    for k in ("phase_join", "phase_multicast", "phase_collapse", "emulation_total",
+              "analysis_total"):
+        assert s["timing"][k] > 0, k
+    assert s["emulation"]["lost_messages"] == 0
+
+
+def test_one_and_two_shards_give_identical_metrics(runs):
+    s1, s2 = summary(runs[1]), summary(runs[2])
+    for k in METRIC_KEYS:
+        same(s1[k], s2[k], k)
+    assert np.array_equal(deliveries(runs[1]), deliveries(runs[2]))
+    assert s2["emulation"]["shards"] == 2 and s1["emulation"]["shards"] == 1
+
+
+def test_interrupted_run_resumes_to_identical_results(runs, tmp_path, monkeypatch):
+    real = runner_mod._run_phase
+
+    def crash_at_multicast(T, phase, progress):
+        if phase == "multicast":
+            raise KeyboardInterrupt("simulated interruption")
+        return real(T, phase, progress)
+
+    out = tmp_path / "quick-resume"
+    monkeypatch.setattr(runner_mod, "_run_phase", crash_at_multicast)
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(cfg(2), out=out, progress=False)
+    assert not (out / "COMPLETE").exists()
+    state = json.loads((out / "state.json").read_text())
+    assert state["completed"]["0"] == ["bootstrap", "create", "join"]
+    monkeypatch.setattr(runner_mod, "_run_phase", real)
+    assert run_scenario(None, resume=out, progress=False) == out
+    assert (out / "COMPLETE").is_file()
+    s, ref = summary(out), summary(runs[2])
+    for k in METRIC_KEYS:
+        same(s[k], ref[k], k)
+    assert np.array_equal(deliveries(out), deliveries(runs[2]))
+    with pytest.raises(ScenarioError, match="already complete"):
+        run_scenario(None, resume=out, progress=False)
+
+
+def test_bad_output_directory_and_resume_target(session, tmp_path):
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "x").write_text("x")
+    with pytest.raises(ScenarioError, match="exists and is not empty"):
+        run_scenario(cfg(1), out=busy, progress=False)
+    with pytest.raises(ScenarioError, match="no config.toml"):
+        run_scenario(None, resume=tmp_path, progress=False)
