@@ -22,7 +22,8 @@ _STREAM_JOIN_TIMES = 0x4A54
 def zipf_sizes(n_nodes: int, n_groups: int, exponent: float = 1.25) -> np.ndarray:
     """gsize(r) = floor(N r^-e + 0.5) for r = 1..G (int64, non-increasing). O(G)."""
     if n_nodes < 1 or n_groups < 1:
-        raise ValueError(f"zipf_sizes: need n_nodes >= 1 and n_groups >= 1, got {n_nodes}, {n_groups}")
+        raise ValueError(f"zipf_sizes: need n_nodes >= 1 and n_groups >= 1, got {n_nodes}, "
+                         f"{n_groups}")
     if exponent <= 0:
         raise ValueError(f"zipf_sizes: exponent must be > 0, got {exponent}")
     r = np.arange(1, n_groups + 1, dtype=np.float64)

@@ -42,6 +42,10 @@ log = logging.getLogger("scribe_emu.scenario")
 
 CACHE_DIR = Path(os.environ.get("SCRIBE_EMU_CACHE", Path.home() / ".cache" / "scribe-emu"))
 _STREAM_CHURN = 0xC4E2
+# The engine's bulky tables go to Spark as object refs through RayDP; every other table is
+# read from Parquet. Each ref table costs a Ray Dataset -> Spark conversion (seconds even
+# when tiny; measured on quick: all tables by ref 260 s of analysis vs 115 s all Parquet).
+REF_TABLES = ("message", "route", "delivery", "tree_edge")
 
 
 # ---- run directory ------------------------------------------------------------------------
@@ -121,21 +125,17 @@ def _clean_incomplete(run_dir: Path, t: int, done: list[str]) -> None:
 
 # ---- driver-written event tables -----------------------------------------------------------
 
-def _driver_table(run_dir: Path, table: str, t: int, phase: str, columns: dict,
-                  refs: dict) -> None:
+def _driver_table(run_dir: Path, table: str, t: int, phase: str, columns: dict) -> None:
     """Rows the scenario itself logs (membership, host, publish, node_event): Parquet under
-    events/<table>/topo=<t>/<phase>-driver.parquet like the engine's files, plus an object
-    ref (with the topo column) for the analysis."""
-    import ray
-
-    from emulator.logs import with_topo, write_parquet
+    events/<table>/topo=<t>/<phase>-driver.parquet like the engine's files. The analysis
+    reads them from Parquet (see REF_TABLES)."""
+    from emulator.logs import write_parquet
 
     cols = {k: pa.array(v) for k, v in columns.items()}
     n = len(next(iter(cols.values())))
     cols["phase"] = pa.array([phase] * n, pa.string())
     tbl = pa.table(cols)
     write_parquet(tbl, run_dir / "events", table, t, f"{phase}-driver")
-    refs.setdefault(table, []).append(ray.put(with_topo(tbl, t)))
 
 
 def _read_events(run_dir: Path, table: str, t: int) -> pa.Table | None:
@@ -186,7 +186,8 @@ class _Progress:
             return
         dt = max(time.perf_counter() - self._t0, 1e-9)
         self._p.update(self._task, description=(
-            f"topology {self.topo + 1}/{self.n_topos}  {phase:<20} virtual {virtual_us / 1e6:9.3f} s"
+            f"topology {self.topo + 1}/{self.n_topos}  {phase:<20} "
+            f"virtual {virtual_us / 1e6:9.3f} s"
             f"  {messages:>12,} msgs  {messages / dt:>10,.0f} msg/s"))
 
 
@@ -201,7 +202,6 @@ class _Topo:
     topo: object
     plan: GroupPlan
     emu: object
-    refs: dict
     shared: dict
     rp: np.ndarray | None = None
 
@@ -212,7 +212,8 @@ def _build_topology(cfg: ScenarioConfig, t: int, seed_t: int):
         topo = make_topology(cfg.topology["source"], seed_t, cfg.nodes, cache_dir=CACHE_DIR,
                              lan_us=cfg.topology["lan_us"])
     except TopologyError as e:
-        raise ScenarioError(f"topology {cfg.topology['source']!r}: {str(e).splitlines()[0]}") from None
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ScenarioError(f"topology {cfg.topology['source']!r}: {first}") from None
     if not getattr(topo, "is_dense", True):
         raise ScenarioError(f"topology {cfg.topology['source']!r} has {topo.n_routers} routers, "
                             "more than the dense delay table the emulator's latency model "
@@ -286,7 +287,7 @@ def _phase_join(T: _Topo, progress) -> dict:
     t0 = _start(T)
     _driver_table(T.run_dir, "membership", T.t, "join",
                   {"group": plan.member_group.astype(np.int32),
-                   "member": plan.member_node.astype(np.int32)}, T.refs)
+                   "member": plan.member_node.astype(np.int32)})
     times = join_times(T.cfg.seed, T.t, len(plan.member_node), t0, T.cfg.phases["join_spread_us"])
     T.emu.inject(join_requests(plan.member_node, plan.member_group, times,
                                plan.credentials[plan.member_group]))
@@ -383,13 +384,13 @@ def _phase_churn(T: _Topo, progress) -> dict:
     _driver_table(T.run_dir, "publish", T.t, "churn",
                   {"group": s["pub_group"].astype(np.int32),
                    "source": s["pub_source"].astype(np.int32),
-                   "time": s["pub_time"], "variant": [variant] * len(s["pub_time"])}, T.refs)
+                   "time": s["pub_time"], "variant": [variant] * len(s["pub_time"])})
     ev_node = np.r_[s["fail_node"], s["rec_node"]].astype(np.int32)
     ev_time = np.r_[s["fail_time"], s["rec_time"]]
     ev = ["fail"] * len(s["fail_node"]) + ["recover"] * len(s["rec_node"])
     if len(ev_node):
         _driver_table(T.run_dir, "node_event", T.t, "churn",
-                      {"node": ev_node, "time": ev_time, "event": ev}, T.refs)
+                      {"node": ev_node, "time": ev_time, "event": ev})
     log.info("topology %d churn: %d multicasts, %d failures, %d recoveries", T.t,
              len(s["pub_time"]), len(s["fail_node"]), len(s["rec_node"]))
     progress.start_phase()
@@ -464,7 +465,7 @@ def _run_topology(cfg, run_dir, t, state: _State, refs, progress) -> None:
                    stack_factory=stack_factory(cfg.pastry_params(seed_t), cfg.scribe_params()),
                    shards=cfg.shards, node_shard=node_shard, seed=seed_t, shared=shared,
                    run_dir=run_dir, topo_index=t, type_names=type_names())
-    T = _Topo(cfg, run_dir, t, seed_t, topo, plan, emu, refs, shared)
+    T = _Topo(cfg, run_dir, t, seed_t, topo, plan, emu, shared)
     state.add_time("emulator_setup", time.perf_counter() - w0)
     log.info("topology %d: %d routers, %d hosts, delta %d us, lookahead %s us, %d shards",
              t, topo.n_routers, cfg.nodes, emu.delta_us, emu.lookahead_us, emu.shards)
@@ -476,7 +477,7 @@ def _run_topology(cfg, run_dir, t, state: _State, refs, progress) -> None:
             _driver_table(run_dir, "host", t, "bootstrap",
                           {"node": np.arange(cfg.nodes, dtype=np.int32),
                            "router": topo.host_router.astype(np.int32),
-                           "id_hex": list(to_hex(ids_hi, ids_lo))}, refs)
+                           "id_hex": list(to_hex(ids_hi, ids_lo))})
         if "create" in done:
             T.rp = _load_rps(T)
         for phase in cfg.phase_order:
@@ -514,16 +515,12 @@ def _run_topology(cfg, run_dir, t, state: _State, refs, progress) -> None:
             "messages_sent": c["messages_sent"], "lost_total": c["lost_total"],
             "counts": c["counts"], "delta_us": c["delta_us"], "lookahead_us": c["lookahead_us"],
             "windows": c["windows"], "virtual_us": c["virtual_us"]}
-        for k, v in refs_from(emu).items():
+        for k, v in emu.logs().items():     # before shutdown: refs stay owned by us
             refs.setdefault(k, []).extend(v)
     finally:
         emu.shutdown()
     state.d["topologies_done"].append(t)
     state.save()
-
-
-def refs_from(emu) -> dict:
-    return emu.logs()
 
 
 # ---- analysis -----------------------------------------------------------------------------
@@ -538,7 +535,8 @@ def _summary_extra(cfg: ScenarioConfig, state: _State) -> dict:
                                    "lookahead_us": first["lookahead_us"],
                                    "shards": cfg.shards,
                                    "windows": sum(c["windows"] for c in counters.values()),
-                                   "lost_messages": sum(c["lost_total"] for c in counters.values())})
+                                   "lost_messages": sum(c["lost_total"]
+                                                        for c in counters.values())})
         total: dict[str, int] = {}
         for c in counters.values():
             for k, v in c["counts"].items():
@@ -575,8 +573,8 @@ def _analyse(cfg, run_dir: Path, refs: dict | None, state: _State, progress) -> 
             "topologies": cfg.topologies, "seed": cfg.seed, "shards": cfg.shards,
             "topology_source": cfg.topology["source"], "bootstrap": cfg.pastry["bootstrap"],
             "phases": cfg.phase_order}
-    if refs is not None:   # tables the analysis does not know stay on disk only
-        refs = {k: v for k, v in refs.items() if k in EVENT_TABLES}
+    if refs is not None:
+        refs = {k: v for k, v in refs.items() if k in REF_TABLES and k in EVENT_TABLES}
     progress.status("analysis: computing metrics in Spark")
     summary = run_analysis(run_dir, spark, refs=refs, scenario_meta=meta,
                            extra=_summary_extra(cfg, state), options=_analysis_options(cfg))

@@ -51,7 +51,8 @@ def test_paper_scenarios_match_the_spec():
     q = load_scenario("quick")
     assert {"collapse", "multicast_collapsed"} <= set(q.phase_order) and q.nodes <= 5000
     c, cr = load_scenario("churn"), load_scenario("churn_reliable")
-    assert "churn" in c.phase_order and c.pastry["keepalive_us"] > 0 and c.scribe["heartbeat_us"] > 0
+    assert "churn" in c.phase_order
+    assert c.pastry["keepalive_us"] > 0 and c.scribe["heartbeat_us"] > 0
     assert not c.scribe["reliable"] and cr.scribe["reliable"]
 
 
@@ -76,7 +77,7 @@ def test_group_plan_members_uniform_without_replacement_and_per_seed():
     assert np.array_equal(same.member_node, p.member_node)
     assert not np.array_equal(other.members_of(5), p.members_of(5))
     # groupIds differ between topologies (names carry the topology index) and are unique
-    ids = set(zip(p.table["id_hi"].tolist(), p.table["id_lo"].tolist()))
+    ids = set(zip(p.table["id_hi"].tolist(), p.table["id_lo"].tolist(), strict=True))
     assert len(ids) == 80
     # uniformity: over 80 groups, member counts per node decile are balanced
     counts = np.bincount(p.member_node[p.member_group > 0] * 10 // 5000, minlength=10)
@@ -102,7 +103,8 @@ def test_overrides_keywords_and_sets():
     # a list value
     q = load_scenario("quick", sets=['phases.order=["bootstrap","create","join","multicast"]'])
     assert q.phase_order == ["bootstrap", "create", "join", "multicast"]
-    assert load_scenario("quick", sets=["pastry.join_rate_per_s=50"]).pastry["join_rate_per_s"] == 50.0
+    rate = load_scenario("quick", sets=["pastry.join_rate_per_s=50"]).pastry["join_rate_per_s"]
+    assert rate == 50.0
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -128,7 +130,8 @@ def test_overrides_keywords_and_sets():
      r"measured data file /nonexistent/x\.cch not found"),
     (dict(sets=['phases.order=["bootstrap","join"]']), r"'join' needs 'create' before it"),
     (dict(sets=['phases.order=["create","join"]']), r"must start with 'bootstrap'"),
-    (dict(sets=['phases.order=["bootstrap","create","fly"]']), r"unknown phase 'fly'; valid: bootstrap"),
+    (dict(sets=['phases.order=["bootstrap","create","fly"]']),
+     r"unknown phase 'fly'; valid: bootstrap"),
     (dict(sets=['phases.order=["bootstrap","create","create"]']), r"'create' appears twice"),
     (dict(sets=["scribe.bottleneck=true"]), r"use 'multicast_bottleneck' instead"),
     (dict(sets=['phases.order=["bootstrap","create","join","churn"]']),
