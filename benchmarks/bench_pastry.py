@@ -1,6 +1,7 @@
 """Pastry benchmarks: oracle bootstrap time/memory, protocol bootstrap (harness engine),
 routed next-hop decisions per second. Usage:
     python benchmarks/bench_pastry.py --oracle 10000 50000 100000 --protocol 2000 --routes 200000
+    python benchmarks/bench_pastry.py --oracle --protocol 2000 5000 10000 [--rate R] [--profile N]
 Uses the synthetic network of actors/pastry/synthetic.py (5050 routers)."""
 
 from __future__ import annotations
@@ -42,32 +43,58 @@ def bench_routes(net, st, k):
           f"{hops.sum() / dt:,.0f} hops/s, mean hops {hops.mean():.2f}")
 
 
-def bench_protocol(n, routers, rate):
+def bench_protocol(n, routers, rate, quality=True):
+    """Protocol bootstrap on the harness engine: wall and CPU seconds, per joined node,
+    cells, messages; table quality against the oracle (optional: the oracle costs)."""
     from pastry_harness import World
 
     from actors.pastry.protocol import Pastry
     from actors.pastry.quality import stack_states
     net = synthetic_network(n, routers, seed=2)
-    t = time.perf_counter()
+    rate = rate or n / 10.0
+    t, c = time.perf_counter(), time.process_time()
     w = World(net, lambda: Pastry(None, {"bootstrap": "protocol", "join_rate_per_s": rate}))
-    w.run()
-    dt = time.perf_counter() - t
-    g = stack_states([s.export_state() for s in w.stacks], n)
-    q = table_quality(g, net["node_ids_hi"], net["node_ids_lo"], net["host_router"],
-                      net["router_dist_us"], net["lan_us"])
-    print(f"protocol N={n} rate={rate}/s: {dt:.1f} s wall, quality {q}")
+    cells = w.run()
+    dt, dc = time.perf_counter() - t, time.process_time() - c
+    joined = w.counters.get("pastry_joined", 0) + 1
+    msgs = int(w.seq.sum())
+    line = (f"protocol N={n} rate={rate:.0f}/s: {dt:.1f} s wall, {dc:.1f} s CPU, "
+            f"{1e3 * dc / joined:.2f} ms CPU per joined node, {cells} cells, {msgs} messages "
+            f"({msgs / joined:.0f} per node), {msgs / dc:,.0f} msg/s CPU")
+    if quality:
+        g = stack_states([s.export_state() for s in w.stacks], n)
+        q = table_quality(g, net["node_ids_hi"], net["node_ids_lo"], net["host_router"],
+                          net["router_dist_us"], net["lan_us"])
+        line += ", quality " + ", ".join(f"{k} {v:.3f}" for k, v in q.items())
+    print(line, flush=True)
+    return dc / joined
+
+
+def profile_protocol(n, routers, rate, top=20):
+    import cProfile
+    import pstats
+    pr = cProfile.Profile()
+    pr.enable()
+    bench_protocol(n, routers, rate, quality=False)
+    pr.disable()
+    pstats.Stats(pr).sort_stats("tottime").print_stats(top)
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--oracle", type=int, nargs="*", default=[10000])
     ap.add_argument("--protocol", type=int, nargs="*", default=[])
-    ap.add_argument("--rate", type=float, default=200.0)
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="joins per second; 0: N/10 (every node arrives within 10 s)")
     ap.add_argument("--routes", type=int, default=100000)
     ap.add_argument("--routers", type=int, default=5050)
+    ap.add_argument("--no-quality", action="store_true")
+    ap.add_argument("--profile", type=int, default=0, help="cProfile a protocol run of N")
     a = ap.parse_args()
     for n in a.oracle:
         net, st = bench_oracle(n, a.routers)
         bench_routes(net, st, a.routes)
     for n in a.protocol:
-        bench_protocol(n, min(a.routers, 500), a.rate)
+        bench_protocol(n, min(a.routers, 500), a.rate, quality=not a.no_quality)
+    if a.profile:
+        profile_protocol(a.profile, min(a.routers, 500), a.rate)
