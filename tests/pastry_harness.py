@@ -180,12 +180,13 @@ class World:
             brk = np.flatnonzero((sh[1:] != sh[:-1]) | (ty[1:] != ty[:-1])) + 1
             payload = self.payload[:self.pay_used]
             for a, b in zip(np.concatenate([[0], brk]).tolist(),
-                            np.concatenate([brk, [len(cur)]]).tolist()):
+                            np.concatenate([brk, [len(cur)]]).tolist(), strict=True):
                 if a == b:
                     continue
                 ctx = self.ctxs[sh[a]]
                 ctx.now = k * self.delta
-                self.stacks[sh[a]].handle(ctx, int(ty[a]), make_batch(cur.view(VOID)[a:b].copy().view(MSG_DTYPE), payload))
+                rows = cur.view(VOID)[a:b].copy().view(MSG_DTYPE)
+                self.stacks[sh[a]].handle(ctx, int(ty[a]), make_batch(rows, payload))
             cells += 1
             assert cells < max_cells
         if until is not None:
