@@ -98,9 +98,12 @@ def _fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
-def handled(run_dir_arg: str | None = None):
+def handled(*run_dir_args: str):
     """Turn exceptions of a command into one stderr line and an exit code (2 bad input,
-    1 unexpected, 130 interrupted). Set SCRIBE_EMU_DEBUG=1 to get the traceback instead."""
+    1 unexpected, 130 interrupted). Set SCRIBE_EMU_DEBUG=1 to get the traceback instead.
+
+    run_dir_args: parameters naming a run directory; an unexpected error's traceback is
+    appended to the first existing one's run.log (else saved in the temp directory)."""
     def deco(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
@@ -115,10 +118,14 @@ def handled(run_dir_arg: str | None = None):
                 if os.environ.get("SCRIBE_EMU_DEBUG"):
                     raise
                 msg = _one_line(str(exc)) or type(exc).__name__
+                run_dirs = [Path(kwargs[a]) for a in run_dir_args if kwargs.get(a)]
+                run_dir = next((d for d in run_dirs if d.is_dir()), None)
                 if isinstance(exc, _bad_input_types()):
+                    if type(exc) is ValueError:
+                        # A bare ValueError may also be a bug deep inside: keep its
+                        # traceback without cluttering the one-line message.
+                        _save_traceback(exc, None)
                     raise _fail(msg, EXIT_BAD_INPUT) from None
-                run_dir = Path(kwargs[run_dir_arg]) if run_dir_arg and kwargs.get(run_dir_arg) \
-                    else None
                 where = _save_traceback(exc, run_dir)
                 hint = ("see run.log in the run directory; " if run_dir is None else "") + \
                     f"traceback in {where}"
@@ -197,7 +204,7 @@ class Bootstrap(StrEnum):
 
 
 @app.command()
-@handled()
+@handled("out_dir", "resume")
 def scenario(
     name: Annotated[str, typer.Argument(
         metavar="NAME", help="Scenario name (see `scenarios`) or a .toml file.")],
@@ -384,7 +391,7 @@ def scenario_meta(run_dir: Path) -> dict:
 
 
 @app.command()
-@handled(run_dir_arg="run_dir")
+@handled("run_dir")
 def analyze(
     run_dir: Annotated[Path, typer.Argument(
         help="A run directory (with events/ and topology/).")],
@@ -408,7 +415,7 @@ def analyze(
 
 
 @app.command()
-@handled(run_dir_arg="run_dir")
+@handled("run_dir")
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run directory with summary.json.")],
 ):

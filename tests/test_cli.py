@@ -21,8 +21,8 @@ CLI = ROOT / "cli.py"
 
 
 def run_cli(*args, cwd=None, timeout=120, env=None):
-    e = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", **(env or {})}
-    e.pop("SCRIBE_EMU_DEBUG", None)
+    e = {k: v for k, v in os.environ.items() if k != "SCRIBE_EMU_DEBUG"}
+    e.update({"COLUMNS": "200", "NO_COLOR": "1", **(env or {})})
     return subprocess.run([sys.executable, str(CLI), *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, cwd=cwd or ROOT, env=e)
 
@@ -224,3 +224,19 @@ def test_quick_scenario_end_to_end(tmp_path):
     after = json.loads((out / "summary.json").read_text())
     for key in ("delay_penalty", "node_stress", "link_stress"):
         assert after.get(key) == before.get(key), key
+
+
+def test_unexpected_error_is_one_line_exit_1_with_saved_traceback(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text("[1, 2]")       # valid JSON, not the documented object
+    res = run_cli("report", run)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: unexpected "), res.stderr
+    assert "Traceback" not in res.stderr
+    assert str(run / "run.log") in lines[0]
+    assert "Traceback" in (run / "run.log").read_text()
+    # SCRIBE_EMU_DEBUG shows the traceback instead
+    res = run_cli("report", run, env={"SCRIBE_EMU_DEBUG": "1"})
+    assert res.returncode != 0 and "Traceback" in res.stderr
