@@ -31,7 +31,8 @@ class ShardActor:
         self._stash = []
 
     def ready(self) -> int:
-        return len(self.engine.nodes)
+        """The shard's earliest pending event (timers its stack set up), once set up."""
+        return self.engine.queue.next_time()
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()

@@ -92,7 +92,8 @@ class Emulator:
                 k, ns_ref, lat_ref, stack_factory, self.seed, self.delta_us, shared_refs,
                 log_messages, str(self.run_dir) if self.run_dir else None, self.topo_index)
             for k in range(self.shards)]
-        self._get([a.ready.remote() for a in self._actors], "setup")
+        # stacks may schedule timers in setup (joins, keep-alives): the first event time
+        self._next = min(self._get([a.ready.remote() for a in self._actors], "setup"))
         if self.run_dir is not None:
             self._write_type_table()
 

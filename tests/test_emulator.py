@@ -162,6 +162,7 @@ def test_timers_idle_jumps_and_failures(lat, tmp_path, ray_session):
     emu = Emulator(n, lat, functools.partial(Flood, 1, 0, period_us=1_000_000,
                                              stop_us=5_000_000_000),
                    shards=2, seed=1, run_dir=tmp_path, type_names=TYPE_NAMES)
+    assert emu.idle is False  # the timers set up by the stack are known to the driver
     emu.fail([3, 4], 2_500_000)
     emu.recover([3], 3_500_000)
     stats = emu.run("t", until=5_000_000_001)
