@@ -23,6 +23,12 @@ class ScribeStack(Pastry):
         """(global node ids, Pastry state dict) of this shard, for table-quality reports."""
         return self.export_state()
 
+    def clock(self, ctx) -> int:
+        """Start of the last cell this shard processed (us). The maximum over shards is the
+        time of the last event anywhere -- unlike the driver's window end, it does not
+        depend on the number of shards, so scenarios schedule the next phase from it."""
+        return int(ctx.now)
+
     def alive_nodes(self, ctx):
         """Global ids of this shard's live nodes."""
         return self.nodes[ctx.alive].copy()

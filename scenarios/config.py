@@ -91,8 +91,9 @@ SCHEMA: dict[str, dict[str, tuple]] = {
     "phases": {
         "order": (list, ["bootstrap", "create", "join", "multicast"], None,
                   f"phase names from {', '.join(PHASES)}"),
-        "gap_us": (int, 1_000_000, _pos, "virtual time between the end of a phase and the "
-                   "next phase's stimuli, us"),
+        "gap_us": (int, 1_000_000, lambda v: v >= 250_000, "virtual time between the end "
+                   "of a phase and the next phase's stimuli, us (>= 250000: longer than the "
+                   "engine's 200 ms window cap)"),
         "join_spread_us": (int, 1_000_000, _nonneg, "member joins are spread uniformly over "
                            "this window, us"),
         "settle_us": (int, 5_000_000, _pos, "with periodic timers on (keep-alives, heartbeats) "

@@ -204,6 +204,7 @@ class _Topo:
     emu: object
     shared: dict
     rp: np.ndarray | None = None
+    phase_end: int = 0        # shard-independent end of the last phase (see _phase_end)
 
 
 def _build_topology(cfg: ScenarioConfig, t: int, seed_t: int):
@@ -247,21 +248,37 @@ def _sync_setup_timers(emu) -> None:
     emu._next = min([emu._next, *[int(x) for x in nexts]])
 
 
+def _phase_end(T: _Topo, until: int | None) -> int:
+    """When the phase just run ended, the same for any number of shards: the grid point it
+    ran to when bounded, else just after the last event anywhere. (The driver's `now` is
+    the end of its last window, which depends on the lookahead and so on the partition.)"""
+    if until is not None:
+        return int(T.emu.now)
+    return max(int(x) for x in T.emu.call("clock")) + int(T.emu.delta_us)
+
+
 def _start(T: _Topo) -> int:
-    """Virtual time of the next phase's first stimulus: a gap after the current time."""
-    return int(T.emu.now) + int(T.cfg.phases["gap_us"])
+    """Virtual time of the next phase's first stimulus: a gap after the last phase's end."""
+    t0 = T.phase_end + int(T.cfg.phases["gap_us"])
+    if t0 < T.emu.now:
+        raise ScenarioError(f"phases.gap_us = {T.cfg.phases['gap_us']} is shorter than the "
+                            f"emulator's last window ({T.emu.now - T.phase_end} us); raise it")
+    return t0
 
 
 def _run(T: _Topo, phase: str, last_stimulus: int, progress) -> dict:
     until = last_stimulus + T.cfg.phases["settle_us"] if T.cfg.periodic else None
     progress.start_phase()
-    return T.emu.run(phase, until=until, progress=progress)
+    stats = T.emu.run(phase, until=until, progress=progress)
+    stats["until"] = until
+    return stats
 
 
 def _phase_bootstrap(T: _Topo, progress) -> dict:
     cfg = T.cfg
     if cfg.pastry["bootstrap"] == "oracle":
-        return {"windows": 0, "messages": 0, "virtual_us": int(T.emu.now), "wall_s": 0.0}
+        return {"windows": 0, "messages": 0, "virtual_us": int(T.emu.now), "wall_s": 0.0,
+                "until": 0}
     from actors.pastry.join import join_schedule
     p = cfg.pastry_params(T.seed_t)
     arrivals = join_schedule(cfg.nodes, p["join_rate_per_s"], p.get("join_start_us", 0),
@@ -271,6 +288,7 @@ def _phase_bootstrap(T: _Topo, progress) -> dict:
     until = last + p["join_settle_us"] + cfg.phases["settle_us"] if cfg.periodic else None
     progress.start_phase()
     stats = T.emu.run("bootstrap", until=until, progress=progress)
+    stats["until"] = until
     stats["quality"] = _overlay_quality(T)
     log.info("topology %d: protocol bootstrap table quality %s", T.t, stats["quality"])
     return stats
@@ -408,7 +426,9 @@ def _phase_churn(T: _Topo, progress) -> dict:
     log.info("topology %d churn: %d multicasts, %d failures, %d recoveries", T.t,
              len(s["pub_time"]), len(s["fail_node"]), len(s["rec_node"]))
     progress.start_phase()
-    stats = T.emu.run("churn", until=s["end"] + T.cfg.phases["settle_us"], progress=progress)
+    until = s["end"] + T.cfg.phases["settle_us"]
+    stats = T.emu.run("churn", until=until, progress=progress)
+    stats["until"] = until
     stats["churn"] = {"multicasts": len(s["pub_time"]), "failures": len(s["fail_node"]),
                       "recoveries": len(s["rec_node"])}
     return stats
@@ -495,11 +515,13 @@ def _run_topology(cfg, run_dir, t, state: _State, refs, progress) -> None:
                            "id_hex": list(to_hex(ids_hi, ids_lo))})
         if "create" in done:
             T.rp = _load_rps(T)
+        T.phase_end = int(state.d.setdefault("phase_end", {}).get(str(t), 0))
         for phase in cfg.phase_order:
             if phase in done:
                 continue
             w0 = time.perf_counter()
             stats = _run_phase(T, phase, progress)
+            T.phase_end = _phase_end(T, stats["until"])
             emu.dump(phase)
             emu.flush(phase)
             if phase == "create":
@@ -519,6 +541,7 @@ def _run_topology(cfg, run_dir, t, state: _State, refs, progress) -> None:
                 state.d.setdefault("churn_schedule", {})[str(t)] = stats["churn"]
             done.append(phase)
             state.d["completed"][str(t)] = list(done)
+            state.d.setdefault("phase_end", {})[str(t)] = T.phase_end
             state.save()
             rate = stats.get("messages", 0) / max(stats.get("wall_s", 0.0), 1e-9)
             log.info("topology %d phase %s: %d messages, %d windows, virtual %d us, "

@@ -168,3 +168,37 @@ def test_bad_output_directory_and_resume_target(session, tmp_path):
         run_scenario(cfg(1), out=busy, progress=False)
     with pytest.raises(ScenarioError, match="no config.toml"):
         run_scenario(None, resume=tmp_path, progress=False)
+
+
+CHURN_SETS = ["churn.duration_us=6000000", "churn.fail_rate_per_s=3.0",
+              "churn.downtime_us=2000000", "churn.warmup_us=1000000",
+              "churn.multicast_interval_us=500000", "phases.settle_us=3000000"]
+
+
+@pytest.mark.parametrize("name", ["churn", "churn_reliable"])
+def test_churn_runs_and_logs_deliveries(session, tmp_path, name):
+    c = load_scenario(name, nodes=500, groups=8, shards=2, sets=CHURN_SETS)
+    d = run_scenario(c, out=tmp_path / name, progress=False)
+    assert (d / "COMPLETE").is_file()
+    ev = d / "events"
+    pub = pq.read_table(ev / "publish").to_pandas()
+    nev = pq.read_table(ev / "node_event").to_pandas()
+    dl = pq.read_table(ev / "delivery").to_pandas()
+    dl = dl[dl["phase"] == "churn"]
+    assert len(pub) == 8 * 12 and set(nev["event"]) <= {"fail", "recover"}
+    assert (nev["event"] == "fail").sum() >= 5
+    # sources never fail, so every message leaves its source; most members get most of it
+    assert set(map(tuple, pub[["group", "time"]].to_numpy())) >= set(
+        map(tuple, dl[["group", "publish_time"]].drop_duplicates().to_numpy()))
+    members = pq.read_table(ev / "membership").to_pandas().groupby("group").size()
+    expected = sum(int(members[g]) - 1 for g in pub["group"])
+    assert len(dl) > 0.7 * expected
+    s = summary(d)
+    assert s["emulation"]["counters"].get("pastry_presumed_failed", 0) > 0
+    assert s["timing"]["phase_churn"] > 0
+    if "churn" in s:          # the analysis' churn section (delivery ratio over time)
+        assert json.dumps(s["churn"])
+    if name == "churn_reliable":
+        # ordered delivery: per (group, member) seqnos arrive in increasing order
+        for _, g in dl.sort_values("time").groupby(["group", "member"]):
+            assert (np.diff(g["seqno"].to_numpy()) > 0).all()
