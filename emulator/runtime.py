@@ -192,8 +192,15 @@ def start_spark(app_name: str = "scribe-emu", executors: int = 1, cores: int = 1
     # an error and Spark's INFO/WARN banner); give it one that logs errors only.
     conf["spark.log4j.config.file.name"] = str(_log4j2_file())
     conf.update(configs or {})
+    # RayDP's fault-tolerant mode is refused under Ray Client (ray://...); it only matters
+    # for recovering Spark data after an executor loss, which a re-run replaces.
+    client = False
+    with contextlib.suppress(Exception):
+        import ray.util.client
+        client = bool(ray.util.client.ray.is_connected())
     try:
-        spark = raydp.init_spark(app_name, executors, cores, memory, configs=conf)
+        spark = raydp.init_spark(app_name, executors, cores, memory, configs=conf,
+                                 fault_tolerant_mode=not client)
     except Exception as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RuntimeSetupError(f"cannot start Spark on Ray (RayDP): {msg}") from exc
