@@ -151,6 +151,8 @@ def _fmt(v) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
+        if v.is_integer() and abs(v) < 1e15:      # counts that went through pandas/JSON
+            return f"{int(v):,}"
         return f"{v:.4g}"
     if isinstance(v, int):
         return f"{v:,}"
@@ -180,9 +182,10 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
         if k in ov:
             rows.append((k.replace("_", " "), ov[k]))
     timing = summary.get("timing") or {}
-    total = timing.get("total") or timing.get("run_total")
-    if total is not None:
-        rows.append(("wall time (s)", total))
+    for key, label in (("emulation_total", "emulation wall time (s)"),
+                       ("analysis_total", "analysis wall time (s)")):
+        if timing.get(key) is not None:
+            rows.append((label, round(float(timing[key]), 1)))
     return [(k, v if isinstance(v, str) else _fmt(v)) for k, v in rows]
 
 

@@ -128,11 +128,13 @@ def test_summary_rows_tolerate_partial_summaries():
     rows = dict(cli.summary_rows({
         "scenario": "quick", "nodes": 300, "groups": 5, "topologies": 1,
         "delay_penalty_by_variant": {"scribe": {"rad": {"p50": 1.71}, "rmd": {"p50": 2.5}}},
-        "link_stress": {"scribe": {"total": 1200, "max": 40}, "ip_multicast": {"note": "x"}},
+        "link_stress": {"scribe": {"total": 1200.0, "max": 40}, "ip_multicast": {"note": "x"}},
+        "timing": {"emulation_total": 40.77, "analysis_total": 223.4, "phase_join": 3.4},
     }))
     assert rows["nodes"] == "300" and rows["RAD median (scribe)"] == "1.71"
     assert rows["link stress total / max (scribe)"] == "1,200 / 40"
     assert "link stress total / max (ip_multicast)" not in rows
+    assert rows["emulation wall time (s)"] == "40.8" and rows["analysis wall time (s)"] == "223.4"
     assert dict(cli.summary_rows({}))["scenario"] == "-"
 
 
