@@ -127,7 +127,9 @@ def _ip_lan_loads(members: DataFrame, meta: DataFrame) -> DataFrame:
 
 
 def _with_routers(pairs: DataFrame, host: DataFrame, src: str, dst: str) -> DataFrame:
-    routers = host.select("topo", "node", "router").distinct()
+    # one row per node (100,000 at paper scale, ~1 MB): broadcast it rather than shuffle
+    # the million hop rows twice
+    routers = F.broadcast(host.select("topo", "node", "router").distinct())
     return (pairs
             .join(routers.withColumnRenamed("node", src).withColumnRenamed("router", "src_router"),
                   ["topo", src])

@@ -23,8 +23,12 @@ def write_csv(df: DataFrame, path: str | Path, order_by: list[str] | None = None
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.stem}-", dir=path.parent))
     try:
-        out = df.orderBy(*order_by) if order_by else df
-        out.coalesce(1).write.mode("overwrite").option("header", True).csv(str(tmp / "csv"))
+        # one shuffle into a single sorted partition: a global orderBy would add a sampling
+        # job per file, and coalesce(1) would pull the upstream work into one task
+        out = df.repartition(1)
+        if order_by:
+            out = out.sortWithinPartitions(*order_by)
+        out.write.mode("overwrite").option("header", True).csv(str(tmp / "csv"))
         parts = sorted((tmp / "csv").glob("part-*.csv"))
         staged = tmp / path.name
         if parts and parts[0].stat().st_size > 0:
