@@ -171,7 +171,7 @@ class Emulator:
         d = self.delta_us
         limit = NEVER if until is None else -(-int(until) // d) * d
         t0 = time.perf_counter()
-        windows = events = 0
+        windows = events = window_us = 0
         busy = np.zeros(self.shards)
         last_report = t0
         k_all = range(self.shards)
@@ -188,6 +188,7 @@ class Emulator:
                            for k in k_all]
             self._next = min(h[0] for h in heads)
             windows += 1
+            window_us += end - start
             for k, (_, st) in enumerate(heads):
                 events += st["events"]
                 busy[k] += st["busy_s"]
@@ -203,11 +204,15 @@ class Emulator:
         self._windows += windows
         stats = {"windows": windows, "messages": events, "virtual_us": self.now,
                  "wall_s": wall, "busy_s": busy.tolist(),
-                 "sync_s": max(0.0, wall - float(busy.max(initial=0.0)))}
+                 "sync_s": max(0.0, wall - float(busy.max(initial=0.0))),
+                 "window_us_total": int(window_us),
+                 "window_us_mean": window_us / windows if windows else 0.0}
         prev = self._phase_stats.get(phase)
         if prev:
-            for key in ("windows", "messages", "wall_s", "sync_s"):
+            for key in ("windows", "messages", "wall_s", "sync_s", "window_us_total"):
                 stats[key] += prev[key]
+            stats["busy_s"] = [a + b for a, b in zip(stats["busy_s"], prev["busy_s"], strict=True)]
+            stats["window_us_mean"] = stats["window_us_total"] / max(stats["windows"], 1)
         self._phase_stats[phase] = stats
         return stats
 
@@ -260,8 +265,10 @@ class Emulator:
                 "windows": self._windows, "virtual_us": self.now,
                 "messages_sent": sent, "lost": lost, "lost_total": sum(lost.values()),
                 "counts": counts, "phases": self._phase_stats,
-                "per_shard": [{k: c[k] for k in ("shard", "nodes", "events", "cells", "busy_s",
-                                                 "pending", "alive")} for c in per_shard]}
+                "per_shard": [{**{k: c[k] for k in ("shard", "nodes", "events", "cells", "busy_s",
+                                                    "pending", "alive")},
+                               "events_per_s": c["events"] / c["busy_s"] if c["busy_s"] else 0.0}
+                              for c in per_shard]}
 
     # ---- checkpoints ------------------------------------------------------------------
     def _ckpt_dir(self, name: str) -> Path:
