@@ -639,7 +639,11 @@ def run_scenario(cfg, *, out: Path | None = None, address: str | None = None,
                                 "directory)")
         if (run_dir / "COMPLETE").exists():
             raise ScenarioError(f"run {run_dir} is already complete; nothing to resume")
+        given = cfg
         cfg = load_scenario(str(run_dir / "config.toml"))
+        if isinstance(given, ScenarioConfig) and given != cfg:
+            # the run continues as it started; other options would change its results
+            log.warning("resume: using %s/config.toml, not the options given now", run_dir)
     else:
         if isinstance(cfg, str):
             cfg = load_scenario(cfg)
