@@ -11,7 +11,8 @@ from pyspark.sql import functions as F
 
 def distribution_aggs(value: str, prefix: str, percentiles: dict[str, float] | None = None,
                       ) -> list[Column]:
-    """Aggregations mean/median/max (+ named percentiles) of column `value`, as `<prefix>_<stat>`."""
+    """Aggregations mean/median/max (+ named percentiles) of column `value`,
+    named `<prefix>_<stat>`."""
     col = F.col(value)
     aggs = [F.avg(col).alias(f"{prefix}_mean"),
             F.percentile(col, 0.5).alias(f"{prefix}_median"),

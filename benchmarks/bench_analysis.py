@@ -104,7 +104,9 @@ def build_run(run_dir: Path, n: int, n_groups: int, seed: int, churn_messages: i
     rng = np.random.default_rng(seed)
     sizes = zipf_sizes(n, n_groups)
     group, rp, parent, member, delay = build_trees(topo, sizes, rng)
-    i32 = lambda a: np.asarray(a, np.int32)
+    def i32(a):
+        return np.asarray(a, np.int32)
+
     write_table(run_dir, "host", "setup", {"node": i32(np.arange(n)),
                                            "router": i32(topo.host_router),
                                            "id_hex": np.array([f"{i:032x}" for i in range(n)],

@@ -46,7 +46,7 @@ class HandTopology:
         src, dst = np.atleast_1d(src), np.atleast_1d(dst)
         return np.array([0 if a == b else 2 * LAN_US + self._core(self.host_router[a],
                                                                    self.host_router[b])[1]
-                         for a, b in zip(src.tolist(), dst.tolist())], dtype=np.int64)
+                         for a, b in zip(src.tolist(), dst.tolist(), strict=False)], dtype=np.int64)
 
     def route_links(self, src_routers, dst_routers):
         """(pair index, directed core link) rows in path order, like Topology.route_links."""
@@ -54,7 +54,7 @@ class HandTopology:
             raise ValueError("latency matrix: no paths")
         pairs, links = [], []
         for i, (ra, rb) in enumerate(zip(np.ravel(src_routers).tolist(),
-                                         np.ravel(dst_routers).tolist())):
+                                         np.ravel(dst_routers).tolist(), strict=False)):
             core, _ = self._core(ra, rb) if ra != rb else ([], 0)
             pairs += [i] * len(core)
             links += core
@@ -111,7 +111,9 @@ def write_hand_run(run_dir: Path, has_paths: bool = True, topo: int = 0) -> Path
     HandTopology(EDGES, DELAYS, HOST_ROUTER, has_paths).save(
         run_dir / "topology" / f"topo-{topo}.npz")
     (run_dir / "config.toml").write_text('scenario = "hand"\nnodes = 6\n')
-    w = lambda table, phase, cols, types: _write(run_dir, table, phase, cols, types, topo)
+    def w(table, phase, cols, types):
+        _write(run_dir, table, phase, cols, types, topo)
+
     w("host", "setup", {"node": list(range(6)), "router": HOST_ROUTER,
                         "id_hex": [f"{i:032x}" for i in range(6)]},
       {"node": I4, "router": I4, "id_hex": S})

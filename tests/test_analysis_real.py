@@ -47,14 +47,18 @@ def build_run(run_dir):
         # a random tree: each member hangs under the RP or an earlier member
         parents = [rp if i == 0 or rng.random() < 0.2 else int(members[rng.integers(i)])
                    for i in range(size)]
-        edges = list(zip(parents, members.tolist()))
+        edges = list(zip(parents, members.tolist(), strict=False))
         delay = {rp: 0}
         for p, c in edges:
             delay[c] = delay[p] + int(topo.latency(p, c)[()])
         groups.append({"group": g, "rp": rp, "members": members, "edges": edges,
                        "delay": delay})
-    i4 = lambda v: pa.array(v, pa.int32())
-    i8 = lambda v: pa.array(v, pa.int64())
+    def i4(v):
+        return pa.array(v, pa.int32())
+
+    def i8(v):
+        return pa.array(v, pa.int64())
+
     _write(run_dir, "host", "setup", {"node": i4(range(N_HOSTS)),
                                       "router": i4(topo.host_router.tolist()),
                                       "id_hex": pa.array([f"{i:032x}" for i in range(N_HOSTS)])})
@@ -122,7 +126,7 @@ def test_core_pair_loads_equal_path_links():
     rng = np.random.default_rng(3)
     a, b = rng.integers(N_HOSTS, size=(2, 500))
     loads = core_pair_loads(topo, topo.host_router[a], topo.host_router[b], np.ones(500))
-    want = Counter(int(x) for s, d in zip(a, b) for x in topo.path_links(s, d)
+    want = Counter(int(x) for s, d in zip(a, b, strict=False) for x in topo.path_links(s, d)
                    if x < lan_base(topo))
     assert {int(k): int(loads[k]) for k in np.flatnonzero(loads)} == dict(want)
 
@@ -145,10 +149,10 @@ def test_ip_multicast_and_unicast_equal_baselines(real_run):
     ip, uni, total_distinct = Counter(), Counter(), 0
     for d in groups:
         _, ids, ones = ip_multicast(topo, d["rp"], d["members"])
-        ip.update(dict(zip(ids.tolist(), ones.tolist())))
+        ip.update(dict(zip(ids.tolist(), ones.tolist(), strict=False)))
         total_distinct += len(ids)   # distinct links of the source-rooted tree
         _, ids, loads = naive_unicast(topo, d["rp"], d["members"])
-        uni.update(dict(zip(ids.tolist(), loads.tolist())))
+        uni.update(dict(zip(ids.tolist(), loads.tolist(), strict=False)))
     assert links["ip_multicast"] == dict(ip)
     assert summary["link_stress"]["ip_multicast"]["total"] == total_distinct
     assert links["naive_unicast"] == dict(uni)
@@ -162,12 +166,13 @@ def test_delays_and_rdp_against_topology(real_run):
     rdp = {int(r["member"]): float(r["rdp"]) for r in read_csv(run_dir / "metrics/rdp_rank1.csv")}
     members = rank1["members"]
     ip = topo.latency(np.full(len(members), rank1["rp"]), members)
-    want = {int(m): rank1["delay"][int(m)] / int(i) for m, i in zip(members, ip)}
+    want = {int(m): rank1["delay"][int(m)] / int(i) for m, i in zip(members, ip, strict=False)}
     assert rdp.keys() == want.keys()
     for m in want:
         assert rdp[m] == pytest.approx(want[m], rel=1e-12)
     assert summary["rdp_rank1"]["max"] == pytest.approx(max(want.values()))
-    by_group = {int(r["group"]): r for r in read_csv(run_dir / "metrics/delay_penalty_by_group.csv")}
+    by_group = {int(r["group"]): r
+                for r in read_csv(run_dir / "metrics/delay_penalty_by_group.csv")}
     for d in groups:
         ms = d["members"]
         ipd = topo.latency(np.full(len(ms), d["rp"]), ms)

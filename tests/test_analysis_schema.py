@@ -1,4 +1,5 @@
-"""analysis/schema.py copies protocol constants (analysis may not import actors/): keep them equal."""
+"""analysis/schema.py copies protocol constants (analysis may not import actors/):
+keep the copies equal to the originals."""
 
 from __future__ import annotations
 
