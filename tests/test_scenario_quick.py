@@ -203,3 +203,14 @@ def test_churn_runs_and_logs_deliveries(session, tmp_path, name):
         # each once (messages released together after a repair share one time)
         for _, g in dl.sort_values(["time", "seqno"]).groupby(["group", "member"]):
             assert (np.diff(g["seqno"].to_numpy()) > 0).all()
+
+
+def test_bad_topology_file_fails_cleanly_without_a_run_dir(session, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b,1.0\nb,c,oops\n")
+    c = load_scenario("quick", nodes=50, groups=3, shards=1, sets=[f"topology.source=edges:{bad}"])
+    out = tmp_path / "run"
+    with pytest.raises(ScenarioError, match=r"topology 'edges:.*bad\.csv'.*oops") as e:
+        run_scenario(c, out=out, progress=False)
+    assert "\n" not in str(e.value)
+    assert not out.exists()          # nothing half-written is left behind
