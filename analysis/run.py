@@ -18,6 +18,8 @@ from analysis.output import write_csv, write_json
 from analysis.physical import lan_base, load_topology
 from analysis.schema import BASELINES, AnalysisOptions
 
+CREATE_TYPE = 60  # Scribe CREATE; analysis may not import actors/ (test_analysis_schema checks)
+
 
 def topology_indices(run_dir: Path) -> list[int]:
     """Topology indices t with a RUN_DIR/topology/topo-<t>.npz file, ascending."""
@@ -157,8 +159,14 @@ def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list]
               metrics / "groups.csv", ["topo", "rank"])
     if len(groups_pd):
         figures.group_size_by_rank(groups_pd, figs / "group_size_by_rank.png")
-    route_means = (ev["route"].groupBy("topo").agg(F.avg("hops").alias("mean_hops"),
-                                                   F.count("*").alias("routes")).toPandas())
+    # Pastry's route length is measured on CREATE routes (random node to a random key, never
+    # cut short); JOINs stop at the first tree node and multicasts start at the RP (0 hops),
+    # so the mean over all routes says little about Pastry.
+    full = F.col("type") == CREATE_TYPE
+    route_means = (ev["route"].groupBy("topo").agg(
+        F.avg("hops").alias("mean_hops_all"), F.count("*").alias("routes"),
+        F.avg(F.when(full, F.col("hops"))).alias("mean_hops"),
+        F.sum(full.cast("int")).alias("full_routes")).toPandas())
     timing["overlay"] = time.perf_counter() - t0
 
     # churn: only when the run logged a multicast stream or failures
@@ -288,6 +296,10 @@ def _summary(run_dir, scenario_meta, indices, meta_pd, groups_pd, options, dp_pd
         order.index(k) if k in order else len(order), k))}
 
     overlay_ = {"mean_hops": _num(route_means["mean_hops"].mean()) if len(route_means) else None,
+                "mean_hops_routes": int(route_means["full_routes"].fillna(0).sum())
+                if len(route_means) else 0,
+                "mean_hops_all_routes": _num(route_means["mean_hops_all"].mean())
+                if len(route_means) else None,
                 "routes": int(route_means["routes"].sum()) if len(route_means) else 0,
                 "log16_nodes_ceil": math.ceil(math.log(max(nodes, 2), 16))}
     if len(probes_pd) and probes_pd["probes"].sum() > 0:

@@ -30,3 +30,8 @@ def test_type_name_fallbacks():
     assert schema.type_name(3) == "engine_3"
     assert schema.type_name(201) == "type_201"
     assert schema.type_name(201, {201: "test_ping"}) == "test_ping"
+
+
+def test_create_code_matches_actors():
+    from analysis.run import CREATE_TYPE
+    assert CREATE_TYPE == scribe_types.CREATE
