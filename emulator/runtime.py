@@ -57,9 +57,6 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")   # no prompt, no phone-home
     # Ray Data (the Arrow -> Spark hand-over) logs every dataset execution at INFO.
     os.environ.setdefault("RAY_DATA_LOG_LEVEL", "WARNING")
-    # the C++ core of Ray inside RayDP's Java processes logs INFO lines (gcs_client.cc) to the
-    # console before any Java log setting applies; the backend level is read from the env
-    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "warning")
     _quiet_ray_data()
     address = address or os.environ.get("RAY_ADDRESS") or None
     common = dict(ignore_reinit_error=True, logging_level=logging.WARNING, log_to_driver=True)
