@@ -220,7 +220,7 @@ def scenario(
     seed: Annotated[int | None, typer.Option(
         "--seed", min=0, help="Base random seed.")] = None,
     shards: Annotated[int | None, typer.Option(
-        "--shards", min=1, help="Shard actors per topology.")] = None,
+        "--shards", min=0, help="Shard actors per topology (0: one per CPU Ray sees).")] = None,
     bootstrap: Annotated[Bootstrap | None, typer.Option(
         "--bootstrap", case_sensitive=False,
         help="Pastry bootstrap: join protocol on the virtual clock, or computed state.")] = None,

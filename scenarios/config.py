@@ -48,7 +48,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "groups": (int, 50, _pos, "number of groups (>= 1)"),
         "topologies": (int, 1, lambda v: 1 <= v <= 1000, "topology seeds to average (1..1000)"),
         "seed": (int, 1, _nonneg, "base seed (>= 0); topology t uses seed + t"),
-        "shards": (int, 1, _pos, "shard actors (>= 1, at most nodes)"),
+        "shards": (int, 0, _nonneg, "shard actors (0: one per CPU Ray sees; at most nodes)"),
     },
     "topology": {
         "source": (str, "ts5050", None, "ts5050, ts600, rocketfuel:<path>[:<AS>], zoo:<path>, "

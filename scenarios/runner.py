@@ -662,6 +662,11 @@ def run_scenario(cfg, *, out: Path | None = None, address: str | None = None,
     try:
         from emulator.runtime import start_ray
         start_ray(address)
+        if cfg.shards == 0:  # one shard per CPU of the cluster; recorded for --resume
+            import ray
+            cpus = int(ray.cluster_resources().get("CPU", 1))
+            cfg.run["shards"] = max(1, min(cpus, cfg.nodes))
+            (run_dir / "config.toml").write_text(cfg.to_toml())
         log.info("scenario %s: %d nodes, %d groups, %d topologies, %d shards -> %s", cfg.name,
                  cfg.nodes, cfg.groups, cfg.topologies, cfg.shards, run_dir)
         refs: dict = {}

@@ -121,7 +121,7 @@ def test_overrides_keywords_and_sets():
     (dict(bootstrap="magic"), r"pastry\.bootstrap = 'magic' is out of range: oracle \| protocol"),
     (dict(nodes=1), r"run\.nodes = 1 is out of range"),
     (dict(nodes=True), r"run\.nodes must be an integer"),
-    (dict(shards=0), r"run\.shards = 0 is out of range"),
+    (dict(shards=-1), r"run\.shards = -1 is out of range"),
     (dict(nodes=100, shards=101), r"run\.shards = 101 exceeds run\.nodes = 100"),
     (dict(nodes=100, groups=1000), r"run\.groups = 1000 is impossible with 100 nodes.*at most"),
     (dict(sets=["topology.partition=domain"]), r"partition.*locality \| random"),
