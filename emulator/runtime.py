@@ -157,13 +157,15 @@ def start_spark(app_name: str = "scribe-emu", executors: int = 1, cores: int = 1
 
     Returns the running session when one was already started here.
     """
-    if _state["spark"] is not None:
-        return _state["spark"]
     if executors < 1 or cores < 1:
         raise ValueError(f"Spark needs at least 1 executor with 1 core, got "
                          f"executors={executors}, cores={cores}")
-    java_executable()
     import ray
+    if _state["spark"] is not None:
+        if ray.is_initialized():
+            return _state["spark"]
+        _state["spark"] = None      # Ray was shut down under it: that session is gone
+    java_executable()
     if not ray.is_initialized():
         start_ray()
     import ray.data

@@ -10,6 +10,14 @@ import pytest
 from emulator import runtime
 
 
+@pytest.fixture(autouse=True, scope="module")
+def no_leftover_session():
+    """Earlier test modules may leave Ray or Spark running: start from nothing."""
+    runtime.stop_ray()
+    yield
+    runtime.stop_ray()
+
+
 def test_object_store_size_is_bounded():
     gib = 1024**3
     assert runtime.object_store_bytes(24 * gib) <= 8 * gib
