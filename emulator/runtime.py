@@ -162,9 +162,9 @@ def start_spark(app_name: str = "scribe-emu", executors: int = 1, cores: int = 1
                          f"executors={executors}, cores={cores}")
     import ray
     if _state["spark"] is not None:
-        if ray.is_initialized():
+        if ray.is_initialized() and _state.get("spark_ray") == _ray_session():
             return _state["spark"]
-        _state["spark"] = None      # Ray was shut down under it: that session is gone
+        _state["spark"] = None      # the Ray it ran on was shut down: that session is gone
     java_executable()
     if not ray.is_initialized():
         start_ray()
@@ -208,7 +208,16 @@ def start_spark(app_name: str = "scribe-emu", executors: int = 1, cores: int = 1
         raise RuntimeSetupError(f"cannot start Spark on Ray (RayDP): {msg}") from exc
     spark.sparkContext.setLogLevel("ERROR")
     _state["spark"] = spark
+    _state["spark_ray"] = _ray_session()
     return spark
+
+
+def _ray_session() -> str | None:
+    """Identity of the Ray cluster this process is connected to (None when not connected)."""
+    import ray
+    if not ray.is_initialized():
+        return None
+    return ray.get_runtime_context().gcs_address
 
 
 def stop_spark() -> None:

@@ -56,8 +56,12 @@ def spark():
         session = raydp.init_spark("analysis-tests", 1, 1, "1GB", configs={
             "spark.sql.shuffle.partitions": "4", "spark.driver.bindAddress": "127.0.0.1"})
     yield session
-    raydp.stop_spark()
-    ray.shutdown()
+    if start_spark is not None:
+        from emulator.runtime import stop_ray
+        stop_ray()
+    else:
+        raydp.stop_spark()
+        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
