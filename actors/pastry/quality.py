@@ -27,12 +27,17 @@ def stack_states(parts, n_nodes: int) -> PastryState:
     return PastryState(rt=rt, leaf=leaf, nbr=nbr, b=int(first["b"]))
 
 
-def route_paths(state: PastryState, ids_hi, ids_lo, start, key_hi, key_lo, max_hops=64):
+def route_paths(state: PastryState, ids_hi, ids_lo, start, key_hi, key_lo, max_hops=64,
+                on_loop="raise"):
     """Route every (start, key) with :func:`next_hop` on a global state.
 
     Returns (final node, hops, per-hop node matrix int64[B, max_hops+1] -1 padded).
-    Raises RuntimeError on a route longer than ``max_hops`` (a loop). O(B * hops * l).
+    A route longer than ``max_hops`` is a loop (inconsistent leaf sets): ``on_loop="raise"``
+    raises RuntimeError; ``"mark"`` gives it final = -1 and hops = max_hops.
+    O(B * hops * l).
     """
+    if on_loop not in ("raise", "mark"):
+        raise ValueError(f"route_paths: on_loop must be 'raise' or 'mark', got {on_loop!r}")
     cur = np.asarray(start, np.int64).copy()
     path = np.full((len(cur), max_hops + 1), -1, np.int64)
     path[:, 0] = cur
@@ -50,6 +55,8 @@ def route_paths(state: PastryState, ids_hi, ids_lo, start, key_hi, key_lo, max_h
         path[active, h + 1] = cur[active]
         if not len(active):
             return final, hops, path
+    if on_loop == "mark":
+        return final, hops, path
     raise RuntimeError(f"route_paths: routes longer than {max_hops} hops (routing loop)")
 
 
@@ -61,7 +68,9 @@ def table_quality(state: PastryState, ids_hi, ids_lo, host_router, router_dist_u
     oracle's non-empty entries; ``filled``: entries set over the oracle's non-empty ones;
     ``stretch_mean`` / ``stretch_median``: overlay route delay / direct delay for
     ``n_routes`` random (node, key) routes (root != origin); ``correct``: fraction of
-    routes ending at the node numerically closest to the key; ``hops_mean``.
+    routes ending at the node numerically closest to the key; ``hops_mean``;
+    ``looping_routes``: fraction of routes still going after 64 hops (a routing loop on
+    inconsistent leaf sets; counted as incorrect, left out of stretch and hops).
     Cost: one oracle computation plus O(n_routes * hops).
     """
     n = len(ids_hi)
@@ -75,7 +84,8 @@ def table_quality(state: PastryState, ids_hi, ids_lo, host_router, router_dist_u
     start = rng.integers(0, n, n_routes)
     kh = rng.integers(0, 2**64, n_routes, dtype=np.uint64)
     kl = rng.integers(0, 2**64, n_routes, dtype=np.uint64)
-    final, hops, path = route_paths(state, ids_hi, ids_lo, start, kh, kl)
+    final, hops, path = route_paths(state, ids_hi, ids_lo, start, kh, kl, on_loop="mark")
+    ok = final >= 0
     hr = np.asarray(host_router, np.int64)
     lan = int(np.asarray(lan_us).flat[0]) if np.ndim(lan_us) else int(lan_us)
 
@@ -87,9 +97,11 @@ def table_quality(state: PastryState, ids_hi, ids_lo, host_router, router_dist_u
     delay = step.sum(axis=1)
     order = sorted_order(ids_hi, ids_lo)
     root = closest_node(ids_hi[order], ids_lo[order], order, kh, kl)
-    away = root != start
+    away = (root != start) & ok
     stretch = delay[away] / lat(start[away], root[away])
     return {"fraction_optimal": frac, "filled": filled,
             "stretch_mean": float(stretch.mean()) if len(stretch) else 1.0,
             "stretch_median": float(np.median(stretch)) if len(stretch) else 1.0,
-            "correct": float((final == root).mean()), "hops_mean": float(hops.mean())}
+            "correct": float((final == root).mean()),
+            "hops_mean": float(hops[ok].mean()) if ok.any() else 0.0,
+            "looping_routes": float((~ok).mean())}
