@@ -8,10 +8,12 @@ Join of node X (SPEC 2), all on the virtual clock:
    settled host of every router is a candidate, and X takes the candidate router nearest
    to its own (a stand-in for an expanding-ring search; ties: earliest host). The first
    node has no contact and forms the overlay alone.
-2. JOIN_REQ X -> A: A sends X its neighbourhood set (JOIN_NBRS) and routes a JOIN with
-   key X; every node Y on the route (A .. Z) sends X its table rows 0..spl(Y, X)
-   (JOIN_ROWS); Z, the numerically closest live node, also sends its leaf set and the
-   number of route nodes (JOIN_LEAFS).
+2. JOIN_REQ X -> A: once A itself has joined (a contact still joining holds the request;
+   it arrived ``join_settle_us`` earlier but on a slow network may not be done yet),
+   A sends X its neighbourhood set (JOIN_NBRS) and routes a JOIN with key X; every node
+   Y on the route (A .. Z) sends X its table rows 0..spl(Y, X) (JOIN_ROWS); Z, the
+   numerically closest live node, also sends its leaf set and the number of route nodes
+   (JOIN_LEAFS).
 3. X merges everything as it arrives: the leaf set is the l/2 + l/2 closest ids seen, the
    neighbourhood set the M nearest by probing, table entries by probing (PNS).
    When all pieces are in, X is joined and announces itself (ANNOUNCE) to every node in
@@ -33,6 +35,10 @@ from .ids import shared_prefix_len
 from .merge import group_rows, select_nearest
 
 CHUNK = 1024
+# an unjoined contact A holds a JOIN_REQ and looks again this much later, up to this many
+# times (10 virtual s) before serving it with whatever state it has
+JOIN_REQ_RETRY_US = 50_000
+JOIN_REQ_MAX_RETRIES = 200
 
 
 def join_schedule(n: int, rate_per_s: float, start_us: int, seed: int) -> np.ndarray:
@@ -200,8 +206,20 @@ class JoinMixin:
 
     def _join_req(self, ctx, batch):
         m = self._msgs(batch)
+        li = self._li(ctx, m["dst"])
+        # a contact still joining has (nearly) empty tables: serving now would give X an
+        # empty state and a JOIN delivered at A itself, so X's leaf set would never reach
+        # its true neighbours (and short sides claim whole half rings: routing loops).
+        # Hold the request until A has joined (retry timer; c counts the retries).
+        wait = ~self.joined[li] & (m["c"] < JOIN_REQ_MAX_RETRIES)
+        if wait.any():
+            w = m[wait]
+            ctx.timer(w["dst"], w["time"] + JOIN_REQ_RETRY_US, T.JOIN_REQ, a=w["a"],
+                      c=w["c"] + 1, mode=0)
+            m, li = m[~wait], li[~wait]
+            if not len(m):
+                return
         a_nodes, x, t = m["dst"].astype(np.int64), m["a"], m["time"]
-        li = self._li(ctx, a_nodes)
         self._send_payload(ctx, a_nodes, x, T.JOIN_NBRS, t, self.state.nbr[li])
         self.route(ctx, a_nodes, self.ids_hi[x], self.ids_lo[x], T.JOIN, t, origin=x, a=x)
 
@@ -300,7 +318,13 @@ class JoinMixin:
         # the announcer now sits in our leaf set: tell it our leaf set
         ch = np.zeros(len(self.nodes), bool)
         ch[uli[changed]] = True
-        inleaf = ((self.state.leaf[li] == m["src"][:, None]).any(axis=1) & ch[li]) | (m["b"] == 1)
+        new_member = (self.state.leaf[li] == m["src"][:, None]).any(axis=1) & ch[li]
+        inleaf = new_member | (m["b"] == 1)
+        # and ask the new member for its leaf set: an announcer heard of through a third
+        # node (LEAF_REPLY) may know neighbours of ours that nobody else will tell us about
+        ask = new_member & (m["b"] == 1)
+        if ask.any():
+            ctx.send(m["dst"][ask], m["src"][ask], T.LEAF_REQ, m["time"][ask], mode=0)
         if inleaf.any():
             rows = np.concatenate([self.state.leaf[li[inleaf]],
                                    m["dst"][inleaf, None].astype(np.int32)], axis=1)
