@@ -15,7 +15,7 @@ import time as _time
 
 import numpy as np
 
-from .batch import Batch, dispatch_order, rank_within
+from .batch import Batch, dispatch_order, rank_within, take_rows
 from .context import ShardContext
 from .logs import LogBuffer
 from .queue import NEVER, EventQueue
@@ -98,7 +98,7 @@ class ShardEngine:
             self.sent_by_type[t] = self.sent_by_type.get(t, 0) + c
         hop = m["src"] != m["dst"]
         if self.log_messages and hop.any():
-            h = m[hop]
+            h = take_rows(m, hop)  # whole records: a structured mask copy is field-wise
             self.logs.add("message", self.phase, {
                 "time": h["sent"], "arrival": h["time"], "type": h["type"],
                 "src": h["src"], "dst": h["dst"], "group": h["group"]})
