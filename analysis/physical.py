@@ -55,9 +55,17 @@ def lan_base(topo) -> int:
     return int(topo.n_links) - 2 * int(topo.n_hosts)
 
 
-def _require_paths(topo) -> None:
+def _expand_pairs(topo, src_router, dst_router) -> tuple[int, np.ndarray, np.ndarray]:
+    """(n_links, pair, link): row i of the output says pair `pair[i]` crosses core link
+    `link[i]`. Raises if the topology keeps no paths."""
     if not topo.has_paths:
         raise ValueError("topology has no physical paths (latency matrix only)")
+    n_links = int(topo.n_links)
+    if len(src_router) == 0:
+        return n_links, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    pair, link = topo.route_links(np.asarray(src_router, np.int64),
+                                  np.asarray(dst_router, np.int64))
+    return n_links, pair, link
 
 
 def core_pair_loads(topo, src_router: np.ndarray, dst_router: np.ndarray,
@@ -67,12 +75,7 @@ def core_pair_loads(topo, src_router: np.ndarray, dst_router: np.ndarray,
     Returns int64[n_links] (LAN entries zero). One `route_links` call for all pairs:
     O(P + total route length) numpy work, P pairs (equal routers give no core links).
     """
-    _require_paths(topo)
-    n_links = int(topo.n_links)
-    if len(src_router) == 0:
-        return np.zeros(n_links, dtype=np.int64)
-    pair, link = topo.route_links(np.asarray(src_router, np.int64),
-                                  np.asarray(dst_router, np.int64))
+    n_links, pair, link = _expand_pairs(topo, src_router, dst_router)
     weights = np.asarray(count, dtype=np.int64)[pair]
     return np.bincount(link, weights=weights, minlength=n_links).astype(np.int64)
 
@@ -86,11 +89,6 @@ def core_union_counts(topo, tree: np.ndarray, src_router: np.ndarray,
     core part). Returns int64[n_links]; O(P + total route length + sort of the (tree, link)
     rows) for P pairs.
     """
-    _require_paths(topo)
-    n_links = int(topo.n_links)
-    if len(tree) == 0:
-        return np.zeros(n_links, dtype=np.int64)
-    pair, link = topo.route_links(np.asarray(src_router, np.int64),
-                                  np.asarray(dst_router, np.int64))
+    n_links, pair, link = _expand_pairs(topo, src_router, dst_router)
     tree_link = np.unique(np.asarray(tree, np.int64)[pair] * n_links + link)
     return np.bincount(tree_link % n_links, minlength=n_links).astype(np.int64)

@@ -234,20 +234,6 @@ def _node_shard(cfg: ScenarioConfig, topo) -> np.ndarray | None:
     return part
 
 
-def _sync_setup_timers(emu) -> None:
-    """Let the driver see timers that stack.setup scheduled (protocol joins, keep-alives).
-
-    Work-around for an Emulator that starts with no known next event (reported to the
-    lead); harmless once the driver does it itself: accept() of nothing returns the
-    shard's next event time."""
-    import ray
-    actors = getattr(emu, "_actors", None)
-    if actors is None or not hasattr(emu, "_next"):
-        return
-    nexts = ray.get([a.accept.remote() for a in actors])
-    emu._next = min([emu._next, *[int(x) for x in nexts]])
-
-
 def _phase_end(T: _Topo, until: int | None) -> int:
     """When the phase just run ended, the same for any number of shards: the grid point it
     ran to when bounded, else just after the last event anywhere. (The driver's `now` is
@@ -513,7 +499,6 @@ def _run_topology(cfg, run_dir, t, state: _State, refs, progress) -> None:
             emu.restore(done[-1])    # restore() takes the shards' next event times
             log.info("topology %d: restored checkpoint %r (virtual %d us)", t, done[-1], emu.now)
         else:
-            _sync_setup_timers(emu)
             _driver_table(run_dir, "host", t, "bootstrap",
                           {"node": np.arange(cfg.nodes, dtype=np.int32),
                            "router": topo.host_router.astype(np.int32),

@@ -170,6 +170,8 @@ class Ctx:
         m["src"], m["dst"], m["type"], m["sent"] = src, dst, type, sent
         for k, v in fields.items():
             m[k] = v
+        if payload is not None and len(payload):  # one flat store for the whole world
+            m["pay_off"] += self.world.add_payload(payload)
         assert (self.local(src) >= 0).all(), "send from a node of another shard"
         m["time"] = m["sent"] + self.world.overlay.lat[m["src"], m["dst"]]
         self.world.post(m)
@@ -210,7 +212,7 @@ class HarnessPastry:
         fields.setdefault("mode", 0)
         ctx.send(src, dst, type, sent, **fields)
 
-    def route(self, ctx, src, key_hi, key_lo, type, sent, **fields):
+    def route(self, ctx, src, key_hi, key_lo, type, sent, randomize=False, **fields):
         src = np.atleast_1d(np.asarray(src, np.int64))
         n = len(src)
         m = np.zeros(n, MSG_DTYPE)
@@ -218,6 +220,22 @@ class HarnessPastry:
         m["key_hi"], m["key_lo"], m["mode"], m["origin"] = key_hi, key_lo, 1, src
         for k, v in fields.items():
             m[k] = v
+        if randomize:  # first hop: a routing-table entry drawn by a per-node counter
+            rt = self.ov.rt[src].reshape(n, -1)
+            valid = rt >= 0
+            draw = ctx.world.draws[src]
+            ctx.world.draws[src] += 1
+            pick = (src * 7919 + draw * 104729) % np.maximum(valid.sum(axis=1), 1)
+            col = np.argmax(np.cumsum(valid, axis=1) > pick[:, None], axis=1)
+            first = np.where(valid.any(axis=1), rt[np.arange(n), col], -1)
+            jump = first >= 0
+            out = m[jump].copy()
+            out["dst"] = first[jump]
+            out["hops"] = 1
+            out["path_us"] = self.ov.lat[out["src"], out["dst"]]
+            fields = {k: out[k] for k in MSG_DTYPE.names if k not in ("src", "dst", "type", "sent", "time", "seq")}
+            ctx.send(out["src"], out["dst"], out["type"], out["time"], **fields)
+            m = m[~jump]
         self._route_step(ctx, m)
 
     def _route_step(self, ctx, m):
@@ -247,7 +265,7 @@ class HarnessPastry:
         if routed.any():
             self._route_step(ctx, m[routed].copy())
         if (~routed).any():
-            self.app.receive(ctx, make_batch(m[~routed]))
+            self.app.receive(ctx, make_batch(m[~routed], getattr(batch, "payload", None)))
 
 
 class World:
@@ -260,6 +278,9 @@ class World:
         n = overlay.n
         self.shard_of = np.arange(n) % shards
         self.seq = np.zeros(n, np.int64)
+        self.draws = np.zeros(n, np.int64)
+        self._pay = np.zeros(1024, np.int32)
+        self._pay_n = 0
         self.queues = [[] for _ in range(shards)]
         self.ctxs, self.stacks = [], []
         for k in range(shards):
@@ -268,6 +289,16 @@ class World:
             stack.setup(ctx)
             self.ctxs.append(ctx)
             self.stacks.append(stack)
+
+    def add_payload(self, flat) -> int:
+        """Append a message payload to the world's store; returns its base offset."""
+        flat = np.asarray(flat, np.int32)
+        base, end = self._pay_n, self._pay_n + len(flat)
+        if end > len(self._pay):
+            self._pay = np.concatenate([self._pay, np.zeros(max(end, len(self._pay)), np.int32)])
+        self._pay[base:end] = flat
+        self._pay_n = end
+        return base
 
     def post(self, m, assign_seq=True):
         if not len(m):
@@ -326,7 +357,7 @@ class World:
                 for ty in np.unique(cur["type"]):
                     sub = cur[cur["type"] == ty]
                     sub = sub[np.lexsort((sub["seq"], sub["src"], sub["time"]))]
-                    self.stacks[k].handle(ctx, int(ty), make_batch(sub))
+                    self.stacks[k].handle(ctx, int(ty), make_batch(sub, self._pay[:self._pay_n]))
             cells += 1
             assert cells < max_cells
 

@@ -74,3 +74,80 @@ def test_bottleneck_identical_across_shards():
         outs.append((te["parent"][o], te["child"][o], p["node"][op], p["target"][op]))
     for a, b in zip(*outs):
         assert np.array_equal(a, b)
+
+
+def _looped_run(root_paths: bool):
+    """Build trees with the remover and repair on, then make node X ask its own grandchild
+    D to adopt it (the move a stale sibling list can cause under churn), multicast later.
+    Returns (world, members, group table, credentials, group, X, D)."""
+    from actors.scribe._engine import MSG_DTYPE
+    from actors.scribe.types import BN_JOIN
+    hb = 200_000
+    overlay = Overlay(N, seed=31)
+    table, creators, creds, members = make_groups(seed=2)
+    w = World(overlay, lambda: Scribe({"bottleneck": True, "bottleneck_bound": BOUND,
+                                       "heartbeat_us": hb, "root_paths": root_paths}),
+              shards=2, shared={"groups": table})
+    w.inject(create_requests(creators, np.arange(G), 0, creds))
+    w.run(until=50_000)
+    mem = np.concatenate(members)
+    grp = np.concatenate([np.full(len(m), g) for g, m in enumerate(members)])
+    w.inject(join_requests(mem, grp, 100_000 + (np.arange(len(mem)) * 997) % 50_000, creds[grp]))
+    w.run(until=2_000_000)
+    w.dump()
+    te = w.table("tree_edge")
+    w.logs.clear()
+    # a chain X -> C -> D in group 0 with X not the root
+    g = 0
+    sel = te["group"] == g
+    parent = dict(zip(te["child"][sel].tolist(), te["parent"][sel].tolist()))
+    x = d = None
+    for node, par in sorted(parent.items()):
+        grand = parent.get(par)
+        if grand is not None and grand in parent:
+            x, d = grand, node
+            break
+    assert x is not None, "no chain of depth 3 below the root"
+    msg = np.zeros(1, MSG_DTYPE)
+    msg["src"], msg["dst"], msg["type"], msg["group"] = x, d, BN_JOIN, g
+    msg["time"] = msg["sent"] = 2_100_000
+    msg["a"], msg["b"], msg["c"] = creds[g], -1, 1
+    w.inject(msg)
+    w.run(until=4_000_000)
+    return w, members, table, creds, g, x, d
+
+
+def test_root_paths_break_a_loop_the_remover_could_close():
+    """With root paths the looping move is detected and both nodes re-join at random:
+    the tree is loop-free again and a later multicast reaches every member once. Without
+    them the loop sustains itself (its nodes heartbeat each other) and cuts members off."""
+    outcomes = {}
+    for paths in (True, False):
+        w, members, table, creds, g, x, d = _looped_run(paths)
+        rp = int(Overlay(N, seed=31).root(table["id_hi"][g:g + 1])[0])
+        w.inject(multicast_requests(np.array([rp]), np.array([g]), 4_100_000, creds[g:g + 1]))
+        w.run(until=6_000_000)
+        w.logs.pop("tree_edge", None)
+        w.dump()
+        te = w.table("tree_edge")
+        sel = te["group"] == g
+        children = te["child"][sel]
+        assert len(np.unique(children)) == len(children), "a node with two parents"
+        parent = dict(zip(children.tolist(), te["parent"][sel].tolist()))
+        reached = 0
+        for m in members[g]:
+            node, seen = int(m), set()
+            while node != rp and node in parent and node not in seen:
+                seen.add(node)
+                node = parent[node]
+            reached += node == rp
+        dl = w.table("delivery")
+        got = dl["member"][(dl["group"] == g) & (dl["publish_time"] == 4_100_000)]
+        outcomes[paths] = (reached, np.sort(got), w.counters)
+    reached, got, counters = outcomes[True]
+    assert counters.get("scribe_loops_join", 0) + counters.get("scribe_loops_path", 0) >= 1
+    assert reached == len(members[g])
+    assert np.array_equal(got, members[g])
+    reached_off, got_off, counters_off = outcomes[False]
+    assert "scribe_loops_join" not in counters_off and "scribe_loops_path" not in counters_off
+    assert reached_off < len(members[g]) and len(got_off) < len(members[g])

@@ -199,8 +199,12 @@ class Pastry(JoinMixin, RepairMixin):
         fields.setdefault("mode", 0)
         ctx.send(src, dst, type, sent, **fields)
 
-    def route(self, ctx, src, key_hi, key_lo, type, sent, **fields):
-        """Route messages from local nodes ``src`` towards 128-bit keys (mode 1)."""
+    def route(self, ctx, src, key_hi, key_lo, type, sent, randomize=False, **fields):
+        """Route messages from local nodes ``src`` towards 128-bit keys (mode 1).
+
+        ``randomize``: the first hop is a node drawn uniformly from the sender's leaf set
+        and routing table (Pastry's randomized routing, used to step off a route that
+        loops or meets a faulty node); the route continues normally from there."""
         src = np.atleast_1d(np.asarray(src, np.int64))
         n = len(src)
         if n == 0:
@@ -215,7 +219,38 @@ class Pastry(JoinMixin, RepairMixin):
         for k, v in fields.items():
             m[k] = v
         m["mode"] = 1
+        if randomize:
+            first = self._random_known(ctx, src)
+            jump = first >= 0
+            self._send_hop(ctx, m[jump], first[jump])
+            m = m[~jump]
         self._route_step(ctx, m, None)
+
+    def _random_known(self, ctx, nodes) -> np.ndarray:
+        """A uniformly drawn non-empty leaf-set or routing-table entry per node (-1: none)."""
+        li = np.asarray(ctx.local(nodes), np.int64)
+        known = np.concatenate([self.state.leaf[li], self.state.rt[li].reshape(len(li), -1)],
+                               axis=1)
+        valid = known >= 0
+        count = valid.sum(axis=1)
+        pick = np.floor(ctx.random(nodes) * np.maximum(count, 1)).astype(np.int64)
+        # the pick-th valid entry of each row
+        col = np.argmax(np.cumsum(valid, axis=1) > pick[:, None], axis=1)
+        return np.where(count > 0, known[np.arange(len(li)), col], -1)
+
+    def _send_hop(self, ctx, out, nh) -> None:
+        """Send routed messages ``out`` (now at out['dst']) one hop on to ``nh``."""
+        if not len(out):
+            return
+        out = out.copy()
+        out["src"] = out["dst"]
+        out["dst"] = nh
+        out["hops"] += 1
+        lat = np.asarray(ctx.latency(out["src"], nh), np.int64)
+        out["path_us"] += lat
+        ctx.send(out["src"], out["dst"], out["type"], out["time"],
+                 **{k: out[k] for k in ROUTE_FIELDS if k not in ("pay_off", "pay_len")})
+        self._expect_acks(ctx, out, lat)
 
     def replica_set(self, ctx, nodes, k: int) -> np.ndarray:
         """The k nodes numerically closest to each local node, from its leaf set."""
@@ -267,18 +302,8 @@ class Pastry(JoinMixin, RepairMixin):
             go_parts.append((sub, np.asarray(nh, np.int64)))
         for sub, nh in go_parts:
             go = nh >= 0
-            if not go.any():
-                continue
-            out = sub[go].copy()
-            nh = nh[go]
-            out["src"] = out["dst"]
-            out["dst"] = nh
-            out["hops"] += 1
-            lat = np.asarray(ctx.latency(out["src"], nh), np.int64)
-            out["path_us"] += lat
-            ctx.send(out["src"], out["dst"], out["type"], out["time"],
-                     **{k: out[k] for k in ROUTE_FIELDS if k not in ("pay_off", "pay_len")})
-            self._expect_acks(ctx, out, lat)
+            if go.any():
+                self._send_hop(ctx, sub[go], nh[go])
 
     # ---- state helpers shared by join and repair --------------------------------------
     def _remember_dead(self, li, dead_ids):

@@ -26,13 +26,16 @@ except ImportError:  # pragma: no cover - only before the engine lands
             return len(self.msgs)
 
 
+NO_PAYLOAD = np.zeros(0, np.int32)
+
+
 def msgs_of(batch) -> np.ndarray:
     """The structured message array of a Batch (or of a bare structured array)."""
     return batch.msgs if hasattr(batch, "msgs") else batch
 
 
-def make_batch(msgs: np.ndarray):
+def make_batch(msgs: np.ndarray, payload: np.ndarray | None = None):
     try:
-        return Batch(msgs)
+        return Batch(msgs, payload)
     except TypeError:  # pragma: no cover - engine constructor with keywords
-        return Batch(msgs=msgs)
+        return Batch(msgs=msgs, payload=payload)

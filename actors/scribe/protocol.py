@@ -18,10 +18,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._engine import msgs_of
+from ._engine import NO_PAYLOAD, msgs_of
 from .bottleneck import pick_drops
 from .reliable import MessageRing, ReliableMixin
 from .repair import RepairMixin
+from .rootpath import RootPathMixin, RootPaths
 from .tree import TreeState
 from .types import (
     ADOPT,
@@ -62,6 +63,9 @@ DEFAULTS = {
     "reliable": False,        # ordered reliable delivery layer (root numbering, buffers)
     "reliable_buffer": 256,   # messages buffered per (node, group)
     "max_tree_hops": 255,     # DATA copies beyond this many hops are dropped (loop guard)
+    "root_paths": None,       # pass root paths down the trees to detect loops (SPEC 3);
+                              # None: on with the bottleneck remover
+    "root_path_max": 32,      # longest root path kept; deeper counts as a loop
     "lazy_growth": False,     # variant: a JOIN stops at the first tree node, which adopts
                               # the joiner itself unless it has bottleneck_bound children
 }
@@ -80,7 +84,7 @@ class ScribeError(RuntimeError):
     """Scribe was used outside its contract (e.g. not bound to an overlay)."""
 
 
-class Scribe(RepairMixin, ReliableMixin):
+class Scribe(RepairMixin, ReliableMixin, RootPathMixin):
     TYPE_NAMES = TYPE_NAMES
 
     def __init__(self, params: dict | None = None):
@@ -127,6 +131,11 @@ class Scribe(RepairMixin, ReliableMixin):
         self.ticking = np.zeros(len(ctx.nodes), bool)
         self.replicas_stale = np.zeros(len(ctx.nodes), bool)
         self.ring = MessageRing(self.params["reliable_buffer"])
+        use_paths = self.params["root_paths"]
+        if use_paths is None:
+            use_paths = self.params["bottleneck"]
+        self.paths = RootPaths(self.params["root_path_max"]) if use_paths else None
+        self._payload = NO_PAYLOAD
 
     def _key(self, group):
         return self._groups["id_hi"][group], self._groups["id_lo"][group]
@@ -162,6 +171,9 @@ class Scribe(RepairMixin, ReliableMixin):
     # ---- overlay upcalls ----------------------------------------------------------
     def receive(self, ctx, batch):
         """Direct messages (and self-messages: requests, timers)."""
+        self._payload = getattr(batch, "payload", None)
+        if self._payload is None:
+            self._payload = NO_PAYLOAD
         self._dispatch(ctx, msgs_of(batch), self._RECEIVE)
 
     def deliver(self, ctx, batch):
@@ -240,7 +252,7 @@ class Scribe(RepairMixin, ReliableMixin):
         start = ok & ~active & _first_in_run(s)
         ss = s[start]
         sl["active"][ss] = True
-        sl["parent"][ss] = -1
+        self._lose_parent(ss)
         sl["join_cred"][ss] = m["a"][start]
         sub = m[start]
         self._route(ctx, sub["dst"], JOIN, sub["time"], sub["group"], a=sub["a"],
@@ -286,9 +298,12 @@ class Scribe(RepairMixin, ReliableMixin):
         cont = ok & ~was_active & _first_in_run(np.where(ok, s, -1 - np.arange(len(s))))
         sc = s[cont]
         sl["active"][sc] = True
-        sl["parent"][sc] = -1
+        self._lose_parent(sc)
         sl["join_cred"][sc] = sub["a"][cont]
         self._adopt_children(ctx, s[ok], sub[ok])
+        looped = ok & was_active & self._on_own_path(s, sub["src"])
+        self._rejoin_randomized(ctx, s[looped], sub["dst"][looped], sub["time"][looped],
+                                "scribe_loops_join")
         stop = ~cont
         next_hop[rows[stop]] = -1
         # the continuing JOIN becomes this node's own JOIN
@@ -304,7 +319,7 @@ class Scribe(RepairMixin, ReliableMixin):
         self.tree.add_children(s, sub["src"], sub["a"], sub["time"])
         sl = self.tree.slots
         self._send(ctx, sub["dst"], sub["src"], JOIN_ACK, sub["time"], sub["group"],
-                   a=sl["acl"][s], b=sl["last_seq"][s])
+                   a=sl["acl"][s], b=sl["last_seq"][s], **self._path_fields(s, sub["dst"]))
         if self.params["reliable"]:  # joinHandler: catch a repairing child up
             rp = sub["c"] == 1
             self._retransmit(ctx, s[rp], sub["src"][rp], sub["b"][rp], sub["time"][rp])
@@ -360,7 +375,7 @@ class Scribe(RepairMixin, ReliableMixin):
         s = t.find_active(self._local(ctx, pick["dst"]), pick["group"])
         live = s >= 0
         pick, s = pick[live], s[live]
-        sl["parent"][s] = -1
+        self._lose_parent(s)
         self._send(ctx, pick["dst"], pick["a"], BN_JOIN, pick["time"], pick["group"],
                    a=sl["join_cred"][s], b=sl["last_seq"][s], c=np.ones(len(s), np.int64))
 
@@ -379,12 +394,15 @@ class Scribe(RepairMixin, ReliableMixin):
         start = ok & ~was_active & _first_in_run(np.where(ok, s, -1 - np.arange(len(s))))
         ss = s[start]
         sl["active"][ss] = True
-        sl["parent"][ss] = -1
+        self._lose_parent(ss)
         sl["join_cred"][ss] = m["a"][start]
         sub = m[start]
         self._route(ctx, sub["dst"], JOIN, sub["time"], sub["group"], a=sub["a"],
                     b=sl["last_seq"][ss], origin=sub["dst"])
         self._adopt_children(ctx, s[ok], m[ok])
+        looped = ok & was_active & self._on_own_path(s, m["src"])
+        self._rejoin_randomized(ctx, s[looped], m["dst"][looped], m["time"][looped],
+                                "scribe_loops_join")
 
     def _deliver_join(self, ctx, m):
         t, sl = self.tree, self.tree.slots
@@ -412,7 +430,7 @@ class Scribe(RepairMixin, ReliableMixin):
         if len(st):
             ctx.count("scribe_rp_takeovers", len(st))
             sl["root"][st] = True
-            sl["parent"][st] = -1
+            self._lose_parent(st)
             sl["acl"][st] = sl["rep_acl"][st]
             sl["creator"][st] = sl["rep_creator"][st]
             sl["active"][st] = True
@@ -430,6 +448,7 @@ class Scribe(RepairMixin, ReliableMixin):
         sa = s[live]
         sl["parent"][sa] = m["src"][live]
         sl["last_heard"][sa] = m["time"][live]
+        self._take_path(ctx, m[live], sa)
         if self.params["reliable"]:  # a fresh joiner starts at its parent's position
             start = ~sl["synced"][sa] & (m["b"][live] >= 0)
             sl["last_seq"][sa[start]] = m["b"][live][start]
@@ -461,7 +480,7 @@ class Scribe(RepairMixin, ReliableMixin):
         lost = sl["member"][s] & (sl["my_cred"][s] == sub["a"])
         sl["member"][s[lost]] = False
         again = sl["member"][s] & ~sl["root"][s]
-        sl["parent"][s] = -1
+        self._lose_parent(s)
         sa = s[again]
         sl["join_cred"][sa] = sl["my_cred"][sa]
         self._route(ctx, sub["dst"][again], JOIN, sub["time"][again], sub["group"][again],
@@ -475,7 +494,7 @@ class Scribe(RepairMixin, ReliableMixin):
         s = t.find_active(li, m["group"])
         hit = (s >= 0) & _first_in_run(s)
         sub, s = m[hit], s[hit]
-        sl["parent"][s] = -1
+        self._lose_parent(s)
         self._route(ctx, sub["dst"], JOIN, sub["time"], sub["group"], a=sl["join_cred"][s],
                     b=sl["last_seq"][s], c=np.ones(len(s), np.int64), origin=sub["dst"])
 
@@ -697,7 +716,8 @@ class Scribe(RepairMixin, ReliableMixin):
     def checkpoint(self) -> dict:
         return {"tree": self.tree.state(), "collapsed": self.collapsed, "params": self.params,
                 "ticking": self.ticking.copy(), "ring": self.ring.state(),
-                "replicas_stale": self.replicas_stale.copy()}
+                "replicas_stale": self.replicas_stale.copy(),
+                "paths": None if self.paths is None else self.paths.state()}
 
     def restore(self, state: dict):
         self.tree = TreeState.from_state(state["tree"])
@@ -706,6 +726,7 @@ class Scribe(RepairMixin, ReliableMixin):
         self.ticking = state["ticking"].copy()
         self.replicas_stale = state["replicas_stale"].copy()
         self.ring = MessageRing.from_state(state["ring"])
+        self.paths = None if state.get("paths") is None else RootPaths.from_state(state["paths"])
 
     _RECEIVE: ClassVar[dict] = {
         CREATE_REQ: _create_req, JOIN_REQ: _join_req, LEAVE_REQ: _leave_req,

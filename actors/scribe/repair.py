@@ -56,7 +56,7 @@ class RepairMixin:
         rs = s[suspect]
         if len(rs):  # faultHandler: the repair JOIN carries the last seqno received
             ctx.count("scribe_repairs", len(rs))
-            sl["parent"][rs] = -1
+            self._lose_parent(rs)
             sl["last_heard"][rs] = now[suspect]
             cred = np.where(sl["member"][rs], sl["my_cred"][rs], sl["join_cred"][rs])
             self._route(ctx, me[suspect], JOIN, now[suspect], grp[suspect], a=cred,
@@ -79,7 +79,8 @@ class RepairMixin:
         idx = np.flatnonzero(keep)[ci]
         quiet = now[idx] - sl["last_sent"][s[idx]] >= period
         idx, e = idx[quiet], e[quiet]
-        self._send(ctx, me[idx], t.entries["child"][e], HEARTBEAT, now[idx], grp[idx])
+        self._send(ctx, me[idx], t.entries["child"][e], HEARTBEAT, now[idx], grp[idx],
+                   **self._path_fields(s[idx], me[idx]))
         sl["last_sent"][s[np.unique(idx)]] = now[np.unique(idx)]
         # 4. RPs whose leaf set changed re-send their record to the new closest nodes
         stale = self.replicas_stale[nodes[qi]] & sl["root"][s] & sl["active"][s]
@@ -115,6 +116,7 @@ class RepairMixin:
         # a former parent still counts us as a child: make it drop us
         sl = self.tree.slots
         s = self.tree.find_active(self._local(ctx, m["dst"]), m["group"])
+        self._take_path(ctx, m[ok], s[ok])
         stray = ~ok & ((s < 0) | (sl["parent"][np.maximum(s, 0)] >= 0))
         self._send(ctx, m["dst"][stray], m["src"][stray], LEAVE, m["time"][stray],
                    m["group"][stray])
