@@ -73,6 +73,9 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "join_rate_per_s": (float, 100.0, _pos, "protocol bootstrap: node arrivals per second"),
         "join_settle_us": (int, 2_000_000, _nonneg, "protocol bootstrap: a node serves as a "
                            "contact this long after joining"),
+        "leaf_refresh_us": (int, 2_000_000, _nonneg, "protocol bootstrap: joined nodes look "
+                            "up their own id this often until the last arrival + "
+                            "join_settle_us, us (0 = never)"),
         "dead_memory": (int, 8, _pos, "presumed-failed ids a node remembers"),
     },
     "scribe": {

@@ -53,6 +53,15 @@ class Ctx:
     def latency(self, a, b):
         return host_latency(self.world.net, a, b)
 
+    def random(self, nodes):
+        """Uniform [0, 1) per node from its own stream, as the engine's ctx.random."""
+        from emulator.batch import rank_within
+        from emulator.rng import node_uniform
+        nodes = np.asarray(nodes, np.int64).ravel()
+        draws = self.world.draws[nodes] + rank_within(nodes)
+        np.add.at(self.world.draws, nodes, 1)
+        return node_uniform(0, nodes, draws)
+
     def log(self, table, **cols):
         self.world.logs.setdefault(table, []).append({k: np.asarray(v) for k, v in cols.items()})
 
@@ -77,6 +86,7 @@ class World:
         self.logs, self.counters = {}, {}
         self.shard_of = np.arange(self.n) % shards
         self.seq = np.zeros(self.n, np.int64)
+        self.draws = np.zeros(self.n, np.int64)
         self.buckets: dict[int, list] = {}
         self.heap: list[int] = []
         self.payload = np.zeros(1 << 16, np.int32)

@@ -105,6 +105,7 @@ class JoinMixin:
         self.jn_nbrs = np.zeros(n, bool)          # JOIN_NBRS received
         self.jn_inc = np.zeros(n, np.int64)       # incarnation: bumped by each recovery
         self.jn_cand = None                       # rejoin contacts (allocated on recovery)
+        self.refresh_until = -1                   # leaf refresh runs until then (bootstrap)
         if self.params["bootstrap"] != "protocol" or n == 0:
             return
         p = self.params
@@ -113,15 +114,18 @@ class JoinMixin:
         contact = nearby_contacts(self.nodes, times, p["join_settle_us"],
                                   ctx.shared("host_router"), ctx.shared("router_dist_us"))
         ctx.timer(self.nodes, times[self.nodes], T.JOIN_START, a=contact)
+        self.refresh_until = int(times.max()) + int(p["join_settle_us"])
 
     def join_checkpoint(self) -> dict:
         return {"got": self.jn_got.copy(), "expect": self.jn_expect.copy(),
+                "refresh_until": self.refresh_until,
                 "nbrs": self.jn_nbrs.copy(), "inc": self.jn_inc.copy(),
                 "cand": None if self.jn_cand is None else self.jn_cand.copy()}
 
     def join_restore(self, d):
         self.jn_got, self.jn_expect = d["got"].copy(), d["expect"].copy()
         self.jn_nbrs, self.jn_inc = d["nbrs"].copy(), d["inc"].copy()
+        self.refresh_until = int(d.get("refresh_until", -1))
         self.jn_cand = None if d["cand"] is None else d["cand"].copy()
 
     # ---- recovery -------------------------------------------------------------------
@@ -201,6 +205,7 @@ class JoinMixin:
             li = self._li(ctx, x[alone])
             self.joined[li] = True
             self._start_keepalive(ctx, li, t[alone])
+            self._schedule_refresh(ctx, li, t[alone])
         if (~alone).any():
             ctx.send(x[~alone], a[~alone], T.JOIN_REQ, t[~alone], a=x[~alone], mode=0)
 
@@ -242,6 +247,14 @@ class JoinMixin:
                 self._send_rows(ctx, m[j])
 
     def _deliver_own(self, ctx, m, rows=True):
+        look = (m["type"] == T.LEAF_LOOKUP) & (m["origin"] != m["dst"])
+        if look.any():  # the origin was unknown here: take it in, send it our leaf set
+            lk = m[look]
+            li = self._li(ctx, lk["dst"])
+            self._learn(ctx, li, lk["origin"].astype(np.int64)[:, None], lk["time"])
+            rows_ = np.concatenate([self.state.leaf[li], lk["dst"][:, None].astype(np.int32)],
+                                   axis=1)
+            self._send_payload(ctx, lk["dst"], lk["origin"], T.LEAF_REPLY, lk["time"], rows_)
         j = m["type"] == T.JOIN
         if not j.any():
             return
@@ -307,6 +320,7 @@ class JoinMixin:
             ctx.send(self.nodes[li][pair[:, 0]], pair[:, 1], T.ANNOUNCE, t[pair[:, 0]],
                      a=self.nodes[li][pair[:, 0]], b=is_leaf.astype(np.int64), mode=0)
         self._start_keepalive(ctx, li, t)
+        self._schedule_refresh(ctx, li, t)
 
     def _announce(self, ctx, batch):
         m = self._msgs(batch)
@@ -349,6 +363,36 @@ class JoinMixin:
         self._forget_dead(li, m["src"])
         rows = np.concatenate([self.state.leaf[li], m["dst"][:, None].astype(np.int32)], axis=1)
         self._send_payload(ctx, m["dst"], m["src"], T.LEAF_REPLY, m["time"], rows)
+
+    # ---- leaf-set refresh during the protocol bootstrap ---------------------------------
+    # A node that joined early got its leaf set from a small network; nodes that arrive
+    # later between it and its leaves learn of it only if a route passes it, so without
+    # periodic exchange its leaf set stays stale and nobody near it knows it (seen at
+    # 20,000 nodes and 2,000 joins/s on ts5050: 85 wrong leaf sets, a few isolated nodes).
+    # Asking its own leaves is not enough: they are far away, and the announce walk
+    # towards the true neighbours moves ~l/2 ids per round trip (minutes on ts5050).
+    # So every leaf_refresh_us each joined node routes a LEAF_LOOKUP to its own id
+    # (randomized first hop, so the route does not start inside its own stale view): when
+    # it arrives at another node Z, X was unknown there, Z takes X into its state and
+    # answers with its leaf set, and the announce walk (_leaf_reply) closes the rest. It
+    # stops at the last arrival + join_settle_us, so the bootstrap still ends by itself.
+    def _schedule_refresh(self, ctx, li, t):
+        per = self.params["leaf_refresh_us"]
+        if not per or not len(li):
+            return
+        nxt = np.asarray(t, np.int64) + per
+        go = nxt <= self.refresh_until
+        if go.any():
+            ctx.timer(self.nodes[li[go]], nxt[go], T.LEAF_REFRESH, c=self.jn_inc[li[go]])
+
+    def _leaf_refresh(self, ctx, batch):
+        m = self._msgs(batch)
+        m = m[m["c"] == self.jn_inc[self._li(ctx, m["dst"])]]
+        li = self._li(ctx, m["dst"])
+        x = m["dst"].astype(np.int64)
+        self.route(ctx, x, self.ids_hi[x], self.ids_lo[x], T.LEAF_LOOKUP, m["time"],
+                   randomize=True, origin=x)
+        self._schedule_refresh(ctx, li, m["time"])
 
     # ---- keep-alives and failure detection --------------------------------------------
     def _start_keepalive(self, ctx, li, t):
@@ -428,5 +472,6 @@ class JoinMixin:
         T.LEAF_REQ: _leaf_req,
         T.LEAF_REPLY: _leaf_reply,
         T.KA_TIMER: _ka_timer,
+        T.LEAF_REFRESH: _leaf_refresh,
         T.KEEPALIVE: _keepalive,
     }

@@ -43,6 +43,9 @@ DEFAULTS = {
     "join_rate_per_s": 100.0,      # protocol bootstrap: mean node arrivals per second
     "join_start_us": 0,
     "join_settle_us": 2_000_000,   # a node is used as contact A this long after it joined
+    "leaf_refresh_us": 2_000_000,  # protocol bootstrap: joined nodes look up their own id
+                                   # (LEAF_LOOKUP) this often, until the last
+                                   # arrival + join_settle_us (0: never)
     "seed": 0,
     "dead_memory": 8,              # how many presumed-failed ids a node remembers
     "hop_ack": None,               # per-hop acks of routed messages; None: on iff keep-alives
@@ -274,8 +277,10 @@ class Pastry(JoinMixin, RepairMixin):
         li = np.asarray(ctx.local(m["dst"]), np.int64)
         if len(li) and li.min() < 0:
             raise ValueError("Pastry: a routed message for another shard's node reached this shard")
+        # a node's lookup of its own id routes as if the node were absent (join.py)
+        exclude = np.where(m["type"] == T.LEAF_LOOKUP, m["origin"], -1)
         nxt, _rule = next_hop(self.state, li, m["dst"], m["key_hi"], m["key_lo"], self.ids_hi,
-                              self.ids_lo)
+                              self.ids_lo, exclude=exclude)
         own = (m["type"] >= 10) & (m["type"] <= 49)
         here = nxt < 0
         if here.any():

@@ -3,9 +3,8 @@
 Pure function of the state arrays and the global id columns. For each row:
 
 1. leaf-set rule: if the key lies in the ring range [farthest smaller leaf, farthest
-   larger leaf] -- or in the half ring of a side that is not full, meaning the node
-   knows every node of that half ring -- the next hop is the numerically closest of
-   leaf set ∪ self (self: deliver here);
+   larger leaf] (a short or empty side covers only up to its farthest member), the next
+   hop is the numerically closest of leaf set ∪ self (self: deliver here);
 2. prefix rule: row = shared prefix length p of self and key, column = digit p of the key;
    take that table entry if it is set;
 3. rare case: any known node (leaf set, table, neighbourhood) sharing at least p digits
@@ -21,7 +20,6 @@ from __future__ import annotations
 import numpy as np
 
 from .ids import (
-    HALF_RING_HI,
     U64,
     closest_key_order,
     cw_dist,
@@ -56,16 +54,23 @@ def in_leaf_range(state: PastryState, local_idx, self_hi, self_lo, key_hi, key_l
     up_h, up_l = cw_dist(self_hi, self_lo, key_hi, key_lo)   # key - self
     lo_h, lo_l = cw_dist(_gather(ids_hi, lo_node), _gather(ids_lo, lo_node), self_hi, self_lo)
     hi_h, hi_l = cw_dist(self_hi, self_lo, _gather(ids_hi, hi_node), _gather(ids_lo, hi_node))
-    # a short side means the node knows every node of that half ring (side rule of
-    # merge.select_leaves), so it covers the whole half
-    down = dn_h < HALF_RING_HI
-    cov_dn = np.where(n_small < half, down, ~less(lo_h, lo_l, dn_h, dn_l))
-    cov_up = np.where(n_large < half, ~down, ~less(hi_h, hi_l, up_h, up_l))
+    # A side covers the keys up to its farthest member, even when it is short: a short
+    # side does not prove the node knows every node of that half ring (a node that joined
+    # a moment ago from a neighbour's incomplete leaf set has short sides too), and a node
+    # claiming a whole half ring on that belief delivers far joiners' JOINs to itself and
+    # hands them a wrong leaf set. Keys beyond go by prefix / rare-case routing, which
+    # delivers here when no known node is closer (so a network of <= l nodes still works).
+    cov_dn = (n_small > 0) & ~less(lo_h, lo_l, dn_h, dn_l)
+    cov_up = (n_large > 0) & ~less(hi_h, hi_l, up_h, up_l)
     return cov_dn | cov_up
 
 
-def next_hop(state: PastryState, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo):
+def next_hop(state: PastryState, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo,
+             exclude=None):
     """Next global node for each (local node, key), or -1 to deliver at the local node.
+
+    ``exclude`` (int64[B], -1 for none): a node each row must route as if it were absent
+    (a node's lookup of its own id must reach its neighbours, not itself).
 
     ``local_idx`` indexes the state arrays, ``self_ids`` are the same nodes' global ids,
     ``ids_hi/ids_lo`` the id columns of all N nodes. Returns (next int64[B], rule int8[B])
@@ -82,13 +87,19 @@ def next_hop(state: PastryState, local_idx, self_ids, key_hi, key_lo, ids_hi, id
     if nb == 0:
         return out, rule
     s_hi, s_lo = ids_hi[self_ids], ids_lo[self_ids]
+    ex = None if exclude is None else np.asarray(exclude, np.int64)
+    if ex is not None and not (ex >= 0).any():
+        ex = None
 
     leafy = in_leaf_range(state, local_idx, s_hi, s_lo, key_hi, key_lo, ids_hi, ids_lo)
     li = np.flatnonzero(leafy)
     if len(li):
         cand = np.concatenate([self_ids[li, None], state.leaf[local_idx[li]]], axis=1)
+        ok = cand >= 0
+        if ex is not None:
+            ok &= cand != ex[li, None]
         pick = closest_key_order(_gather(ids_hi, cand), _gather(ids_lo, cand), key_hi[li],
-                                 key_lo[li], valid=cand >= 0)
+                                 key_lo[li], valid=ok)
         chosen = cand[np.arange(len(li)), pick]
         out[li] = np.where(chosen == self_ids[li], DELIVER, chosen)
 
@@ -99,6 +110,8 @@ def next_hop(state: PastryState, local_idx, self_ids, key_hi, key_lo, ids_hi, id
     ok_row = p < state.rows
     col = digit(key_hi[pi], key_lo[pi], np.minimum(p, state.rows - 1), state.b)
     entry = np.where(ok_row, state.rt[local_idx[pi], np.minimum(p, state.rows - 1), col], -1)
+    if ex is not None:
+        entry = np.where(entry == ex[pi], -1, entry)
     got = entry >= 0
     out[pi[got]] = entry[got]
     rule[pi[got]] = 1
@@ -115,6 +128,8 @@ def next_hop(state: PastryState, local_idx, self_ids, key_hi, key_lo, ids_hi, id
         me_hi, me_lo = ring_dist(s_hi[ri], s_lo[ri], key_hi[ri], key_lo[ri])
         closer = less(d_hi, d_lo, me_hi[:, None], me_lo[:, None])
         valid = (cand >= 0) & (c_p >= pr[:, None]) & closer
+        if ex is not None:
+            valid &= cand != ex[ri, None]
         pick = closest_key_order(c_hi, c_lo, key_hi[ri], key_lo[ri], valid=valid)
         out[ri] = np.where(pick >= 0, cand[np.arange(len(ri)), np.maximum(pick, 0)], DELIVER)
     return out, rule

@@ -17,6 +17,9 @@ ROW_REQ = 24       # lazy routing-table repair: ask a node for a table entry (a 
 ROW_REPLY = 25     # the entry (a = row, b = column, c = node or -1, hops = attempt number)
 HOP_ACK = 26       # receiver of a routed hop -> sender (origin, key, b = type, c = hops: the hop)
 ACK_TIMER = 27     # timer: routed hops of this node past their ack deadline were lost
+LEAF_REFRESH = 28  # timer (protocol bootstrap): look up my own id (LEAF_LOOKUP)
+LEAF_LOOKUP = 29   # routed towards the origin's own id; the node it reaches, if not the
+                   # origin, answers with its leaf set (LEAF_REPLY)
 
 TYPE_NAMES = {
     JOIN_START: "pastry_join_start",
@@ -35,6 +38,8 @@ TYPE_NAMES = {
     ROW_REPLY: "pastry_row_reply",
     HOP_ACK: "pastry_hop_ack",
     ACK_TIMER: "pastry_ack_timer",
+    LEAF_REFRESH: "pastry_leaf_refresh",
+    LEAF_LOOKUP: "pastry_leaf_lookup",
 }
 
 
