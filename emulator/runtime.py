@@ -151,13 +151,28 @@ def _log4j2_file() -> Path:
     return path
 
 
-def start_spark(app_name: str = "scribe-emu", executors: int = 1, cores: int = 1,
-                memory: str = "2GB", configs: dict[str, str] | None = None):
+def spark_shape() -> tuple[int, int]:
+    """(executors, cores each) for the Ray cluster this process is connected to: one
+    executor per live node with CPUs, as many cores as the smallest such node has. The
+    emulator's shard actors reserve no CPU and are gone by the time the analysis runs, so
+    the analysis can use every core (on a 2-core laptop: 2 Python workers, not 1)."""
+    import ray
+    cpus = [int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
+    cpus = [c for c in cpus if c >= 1]
+    if not cpus:
+        return 1, 1
+    return len(cpus), min(cpus)
+
+
+def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
+                cores: int | None = None, memory: str = "3GB",
+                configs: dict[str, str] | None = None):
     """A SparkSession whose executors are Ray actors (RayDP); starts Ray if needed.
+    ``executors``/``cores`` None: `spark_shape()` of the cluster.
 
     Returns the running session when one was already started here.
     """
-    if executors < 1 or cores < 1:
+    if (executors is not None and executors < 1) or (cores is not None and cores < 1):
         raise ValueError(f"Spark needs at least 1 executor with 1 core, got "
                          f"executors={executors}, cores={cores}")
     import ray
@@ -171,6 +186,10 @@ def start_spark(app_name: str = "scribe-emu", executors: int = 1, cores: int = 1
     import ray.data
     import raydp
 
+    if executors is None or cores is None:
+        auto_exec, auto_cores = spark_shape()
+        executors = auto_exec if executors is None else executors
+        cores = auto_cores if cores is None else cores
     ray.data.DataContext.get_current().enable_progress_bars = False
     _quiet_ray_data()
     # Spark's Python workers must be this interpreter (the venv), or they cannot import

@@ -76,13 +76,15 @@ def test_slices_match_whole(net, state):
     assert (part.nbr == state.nbr[nodes]).all()
 
 
-def route_all(state, hi, lo, start, kh, kl, max_hops=40):
+def route_all(state, hi, lo, start, kh, kl, max_hops=40, exclude=None):
     cur = np.asarray(start, np.int64).copy()
     hops = np.zeros(len(cur), np.int64)
     final = np.full(len(cur), -1, np.int64)
     active = np.arange(len(cur))
     for _ in range(max_hops):
-        nx, _rule = next_hop(state, cur[active], cur[active], kh[active], kl[active], hi, lo)
+        ex = None if exclude is None else exclude[active]
+        nx, _rule = next_hop(state, cur[active], cur[active], kh[active], kl[active], hi, lo,
+                             exclude=ex)
         stop = nx < 0
         final[active[stop]] = cur[active[stop]]
         active = active[~stop]
@@ -109,6 +111,26 @@ def test_every_key_reaches_closest_node(net, state):
     assert (final == root).all()
     assert hops.mean() < math.ceil(math.log(N, 16))
     assert hops.max() <= 2 * math.ceil(math.log(N, 16)) + 1
+
+
+def test_lookup_of_own_id_reaches_the_neighbour(net, state):
+    """Routing as if the origin were absent (a node's LEAF_LOOKUP of its own id) ends at
+    the live node closest to its id among the others -- its leaf-set neighbour -- from any
+    start; without the exclusion the same routes end at the origin itself."""
+    hi, lo = net["node_ids_hi"], net["node_ids_lo"]
+    rng = np.random.default_rng(5)
+    x = rng.choice(N, 400, replace=False).astype(np.int64)
+    start = rng.integers(0, N, len(x))
+    start = np.where(start == x, (start + 1) % N, start)
+    final, hops = route_all(state, hi, lo, start, hi[x], lo[x], exclude=x)
+    order = I.sorted_order(hi, lo)
+    for i, node in enumerate(x):    # closest among all nodes but x
+        rest = order[order != node]
+        want = I.closest_node(hi[rest], lo[rest], rest, hi[x[i:i + 1]], lo[x[i:i + 1]])[0]
+        assert final[i] == want
+    assert (final != x).all()
+    plain, _ = route_all(state, hi, lo, start, hi[x], lo[x])
+    assert (plain == x).all()
 
 
 def test_rare_case_and_empty_rows(net, state):
