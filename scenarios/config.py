@@ -70,7 +70,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "keepalive_us": (int, 0, _nonneg, "leaf-set keep-alive period, us (0 = off)"),
         "fail_timeout_us": (int, 0, _nonneg, "silence before a leaf is presumed failed "
                             "(0 = 3 keep-alive periods)"),
-        "join_rate_per_s": (float, 100.0, _pos, "protocol bootstrap: node arrivals per second"),
+        "join_rate_per_s": (float, 0.0, _nonneg, "protocol bootstrap: node arrivals per "
+                            "second (0 = nodes / 10: every node arrives within 10 s)"),
         "join_settle_us": (int, 2_000_000, _nonneg, "protocol bootstrap: a node serves as a "
                            "contact this long after joining"),
         "leaf_refresh_us": (int, 2_000_000, _nonneg, "protocol bootstrap: joined nodes look "
@@ -183,6 +184,9 @@ class ScenarioConfig:
         """Parameters for `Pastry(app, params)`; its join schedule follows the topology seed."""
         p = dict(self.pastry)
         p["seed"] = int(topo_seed)
+        # a fixed rate would make the bootstrap of 10^5 nodes last ~10^3 s of virtual time
+        # (and ~10^5 windows); by default the arrivals span 10 s at any size
+        p["join_rate_per_s"] = p["join_rate_per_s"] or self.nodes / 10.0
         return p
 
     def scribe_params(self) -> dict:
