@@ -42,10 +42,13 @@ log = logging.getLogger("scribe_emu.scenario")
 
 CACHE_DIR = Path(os.environ.get("SCRIBE_EMU_CACHE", Path.home() / ".cache" / "scribe-emu"))
 _STREAM_CHURN = 0xC4E2
-# The engine's bulky tables go to Spark as object refs through RayDP; every other table is
-# read from Parquet. Each ref table costs a Ray Dataset -> Spark conversion (seconds even
-# when tiny; measured on quick: all tables by ref 260 s of analysis vs 115 s all Parquet).
-REF_TABLES = ("message", "route", "delivery", "tree_edge")
+# Tables handed to Spark as Arrow object refs (Ray Dataset -> Spark DataFrame through RayDP)
+# instead of being read back from the Parquet the shards already wrote. RayDP converts
+# ref blocks in a Python UDF, once per use of the DataFrame: the bulky tables cost far more
+# that way than Spark's own Parquet scan (measured: small_groups_30k with the protocol
+# bootstrap, 14 M message rows, link stress still running after 9 min by ref; the same
+# analysis from Parquet on 2 cores: 88 s in all). Only the tree edges, read once, go by ref.
+REF_TABLES = ("tree_edge",)
 
 
 # ---- run directory ------------------------------------------------------------------------
