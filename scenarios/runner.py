@@ -47,8 +47,12 @@ _STREAM_CHURN = 0xC4E2
 # ref blocks in a Python UDF, once per use of the DataFrame: the bulky tables cost far more
 # that way than Spark's own Parquet scan (measured: small_groups_30k with the protocol
 # bootstrap, 14 M message rows, link stress still running after 9 min by ref; the same
-# analysis from Parquet on 2 cores: 88 s in all). Only the tree edges, read once, go by ref.
-REF_TABLES = ("tree_edge",)
+# analysis from Parquet on 2 cores: 88 s in all). Ray Data also needs a free CPU for the
+# conversion, and the Spark executor now takes every core (runtime.spark_shape): a run
+# with a ref table hung with the executor waiting on a task that could not be scheduled.
+# So a scenario's analysis reads every table from Parquet; `run_analysis(refs=...)` stays
+# for callers that start Spark with a core to spare (tests/test_analysis.py).
+REF_TABLES: tuple[str, ...] = ()
 
 
 # ---- run directory ------------------------------------------------------------------------
@@ -547,7 +551,8 @@ def _run_topology(cfg, run_dir, t, state: _State, refs, progress) -> None:
             "counts": c["counts"], "delta_us": c["delta_us"], "lookahead_us": c["lookahead_us"],
             "windows": c["windows"], "virtual_us": c["virtual_us"]}
         for k, v in emu.logs().items():     # before shutdown: refs stay owned by us
-            refs.setdefault(k, []).extend(v)
+            if k in REF_TABLES:             # the others are dropped from the object store
+                refs.setdefault(k, []).extend(v)
     finally:
         emu.shutdown()
     state.d["topologies_done"].append(t)

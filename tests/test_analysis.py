@@ -50,7 +50,8 @@ def spark():
     cloudpickle.register_pickle_by_value(hand)   # workers cannot import tests/
     if start_spark is not None:
         start_ray()
-        session = start_spark()
+        # one core, not all: converting object refs (load_refs) needs a free CPU for Ray Data
+        session = start_spark(cores=1)
     else:
         ray.init(num_cpus=2, include_dashboard=False)
         session = raydp.init_spark("analysis-tests", 1, 1, "1GB", configs={
