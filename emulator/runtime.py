@@ -261,11 +261,12 @@ def stop_ray() -> None:
 
 @contextlib.contextmanager
 def session(address: str | None = None, spark: bool = True,
-            num_cpus: int | None = None) -> Iterator:
+            num_cpus: int | None = None, **spark_options) -> Iterator:
     """`with session() as spark:` Ray (and Spark unless spark=False, then None) for the
-    duration of the block, torn down afterwards even on error."""
+    duration of the block, torn down afterwards even on error. ``spark_options`` go to
+    `start_spark` (e.g. ``cores=1`` to leave a CPU to Ray Data conversions)."""
     start_ray(address, num_cpus=num_cpus)
     try:
-        yield start_spark() if spark else None
+        yield start_spark(**spark_options) if spark else None
     finally:
         stop_ray()

@@ -330,4 +330,4 @@ def test_protocol_bootstrap_with_contacts_still_joining():
     assert (g.leaf == ora.leaf).all()
     q = table_quality(g, hi, lo, slow["host_router"], slow["router_dist_us"], slow["lan_us"],
                       oracle=ora, n_routes=1000)
-    assert q["looping_routes"] == 0.0 and q["correct"] == 1.0
+    assert q["looping_routes"] == 0.0 and q["correct"] == 1.0 and q["leaf_sets_exact"] == 1.0

@@ -48,8 +48,10 @@ def test_arrow_table_from_ray_to_spark_and_back():
     import pyarrow as pa
     import ray
 
-    with runtime.session() as spark:
+    # one executor core: Ray Data needs a free CPU to hand the dataset to Spark
+    with runtime.session(cores=1) as spark:
         assert ray.is_initialized() and runtime.ray_is_local()
+        assert runtime.spark_shape() == (1, int(ray.cluster_resources()["CPU"]))
         assert runtime.start_spark() is spark          # idempotent while running
         assert os.environ["PYSPARK_PYTHON"] == sys.executable
         assert spark.conf.get("spark.sql.shuffle.partitions") == "4"

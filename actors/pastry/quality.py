@@ -70,7 +70,9 @@ def table_quality(state: PastryState, ids_hi, ids_lo, host_router, router_dist_u
     ``n_routes`` random (node, key) routes (root != origin); ``correct``: fraction of
     routes ending at the node numerically closest to the key; ``hops_mean``;
     ``looping_routes``: fraction of routes still going after 64 hops (a routing loop on
-    inconsistent leaf sets; counted as incorrect, left out of stretch and hops).
+    inconsistent leaf sets; counted as incorrect, left out of stretch and hops);
+    ``leaf_sets_exact``: fraction of nodes whose leaf set is the oracle's (the true l/2 + l/2
+    numerically closest nodes).
     Cost: one oracle computation plus O(n_routes * hops).
     """
     n = len(ids_hi)
@@ -100,6 +102,7 @@ def table_quality(state: PastryState, ids_hi, ids_lo, host_router, router_dist_u
     away = (root != start) & ok
     stretch = delay[away] / lat(start[away], root[away])
     return {"fraction_optimal": frac, "filled": filled,
+            "leaf_sets_exact": float((state.leaf == oracle.leaf).all(axis=1).mean()),
             "stretch_mean": float(stretch.mean()) if len(stretch) else 1.0,
             "stretch_median": float(np.median(stretch)) if len(stretch) else 1.0,
             "correct": float((final == root).mean()),
