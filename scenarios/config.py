@@ -77,6 +77,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "leaf_refresh_us": (int, 2_000_000, _nonneg, "protocol bootstrap: joined nodes look "
                             "up their own id this often until the last arrival + "
                             "join_settle_us, us (0 = never)"),
+        "join_exchange_rows": (int, 2, _nonneg, "protocol bootstrap: a joined node asks the "
+                               "nodes of its top rows for theirs (second join stage; 0 = off)"),
         "dead_memory": (int, 8, _pos, "presumed-failed ids a node remembers"),
     },
     "scribe": {

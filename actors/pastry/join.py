@@ -321,6 +321,7 @@ class JoinMixin:
                      a=self.nodes[li][pair[:, 0]], b=is_leaf.astype(np.int64), mode=0)
         self._start_keepalive(ctx, li, t)
         self._schedule_refresh(ctx, li, t)
+        self._exchange_rows(ctx, li, t)
 
     def _announce(self, ctx, batch):
         m = self._msgs(batch)
@@ -363,6 +364,36 @@ class JoinMixin:
         self._forget_dead(li, m["src"])
         rows = np.concatenate([self.state.leaf[li], m["dst"][:, None].astype(np.int32)], axis=1)
         self._send_payload(ctx, m["dst"], m["src"], T.LEAF_REPLY, m["time"], rows)
+
+    # ---- second join stage: routing-table rows from the table's own nodes ------------------
+    # The rows X got on its join route come from nodes near A's route, not near X; as in
+    # Castro et al. (2002, "Exploiting network proximity"), X then asks each node of its
+    # row r for that node's row r (same prefix, so every entry fits X's row r) and keeps any
+    # closer entry (insert_table probes). Only the top join_exchange_rows rows: they have the
+    # most candidates, so that is where the route-built choice is furthest from the nearest.
+    def _exchange_rows(self, ctx, li, t):
+        k = min(int(self.params["join_exchange_rows"]), self.state.rows)
+        if k <= 0 or not len(li):
+            return
+        width = 1 << self.state.b
+        ent = self.state.rt[li, :k].reshape(len(li), -1).astype(np.int64)
+        r, c = np.nonzero(ent >= 0)
+        if len(r):
+            ctx.send(self.nodes[li[r]], ent[r, c], T.ROWS_REQ, np.asarray(t)[r],
+                     a=c // width, mode=0)
+
+    def _rows_req(self, ctx, batch):
+        m = self._msgs(batch)
+        li = self._li(ctx, m["dst"])
+        row = self.state.rt[li, np.minimum(m["a"], self.state.rows - 1)]
+        self._send_payload(ctx, m["dst"], m["src"], T.ROWS_REPLY, m["time"], row, a=m["a"])
+
+    def _rows_reply(self, ctx, batch):
+        m = self._msgs(batch)
+        li = self._li(ctx, m["dst"])
+        # routing table only: a leaf member taken in silently would never be announced to
+        # (the walk announces to members a LEAF_REPLY adds), so it would not learn of X
+        self._insert_table(ctx, li, _padded(m, self._payload(batch)))
 
     # ---- leaf-set refresh during the protocol bootstrap ---------------------------------
     # A node that joined early got its leaf set from a small network; nodes that arrive
@@ -473,5 +504,7 @@ class JoinMixin:
         T.LEAF_REPLY: _leaf_reply,
         T.KA_TIMER: _ka_timer,
         T.LEAF_REFRESH: _leaf_refresh,
+        T.ROWS_REQ: _rows_req,
+        T.ROWS_REPLY: _rows_reply,
         T.KEEPALIVE: _keepalive,
     }

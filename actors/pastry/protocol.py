@@ -46,6 +46,8 @@ DEFAULTS = {
     "leaf_refresh_us": 2_000_000,  # protocol bootstrap: joined nodes look up their own id
                                    # (LEAF_LOOKUP) this often, until the last
                                    # arrival + join_settle_us (0: never)
+    "join_exchange_rows": 2,       # second join stage: ask the nodes of table rows
+                                   # 0..n-1 for their row and keep closer entries (0: off)
     "seed": 0,
     "dead_memory": 8,              # how many presumed-failed ids a node remembers
     "hop_ack": None,               # per-hop acks of routed messages; None: on iff keep-alives

@@ -20,6 +20,8 @@ ACK_TIMER = 27     # timer: routed hops of this node past their ack deadline wer
 LEAF_REFRESH = 28  # timer (protocol bootstrap): look up my own id (LEAF_LOOKUP)
 LEAF_LOOKUP = 29   # routed towards the origin's own id; the node it reaches, if not the
                    # origin, answers with its leaf set (LEAF_REPLY)
+ROWS_REQ = 30      # joined X -> a node of its table row r (a = r): send me your row r
+ROWS_REPLY = 31    # the row (payload), a = r
 
 TYPE_NAMES = {
     JOIN_START: "pastry_join_start",
@@ -40,6 +42,8 @@ TYPE_NAMES = {
     ACK_TIMER: "pastry_ack_timer",
     LEAF_REFRESH: "pastry_leaf_refresh",
     LEAF_LOOKUP: "pastry_leaf_lookup",
+    ROWS_REQ: "pastry_rows_req",
+    ROWS_REPLY: "pastry_rows_reply",
 }
 
 
