@@ -50,6 +50,8 @@ PASTRY_TYPE_NAMES: dict[int, str] = {
     17: "pastry_join_done", 20: "pastry_keepalive", 21: "pastry_ka_timer",
     22: "pastry_leaf_req", 23: "pastry_leaf_reply", 24: "pastry_row_req",
     25: "pastry_row_reply", 26: "pastry_hop_ack", 27: "pastry_ack_timer",
+    28: "pastry_leaf_refresh", 29: "pastry_leaf_lookup", 30: "pastry_rows_req",
+    31: "pastry_rows_reply",
 }
 SCRIBE_TYPE_NAMES: dict[int, str] = {
     50: "scribe_create_req", 51: "scribe_join_req", 52: "scribe_leave_req",

@@ -25,7 +25,8 @@ def test_type_name_fallbacks():
     assert schema.type_name(72) == "scribe_bn_sibling"
     assert schema.type_name(83) == "scribe_replica"
     assert schema.type_name(24) == "pastry_row_req"
-    assert schema.type_name(30) == "pastry_30"
+    assert schema.type_name(30) == "pastry_rows_req"
+    assert schema.type_name(40) == "pastry_40"         # an unnamed Pastry code
     assert schema.type_name(95) == "reliable_95"
     assert schema.type_name(3) == "engine_3"
     assert schema.type_name(201) == "type_201"
