@@ -15,7 +15,7 @@ import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from analysis.physical import load_topology
+from analysis.physical import by_topology, load_topology
 from analysis.stats import distribution_aggs, with_topology_mean
 
 
@@ -37,8 +37,8 @@ def ip_latency_table(pairs: DataFrame, run_dir: str | Path, reader=None) -> Data
                                       dtype=np.int64)
             yield pdf.assign(ip_us=ip)
 
-    return pairs.mapInPandas(add_latency,
-                             "topo int, source int, member int, ip_us bigint")
+    return by_topology(pairs).mapInPandas(add_latency,
+                                          "topo int, source int, member int, ip_us bigint")
 
 
 def member_delays(delivery: DataFrame, run_dir: str | Path, reader=None) -> DataFrame:

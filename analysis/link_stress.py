@@ -21,7 +21,7 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from analysis.physical import core_pair_loads, core_union_counts, load_topology
+from analysis.physical import by_topology, core_pair_loads, core_union_counts, load_topology
 from analysis.schema import Traffic
 
 NO_PATHS_NOTE = "not available: the topology has no physical paths (latency matrix only)"
@@ -50,7 +50,8 @@ def expand_router_pairs(pairs: DataFrame, run_dir: str | Path, reader=None) -> D
                                         part["dst_router"].to_numpy(), part["count"].to_numpy())
                 yield _nonzero_frame(int(t), traffic, loads)
 
-    return pairs.mapInPandas(expand, "topo int, traffic string, link bigint, stress bigint")
+    return by_topology(pairs).mapInPandas(
+        expand, "topo int, traffic string, link bigint, stress bigint")
 
 
 def expand_group_unions(trees: DataFrame, run_dir: str | Path, reader=None) -> DataFrame:
@@ -75,7 +76,8 @@ def expand_group_unions(trees: DataFrame, run_dir: str | Path, reader=None) -> D
                                           tree, src, flat)
                 yield _nonzero_frame(int(t), "ip_multicast", loads)
 
-    return trees.mapInPandas(expand, "topo int, traffic string, link bigint, stress bigint")
+    return by_topology(trees).mapInPandas(
+        expand, "topo int, traffic string, link bigint, stress bigint")
 
 
 def overlay_hops(message: DataFrame, traffic: tuple[Traffic, ...]) -> DataFrame:

@@ -198,6 +198,10 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     conf = {
         "spark.sql.shuffle.partitions": "4",    # the default 200 tiny tasks dominate run time
+        # the driver builds the broadcast tables (node -> router: 10^6 rows for a
+        # 10-topology paper run); at the default 1 GB that run failed with "Not enough
+        # memory to build and broadcast the table"
+        "spark.driver.memory": "3g",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.pyspark.python": sys.executable,
