@@ -110,6 +110,30 @@ def _fill(out: np.ndarray, parts) -> None:
         pos += len(p)
 
 
+def pack_rows(rows) -> dict:
+    """Payload fields for ``ctx.send``: message i carries row i of ``rows`` (int matrix,
+    -1 entries dropped). Returns {"payload", "pay_off", "pay_len"}; O(rows.size)."""
+    rows = np.asarray(rows, np.int64)
+    keep = rows >= 0
+    lens = keep.sum(axis=1)
+    offs = np.cumsum(lens) - lens
+    return {"payload": rows[keep].astype(np.int32), "pay_off": offs.astype(np.int64),
+            "pay_len": lens}
+
+
+def payload_rows(msgs: np.ndarray, payload: np.ndarray, width: int | None = None) -> np.ndarray:
+    """Each message's payload as a row of an int64 matrix, -1 padded; ``width`` columns
+    (default: the longest segment; longer segments are cut). Inverse of `pack_rows`."""
+    lens = msgs["pay_len"].astype(np.int64)
+    if width is None:
+        width = int(lens.max()) if len(lens) else 0
+    lens = np.minimum(lens, width)
+    j = np.arange(width)[None, :]
+    ok = j < lens[:, None]
+    idx = np.where(ok, msgs["pay_off"][:, None] + j, 0)
+    return np.where(ok, np.asarray(payload, np.int64)[idx] if len(payload) else -1, -1)
+
+
 def new_messages(n: int, **fields) -> np.ndarray:
     """A zeroed MSG_DTYPE array of n rows with `fields` set (broadcast)."""
     m = np.zeros(n, MSG_DTYPE)

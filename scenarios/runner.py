@@ -13,7 +13,7 @@ an `Emulator` of Pastry+Scribe shards and drives the configured phases:
   churn                a stream of multicasts while nodes fail and recover (`publish` and
                        `node_event` rows written by the runner)
 
-At the end of every phase: ``emu.dump`` (tree snapshots), ``emu.flush`` (Parquet + refs),
+At the end of every phase: ``emu.dump`` (tree snapshots), ``emu.flush`` (Parquet),
 ``emu.checkpoint``; `state.json` records the completed phases, so ``--resume`` restores the
 last checkpoint and continues with identical results. Files are written in an order that
 never makes a half-done run look complete: `COMPLETE` comes last.
@@ -42,17 +42,11 @@ log = logging.getLogger("scribe_emu.scenario")
 
 CACHE_DIR = Path(os.environ.get("SCRIBE_EMU_CACHE", Path.home() / ".cache" / "scribe-emu"))
 _STREAM_CHURN = 0xC4E2
-# Tables handed to Spark as Arrow object refs (Ray Dataset -> Spark DataFrame through RayDP)
-# instead of being read back from the Parquet the shards already wrote. RayDP converts
-# ref blocks in a Python UDF, once per use of the DataFrame: the bulky tables cost far more
-# that way than Spark's own Parquet scan (measured: small_groups_30k with the protocol
-# bootstrap, 14 M message rows, link stress still running after 9 min by ref; the same
-# analysis from Parquet on 2 cores: 88 s in all). Ray Data also needs a free CPU for the
-# conversion, and the Spark executor now takes every core (runtime.spark_shape): a run
-# with a ref table hung with the executor waiting on a task that could not be scheduled.
-# So a scenario's analysis reads every table from Parquet; `run_analysis(refs=...)` stays
-# for callers that start Spark with a core to spare (tests/test_analysis.py).
-REF_TABLES: tuple[str, ...] = ()
+# The analysis reads every event table from the Parquet the shards already wrote, not
+# from Arrow object refs through RayDP: RayDP converts ref blocks in a Python UDF once per
+# use of the DataFrame (a 14 M-row message table was still converting after 9 min; the
+# same analysis from Parquet on 2 cores took 88 s), and Ray Data's conversion needs a
+# free CPU that the Spark executor, which takes every core, does not leave (a run hung).
 
 
 # ---- run directory ------------------------------------------------------------------------
@@ -135,7 +129,7 @@ def _clean_incomplete(run_dir: Path, t: int, done: list[str]) -> None:
 def _driver_table(run_dir: Path, table: str, t: int, phase: str, columns: dict) -> None:
     """Rows the scenario itself logs (membership, host, publish, node_event): Parquet under
     events/<table>/topo=<t>/<phase>-driver.parquet like the engine's files. The analysis
-    reads them from Parquet (see REF_TABLES)."""
+    reads every table from Parquet."""
     from emulator.logs import write_parquet
 
     cols = {k: pa.array(v) for k, v in columns.items()}
@@ -292,14 +286,10 @@ def _overlay_quality(T: _Topo) -> dict:
     from actors.pastry.quality import stack_states, table_quality
     parts = T.emu.call("overlay_state")
     state = stack_states(parts, T.cfg.nodes)
-    try:
-        q = table_quality(state, T.shared["node_ids_hi"], T.shared["node_ids_lo"],
-                          T.topo.host_router, T.shared["router_dist_us"], T.topo.lan_us,
-                          n_routes=min(2000, 10 * T.cfg.nodes), seed=T.seed_t)
-    except RuntimeError as e:
-        # a measurement of the overlay, not part of the experiment: report, do not abort
-        log.warning("topology %d: table quality not measured: %s", T.t, e)
-        return {"error": str(e).splitlines()[0]}
+    # routing loops are counted (looping_routes), not raised
+    q = table_quality(state, T.shared["node_ids_hi"], T.shared["node_ids_lo"],
+                      T.topo.host_router, T.shared["router_dist_us"], T.topo.lan_us,
+                      n_routes=min(2000, 10 * T.cfg.nodes), seed=T.seed_t)
     return {k: (float(v) if isinstance(v, (float, np.floating)) else v) for k, v in q.items()}
 
 
@@ -466,7 +456,7 @@ def _load_rps(T: _Topo) -> np.ndarray:
     return rp
 
 
-def _run_topology(cfg, run_dir, t, state: _State, refs, progress) -> None:
+def _run_topology(cfg, run_dir, t, state: _State, progress) -> None:
     from actors.pastry.ids import node_ids, to_hex
     from actors.stack import stack_factory, type_names
     from emulator import Emulator, RouterLatency
@@ -550,9 +540,6 @@ def _run_topology(cfg, run_dir, t, state: _State, refs, progress) -> None:
             "messages_sent": c["messages_sent"], "lost_total": c["lost_total"],
             "counts": c["counts"], "delta_us": c["delta_us"], "lookahead_us": c["lookahead_us"],
             "windows": c["windows"], "virtual_us": c["virtual_us"]}
-        for k, v in emu.logs().items():     # before shutdown: refs stay owned by us
-            if k in REF_TABLES:             # the others are dropped from the object store
-                refs.setdefault(k, []).extend(v)
     finally:
         emu.shutdown()
     state.d["topologies_done"].append(t)
@@ -595,10 +582,9 @@ def _analysis_options(cfg: ScenarioConfig):
     return AnalysisOptions(**kw)
 
 
-def _analyse(cfg, run_dir: Path, refs: dict | None, state: _State, progress) -> dict:
+def _analyse(cfg, run_dir: Path, state: _State, progress) -> dict:
     from analysis import run_analysis
     from analysis.report import write_report
-    from analysis.schema import EVENT_TABLES
     from emulator.runtime import start_spark
 
     progress.status("analysis: starting Spark (RayDP)")
@@ -609,10 +595,8 @@ def _analyse(cfg, run_dir: Path, refs: dict | None, state: _State, progress) -> 
             "topologies": cfg.topologies, "seed": cfg.seed, "shards": cfg.shards,
             "topology_source": cfg.topology["source"], "bootstrap": cfg.pastry["bootstrap"],
             "phases": cfg.phase_order}
-    if refs is not None:
-        refs = {k: v for k, v in refs.items() if k in REF_TABLES and k in EVENT_TABLES}
     progress.status("analysis: computing metrics in Spark")
-    summary = run_analysis(run_dir, spark, refs=refs, scenario_meta=meta,
+    summary = run_analysis(run_dir, spark, scenario_meta=meta,
                            extra=_summary_extra(cfg, state), options=_analysis_options(cfg))
     write_report(run_dir)
     return summary
@@ -667,18 +651,15 @@ def run_scenario(cfg, *, out: Path | None = None, address: str | None = None,
             (run_dir / "config.toml").write_text(cfg.to_toml())
         log.info("scenario %s: %d nodes, %d groups, %d topologies, %d shards -> %s", cfg.name,
                  cfg.nodes, cfg.groups, cfg.topologies, cfg.shards, run_dir)
-        refs: dict = {}
         with _Progress(progress, cfg.topologies) as prog:
             for t in range(cfg.topologies):
                 if t in state.d["topologies_done"]:
                     continue
                 started_work = True
-                _run_topology(cfg, run_dir, t, state, refs, prog)
+                _run_topology(cfg, run_dir, t, state, prog)
             state.add_time("emulation_total", time.perf_counter() - t_start)
             state.save()
-            # after a resume the earlier topologies' refs are gone: read Parquet instead
-            use_refs = refs if state.d["resumed"] == 0 else None
-            _analyse(cfg, run_dir, use_refs, state, prog)
+            _analyse(cfg, run_dir, state, prog)
         (run_dir / "COMPLETE").write_text(datetime.now().isoformat(timespec="seconds") + "\n")
         log.info("run complete: %s", run_dir)
         return run_dir

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from emulator.batch import pack_rows, payload_rows
+
 from . import types as T
 from .ids import shared_prefix_len
 from .merge import group_rows, select_nearest
@@ -82,16 +84,8 @@ def nearby_contacts(joiners, times, settle_us, host_router, router_dist) -> np.n
 
 def _padded(m, payload):
     """Payload rows as a padded int64 matrix (-1 pads) plus each row's sender appended."""
-    lens = m["pay_len"].astype(np.int64)
-    w = int(lens.max()) if len(lens) else 0
-    out = np.full((len(m), w + 1), -1, np.int64)
-    if w:
-        j = np.arange(w)[None, :]
-        idx = m["pay_off"][:, None] + j
-        ok = j < lens[:, None]
-        out[:, :w] = np.where(ok, payload[np.where(ok, idx, 0)], -1)
-    out[:, w] = m["src"]
-    return out
+    return np.concatenate([payload_rows(m, payload), m["src"].astype(np.int64)[:, None]],
+                          axis=1)
 
 
 class JoinMixin:
@@ -177,13 +171,12 @@ class JoinMixin:
 
     def _send_payload(self, ctx, src, dst, type_code, sent, rows, **fields):
         """Direct messages each carrying one row of ``rows`` (-1 entries dropped)."""
-        rows = np.asarray(rows, np.int64)
-        keep = rows >= 0
-        lens = keep.sum(axis=1)
-        flat = rows[keep].astype(np.int32)
-        offs = np.r_[0, np.cumsum(lens)[:-1]].astype(np.int64)
-        ctx.send(src, dst, type_code, sent, payload=flat, pay_off=offs, pay_len=lens, mode=0,
-                 **fields)
+        ctx.send(src, dst, type_code, sent, mode=0, **pack_rows(rows), **fields)
+
+    def _send_leaf_set(self, ctx, li, me, to, t):
+        """LEAF_REPLY from local nodes ``li`` (ids ``me``) to ``to``: leaf set + sender."""
+        rows = np.concatenate([self.state.leaf[li], np.asarray(me, np.int32)[:, None]], axis=1)
+        self._send_payload(ctx, me, to, T.LEAF_REPLY, t, rows)
 
     # ---- join -----------------------------------------------------------------------
     def _join_start(self, ctx, batch):
@@ -252,9 +245,7 @@ class JoinMixin:
             lk = m[look]
             li = self._li(ctx, lk["dst"])
             self._learn(ctx, li, lk["origin"].astype(np.int64)[:, None], lk["time"])
-            rows_ = np.concatenate([self.state.leaf[li], lk["dst"][:, None].astype(np.int32)],
-                                   axis=1)
-            self._send_payload(ctx, lk["dst"], lk["origin"], T.LEAF_REPLY, lk["time"], rows_)
+            self._send_leaf_set(ctx, li, lk["dst"], lk["origin"], lk["time"])
         j = m["type"] == T.JOIN
         if not j.any():
             return
@@ -341,10 +332,8 @@ class JoinMixin:
         if ask.any():
             ctx.send(m["dst"][ask], m["src"][ask], T.LEAF_REQ, m["time"][ask], mode=0)
         if inleaf.any():
-            rows = np.concatenate([self.state.leaf[li[inleaf]],
-                                   m["dst"][inleaf, None].astype(np.int32)], axis=1)
-            self._send_payload(ctx, m["dst"][inleaf], m["src"][inleaf], T.LEAF_REPLY,
-                               m["time"][inleaf], rows)
+            self._send_leaf_set(ctx, li[inleaf], m["dst"][inleaf], m["src"][inleaf],
+                                m["time"][inleaf])
 
     def _leaf_reply(self, ctx, batch):
         m = self._msgs(batch)
@@ -362,8 +351,7 @@ class JoinMixin:
         m = self._msgs(batch)
         li = self._li(ctx, m["dst"])
         self._forget_dead(li, m["src"])
-        rows = np.concatenate([self.state.leaf[li], m["dst"][:, None].astype(np.int32)], axis=1)
-        self._send_payload(ctx, m["dst"], m["src"], T.LEAF_REPLY, m["time"], rows)
+        self._send_leaf_set(ctx, li, m["dst"], m["src"], m["time"])
 
     # ---- second join stage: routing-table rows from the table's own nodes ------------------
     # The rows X got on its join route come from nodes near A's route, not near X; as in

@@ -23,7 +23,7 @@ from .bottleneck import pick_drops
 from .reliable import MessageRing, ReliableMixin
 from .repair import RepairMixin
 from .rootpath import RootPathMixin, RootPaths
-from .tree import TreeState
+from .tree import TreeState, first_in_run
 from .types import (
     ADOPT,
     BN_JOIN,
@@ -69,15 +69,6 @@ DEFAULTS = {
     "lazy_growth": False,     # variant: a JOIN stops at the first tree node, which adopts
                               # the joiner itself unless it has bottleneck_bound children
 }
-
-
-def _first_in_run(keys: np.ndarray) -> np.ndarray:
-    """Mask of the first occurrence of each key value (rows keep their given order)."""
-    first = np.zeros(len(keys), bool)
-    if len(keys):
-        _, idx = np.unique(keys, return_index=True)
-        first[idx] = True
-    return first
 
 
 class ScribeError(RuntimeError):
@@ -216,7 +207,7 @@ class Scribe(RepairMixin, ReliableMixin, RootPathMixin):
         li = self._local(ctx, m["dst"])
         s = t.get_or_make(li, m["group"])
         had = t.slots["root"][s] & (t.slots["acl"][s] >= 0)
-        first = _first_in_run(s) & ~had
+        first = first_in_run(s) & ~had
         dup = ~first
         sf = s[first]
         t.slots["active"][sf] = True
@@ -249,7 +240,7 @@ class Scribe(RepairMixin, ReliableMixin, RootPathMixin):
         sl["my_cred"][s[ok]] = m["a"][ok]
         # a node not yet on the tree becomes a tree node and sends its JOIN (first request
         # for the pair only; later ones in the same cell find it active)
-        start = ok & ~active & _first_in_run(s)
+        start = ok & ~active & first_in_run(s)
         ss = s[start]
         sl["active"][ss] = True
         self._lose_parent(ss)
@@ -295,7 +286,7 @@ class Scribe(RepairMixin, ReliableMixin, RootPathMixin):
         self._refuse(ctx, sub["group"][bad], sub["origin"][bad], "join", sub["time"][bad])
         self._send(ctx, sub["dst"][bad], sub["src"][bad], JOIN_REFUSE, sub["time"][bad],
                    sub["group"][bad], a=sub["a"][bad])
-        cont = ok & ~was_active & _first_in_run(np.where(ok, s, -1 - np.arange(len(s))))
+        cont = ok & ~was_active & first_in_run(np.where(ok, s, -1 - np.arange(len(s))))
         sc = s[cont]
         sl["active"][sc] = True
         self._lose_parent(sc)
@@ -391,7 +382,7 @@ class Scribe(RepairMixin, ReliableMixin, RootPathMixin):
                    m["group"][bad], a=m["a"][bad])
         ok = ~bad
         # the sibling left the tree meanwhile: it becomes a forwarder again
-        start = ok & ~was_active & _first_in_run(np.where(ok, s, -1 - np.arange(len(s))))
+        start = ok & ~was_active & first_in_run(np.where(ok, s, -1 - np.arange(len(s))))
         ss = s[start]
         sl["active"][ss] = True
         self._lose_parent(ss)
@@ -425,7 +416,7 @@ class Scribe(RepairMixin, ReliableMixin, RootPathMixin):
         sl["member"][s[lb]] = False
         ok = ~bad
         # the old root failed and Pastry now routes here: take over from the replica
-        take = ok & replica & _first_in_run(np.where(ok & replica, s, -1 - np.arange(len(s))))
+        take = ok & replica & first_in_run(np.where(ok & replica, s, -1 - np.arange(len(s))))
         st = s[take]
         if len(st):
             ctx.count("scribe_rp_takeovers", len(st))
@@ -492,7 +483,7 @@ class Scribe(RepairMixin, ReliableMixin, RootPathMixin):
         t, sl = self.tree, self.tree.slots
         li = self._local(ctx, m["dst"])
         s = t.find_active(li, m["group"])
-        hit = (s >= 0) & _first_in_run(s)
+        hit = (s >= 0) & first_in_run(s)
         sub, s = m[hit], s[hit]
         self._lose_parent(s)
         self._route(ctx, sub["dst"], JOIN, sub["time"], sub["group"], a=sl["join_cred"][s],
@@ -650,7 +641,7 @@ class Scribe(RepairMixin, ReliableMixin, RootPathMixin):
         t, sl = self.tree, self.tree.slots
         li = self._local(ctx, m["dst"])
         s = t.find_active(li, m["group"])
-        hit = (s >= 0) & _first_in_run(s)
+        hit = (s >= 0) & first_in_run(s)
         ctx.count("scribe_collapse_no_state", int((s < 0).sum()))
         sub, s = m[hit], s[hit]
         removable = ~sl["member"][s] & ~sl["root"][s] & (sl["n_children"][s] == 1)

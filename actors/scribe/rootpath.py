@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from emulator.batch import pack_rows, payload_rows
+
+from .tree import first_in_run
 from .types import HEARTBEAT, JOIN, LEAVE
 
 UNKNOWN = -1
@@ -103,24 +106,12 @@ class RootPaths:
 
 def encode(rows: np.ndarray, lengths: np.ndarray) -> dict:
     """Message fields carrying one path per message: payload, pay_off, pay_len, c."""
-    rows = np.asarray(rows, np.int64)
-    keep = rows >= 0
-    lens = keep.sum(axis=1)
-    flat = rows[keep].astype(np.int32)
-    offs = np.r_[0, np.cumsum(lens)[:-1]].astype(np.int64) if len(lens) else np.zeros(0, np.int64)
-    return {"payload": flat, "pay_off": offs, "pay_len": lens, "c": np.asarray(lengths, np.int64)}
+    return {**pack_rows(rows), "c": np.asarray(lengths, np.int64)}
 
 
 def decode(m: np.ndarray, payload: np.ndarray, width: int) -> np.ndarray:
     """The paths carried by messages m as rows (n, width), -1 padded."""
-    lens = np.minimum(m["pay_len"].astype(np.int64), width)
-    out = np.full((len(m), width), -1, np.int64)
-    if len(m) and lens.max() > 0:
-        j = np.arange(width)[None, :]
-        ok = j < lens[:, None]
-        idx = np.where(ok, m["pay_off"][:, None] + j, 0)
-        out = np.where(ok, np.asarray(payload, np.int64)[idx], -1)
-    return out
+    return payload_rows(m, payload, width)
 
 
 class RootPathMixin:
@@ -159,7 +150,7 @@ class RootPathMixin:
         """Heartbeats carrying the new root path to every child of slots s."""
         if not len(s):
             return
-        first = _first(s)
+        first = first_in_run(s)
         s, me, now = s[first], me[first], now[first]
         qi, e = self.tree.children_of(s)
         if not len(e):
@@ -179,7 +170,7 @@ class RootPathMixin:
         (a random first hop, so the JOIN does not retrace the looping route)."""
         if not len(s):
             return
-        first = _first(s)
+        first = first_in_run(s)
         s, me, now = s[first], me[first], now[first]
         sl = self.tree.slots
         ctx.count(counter, len(s))
@@ -191,9 +182,3 @@ class RootPathMixin:
         self._route(ctx, me, JOIN, now, sl["group"][s], a=cred, b=sl["last_seq"][s],
                     c=np.ones(len(s), np.int64), origin=me, randomize=True)
 
-
-def _first(keys) -> np.ndarray:
-    first = np.zeros(len(keys), bool)
-    if len(keys):
-        first[np.unique(keys, return_index=True)[1]] = True
-    return first

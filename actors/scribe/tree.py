@@ -46,6 +46,15 @@ _ENTRY_COLS = {
 }
 
 
+def first_in_run(keys: np.ndarray) -> np.ndarray:
+    """Mask of the first occurrence of each key value (rows keep their given order)."""
+    first = np.zeros(len(keys), bool)
+    if len(keys):
+        _, idx = np.unique(keys, return_index=True)
+        first[idx] = True
+    return first
+
+
 class _Columns:
     """Named numpy columns with amortized-doubling growth."""
 
