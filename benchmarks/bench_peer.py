@@ -1,0 +1,101 @@
+"""FreePastry's own workload on the emulator (issue 13): the number to beat is 85 s.
+
+FreePastry 2.1's direct simulator runs this in ~85 s on this machine class: 10,000 nodes
+join by the protocol (arrivals over 10 s), ts5050, 10 groups of 1,000 subscribers, one
+multicast each. Here: the same as a scenario (written to ``<out>/bench_peer.toml``), run by
+the scenario runner's own per-topology code on Ray with 2 shards, without the Spark
+analysis (not part of the comparison). Prints the emulation time of each phase, the
+table-quality check's time and the message counts, and writes them to ``<out>/bench.json``.
+
+Usage: ``/work/heavy python benchmarks/bench_peer.py --out /work/runs/NAME [--nodes 10000]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TOML = """description = "FreePastry workload: {nodes} nodes join by protocol over 10 s, {groups} groups of {size}"
+
+[run]
+nodes = {nodes}
+groups = {groups}
+topologies = 1
+seed = 1
+shards = {shards}
+
+[topology]
+source = "ts5050"
+lan_us = 1000
+partition = "locality"
+
+[groups]
+kind = "fixed"
+size = {size}
+
+[pastry]
+bootstrap = "protocol"
+
+[phases]
+order = ["bootstrap", "create", "join", "multicast"]
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True, help="run directory to create")
+    ap.add_argument("--nodes", type=int, default=10_000)
+    ap.add_argument("--groups", type=int, default=10)
+    ap.add_argument("--size", type=int, default=1_000)
+    ap.add_argument("--shards", type=int, default=2)
+    a = ap.parse_args()
+
+    from emulator.runtime import start_ray, stop_ray
+    from scenarios import runner
+    from scenarios.config import load_scenario
+
+    a.out.mkdir(parents=True, exist_ok=False)
+    toml = a.out / "bench_peer.toml"
+    toml.write_text(TOML.format(nodes=a.nodes, groups=a.groups, size=a.size, shards=a.shards))
+    cfg = load_scenario(str(toml))
+    run_dir = a.out / "run"
+    run_dir.mkdir()
+    (run_dir / "config.toml").write_text(cfg.to_toml())
+    state = runner._State(run_dir / "state.json")
+    quality_s = []
+    inner = runner._overlay_quality
+
+    def timed_quality(T):
+        t0 = time.perf_counter()
+        q = inner(T)
+        quality_s.append(time.perf_counter() - t0)
+        return q
+
+    runner._overlay_quality = timed_quality
+    start_ray(None)
+    t0 = time.perf_counter()
+    try:
+        with runner._Progress(False, 1) as prog:
+            runner._run_topology(cfg, run_dir, 0, state, prog)
+    finally:
+        total = time.perf_counter() - t0
+        stop_ray()
+    out = {"nodes": a.nodes, "shards": a.shards, "total_s": round(total, 2),
+           "quality_check_s": round(quality_s[0], 2) if quality_s else None,
+           "phases": state.d["phases"], "timing": state.d["timing"],
+           "quality": state.d["quality"].get("0")}
+    (a.out / "bench.json").write_text(json.dumps(out, indent=1, default=float))
+    for ph, st in out["phases"].items():
+        print(f"{ph:10s} emulation {st['emulation_s']:8.2f} s  wall {st['wall_s']:8.2f} s  "
+              f"messages {st['messages']:>10,}  windows {st['windows']:>6,}  "
+              f"{st['messages'] / max(st['emulation_s'], 1e-9):>9,.0f} msg/s")
+    print(f"table-quality check {out['quality_check_s']} s; total {out['total_s']} s")
+
+
+if __name__ == "__main__":
+    main()
