@@ -71,6 +71,13 @@ class ShardContext:
     def latency(self, a, b) -> np.ndarray:
         return self._e.latency.latency(a, b)
 
+    def latency_tables(self):
+        """(host_router, router_dist_us, lan_us) behind :meth:`latency`, for compiled
+        protocol kernels that compute delays themselves: lan + dist[r(a), r(b)] + lan,
+        0 for a == b."""
+        lat = self._e.latency
+        return lat.host_router, lat.router_dist_us, lat.lan_us
+
     def random(self, nodes) -> np.ndarray:
         """Uniform [0, 1) per node from its own stream (seed, node, draw number)."""
         nodes = np.asarray(nodes, np.int64).ravel()

@@ -8,10 +8,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from .ids import HALF_RING_HI, cw_dist, digit, shared_prefix_len
 
 
 def group_rows(keys, cand, t=None):
+    """:func:`group_rows_numpy` by the compiled kernel (``kernels.group_rows``)."""
+    keys = np.ascontiguousarray(keys, np.int64)
+    cand = np.ascontiguousarray(cand, np.int64)
+    if cand.ndim != 2 or len(cand) != len(keys):
+        raise ValueError("group_rows: cand must be a matrix with one row per key")
+    with_t = t is not None
+    tt = np.ascontiguousarray(t, np.int64) if with_t else keys
+    uk, out, tmax = kernels.group_rows(keys, cand, tt, with_t)
+    return uk, out, (tmax if with_t else None)
+
+
+def group_rows_numpy(keys, cand, t=None):
     """Combine the candidate rows of equal keys (e.g. several messages to one node in a
     batch) into one row each: returns (unique keys, int64[U, k*c] -1 padded, max t per key).
     O(B log B)."""

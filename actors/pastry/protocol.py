@@ -22,7 +22,8 @@ import numpy as np
 
 from . import types as T
 from .join import JoinMixin
-from .merge import group_rows, insert_table, select_leaves
+from . import kernels
+from .merge import group_rows
 from .oracle import oracle_state
 from .repair import RepairMixin
 from .routing import next_hop
@@ -92,6 +93,7 @@ class Pastry(JoinMixin, RepairMixin):
             raise ValueError("Pastry: keepalive_us and fail_timeout_us must be >= 0")
         self.app = app
         self.state: PastryState | None = None
+        self._lat_tables = None
         if app is not None and hasattr(app, "bind"):
             app.bind(self)
 
@@ -337,6 +339,20 @@ class Pastry(JoinMixin, RepairMixin):
         flat = s.rt.reshape(len(s.rt), -1)
         flat[li[r], c] = -1
 
+    def _latency_tables(self, ctx):
+        """(host_router, router_dist_us, lan_us) of the engine's latency model, for the
+        kernels that probe delays (the model's arrays, or the same shared inputs)."""
+        if self._lat_tables is None:
+            tables = getattr(ctx, "latency_tables", None)
+            if tables is not None:
+                hr, rdist, lan = tables()
+            else:  # a context without the engine's model: the shared inputs it came from
+                hr, rdist, lan = (ctx.shared("host_router"), ctx.shared("router_dist_us"),
+                                  ctx.shared("lan_us"))
+            self._lat_tables = (np.ascontiguousarray(hr, np.int32),
+                                np.ascontiguousarray(rdist, np.int32), int(lan))
+        return self._lat_tables
+
     def _forget_dead(self, li, senders):
         """A node we hear from directly is alive: drop it from the dead memory (a node
         presumed failed by mistake, or recovered, may be re-admitted to the tables)."""
@@ -353,8 +369,8 @@ class Pastry(JoinMixin, RepairMixin):
         s = self.state
         li, cand, t = group_rows(li, cand, t)
         old = s.leaf[li]
-        new = select_leaves(self.nodes[li], np.concatenate([old, cand], axis=1), self.ids_hi,
-                            self.ids_lo, s.half, exclude=self.dead[li])
+        new = kernels.select_leaves(self.nodes[li], np.concatenate([old, cand], axis=1),
+                                    self.ids_hi, self.ids_lo, s.half, self.dead[li])
         changed = (new != old).any(axis=1)
         added = np.where(~(new[:, :, None] == old[:, None, :]).any(axis=2), new, -1)
         if changed.any():
@@ -377,7 +393,9 @@ class Pastry(JoinMixin, RepairMixin):
         if (dead >= 0).any():  # presumed-failed nodes stay out until heard from directly
             gone = (cand[:, :, None] == np.where(dead < 0, -2, dead)[:, None, :]).any(axis=2)
             cand = np.where(gone, -1, cand)
-        probes = insert_table(self.state.rt, li, self.nodes[li], cand, self.ids_hi, self.ids_lo,
-                              self.state.b, ctx.latency)
+        hr, rdist, lan = self._latency_tables(ctx)
+        cand = np.ascontiguousarray(cand)
+        probes = kernels.insert_table(self.state.rt, li, self.nodes[li], cand, self.ids_hi,
+                                      self.ids_lo, self.state.b, hr, rdist, lan)
         if probes:
             ctx.count("pastry_probes", probes)

@@ -28,6 +28,7 @@ from .ids import (
     ring_dist,
     shared_prefix_len,
 )
+from . import kernels
 from .state import PastryState
 
 DELIVER = -1
@@ -67,7 +68,28 @@ def in_leaf_range(state: PastryState, local_idx, self_hi, self_lo, key_hi, key_l
 
 def next_hop(state: PastryState, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo,
              exclude=None):
-    """Next global node for each (local node, key), or -1 to deliver at the local node.
+    """Next global node for each (local node, key), or -1 to deliver at the local node:
+    :func:`next_hop_numpy`'s result from the compiled kernel (``kernels.next_hop``).
+    O(B * l) on the common paths."""
+    local_idx = np.ascontiguousarray(local_idx, np.int64)
+    nb = len(local_idx)
+    if nb == 0:
+        return np.full(0, DELIVER, np.int64), np.zeros(0, np.int8)
+    ex = (np.full(nb, -1, np.int64) if exclude is None
+          else np.ascontiguousarray(np.broadcast_to(np.asarray(exclude, np.int64), (nb,))))
+    return kernels.next_hop(state.rt, state.leaf, state.nbr, local_idx,
+                            np.ascontiguousarray(np.broadcast_to(
+                                np.asarray(self_ids, np.int64), (nb,))),
+                            np.ascontiguousarray(np.broadcast_to(np.asarray(key_hi, U64), (nb,))),
+                            np.ascontiguousarray(np.broadcast_to(np.asarray(key_lo, U64), (nb,))),
+                            np.asarray(ids_hi, U64), np.asarray(ids_lo, U64), int(state.b), ex)
+
+
+def next_hop_numpy(state: PastryState, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo,
+                   exclude=None):
+    """The reference numpy implementation of :func:`next_hop` (kept for the kernel tests).
+
+    Next global node for each (local node, key), or -1 to deliver at the local node.
 
     ``exclude`` (int64[B], -1 for none): a node each row must route as if it were absent
     (a node's lookup of its own id must reach its neighbours, not itself).

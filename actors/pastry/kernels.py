@@ -1,0 +1,359 @@
+"""Compiled Pastry kernels: the per-message loops of the hot handlers (numba, cached).
+
+Plain ``@numba.njit(cache=True)`` functions over numpy arrays, one job each, called by the
+handlers in place of sequences of small numpy calls (docs/ARCHITECTURE.md, "Compiled
+kernels"). Each computes exactly what the numpy function it replaces computed -- same
+values, same ties, same quirks -- which ``tests/test_protocol_digest.py`` checks on a whole
+protocol run. Ids are 128-bit (hi, lo) uint64 pairs as in :mod:`.ids`; latencies are
+``lan + router_dist[router(a), router(b)] + lan`` (0 for a == b), the engine's model.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_HALF_HI = np.uint64(1 << 63)
+_I64_MAX = np.iinfo(np.int64).max
+
+
+@numba.njit(cache=True, inline="always")
+def _lat(hr, rdist, lan2, a, b):
+    if a == b:
+        return 0
+    return np.int64(rdist[hr[a], hr[b]]) + lan2
+
+
+@numba.njit(cache=True, inline="always")
+def _clz(x):
+    n = 0
+    if x == 0:
+        return 64
+    while (x & np.uint64(0x8000000000000000)) == 0:
+        x = x << np.uint64(1)
+        n += 1
+    return n
+
+
+@numba.njit(cache=True, inline="always")
+def _spl(ahi, alo, bhi, blo, b):
+    xh = ahi ^ bhi
+    if xh != 0:
+        return _clz(xh) // b
+    return (64 + _clz(alo ^ blo)) // b
+
+
+@numba.njit(cache=True, inline="always")
+def _digit(hi, lo, pos, b):
+    per_word = 64 // b
+    mask = np.uint64((1 << b) - 1)
+    if pos < per_word:
+        sh = 64 - b * (pos + 1)
+        sh = 0 if sh < 0 else (63 if sh > 63 else sh)
+        return np.int64((hi >> np.uint64(sh)) & mask)
+    sh = 128 - b * (pos + 1)
+    sh = 0 if sh < 0 else (63 if sh > 63 else sh)
+    return np.int64((lo >> np.uint64(sh)) & mask)
+
+
+@numba.njit(cache=True, inline="always")
+def _sub(ahi, alo, bhi, blo):
+    """(a - b) mod 2^128 as (hi, lo)."""
+    lo = alo - blo
+    borrow = np.uint64(1) if alo < blo else np.uint64(0)
+    return ahi - bhi - borrow, lo
+
+
+@numba.njit(cache=True, inline="always")
+def _less(ahi, alo, bhi, blo):
+    return ahi < bhi or (ahi == bhi and alo < blo)
+
+
+@numba.njit(cache=True, inline="always")
+def _ring(ahi, alo, bhi, blo):
+    d1h, d1l = _sub(ahi, alo, bhi, blo)
+    d2h, d2l = _sub(bhi, blo, ahi, alo)
+    if _less(d1h, d1l, d2h, d2l):
+        return d1h, d1l
+    return d2h, d2l
+
+
+@numba.njit(cache=True)
+def latency_pairs(hr, rdist, lan_us, a, b):
+    """One-way delays of pairs (a[i], b[i]) (int64, 0 where a == b). O(n)."""
+    n = len(a)
+    out = np.empty(n, np.int64)
+    lan2 = 2 * np.int64(lan_us)
+    for i in range(n):
+        out[i] = _lat(hr, rdist, lan2, a[i], b[i])
+    return out
+
+
+@numba.njit(cache=True)
+def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan_us):
+    """Offer ``cand[i, :]`` to the routing table of local node ``local_idx[i]`` (global id
+    ``self_ids[i]``); returns the probe count. Same result as ``merge.insert_table``: each
+    pair is judged against the table as it was before the call (empty slot, or closer by
+    delay, ties to the smaller id), and of the pairs better than that the nearest (ties:
+    smaller id) takes the slot. O(B * C)."""
+    nb, nc = cand.shape
+    rows = rt.shape[1]
+    lan2 = 2 * np.int64(lan_us)
+    n = nb * nc
+    slot_r = np.empty(n, np.int64)
+    slot_c = np.empty(n, np.int64)
+    slot_l = np.empty(n, np.int64)
+    p_c = np.empty(n, np.int64)
+    p_d = np.empty(n, np.int64)
+    p_cur = np.empty(n, np.int64)
+    p_me = np.empty(n, np.int64)
+    k = 0
+    probes = 0
+    for i in range(nb):  # pass 1: every pair against the table before the call
+        me = self_ids[i]
+        li = local_idx[i]
+        for j in range(nc):
+            c = cand[i, j]
+            if c < 0 or c == me:
+                continue
+            r = _spl(ids_hi[me], ids_lo[me], ids_hi[c], ids_lo[c], b)
+            if r >= rows:
+                continue
+            col = _digit(ids_hi[c], ids_lo[c], r, b)
+            cur = np.int64(rt[li, r, col])
+            d_new = _lat(hr, rdist, lan2, me, c)
+            if cur >= 0 and cur != c:
+                probes += 1
+                d_cur = _lat(hr, rdist, lan2, me, cur)
+                better = d_new < d_cur or (d_new == d_cur and c < cur)
+            else:
+                better = cur < 0
+            if better:
+                slot_l[k], slot_r[k], slot_c[k] = li, r, col
+                p_c[k], p_d[k], p_cur[k], p_me[k] = c, d_new, cur, me
+                k += 1
+    for q in range(k):  # pass 2: the nearest better candidate per slot wins
+        li, r, col = slot_l[q], slot_r[q], slot_c[q]
+        v = np.int64(rt[li, r, col])
+        if v == p_cur[q]:
+            rt[li, r, col] = p_c[q]
+        else:  # taken earlier in this call by another better candidate
+            dv = _lat(hr, rdist, lan2, p_me[q], v)
+            if p_d[q] < dv or (p_d[q] == dv and p_c[q] < v):
+                rt[li, r, col] = p_c[q]
+    return probes
+
+
+@numba.njit(cache=True)
+def select_leaves(self_ids, cand, ids_hi, ids_lo, half, exclude):
+    """Leaf sets from candidate rows: the ``half`` nearest smaller and ``half`` nearest
+    larger ids (int32[B, 2*half], nearest first, -1 padded), as ``merge.select_leaves``:
+    -1 pads, duplicates, the node itself and ``exclude`` ids are ignored; a candidate is
+    on the smaller side iff its counter-clockwise distance is below half the ring.
+    O(B * C * half)."""
+    nb, nc = cand.shape
+    out = np.full((nb, 2 * half), -1, np.int32)
+    ne = exclude.shape[1]
+    row = np.empty(nc, np.int64)
+    s_d_hi = np.empty(half, np.uint64)
+    s_d_lo = np.empty(half, np.uint64)
+    l_d_hi = np.empty(half, np.uint64)
+    l_d_lo = np.empty(half, np.uint64)
+    for i in range(nb):
+        me = self_ids[i]
+        for j in range(nc):
+            row[j] = cand[i, j]
+        row.sort()
+        s_hi, s_lo = ids_hi[me], ids_lo[me]
+        ns = 0
+        nl = 0
+        prev = np.int64(-1)
+        for j in range(nc):
+            c = row[j]
+            if c < 0:
+                continue
+            if c == prev:
+                continue
+            prev = c
+            if c == me:
+                continue
+            skip = False
+            for e in range(ne):
+                if exclude[i, e] >= 0 and exclude[i, e] == c:
+                    skip = True
+                    break
+            if skip:
+                continue
+            dh, dl = _sub(s_hi, s_lo, ids_hi[c], ids_lo[c])      # self - c: going down
+            if dh < _HALF_HI:
+                # insert into the small side, sorted by (dh, dl); distinct ids, no ties
+                pos = ns
+                while pos > 0 and _less(dh, dl, s_d_hi[pos - 1], s_d_lo[pos - 1]):
+                    pos -= 1
+                if pos < half:
+                    last = ns if ns < half else half - 1
+                    for q in range(last, pos, -1):
+                        s_d_hi[q], s_d_lo[q] = s_d_hi[q - 1], s_d_lo[q - 1]
+                        out[i, q] = out[i, q - 1]
+                    s_d_hi[pos], s_d_lo[pos] = dh, dl
+                    out[i, pos] = c
+                    if ns < half:
+                        ns += 1
+            else:
+                uh, ul = _sub(ids_hi[c], ids_lo[c], s_hi, s_lo)  # c - self: going up
+                pos = nl
+                while pos > 0 and _less(uh, ul, l_d_hi[pos - 1], l_d_lo[pos - 1]):
+                    pos -= 1
+                if pos < half:
+                    last = nl if nl < half else half - 1
+                    for q in range(last, pos, -1):
+                        l_d_hi[q], l_d_lo[q] = l_d_hi[q - 1], l_d_lo[q - 1]
+                        out[i, half + q] = out[i, half + q - 1]
+                    l_d_hi[pos], l_d_lo[pos] = uh, ul
+                    out[i, half + pos] = c
+                    if nl < half:
+                        nl += 1
+    return out
+
+
+@numba.njit(cache=True)
+def group_rows(keys, cand, t, with_t):
+    """Rows of equal keys side by side: (unique keys, int64[U, kmax*w] -1 padded, max t
+    per key), rows of one key in their input order, as ``merge.group_rows``.
+    O(B log B + B * w)."""
+    n = len(keys)
+    w = cand.shape[1]
+    o = np.argsort(keys, kind="mergesort")
+    nu = 0
+    kmax = 0
+    run = 0
+    for q in range(n):
+        if q == 0 or keys[o[q]] != keys[o[q - 1]]:
+            nu += 1
+            run = 0
+        run += 1
+        if run > kmax:
+            kmax = run
+    uk = np.empty(nu, np.int64)
+    out = np.full((nu, kmax * w), -1, np.int64)
+    tmax = np.full(nu, np.iinfo(np.int64).min, np.int64)
+    u = -1
+    within = 0
+    for q in range(n):
+        src = o[q]
+        if q == 0 or keys[src] != keys[o[q - 1]]:
+            u += 1
+            uk[u] = keys[src]
+            within = 0
+        for j in range(w):
+            out[u, within * w + j] = cand[src, j]
+        if with_t and t[src] > tmax[u]:
+            tmax[u] = t[src]
+        within += 1
+    return uk, out, tmax
+
+
+@numba.njit(cache=True)
+def next_hop(rt, leaf, nbr, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo, b, exclude):
+    """Next global node for each (local node, key), -1 to deliver here, and the rule used
+    (0 leaf set, 1 prefix, 2 rare case): exactly ``routing.next_hop`` (see its docstring),
+    quirks included. O(B * l) on the common paths, O(B * (l + rows * 2^b + M)) rare."""
+    nb = len(local_idx)
+    rows = rt.shape[1]
+    width = rt.shape[2]
+    nl = leaf.shape[1]
+    half = nl // 2
+    nm = nbr.shape[1]
+    out = np.full(nb, -1, np.int64)
+    rule = np.zeros(nb, np.int8)
+    for i in range(nb):
+        li = local_idx[i]
+        me = self_ids[i]
+        kh, kl = key_hi[i], key_lo[i]
+        ex = exclude[i]
+        s_hi, s_lo = ids_hi[me], ids_lo[me]
+        # ---- leaf-set range (in_leaf_range) ----
+        n_small = 0
+        for j in range(half):
+            if leaf[li, j] >= 0:
+                n_small += 1
+        n_large = 0
+        for j in range(half, nl):
+            if leaf[li, j] >= 0:
+                n_large += 1
+        lo_node = np.int64(leaf[li, max(n_small - 1, 0)])
+        hi_node = np.int64(leaf[li, half + max(n_large - 1, 0)])
+        if lo_node < 0:
+            lo_node = 0
+        if hi_node < 0:
+            hi_node = 0
+        dn_h, dn_l = _sub(s_hi, s_lo, kh, kl)                      # self - key
+        up_h, up_l = _sub(kh, kl, s_hi, s_lo)                      # key - self
+        lo_h, lo_l = _sub(s_hi, s_lo, ids_hi[lo_node], ids_lo[lo_node])
+        hi_h, hi_l = _sub(ids_hi[hi_node], ids_lo[hi_node], s_hi, s_lo)
+        cov = (n_small > 0 and not _less(lo_h, lo_l, dn_h, dn_l)) or \
+            (n_large > 0 and not _less(hi_h, hi_l, up_h, up_l))
+        if cov:
+            best = -2  # column of cand = [self] + leaf
+            bdh = np.uint64(0)
+            bdl = np.uint64(0)
+            bch = np.uint64(0)
+            bcl = np.uint64(0)
+            for j in range(nl + 1):
+                c = me if j == 0 else np.int64(leaf[li, j - 1])
+                if c < 0 or c == ex:
+                    continue
+                dh, dl = _ring(ids_hi[c], ids_lo[c], kh, kl)
+                ch, cl = ids_hi[c], ids_lo[c]
+                if best == -2 or _less(dh, dl, bdh, bdl) or (
+                        dh == bdh and dl == bdl and _less(ch, cl, bch, bcl)):
+                    best, bdh, bdl, bch, bcl = j, dh, dl, ch, cl
+            if best == -2:  # no valid candidate: numpy's pick -1 took the last column
+                chosen = np.int64(leaf[li, nl - 1])
+            else:
+                chosen = me if best == 0 else np.int64(leaf[li, best - 1])
+            out[i] = -1 if chosen == me else chosen
+            continue
+        # ---- prefix rule ----
+        p = _spl(s_hi, s_lo, kh, kl, b)
+        pr = p if p < rows else rows - 1
+        entry = np.int64(-1)
+        if p < rows:
+            entry = np.int64(rt[li, pr, _digit(kh, kl, pr, b)])
+        if entry == ex:
+            entry = -1
+        if entry >= 0:
+            out[i] = entry
+            rule[i] = 1
+            continue
+        # ---- rare case: any known node with as long a prefix, numerically closer ----
+        rule[i] = 2
+        me_h, me_l = _ring(s_hi, s_lo, kh, kl)
+        found = False
+        bdh = np.uint64(0)
+        bdl = np.uint64(0)
+        bch = np.uint64(0)
+        bcl = np.uint64(0)
+        pick = np.int64(-1)
+        total = nl + rows * width + nm
+        for j in range(total):
+            if j < nl:
+                c = np.int64(leaf[li, j])
+            elif j < nl + rows * width:
+                q = j - nl
+                c = np.int64(rt[li, q // width, q % width])
+            else:
+                c = np.int64(nbr[li, j - nl - rows * width])
+            if c < 0 or c == ex:
+                continue
+            ch, cl = ids_hi[c], ids_lo[c]
+            if _spl(ch, cl, kh, kl, b) < p:
+                continue
+            dh, dl = _ring(ch, cl, kh, kl)
+            if not _less(dh, dl, me_h, me_l):
+                continue
+            if not found or _less(dh, dl, bdh, bdl) or (
+                    dh == bdh and dl == bdl and _less(ch, cl, bch, bcl)):
+                found, bdh, bdl, bch, bcl, pick = True, dh, dl, ch, cl, c
+        out[i] = pick if found else -1
+    return out, rule
