@@ -15,7 +15,8 @@ import time as _time
 
 import numpy as np
 
-from .batch import Batch, dispatch_order, rank_within, take_rows
+from . import kernels
+from .batch import Batch, dispatch_order, take_rows
 from .context import ShardContext
 from .logs import LogBuffer
 from .queue import NEVER, EventQueue
@@ -78,24 +79,27 @@ class ShardEngine:
     def emit(self, batch: Batch) -> None:
         """Stamp per-sender sequence numbers, log hops, route to the queue or an outbox."""
         m = batch.msgs
-        src_li = self.local_index[m["src"]]
-        if (src_li < 0).any():
-            bad = int(m["src"][src_li < 0][0])
-            raise ValueError(f"shard {self.shard_id}: send from node {bad}, not on this shard")
-        dst = m["dst"]
-        if (dst < 0).any() or (dst >= self.n_nodes).any():
-            bad = int(dst[(dst < 0) | (dst >= self.n_nodes)][0])
-            raise ValueError(f"shard {self.shard_id}: send to node {bad}, "
+        if not len(m):
+            return
+        seq, late, bad_src, bad_dst = kernels.stamp_senders(
+            m["src"], m["dst"], m["time"], self.local_index, self.seq, self.n_nodes, self.now)
+        if bad_src >= 0:
+            raise ValueError(f"shard {self.shard_id}: send from node {int(m['src'][bad_src])}, "
+                             "not on this shard")
+        if bad_dst >= 0:
+            raise ValueError(f"shard {self.shard_id}: send to node {int(m['dst'][bad_dst])}, "
                              f"outside 0..{self.n_nodes - 1} (type {int(m['type'][0])})")
-        late = m["time"] < self.now
-        if late.any():  # a handler asked for the past: run it now rather than never
-            self.counts["late_events"] = self.counts.get("late_events", 0) + int(late.sum())
-            m["time"][late] = self.now
-        m["seq"] = self.seq[src_li] + rank_within(src_li)
-        np.add.at(self.seq, src_li, 1)
-        types, counts = np.unique(m["type"], return_counts=True)
-        for t, c in zip(types.tolist(), counts.tolist(), strict=True):
-            self.sent_by_type[t] = self.sent_by_type.get(t, 0) + c
+        if late:  # a handler asked for the past: it ran now rather than never
+            self.counts["late_events"] = self.counts.get("late_events", 0) + int(late)
+        m["seq"] = seq
+        ty = m["type"]
+        t0 = int(ty[0])
+        if (ty == t0).all():
+            self.sent_by_type[t0] = self.sent_by_type.get(t0, 0) + len(m)
+        else:
+            types, counts = np.unique(ty, return_counts=True)
+            for t, c in zip(types.tolist(), counts.tolist(), strict=True):
+                self.sent_by_type[t] = self.sent_by_type.get(t, 0) + c
         hop = m["src"] != m["dst"]
         if self.log_messages and hop.any():
             h = take_rows(m, hop)  # whole records: a structured mask copy is field-wise
@@ -105,7 +109,7 @@ class ShardEngine:
         if self.n_shards == 1:
             self.queue.push(batch)
             return
-        shard = self.node_shard[dst]
+        shard = self.node_shard[m["dst"]]
         mine = shard == self.shard_id
         if mine.all():
             self.queue.push(batch)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from .batch import Batch
 
 NEVER = np.iinfo(np.int64).max
@@ -33,14 +34,29 @@ class EventQueue:
     def __init__(self, delta_us: int):
         self.delta = int(delta_us)
         self._runs: list[_Run] = []
+        # batches pushed since the last look at the queue: handlers send many small
+        # batches per cell, and sorting them in one go costs one merge instead of one each
+        self._staged: list[Batch] = []
 
     def __len__(self) -> int:
+        self._settle()
         return sum(len(r) for r in self._runs)
 
     def push(self, batch: Batch) -> None:
-        """Add messages in any order; O(n log n) + amortized merges."""
-        if not len(batch):
+        """Add messages in any order; O(1) now, O(n log n) + amortized merges when the
+        queue is next read. Pops do not depend on how pushes were grouped: they return
+        every message due, and the engine orders a cell by its own key."""
+        if len(batch):
+            self._staged.append(batch)
+
+    def _settle(self) -> None:
+        if not self._staged:
             return
+        batch = Batch.concat(self._staged)
+        self._staged = []
+        self._insert(batch)
+
+    def _insert(self, batch: Batch) -> None:
         t = batch.msgs["time"]
         if len(t) > 1 and (t[1:] < t[:-1]).any():
             batch = batch.take(np.argsort(t, kind="stable"))
@@ -53,6 +69,7 @@ class EventQueue:
 
     def next_time(self) -> int:
         """Earliest pending time (NEVER when empty); O(runs)."""
+        self._settle()
         return min((int(r.times[0]) for r in self._runs), default=NEVER)
 
     def next_cell(self) -> int:
@@ -65,6 +82,7 @@ class EventQueue:
 
     def pop_before(self, t: int) -> Batch:
         """Remove and return every message with time < t; O(runs log P + popped)."""
+        self._settle()
         taken, keep = [], []
         for r in self._runs:
             k = int(np.searchsorted(r.times, t, side="left"))
@@ -79,15 +97,15 @@ class EventQueue:
 
     def snapshot(self) -> Batch:
         """All pending messages as one batch (for checkpoints); the queue is unchanged."""
+        self._settle()
         return Batch.concat([r.batch for r in self._runs])
 
     def clear(self) -> None:
         self._runs = []
+        self._staged = []
 
 
 def _merge(a: _Run, b: _Run) -> _Run:
     both = Batch.concat([a.batch, b.batch])
-    # two sorted runs: the stable sort (timsort) merges them in linear time
-    order = np.argsort(np.concatenate([a.times, b.times]), kind="stable")
-    merged = both.take(order)
+    merged = both.take(kernels.merge_order(a.times, b.times))  # = stable argsort of both
     return _Run(merged, np.ascontiguousarray(merged.msgs["time"]))

@@ -1,0 +1,79 @@
+"""Compiled engine kernels (numba, cached): the per-message loops of sending.
+
+Plain ``@numba.njit(cache=True)`` functions over numpy arrays, each the exact equivalent of
+the numpy sequence it replaces (docs/ARCHITECTURE.md, "Compiled kernels"). Nothing here
+knows a protocol.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True)
+def router_latency(host_router, router_dist, lan_us, a, b):
+    """lan + dist[router(a), router(b)] + lan per pair, 0 where a == b (int64). O(n)."""
+    n = len(a)
+    out = np.empty(n, np.int64)
+    lan2 = 2 * np.int64(lan_us)
+    for i in range(n):
+        if a[i] == b[i]:
+            out[i] = 0
+        else:
+            out[i] = np.int64(router_dist[host_router[a[i]], host_router[b[i]]]) + lan2
+    return out
+
+
+@numba.njit(cache=True)
+def stamp_senders(src, dst, time, local_index, seq, n_nodes, now):
+    """Check and stamp a batch being sent, in one pass (``ShardEngine.emit``):
+
+    returns (seq int64[n] -- each sender's next sequence numbers in row order, the
+    sender's counter advanced --, number of rows whose ``time`` was raised to ``now``,
+    first row sent from a node not on this shard or -1, first row sent to a node outside
+    0..n_nodes-1 or -1). O(n). On a bad row nothing is stamped."""
+    n = len(src)
+    for i in range(n):
+        s = src[i]
+        if s < 0 or s >= len(local_index) or local_index[s] < 0:
+            return np.empty(0, np.int64), 0, i, -1
+    for i in range(n):
+        if dst[i] < 0 or dst[i] >= n_nodes:
+            return np.empty(0, np.int64), 0, -1, i
+    out = np.empty(n, np.int64)
+    late = 0
+    for i in range(n):
+        li = local_index[src[i]]
+        out[i] = seq[li]
+        seq[li] += 1
+        if time[i] < now:
+            time[i] = now
+            late += 1
+    return out, late, -1, -1
+
+
+@numba.njit(cache=True)
+def merge_order(ta, tb):
+    """Stable merge of two ascending time arrays: the permutation of concat(ta, tb) that
+    ``np.argsort(..., kind="stable")`` gives (ties: rows of ``ta`` first). O(len)."""
+    na, nb = len(ta), len(tb)
+    out = np.empty(na + nb, np.int64)
+    i = j = k = 0
+    while i < na and j < nb:
+        if tb[j] < ta[i]:
+            out[k] = na + j
+            j += 1
+        else:
+            out[k] = i
+            i += 1
+        k += 1
+    while i < na:
+        out[k] = i
+        i += 1
+        k += 1
+    while j < nb:
+        out[k] = na + j
+        j += 1
+        k += 1
+    return out
