@@ -160,10 +160,8 @@ class ShardEngine:
         due = due.take(dispatch_order(due.msgs))
         m = due.msgs
         types = m["type"]
-        cuts = np.flatnonzero(types[1:] != types[:-1]) + 1
-        starts = np.r_[0, cuts]
-        ends = np.r_[cuts, len(m)]
-        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+        cuts = (np.flatnonzero(types[1:] != types[:-1]) + 1).tolist()
+        for s, e in zip([0, *cuts], [*cuts, len(m)], strict=True):
             ty = int(types[s])
             sub = Batch(m[s:e], due.payload)
             li = self.local_index[sub.msgs["dst"]]

@@ -34,7 +34,8 @@ from emulator.batch import pack_rows, payload_rows
 
 from . import types as T
 from .ids import shared_prefix_len
-from .merge import group_rows, select_nearest
+from . import kernels
+from .merge import group_rows
 
 CHUNK = 1024
 # an unjoined contact A holds a JOIN_REQ and looks again this much later, up to this many
@@ -288,8 +289,9 @@ class JoinMixin:
         s = self.state
         li, cand, _ = group_rows(li, cand)
         both = np.concatenate([s.nbr[li].astype(np.int64), cand], axis=1)
-        s.nbr[li] = select_nearest(self.nodes[li], both, s.nbr.shape[1], ctx.latency,
-                                   exclude=self.dead[li])
+        hr, rdist, lan = self._latency_tables(ctx)
+        s.nbr[li] = kernels.select_nearest(self.nodes[li], both, s.nbr.shape[1], self.dead[li],
+                                           hr, rdist, lan)
 
     def _maybe_joined(self, ctx, li, t):
         li, first = np.unique(li, return_index=True)

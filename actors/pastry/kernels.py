@@ -90,13 +90,15 @@ def latency_pairs(hr, rdist, lan_us, a, b):
 
 
 @numba.njit(cache=True)
-def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan_us):
+def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan_us, dead):
     """Offer ``cand[i, :]`` to the routing table of local node ``local_idx[i]`` (global id
-    ``self_ids[i]``); returns the probe count. Same result as ``merge.insert_table``: each
+    ``self_ids[i]``), leaving out the ids in ``dead[i]`` (-1: none); returns the probe
+    count. Same result as ``merge.insert_table``: each
     pair is judged against the table as it was before the call (empty slot, or closer by
     delay, ties to the smaller id), and of the pairs better than that the nearest (ties:
     smaller id) takes the slot. O(B * C)."""
     nb, nc = cand.shape
+    ne = dead.shape[1]
     rows = rt.shape[1]
     lan2 = 2 * np.int64(lan_us)
     n = nb * nc
@@ -115,6 +117,13 @@ def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, la
         for j in range(nc):
             c = cand[i, j]
             if c < 0 or c == me:
+                continue
+            gone = False
+            for e in range(ne):
+                if dead[i, e] >= 0 and dead[i, e] == c:
+                    gone = True
+                    break
+            if gone:
                 continue
             r = _spl(ids_hi[me], ids_lo[me], ids_hi[c], ids_lo[c], b)
             if r >= rows:
@@ -357,3 +366,81 @@ def next_hop(rt, leaf, nbr, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo,
                 found, bdh, bdl, bch, bcl, pick = True, dh, dl, ch, cl, c
         out[i] = pick if found else -1
     return out, rule
+
+
+@numba.njit(cache=True)
+def select_nearest(self_ids, cand, m, exclude, hr, rdist, lan_us):
+    """The ``m`` candidates nearest by delay (ties: smaller id), nearest first, -1 padded
+    (int32[B, m]), as ``merge.select_nearest``: -1 pads, duplicates, the node itself and
+    ``exclude`` ids are ignored. O(B * C * m)."""
+    nb, nc = cand.shape
+    out = np.full((nb, m), -1, np.int32)
+    if m == 0 or nc == 0:
+        return out
+    ne = exclude.shape[1]
+    lan2 = 2 * np.int64(lan_us)
+    row = np.empty(nc, np.int64)
+    best_d = np.empty(m, np.int64)
+    best_c = np.empty(m, np.int64)
+    for i in range(nb):
+        me = self_ids[i]
+        for j in range(nc):
+            row[j] = cand[i, j]
+        row.sort()
+        cnt = 0
+        prev = np.int64(-1)
+        for j in range(nc):
+            c = row[j]
+            if c < 0 or c == prev:
+                continue
+            prev = c
+            if c == me:
+                continue
+            skip = False
+            for e in range(ne):
+                if exclude[i, e] >= 0 and exclude[i, e] == c:
+                    skip = True
+                    break
+            if skip:
+                continue
+            d = _lat(hr, rdist, lan2, me, c)
+            pos = cnt
+            while pos > 0 and (d < best_d[pos - 1] or (d == best_d[pos - 1] and
+                                                        c < best_c[pos - 1])):
+                pos -= 1
+            if pos < m:
+                last = cnt if cnt < m else m - 1
+                for q in range(last, pos, -1):
+                    best_d[q], best_c[q] = best_d[q - 1], best_c[q - 1]
+                best_d[pos], best_c[pos] = d, c
+                if cnt < m:
+                    cnt += 1
+        for q in range(cnt):
+            out[i, q] = best_c[q]
+    return out
+
+
+@numba.njit(cache=True)
+def leaf_changes(old, new, heard, now):
+    """After a leaf-set merge: (changed bool[B], added int32[B, l] -- members of ``new``
+    not in ``old``, else -1 --, keep-alive clocks int64[B, l] that follow their nodes,
+    newcomers at ``now``), as ``Pastry._merge_leaves`` computed them. O(B * l^2)."""
+    nb, nl = new.shape
+    changed = np.zeros(nb, np.bool_)
+    added = np.full((nb, nl), -1, np.int32)
+    out = np.empty((nb, nl), np.int64)
+    for i in range(nb):
+        for j in range(nl):
+            if new[i, j] != old[i, j]:
+                changed[i] = True
+            src = -1
+            for q in range(nl):
+                if new[i, j] == old[i, q]:
+                    src = q
+                    break
+            if src < 0:
+                added[i, j] = new[i, j]
+                out[i, j] = now[i]
+            else:
+                out[i, j] = heard[i, src]
+    return changed, added, out

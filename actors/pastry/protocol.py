@@ -371,31 +371,22 @@ class Pastry(JoinMixin, RepairMixin):
         old = s.leaf[li]
         new = kernels.select_leaves(self.nodes[li], np.concatenate([old, cand], axis=1),
                                     self.ids_hi, self.ids_lo, s.half, self.dead[li])
-        changed = (new != old).any(axis=1)
-        added = np.where(~(new[:, :, None] == old[:, None, :]).any(axis=2), new, -1)
+        changed, added, heard = kernels.leaf_changes(old, new, self.heard[li],
+                                                     np.ascontiguousarray(t, np.int64))
         if changed.any():
             # keep-alive clocks follow their nodes; newcomers count as just heard
-            now = np.asarray(t, np.int64)[:, None]
-            heard_old = self.heard[li]
-            match = new[:, :, None] == old[:, None, :]
-            has = match.any(axis=2)
-            src = np.argmax(match, axis=2)
-            self.heard[li] = np.where(has, np.take_along_axis(heard_old, src, axis=1), now)
+            self.heard[li] = heard
             s.leaf[li] = new
             if self.app is not None:
                 self.app.new_leafs(ctx, li[changed])
         return li, changed, added
 
     def _insert_table(self, ctx, li, cand):
-        li = np.asarray(li, np.int64)
-        cand = np.asarray(cand, np.int64)
-        dead = self.dead[li]
-        if (dead >= 0).any():  # presumed-failed nodes stay out until heard from directly
-            gone = (cand[:, :, None] == np.where(dead < 0, -2, dead)[:, None, :]).any(axis=2)
-            cand = np.where(gone, -1, cand)
+        li = np.ascontiguousarray(li, np.int64)
+        cand = np.ascontiguousarray(cand, np.int64)
         hr, rdist, lan = self._latency_tables(ctx)
-        cand = np.ascontiguousarray(cand)
+        # presumed-failed nodes (self.dead) stay out until heard from directly
         probes = kernels.insert_table(self.state.rt, li, self.nodes[li], cand, self.ids_hi,
-                                      self.ids_lo, self.state.b, hr, rdist, lan)
+                                      self.ids_lo, self.state.b, hr, rdist, lan, self.dead[li])
         if probes:
             ctx.count("pastry_probes", probes)

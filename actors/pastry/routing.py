@@ -75,14 +75,19 @@ def next_hop(state: PastryState, local_idx, self_ids, key_hi, key_lo, ids_hi, id
     nb = len(local_idx)
     if nb == 0:
         return np.full(0, DELIVER, np.int64), np.zeros(0, np.int8)
-    ex = (np.full(nb, -1, np.int64) if exclude is None
-          else np.ascontiguousarray(np.broadcast_to(np.asarray(exclude, np.int64), (nb,))))
+    ex = np.full(nb, -1, np.int64) if exclude is None else _column(exclude, np.int64, nb)
     return kernels.next_hop(state.rt, state.leaf, state.nbr, local_idx,
-                            np.ascontiguousarray(np.broadcast_to(
-                                np.asarray(self_ids, np.int64), (nb,))),
-                            np.ascontiguousarray(np.broadcast_to(np.asarray(key_hi, U64), (nb,))),
-                            np.ascontiguousarray(np.broadcast_to(np.asarray(key_lo, U64), (nb,))),
-                            np.asarray(ids_hi, U64), np.asarray(ids_lo, U64), int(state.b), ex)
+                            _column(self_ids, np.int64, nb), _column(key_hi, U64, nb),
+                            _column(key_lo, U64, nb), np.asarray(ids_hi, U64),
+                            np.asarray(ids_lo, U64), int(state.b), ex)
+
+
+def _column(values, dtype, n):
+    """``values`` as a contiguous 1-d array of n entries (scalars are repeated)."""
+    a = np.asarray(values, dtype)
+    if a.shape != (n,):
+        a = np.broadcast_to(a, (n,))
+    return np.ascontiguousarray(a)
 
 
 def next_hop_numpy(state: PastryState, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo,

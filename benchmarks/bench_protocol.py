@@ -1,0 +1,161 @@
+"""Per-message cost of the Pastry handlers on the real engine, by batch size (issue 13).
+
+One ``ShardEngine`` in this process holds ``--nodes`` nodes of a synthetic network with
+the oracle's exact Pastry state (one shard: every node is local). For each main message
+type and each cell size k (10, 100, 1,000, 10,000 messages) a batch of k messages of that
+type to random nodes is handed to the engine's dispatch -- the cell's sort, the handler,
+the kernels, the messages it sends (stamped, logged, queued) -- and timed; the queue and
+logs are emptied between repetitions. Messages/s per shard = k / time per batch. The
+state evolves as the handlers run (announced nodes enter tables), the same for any code
+version, so two versions do the same work.
+
+Types: ``route`` (a routed application message's routing step, forwarded or delivered),
+``join`` (a JOIN's routing step: the hop sends its rows, the root its leaf set),
+``announce``, ``leaf_reply``, ``join_rows``, ``keepalive``, ``rows_req``, ``rows_reply``.
+
+Usage: ``python benchmarks/bench_protocol.py [--nodes 10000] [--src CHECKOUT]``
+(``--src``: import emulator/ and actors/ from another checkout, e.g. the code before).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+SIZES = (10, 100, 1_000, 10_000)
+TYPES = ("route", "join", "announce", "leaf_reply", "join_rows", "keepalive", "rows_req",
+         "rows_reply")
+
+
+def build(nodes: int, seed: int):
+    import functools
+
+    import numpy as np
+
+    from actors.pastry.protocol import Pastry
+    from actors.pastry.synthetic import synthetic_network
+    from emulator.engine import ShardEngine
+    from emulator.latency import RouterLatency
+
+    net = synthetic_network(nodes, max(8, nodes // 20), seed, span_us=60_000)
+    lat = RouterLatency(net["host_router"], net["router_dist_us"], net["lan_us"])
+    factory = functools.partial(Pastry, None, {"bootstrap": "oracle", "seed": seed})
+    eng = ShardEngine(0, np.zeros(nodes, np.int32), lat, factory, seed=seed,
+                      delta_us=lat.min_latency_us(), shared=net)
+    return eng, net
+
+
+def make_batch(kind: str, k: int, eng, net, rng):
+    import numpy as np
+
+    from actors.pastry import types as T
+    from emulator.batch import MSG_DTYPE, Batch, pack_rows
+
+    st = eng.stack.state
+    n = eng.n_nodes
+    m = np.zeros(k, MSG_DTYPE)
+    dst = rng.integers(0, n, k)
+    src = rng.integers(0, n, k)
+    m["time"] = m["sent"] = eng.now
+    m["group"] = -1
+    m["seq"] = np.arange(k)
+    payload = None
+    if kind in ("route", "join"):
+        m["src"] = m["dst"] = dst
+        m["mode"] = 1
+        x = rng.integers(0, n, k)
+        if kind == "route":
+            m["type"] = 60
+            m["key_hi"] = rng.integers(0, 2**63, k, dtype=np.uint64) * np.uint64(2)
+            m["key_lo"] = rng.integers(0, 2**63, k, dtype=np.uint64)
+            m["origin"] = dst
+        else:
+            m["type"] = T.JOIN
+            m["key_hi"], m["key_lo"] = net["node_ids_hi"][x], net["node_ids_lo"][x]
+            m["origin"] = m["a"] = x
+        return Batch(m)
+    m["dst"] = dst
+    if kind == "keepalive":  # from a member of the receiver's leaf set
+        leaf = st.leaf[dst]
+        m["src"] = np.where(leaf[:, 0] >= 0, leaf[:, 0], src)
+        m["type"] = T.KEEPALIVE
+        return Batch(m)
+    m["src"] = src
+    if kind == "announce":
+        m["type"], m["a"] = T.ANNOUNCE, src
+    elif kind == "rows_req":
+        m["type"], m["a"] = T.ROWS_REQ, rng.integers(0, 2, k)
+    elif kind == "leaf_reply":
+        m["type"] = T.LEAF_REPLY
+        payload = pack_rows(np.concatenate([st.leaf[src], src[:, None]], axis=1))
+    elif kind == "join_rows":
+        m["type"] = T.JOIN_ROWS
+        payload = pack_rows(st.rt[src, :2].reshape(k, -1))
+    elif kind == "rows_reply":
+        m["type"], m["a"] = T.ROWS_REPLY, 1
+        payload = pack_rows(st.rt[src, 1])
+    if payload is None:
+        return Batch(m)
+    m["pay_off"], m["pay_len"] = payload["pay_off"], payload["pay_len"]
+    return Batch(m, payload["payload"])
+
+
+def time_cell(eng, batch, min_s: float) -> float:
+    """Seconds per dispatch of ``batch`` (median of >= 3 repetitions, >= min_s in all)."""
+    from emulator.logs import LogBuffer
+
+    times = []
+    total = 0.0
+    while len(times) < 3 or total < min_s:
+        eng.queue.clear()
+        eng.logs = LogBuffer()
+        t0 = time.perf_counter()
+        eng._dispatch(batch)
+        dt = time.perf_counter() - t0
+        times.append(dt)
+        total += dt
+        if len(times) >= 200:
+            break
+    eng.queue.clear()
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--min-s", type=float, default=0.3, help="time spent per cell at least")
+    ap.add_argument("--src", type=Path, default=Path(__file__).resolve().parents[1])
+    ap.add_argument("--json", type=Path, help="write the table here too")
+    ap.add_argument("--types", nargs="*", default=list(TYPES))
+    a = ap.parse_args()
+    sys.path.insert(0, str(a.src.resolve()))
+    import numpy as np
+
+    t0 = time.perf_counter()
+    eng, net = build(a.nodes, a.seed)
+    setup = time.perf_counter() - t0
+    rng = np.random.default_rng(a.seed)
+    print(f"src={a.src} nodes={a.nodes} setup {setup:.1f} s, load {os.getloadavg()[0]:.1f}")
+    print(f"{'type':12s}" + "".join(f"{k:>12,}" for k in SIZES) + "   (messages/s, one shard)")
+    out = {}
+    for kind in a.types:
+        # warm-up: compile / cache-load kernels outside the timing
+        eng._dispatch(make_batch(kind, 10, eng, net, rng))
+        row = {}
+        for k in SIZES:
+            b = make_batch(kind, k, eng, net, rng)
+            row[k] = k / time_cell(eng, b, a.min_s)
+        out[kind] = row
+        print(f"{kind:12s}" + "".join(f"{row[k]:>12,.0f}" for k in SIZES), flush=True)
+    if a.json:
+        a.json.write_text(json.dumps({"src": str(a.src), "nodes": a.nodes,
+                                      "load": os.getloadavg()[0], "rates": out}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
