@@ -372,29 +372,20 @@ def next_hop(rt, leaf, nbr, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo,
 def select_nearest(self_ids, cand, m, exclude, hr, rdist, lan_us):
     """The ``m`` candidates nearest by delay (ties: smaller id), nearest first, -1 padded
     (int32[B, m]), as ``merge.select_nearest``: -1 pads, duplicates, the node itself and
-    ``exclude`` ids are ignored. O(B * C * m)."""
+    ``exclude`` ids are ignored. One sort of (delay, id) keys per row: O(B * C log C)."""
     nb, nc = cand.shape
     out = np.full((nb, m), -1, np.int32)
     if m == 0 or nc == 0:
         return out
     ne = exclude.shape[1]
     lan2 = 2 * np.int64(lan_us)
-    row = np.empty(nc, np.int64)
-    best_d = np.empty(m, np.int64)
-    best_c = np.empty(m, np.int64)
+    keys = np.empty(nc, np.int64)
     for i in range(nb):
         me = self_ids[i]
+        k = 0
         for j in range(nc):
-            row[j] = cand[i, j]
-        row.sort()
-        cnt = 0
-        prev = np.int64(-1)
-        for j in range(nc):
-            c = row[j]
-            if c < 0 or c == prev:
-                continue
-            prev = c
-            if c == me:
+            c = np.int64(cand[i, j])
+            if c < 0 or c == me:
                 continue
             skip = False
             for e in range(ne):
@@ -403,20 +394,18 @@ def select_nearest(self_ids, cand, m, exclude, hr, rdist, lan_us):
                     break
             if skip:
                 continue
-            d = _lat(hr, rdist, lan2, me, c)
-            pos = cnt
-            while pos > 0 and (d < best_d[pos - 1] or (d == best_d[pos - 1] and
-                                                        c < best_c[pos - 1])):
-                pos -= 1
-            if pos < m:
-                last = cnt if cnt < m else m - 1
-                for q in range(last, pos, -1):
-                    best_d[q], best_c[q] = best_d[q - 1], best_c[q - 1]
-                best_d[pos], best_c[pos] = d, c
-                if cnt < m:
-                    cnt += 1
-        for q in range(cnt):
-            out[i, q] = best_c[q]
+            # delays and ids are < 2^31: one int64 key orders by (delay, id)
+            keys[k] = (_lat(hr, rdist, lan2, me, c) << 31) | c
+            k += 1
+        srt = np.sort(keys[:k])
+        got = 0
+        for q in range(k):
+            if got == m:
+                break
+            if q > 0 and srt[q] == srt[q - 1]:  # a duplicate id (same delay, same id)
+                continue
+            out[i, got] = srt[q] & 0x7FFFFFFF
+            got += 1
     return out
 
 
