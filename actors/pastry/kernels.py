@@ -17,14 +17,14 @@ _HALF_HI = np.uint64(1 << 63)
 _I64_MAX = np.iinfo(np.int64).max
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _lat(hr, rdist, lan2, a, b):
     if a == b:
         return 0
     return np.int64(rdist[hr[a], hr[b]]) + lan2
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _clz(x):
     n = 0
     if x == 0:
@@ -35,7 +35,7 @@ def _clz(x):
     return n
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _spl(ahi, alo, bhi, blo, b):
     xh = ahi ^ bhi
     if xh != 0:
@@ -43,7 +43,7 @@ def _spl(ahi, alo, bhi, blo, b):
     return (64 + _clz(alo ^ blo)) // b
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _digit(hi, lo, pos, b):
     per_word = 64 // b
     mask = np.uint64((1 << b) - 1)
@@ -56,7 +56,7 @@ def _digit(hi, lo, pos, b):
     return np.int64((lo >> np.uint64(sh)) & mask)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _sub(ahi, alo, bhi, blo):
     """(a - b) mod 2^128 as (hi, lo)."""
     lo = alo - blo
@@ -64,12 +64,12 @@ def _sub(ahi, alo, bhi, blo):
     return ahi - bhi - borrow, lo
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _less(ahi, alo, bhi, blo):
     return ahi < bhi or (ahi == bhi and alo < blo)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _ring(ahi, alo, bhi, blo):
     d1h, d1l = _sub(ahi, alo, bhi, blo)
     d2h, d2l = _sub(bhi, blo, ahi, alo)
