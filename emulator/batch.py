@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
+
 MSG_DTYPE = np.dtype([
     ("time", "i8"), ("sent", "i8"), ("src", "i4"), ("dst", "i4"), ("seq", "i8"),
     ("type", "i2"), ("mode", "i1"), ("origin", "i4"), ("key_hi", "u8"), ("key_lo", "u8"),
@@ -60,16 +62,8 @@ class Batch:
         m = take_rows(self.msgs, idx)
         if not len(self.payload):
             return Batch(m)
-        lens = m["pay_len"].astype(np.int64)
-        total = int(lens.sum())
-        if total == 0:
-            m["pay_off"] = 0
-            return Batch(m)
-        new_off = np.cumsum(lens) - lens
-        gather = np.repeat(m["pay_off"] - new_off, lens) + np.arange(total)
-        payload = self.payload[gather]
-        m["pay_off"] = new_off
-        return Batch(m, payload)
+        payload = kernels.compact_payload(m["pay_off"], m["pay_len"], self.payload)
+        return Batch(m, payload) if len(payload) else Batch(m)
 
     def segment(self, i: int) -> np.ndarray:
         """Payload of row i (a view)."""

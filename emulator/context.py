@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from .batch import MSG_DTYPE, Batch, new_messages, rank_within
 from .rng import node_uniform
 
@@ -34,6 +35,8 @@ class ShardContext:
     def local(self, global_ids) -> np.ndarray:
         """Local indices of global node ids (int32; -1 where not on this shard)."""
         g = np.asarray(global_ids, np.int64)
+        if g.ndim == 1:
+            return kernels.local_indices(self._e.local_index, g)
         ok = (g >= 0) & (g < self.n_nodes)
         return np.where(ok, self._e.local_index[np.where(ok, g, 0)], -1).astype(np.int32)
 

@@ -77,3 +77,34 @@ def merge_order(ta, tb):
         j += 1
         k += 1
     return out
+
+
+@numba.njit(cache=True)
+def local_indices(local_index, g):
+    """local_index[g] (int32), -1 where g is outside 0..len-1. O(n)."""
+    n = len(local_index)
+    out = np.empty(len(g), np.int32)
+    for i in range(len(g)):
+        x = g[i]
+        out[i] = local_index[x] if 0 <= x < n else -1
+    return out
+
+
+@numba.njit(cache=True)
+def compact_payload(pay_off, pay_len, payload):
+    """Payload of taken rows packed in row order: rewrites ``pay_off`` in place (0 for
+    every row when no row has payload) and returns the new flat payload. O(rows + taken)."""
+    n = len(pay_off)
+    total = 0
+    for i in range(n):
+        total += pay_len[i]
+    out = np.empty(total, payload.dtype)
+    pos = 0
+    for i in range(n):
+        o = pay_off[i]
+        ln = pay_len[i]
+        for j in range(ln):
+            out[pos + j] = payload[o + j]
+        pay_off[i] = pos
+        pos += ln
+    return out
