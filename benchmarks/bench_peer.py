@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
-TOML = """description = "FreePastry workload: {nodes} nodes join by protocol over 10 s, {groups} groups of {size}"
+TOML = """description = "FreePastry workload: {nodes} protocol joins in 10 s, {groups} x {size}"
 
 [run]
 nodes = {nodes}

@@ -32,9 +32,9 @@ import numpy as np
 
 from emulator.batch import pack_rows, payload_rows
 
+from . import kernels
 from . import types as T
 from .ids import shared_prefix_len
-from . import kernels
 from .merge import group_rows
 
 CHUNK = 1024

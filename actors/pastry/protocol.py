@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from . import types as T
 from .join import JoinMixin
-from . import kernels
 from .merge import group_rows
 from .oracle import oracle_state
 from .repair import RepairMixin

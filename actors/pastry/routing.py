@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from .ids import (
     U64,
     closest_key_order,
@@ -28,7 +29,6 @@ from .ids import (
     ring_dist,
     shared_prefix_len,
 )
-from . import kernels
 from .state import PastryState
 
 DELIVER = -1
