@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.batch import pack_rows, payload_rows
+from emulator.batch import pack_rows, payload_rows, take_rows
 
 from . import kernels
 from . import types as T
@@ -186,13 +186,13 @@ class JoinMixin:
         if rj.any():  # rejoin attempts of recovered nodes
             li = self._li(ctx, m["dst"][rj])
             go = (m["c"][rj] == self.jn_inc[li]) & ~self.joined[li]
-            li, r = li[go], m[rj][go]
+            li, r = li[go], take_rows(take_rows(m, rj), go)
             if len(li):
                 # counts restart: pieces of an earlier attempt may still arrive, harmless
                 self.jn_got[li], self.jn_expect[li], self.jn_nbrs[li] = 0, -1, False
                 ctx.send(r["dst"], r["a"], T.JOIN_REQ, r["time"], a=r["dst"], mode=0)
                 self._rejoin_attempt(ctx, li, r["b"], r["time"] + self.params["rejoin_timeout_us"])
-            m = m[~rj]
+            m = take_rows(m, ~rj)
         x, a, t = m["dst"].astype(np.int64), m["a"], m["time"]
         alone = a < 0
         if alone.any():
@@ -212,10 +212,10 @@ class JoinMixin:
         # Hold the request until A has joined (retry timer; c counts the retries).
         wait = ~self.joined[li] & (m["c"] < JOIN_REQ_MAX_RETRIES)
         if wait.any():
-            w = m[wait]
+            w = take_rows(m, wait)
             ctx.timer(w["dst"], w["time"] + JOIN_REQ_RETRY_US, T.JOIN_REQ, a=w["a"],
                       c=w["c"] + 1, mode=0)
-            m, li = m[~wait], li[~wait]
+            m, li = take_rows(m, ~wait), li[~wait]
             if not len(m):
                 return
         a_nodes, x, t = m["dst"].astype(np.int64), m["a"], m["time"]
@@ -238,19 +238,19 @@ class JoinMixin:
         if len(m):
             j = m["type"] == T.JOIN
             if j.any():
-                self._send_rows(ctx, m[j])
+                self._send_rows(ctx, take_rows(m, j))
 
     def _deliver_own(self, ctx, m, rows=True):
         look = (m["type"] == T.LEAF_LOOKUP) & (m["origin"] != m["dst"])
         if look.any():  # the origin was unknown here: take it in, send it our leaf set
-            lk = m[look]
+            lk = take_rows(m, look)
             li = self._li(ctx, lk["dst"])
             self._learn(ctx, li, lk["origin"].astype(np.int64)[:, None], lk["time"])
             self._send_leaf_set(ctx, li, lk["dst"], lk["origin"], lk["time"])
         j = m["type"] == T.JOIN
         if not j.any():
             return
-        m = m[j]
+        m = take_rows(m, j)
         if rows:  # a JOIN re-routed after a lost hop: this node sent its rows already
             self._send_rows(ctx, m)
         li = self._li(ctx, m["dst"])
@@ -408,7 +408,7 @@ class JoinMixin:
 
     def _leaf_refresh(self, ctx, batch):
         m = self._msgs(batch)
-        m = m[m["c"] == self.jn_inc[self._li(ctx, m["dst"])]]
+        m = take_rows(m, m["c"] == self.jn_inc[self._li(ctx, m["dst"])])
         li = self._li(ctx, m["dst"])
         x = m["dst"].astype(np.int64)
         self.route(ctx, x, self.ids_hi[x], self.ids_lo[x], T.LEAF_LOOKUP, m["time"],
@@ -429,7 +429,7 @@ class JoinMixin:
     def _ka_timer(self, ctx, batch):
         m = self._msgs(batch)
         # a timer set before a crash (c = old incarnation) is void after the recovery
-        m = m[m["c"] == self.jn_inc[self._li(ctx, m["dst"])]]
+        m = take_rows(m, m["c"] == self.jn_inc[self._li(ctx, m["dst"])])
         x, t = m["dst"].astype(np.int64), m["time"]
         li = self._li(ctx, x)
         s = self.state

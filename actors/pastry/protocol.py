@@ -30,9 +30,12 @@ from .routing import next_hop
 from .state import PastryState, check_params
 
 try:  # the engine's definitions are the contract
-    from emulator.batch import MSG_DTYPE, Batch  # type: ignore
+    from emulator.batch import MSG_DTYPE, Batch, take_rows  # type: ignore
 except ImportError:  # pragma: no cover - only before the engine lands
     from actors.scribe._engine import MSG_DTYPE, Batch  # same documented dtype
+
+    def take_rows(m, idx):
+        return m[idx]
 
 DEFAULTS = {
     "bootstrap": "protocol",
@@ -135,18 +138,18 @@ class Pastry(JoinMixin, RepairMixin):
         m = msgs_of(batch)
         routed = m["mode"] == 1
         if routed.any():
-            r = m[routed]
+            r = take_rows(m, routed)
             if self.acks:
                 # a node still (re)joining has no tables to route with: it stays silent,
                 # so the sender presumes it failed and routes around it
-                r = r[self.joined[ctx.local(r["dst"])] | (r["src"] == r["dst"])]
+                r = take_rows(r, self.joined[ctx.local(r["dst"])] | (r["src"] == r["dst"]))
                 self._ack_hops(ctx, r)
             if len(r):
-                self._route_step(ctx, r.copy(), payload_of(batch))
+                self._route_step(ctx, r, payload_of(batch))  # r is a copy
         if (~routed).any() and T.is_pastry_type(type_code):
-            self._HANDLERS[int(type_code)](self, ctx, make_batch(m[~routed], payload_of(batch)))
+            self._HANDLERS[int(type_code)](self, ctx, make_batch(take_rows(m, ~routed), payload_of(batch)))
         elif (~routed).any() and self.app is not None:
-            self.app.receive(ctx, make_batch(m[~routed], payload_of(batch)))
+            self.app.receive(ctx, make_batch(take_rows(m, ~routed), payload_of(batch)))
 
     def on_fail(self, ctx, local_idx):
         """A crashed node stops; its timers and incoming messages are dropped by the engine,
@@ -229,8 +232,8 @@ class Pastry(JoinMixin, RepairMixin):
         if randomize:
             first = self._random_known(ctx, src)
             jump = first >= 0
-            self._send_hop(ctx, m[jump], first[jump])
-            m = m[~jump]
+            self._send_hop(ctx, take_rows(m, jump), first[jump])
+            m = take_rows(m, ~jump)
         self._route_step(ctx, m, None)
 
     def _random_known(self, ctx, nodes) -> np.ndarray:
@@ -294,23 +297,23 @@ class Pastry(JoinMixin, RepairMixin):
         own = (m["type"] >= 10) & (m["type"] <= 49)
         here = nxt < 0
         if here.any():
-            d = m[here]
+            d = take_rows(m, here)
             ctx.log("route", origin=d["origin"].astype(np.int32), root=d["dst"].astype(np.int32),
                     type=d["type"].astype(np.int16), start=(d["time"] - d["path_us"]).astype(np.int64),
                     end=d["time"].astype(np.int64), hops=d["hops"].astype(np.int16),
                     path_us=d["path_us"].astype(np.int64))
             if (here & own).any():
-                self._deliver_own(ctx, m[here & own], rows=upcall)
+                self._deliver_own(ctx, take_rows(m, here & own), rows=upcall)
             if (here & ~own).any() and self.app is not None:
-                self.app.deliver(ctx, make_batch(m[here & ~own], payload))
+                self.app.deliver(ctx, make_batch(take_rows(m, here & ~own), payload))
         go_parts = []
         if (~here & own).any():
-            sub = m[~here & own]
+            sub = take_rows(m, ~here & own)
             if upcall:
                 self._forward_own(ctx, sub)
             go_parts.append((sub, nxt[~here & own]))
         if (~here & ~own).any():
-            sub, nh = m[~here & ~own], nxt[~here & ~own]
+            sub, nh = take_rows(m, ~here & ~own), nxt[~here & ~own]
             if self.app is not None and upcall:
                 b2, nh = self.app.forward(ctx, make_batch(sub, payload), nh)
                 sub = msgs_of(b2)
@@ -318,7 +321,7 @@ class Pastry(JoinMixin, RepairMixin):
         for sub, nh in go_parts:
             go = nh >= 0
             if go.any():
-                self._send_hop(ctx, sub[go], nh[go])
+                self._send_hop(ctx, take_rows(sub, go), nh[go])
 
     # ---- state helpers shared by join and repair --------------------------------------
     def _remember_dead(self, li, dead_ids):

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from emulator.batch import take_rows
+
 from . import types as T
 
 MIX = np.uint64(0x9E3779B97F4A7C15)
@@ -90,7 +92,7 @@ class RepairMixin:
             return
         hop = m["src"] != m["dst"]
         if hop.any():
-            a = m[hop]
+            a = take_rows(m, hop)
             ctx.send(a["dst"], a["src"], T.HOP_ACK, a["time"], origin=a["origin"],
                      key_hi=a["key_hi"], key_lo=a["key_lo"], b=a["type"].astype(np.int64),
                      c=a["hops"].astype(np.int64), mode=0)
@@ -114,7 +116,7 @@ class RepairMixin:
         self._keep_pending(keep)
 
     def _keep_pending(self, keep):
-        self.pend, self.pend_dl = self.pend[keep], self.pend_dl[keep]
+        self.pend, self.pend_dl = take_rows(self.pend, keep), self.pend_dl[keep]
         self.pend_h = self.pend_h[keep]
 
     def _ack_timer(self, ctx, batch):
@@ -127,11 +129,11 @@ class RepairMixin:
         due = self.pend_dl <= t_of[pli]
         if not due.any():
             return
-        lost, dl = self.pend[due], self.pend_dl[due]
+        lost, dl = take_rows(self.pend, due), self.pend_dl[due]
         self._keep_pending(~due)
         # per node in sending order (insertion order is per-node deterministic)
         o = np.lexsort((dl, lost["src"]))
-        lost, dl = lost[o], dl[o]
+        lost, dl = take_rows(lost, o), dl[o]
         ctx.count("pastry_hop_timeouts", len(lost))
         x = lost["src"].astype(np.int64)
         self._presume_dead(ctx, self._li(ctx, x), lost["dst"].astype(np.int64), dl)
