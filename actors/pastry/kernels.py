@@ -79,17 +79,6 @@ def _ring(ahi, alo, bhi, blo):
 
 
 @numba.njit(cache=True)
-def latency_pairs(hr, rdist, lan_us, a, b):
-    """One-way delays of pairs (a[i], b[i]) (int64, 0 where a == b). O(n)."""
-    n = len(a)
-    out = np.empty(n, np.int64)
-    lan2 = 2 * np.int64(lan_us)
-    for i in range(n):
-        out[i] = _lat(hr, rdist, lan2, a[i], b[i])
-    return out
-
-
-@numba.njit(cache=True)
 def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan_us, dead):
     """Offer ``cand[i, :]`` to the routing table of local node ``local_idx[i]`` (global id
     ``self_ids[i]``), leaving out the ids in ``dead[i]`` (-1: none); returns the probe
