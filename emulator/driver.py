@@ -1,13 +1,16 @@
 """The driver: shards as Ray actors advanced in conservative windows on a global grid.
 
-Each round the driver knows T, the earliest pending event anywhere (in a shard's queue or
-in flight between shards). With lookahead L -- the smallest latency between hosts of
-different shards -- nothing a shard sends before ``E = floor((T + L)/Δ)·Δ`` can reach
-another shard before E, so every shard may process all cells before E independently. The
-shards' outgoing batches come back as separate object references and are passed, still
-as references, to their destination shards in the next round; the driver itself only
-fetches one small tuple per shard per round. Idle stretches cost nothing: T jumps to the
-next event.
+The driver is no hub: shards push their outgoing batches straight to each other
+(emulator/shard_actor.py) and the driver only agrees on how far each may run. It keeps
+T_i, the earliest pending event of shard i (its queue, or a batch pushed to it and not yet
+processed). Within a window no shard sees another's messages, so everything shard i sends
+is due at or after ``T_i + L_ij`` at shard j, where L is the lookahead matrix (the smallest
+latency from a host of i to a host of j). Shard j may therefore process every cell before
+``E_j = floor(min_{i != j} (T_i + L_ij) / Δ)·Δ`` (YAWNS-style per-pair bounds, capped at
+``window_cap_us`` past the global earliest event); a shard with nothing due before its
+bound is not called at all. Per window the driver makes one small call per shard that has
+work and fetches one small tuple from each; idle stretches cost nothing, as T jumps to the
+next event. Results never depend on the windows: cells are global and message times exact.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import ray
 from .batch import MSG_DTYPE, Batch
 from .engine import CONTROL_NAMES, FAIL, RECOVER
 from .queue import NEVER
+from .shard_actor import SHARD_CONCURRENCY, ShardActor
 
 INJECT_SEQ_BASE = -(1 << 62)  # injected stimuli sort before protocol messages of a node
 
@@ -34,6 +38,26 @@ def round_robin(n_nodes: int, shards: int) -> np.ndarray:
     return (np.arange(n_nodes) % shards).astype(np.int32)
 
 
+def window_ends(next_at: np.ndarray, lookahead: np.ndarray, delta_us: int, cap_us: int,
+                limit: int) -> np.ndarray:
+    """Per shard j, the grid point before which it may process every cell:
+    ``floor(min(min_{i != j} next_at[i] + lookahead[i, j], first + cap_us) / Δ)·Δ``, at most
+    `limit`, where `first` is the earliest event anywhere. O(K^2) numpy over the shards that
+    have events. The shard(s) holding `first` always make progress since every L >= Δ.
+    """
+    d = int(delta_us)
+    first = int(next_at.min())
+    bound = np.full(len(next_at), first + int(cap_us), np.int64)
+    busy = np.flatnonzero(next_at < NEVER)
+    if len(next_at) > 1 and len(busy):
+        headroom = NEVER - int(next_at[busy].max())          # no int64 overflow
+        reach = next_at[busy, None] + np.minimum(lookahead[busy], headroom)
+        np.minimum(bound, reach.min(axis=0), out=bound)
+    ends = (bound // d) * d
+    np.minimum(ends, limit, out=ends)
+    return np.maximum(ends, first - first % d + d)
+
+
 class Emulator:
     """Drive `shards` ShardActors over `n_nodes` nodes (see docs/ARCHITECTURE.md)."""
 
@@ -41,8 +65,6 @@ class Emulator:
                  seed: int = 0, shared: dict | None = None, run_dir=None, topo_index: int = 0,
                  type_names: dict | None = None, log_messages: bool = True,
                  window_cap_us: int = 200_000, actor_options: dict | None = None):
-        from actors.shard import ShardActor  # the actor lives with the protocols' side
-
         if not ray.is_initialized():
             raise EmulationError("Ray is not initialised: call emulator.runtime.start_ray() first")
         self.n_nodes = int(n_nodes)
@@ -66,16 +88,17 @@ class Emulator:
         self.delta_us = int(latency.min_latency_us())
         if self.delta_us < 1:
             raise ValueError("the smallest latency between two hosts is 0: no time grid")
-        self.lookahead_us = (int(latency.cross_lookahead_us(node_shard)) if self.shards > 1
-                             else NEVER)
+        # lookahead[i, j]: least latency from shard i to shard j (NEVER on the diagonal)
+        self.lookahead = latency.lookahead_matrix_us(node_shard)
+        self.lookahead_us = int(self.lookahead.min()) if self.shards > 1 else NEVER
         self.window_cap_us = max(int(window_cap_us), self.delta_us)
         self.seed = int(seed)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.topo_index = int(topo_index)
         self.type_names = {**CONTROL_NAMES, **{int(k): v for k, v in (type_names or {}).items()}}
         self.now = 0
-        self._next = NEVER
-        self._inbox: list[list] = [[] for _ in range(self.shards)]
+        self._next_at = np.full(self.shards, NEVER, np.int64)   # T_i per shard
+        self._inbox: list[list] = [[] for _ in range(self.shards)]  # injected, not yet sent
         self._inject_seq = 0
         self._refs: dict[str, list] = {}
         self._windows = 0
@@ -88,36 +111,40 @@ class Emulator:
         if not isinstance(actor_options, list | tuple):
             actor_options = [actor_options] * self.shards
         self._actors = [
-            ShardActor.options(num_cpus=0, **(actor_options[k] or {})).remote(
+            ShardActor.options(**{"num_cpus": 0, "max_concurrency": SHARD_CONCURRENCY,
+                                  "scheduling_strategy": "SPREAD",  # over a cluster's nodes
+                                  **(actor_options[k] or {})}).remote(
                 k, ns_ref, lat_ref, stack_factory, self.seed, self.delta_us, shared_refs,
                 log_messages, str(self.run_dir) if self.run_dir else None, self.topo_index)
             for k in range(self.shards)]
-        # stacks may schedule timers in setup (joins, keep-alives): the first event time
-        self._next = min(self._get([a.ready.remote() for a in self._actors], "setup"))
+        # stacks may schedule timers in setup (joins, keep-alives): the first event times
+        self._next_at[:] = self._get([a.ready.remote() for a in self._actors], "setup")
+        self._get([a.connect.remote(self._actors) for a in self._actors], "setup")
         if self.run_dir is not None:
             self._write_type_table()
 
     # ---- helpers ----------------------------------------------------------------------
-    def _get(self, refs, what: str):
-        """ray.get that turns a crashed shard or a failing handler into one clear error."""
+    def _get(self, refs, what: str, shard_ids=None):
+        """ray.get that turns a crashed shard or a failing handler into one clear error.
+        `shard_ids` names the shard of each ref when they are not all shards in order."""
         try:
             return ray.get(refs)
         except ray.exceptions.RayActorError as e:
-            k = self._which_failed(refs)
+            k = self._which_failed(refs, shard_ids)
             raise EmulationError(f"shard {k} crashed during {what} at virtual time "
                                  f"{self.now} us: {str(e).splitlines()[0]}") from e
         except ray.exceptions.RayTaskError as e:
-            k = self._which_failed(refs)
+            k = self._which_failed(refs, shard_ids)
             cause = e.cause if getattr(e, "cause", None) is not None else e
             raise EmulationError(f"shard {k} failed during {what} at virtual time {self.now} us: "
                                  f"{type(cause).__name__}: {str(cause).splitlines()[0]}") from e
 
-    def _which_failed(self, refs):
-        for k, r in enumerate(refs):
+    def _which_failed(self, refs, shard_ids=None):
+        for i, r in enumerate(refs):
             try:
                 ray.get(r, timeout=0)
             except Exception:  # noqa: BLE001 - we are only locating the failure
-                return k
+                return i if shard_ids is None else shard_ids[i]
         return "?"
 
     def _write_type_table(self):
@@ -146,8 +173,9 @@ class Emulator:
         self._inject_seq += len(m)
         shard = self.node_shard[m["dst"]]
         for k in np.unique(shard).tolist():
-            self._inbox[k].append(ray.put(b.take(shard == k)))
-        self._next = min(self._next, int(m["time"].min()))
+            part = b.take(shard == k)
+            self._inbox[k].append(ray.put(part))
+            self._next_at[k] = min(self._next_at[k], int(part.msgs["time"].min()))
 
     def _control(self, nodes, at, code):
         nodes = np.atleast_1d(np.asarray(nodes, np.int64))
@@ -166,33 +194,48 @@ class Emulator:
         self._control(nodes, at_us, RECOVER)
 
     # ---- running ----------------------------------------------------------------------
+    @property
+    def _next(self) -> int:
+        """The earliest pending event anywhere."""
+        return int(self._next_at.min())
+
     def run(self, phase: str, until: int | None = None, progress=None) -> dict:
         """Process every cell that starts before `until` (all events when None)."""
         d = self.delta_us
         limit = NEVER if until is None else -(-int(until) // d) * d
         t0 = time.perf_counter()
-        windows = events = window_us = 0
+        windows = events = calls = 0
+        window_us = 0
+        wait_s = 0.0          # blocked on shards; the rest of the loop is the driver's own work
         busy = np.zeros(self.shards)
         last_report = t0
-        k_all = range(self.shards)
         while self._next < limit:
+            ends = window_ends(self._next_at, self.lookahead, d, self.window_cap_us, limit)
             start = self._next - self._next % d
-            la = min(self.lookahead_us, self.window_cap_us)
-            end = min(((self._next + la) // d) * d, limit)
-            end = max(end, start + d)
             self.now = start
-            calls = [self._actors[k].advance.options(num_returns=self.shards + 1)
-                     .remote(end, phase, *self._inbox[k]) for k in k_all]
-            heads = self._get([c[0] for c in calls], f"phase {phase!r}")
-            self._inbox = [[calls[i][1 + k] for i in k_all if heads[i][1]["out"][k]]
-                           for k in k_all]
-            self._next = min(h[0] for h in heads)
-            windows += 1
-            window_us += end - start
-            for k, (_, st) in enumerate(heads):
+            due = np.flatnonzero(self._next_at - self._next_at % d < ends)
+            refs = [self._actors[k].advance.remote(int(ends[k]), phase, *self._inbox[k])
+                    for k in due.tolist()]
+            t_wait = time.perf_counter()
+            heads = self._get(refs, f"phase {phase!r}", due.tolist())
+            wait_s += time.perf_counter() - t_wait
+            for k in due.tolist():
+                self._inbox[k] = []
+            nxt = self._next_at
+            for k, (queue_next, st) in zip(due.tolist(), heads, strict=True):
+                nxt[k] = queue_next
                 events += st["events"]
                 busy[k] += st["busy_s"]
-            self.now = end
+            for _, st in heads:   # batches pushed this window, not yet in their queues
+                for dst, t in st["sent_min"].items():
+                    if t < nxt[dst]:
+                        nxt[dst] = t
+            windows += 1
+            calls += len(due)
+            furthest = int(ends[due].max())
+            window_us += furthest - start
+            # `now`: no shard has processed a cell at or after it, so stimuli may start there
+            self.now = max(self.now, furthest)
             if progress is not None and time.perf_counter() - last_report > 0.5:
                 last_report = time.perf_counter()
                 progress(phase, self.now, events)
@@ -202,15 +245,16 @@ class Emulator:
         if progress is not None:
             progress(phase, self.now, events)
         self._windows += windows
-        stats = {"windows": windows, "messages": events, "virtual_us": self.now,
-                 "wall_s": wall, "busy_s": busy.tolist(),
+        stats = {"windows": windows, "shard_calls": calls, "messages": events,
+                 "virtual_us": self.now, "wall_s": wall, "busy_s": busy.tolist(),
                  "sync_s": max(0.0, wall - float(busy.max(initial=0.0))),
-                 "window_us_total": int(window_us),
+                 "driver_s": wall - wait_s, "window_us_total": int(window_us),
                  "window_us_mean": window_us / windows if windows else 0.0}
         prev = self._phase_stats.get(phase)
         if prev:
-            for key in ("windows", "messages", "wall_s", "sync_s", "window_us_total"):
-                stats[key] += prev[key]
+            for key in ("windows", "shard_calls", "messages", "wall_s", "sync_s", "driver_s",
+                        "window_us_total"):
+                stats[key] += prev.get(key, 0)
             stats["busy_s"] = [a + b for a, b in zip(stats["busy_s"], prev["busy_s"], strict=True)]
             stats["window_us_mean"] = stats["window_us_total"] / max(stats["windows"], 1)
         self._phase_stats[phase] = stats
@@ -280,8 +324,8 @@ class Emulator:
         """Save every shard's state (in-flight messages included) under checkpoints/<name>/."""
         d = self._ckpt_dir(name)
         d.mkdir(parents=True, exist_ok=True)
-        self._get([a.accept.remote(*self._inbox[k]) for k, a in enumerate(self._actors)],
-                  "checkpoint")
+        self._next_at[:] = self._get([a.accept.remote(*self._inbox[k])
+                                      for k, a in enumerate(self._actors)], "checkpoint")
         self._inbox = [[] for _ in range(self.shards)]
         self._get([a.save.remote(str(d / f"shard{k}.pkl")) for k, a in enumerate(self._actors)],
                   "checkpoint")
@@ -303,7 +347,7 @@ class Emulator:
         self._inbox = [[] for _ in range(self.shards)]
         self.now, self._inject_seq = meta["now"], meta["inject_seq"]
         self._windows, self._phase_stats = meta["windows"], meta["phase_stats"]
-        self._next = min(nexts)
+        self._next_at[:] = nexts
 
     def shutdown(self) -> None:
         for a in self._actors:

@@ -49,35 +49,50 @@ class RouterLatency:
         return np.where(a == b, 0, d)
 
     def min_latency_us(self) -> int:
-        """Smallest latency between two distinct hosts; O(R^2) at worst."""
-        return self.cross_lookahead_us(np.arange(self.n_hosts))
+        """Smallest latency between two distinct hosts (the grid cell width); O(R^2) at worst."""
+        hr = self.host_router
+        if len(hr) < 2:
+            return 2 * self.lan_us
+        counts = np.bincount(hr, minlength=self.router_dist_us.shape[0])
+        if counts.max() >= 2:
+            return 2 * self.lan_us
+        occ = np.flatnonzero(counts)
+        sub = self.router_dist_us[np.ix_(occ, occ)].astype(np.int64)
+        np.fill_diagonal(sub, np.iinfo(np.int64).max)
+        return 2 * self.lan_us + int(sub.min())
 
-    def cross_lookahead_us(self, host_part) -> int:
-        """Smallest latency between two hosts of different parts; O(K R^2) for K parts.
+    def lookahead_matrix_us(self, host_part) -> np.ndarray:
+        """int64[K, K]: entry (i, j) is the smallest latency from a host of part i to a host
+        of part j (2 LAN hops when the parts share a router); the diagonal is int64 max.
 
-        With a single part every host pair counts (the cell width).
+        Row i bounds how early anything part i sends can reach part j, which is what lets
+        each shard run as far ahead as its own senders allow. O(K^2 R) for the shared-router
+        test (one boolean matrix product) plus O(R) per router row of the parts that share
+        no router with some other part -- O(R^2) for a locality partition, ~0 for round robin.
         """
         host_part = np.asarray(host_part, np.int64)
-        hr = self.host_router.astype(np.int64)
-        n_r = self.router_dist_us.shape[0]
-        parts = np.unique(host_part)
+        parts, part_idx = np.unique(host_part, return_inverse=True)
+        k, n_r = len(parts), self.router_dist_us.shape[0]
+        never = np.iinfo(np.int64).max
+        look = np.full((k, k), never, np.int64)
+        if k == 1:
+            return look
+        members = np.zeros((k, n_r), np.float32)
+        members[part_idx, self.host_router] = 1.0
+        shared = (members @ members.T) > 0          # parts with a router in common
         two_lan = 2 * self.lan_us
-        if len(parts) == 1 and len(host_part) >= 2:
-            counts = np.bincount(hr, minlength=n_r)
-            if counts.max() >= 2:
-                return two_lan
-            occ = np.flatnonzero(counts)
-            sub = self.router_dist_us[np.ix_(occ, occ)].astype(np.int64)
-            np.fill_diagonal(sub, np.iinfo(np.int64).max)
-            return two_lan + int(sub.min())
-        members = np.zeros((len(parts), n_r), bool)
-        members[np.searchsorted(parts, host_part), hr] = True
-        if (members.sum(0) > 1).any():  # two parts share a router
-            return two_lan
-        best = np.iinfo(np.int64).max
-        for k in range(len(parts)):
-            rows = np.flatnonzero(members[k])
-            cols = np.flatnonzero(members.any(0) & ~members[k])
-            if len(rows) and len(cols):
-                best = min(best, int(self.router_dist_us[np.ix_(rows, cols)].min()))
-        return two_lan + best
+        look[shared] = two_lan
+        in_part = members > 0
+        for i in range(k):
+            far = np.flatnonzero(~shared[i])
+            if not len(far):
+                continue
+            row_min = self.router_dist_us[np.flatnonzero(in_part[i])].min(axis=0)
+            for j in far.tolist():
+                look[i, j] = two_lan + int(row_min[in_part[j]].min())
+        np.fill_diagonal(look, never)
+        return look
+
+    def cross_lookahead_us(self, host_part) -> int:
+        """Smallest latency between two hosts of different parts (the global lookahead)."""
+        return int(self.lookahead_matrix_us(host_part).min())

@@ -17,8 +17,10 @@ def partition_routers(topo: Topology, k: int, hosts_weight=None) -> np.ndarray:
     """int32 part (0..k-1) per router; O(R log R).
 
     hosts_weight: optional weight per router (default: number of hosts on it). Parts are
-    balanced by weight at unit granularity; when there are fewer units than k, single
-    routers become the units.
+    balanced by weight at unit granularity. A domain heavier than a part's share (k larger
+    than the number of stub domains can balance) is split into its routers, so every
+    other domain stays whole; when there are still fewer units than k, single routers
+    become the units.
     """
     k = int(k)
     n = topo.n_routers
@@ -34,6 +36,7 @@ def partition_routers(topo: Topology, k: int, hosts_weight=None) -> np.ndarray:
         weight = np.ones(n)
     domain = topo.router_domain.astype(np.int64)
     region = topo.router_region.astype(np.int64)
+    domain = _split_heavy_domains(domain, weight, k)
     if len(np.unique(domain)) < k:
         domain = np.arange(n, dtype=np.int64)
     # units ordered by (region, domain); routers keep their unit's rank
@@ -56,6 +59,19 @@ def partition_routers(topo: Topology, k: int, hosts_weight=None) -> np.ndarray:
     part = np.empty(n, np.int32)
     part[order] = part_of_unit[unit_of_sorted]
     return part
+
+
+def _split_heavy_domains(domain: np.ndarray, weight: np.ndarray, k: int) -> np.ndarray:
+    """Domain ids where each domain heavier than 1/k of the total weight is replaced by one
+    new id per router (the routers keep their region, so they stay together); O(R)."""
+    ids, inverse = np.unique(domain, return_inverse=True)
+    dom_weight = np.bincount(inverse, weights=weight, minlength=len(ids))
+    heavy = dom_weight[inverse] > weight.sum() / k
+    if not heavy.any():
+        return domain
+    out = domain.copy()
+    out[heavy] = int(domain.max()) + 1 + np.flatnonzero(heavy)
+    return out
 
 
 def cross_lookahead_us(topo: Topology, host_part) -> int:

@@ -1,0 +1,108 @@
+"""Scale-out: the join and multicast phases of a scenario at K = 1, 2, 4, ... shards.
+
+For each K, runs the scenario's emulation (oracle bootstrap, no Spark analysis) on a local
+Ray cluster of `--cluster-nodes` simulated nodes (`ray.cluster_utils.Cluster`; shards are
+spread over them) and reports per phase: windows, shard calls, driver time per window
+(the driver's own loop work, not waiting), synchronisation share (wall time outside the
+busiest shard), messages/s, and the peak resident memory of the largest shard process.
+
+    python benchmarks/bench_scale.py [--scenario paper_zipf_1500] [--nodes 100000]
+        [--groups 1500] [--shards 1 2 4 8 16 32 64] [--cluster-nodes 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(_ROOT))
+os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")])
+
+import ray  # noqa: E402
+
+import emulator  # noqa: E402
+from scenarios import load_scenario, run_scenario  # noqa: E402
+from scenarios import runner  # noqa: E402
+
+PHASES = ("join", "multicast")
+
+
+def measure(args, k: int, address: str) -> dict:
+    """One emulation with K shards; per-phase driver stats and peak shard memory."""
+    phases: dict[str, dict] = {}
+    peak = []
+
+    class Measured(emulator.Emulator):
+        def run(self, phase, until=None, progress=None):
+            st = super().run(phase, until=until, progress=progress)
+            phases[phase] = dict(st)
+            return st
+
+        def shutdown(self):
+            peak.append(max(ray.get([a.peak_rss_bytes.remote() for a in self._actors])))
+            super().shutdown()
+
+    emulator.Emulator = Measured
+    runner._analyse = lambda *a, **kw: {}    # emulation only: the analysis is benchmarked apart
+    cfg = load_scenario(args.scenario, nodes=args.nodes, groups=args.groups, topologies=1,
+                        shards=k, bootstrap="oracle")
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        t0 = time.perf_counter()
+        run_scenario(cfg, out=Path(tmp) / "run", address=address, progress=False)
+        total = time.perf_counter() - t0
+    return {"k": k, "phases": phases, "peak_rss": peak[0] if peak else 0, "total_s": total}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scenario", default="paper_zipf_1500")
+    ap.add_argument("--nodes", type=int, default=100_000)
+    ap.add_argument("--groups", type=int, default=1500)
+    ap.add_argument("--shards", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    ap.add_argument("--cluster-nodes", type=int, default=4)
+    ap.add_argument("--tmp", default=None, help="directory for the temporary run dirs")
+    a = ap.parse_args()
+    from ray.cluster_utils import Cluster
+    cluster = Cluster()
+    cpus = os.cpu_count() or 2
+    for i in range(a.cluster_nodes):
+        cluster.add_node(num_cpus=max(1, cpus // a.cluster_nodes) if i else cpus)
+    rows = []
+    try:
+        for k in a.shards:
+            r = measure(a, k, cluster.address)
+            rows.append(r)
+            print(k, {p: {x: r["phases"][p].get(x) for x in ("windows", "wall_s", "driver_s")}
+                      for p in PHASES if p in r["phases"]}, flush=True)
+            ray.shutdown()
+    finally:
+        cluster.shutdown()
+    load = os.getloadavg()
+    print(f"\n{platform.node()}, {cpus} cores, load {load[0]:.1f}/{load[1]:.1f}, "
+          f"{a.scenario} --nodes {a.nodes} --groups {a.groups} --topologies 1, oracle, "
+          f"{a.cluster_nodes} simulated Ray nodes\n")
+    print("| K | phase | messages | windows | shard calls | wall s | driver ms/window | "
+          "sync % | msg/s | peak shard RSS MB | run s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        for p in PHASES:
+            st = r["phases"].get(p)
+            if not st:
+                continue
+            w = max(st["windows"], 1)
+            print(f"| {r['k']} | {p} | {st['messages']:,} | {st['windows']:,} | "
+                  f"{st.get('shard_calls', 0):,} | {st['wall_s']:.2f} | "
+                  f"{1000 * st.get('driver_s', 0.0) / w:.3f} | "
+                  f"{100 * st['sync_s'] / max(st['wall_s'], 1e-9):.0f} | "
+                  f"{st['messages'] / max(st['wall_s'], 1e-9):,.0f} | "
+                  f"{r['peak_rss'] / 2**20:,.0f} | {r['total_s']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""The shard as a Ray actor: a ShardEngine plus peer-to-peer message exchange, log files
+and checkpoints on disk. It knows no protocol: the stack comes from `stack_factory`.
+
+No message goes through the driver. At the end of its window a shard pushes each
+non-empty outbox straight to the destination shard (`deliver`) and waits for the peers to
+take them before it reports to the driver; the driver only learns each shard's next event
+time and, per destination, the earliest arrival it sent (to bound the next windows). The
+actor runs with ``max_concurrency=2`` so a peer's `deliver` lands while this shard is busy
+in `advance`: deliveries only append to a locked inbox, which the next `advance` (or a
+checkpoint) takes into the event queue.
+
+Large read-only inputs (the latency tables, node ids, group tables) arrive as object-store
+references and are read zero-copy.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from pathlib import Path
+
+import ray
+
+from .engine import ShardEngine
+from .logs import with_topo, write_parquet
+
+# A shard must accept deliveries while it runs a window: two threads, one for `advance`
+# (and the other driver calls, which never overlap it) and one for peers' `deliver`.
+SHARD_CONCURRENCY = 2
+
+
+def _resolve(value):
+    return ray.get(value) if isinstance(value, ray.ObjectRef) else value
+
+
+@ray.remote
+class ShardActor:
+    def __init__(self, shard_id, node_shard, latency, stack_factory, seed, delta_us, shared,
+                 log_messages, run_dir, topo_index):
+        self.engine = ShardEngine(shard_id, node_shard, latency, stack_factory, seed, delta_us,
+                                  shared=shared, resolve=_resolve, log_messages=log_messages)
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.topo_index = int(topo_index)
+        self._stash = []
+        self._peers: list = []
+        self._inbox: list = []
+        self._inbox_lock = threading.Lock()
+
+    def ready(self) -> int:
+        """The shard's earliest pending event (timers its stack set up), once set up."""
+        return self.engine.queue.next_time()
+
+    def connect(self, peers) -> None:
+        """The handles of every shard (this one included), indexed by shard id."""
+        self._peers = list(peers)
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    # ---- message exchange -------------------------------------------------------------
+    def deliver(self, *batches) -> None:
+        """A peer's outbox for this shard (runs on the second thread, beside `advance`)."""
+        with self._inbox_lock:
+            self._inbox.extend(batches)
+
+    def _take_inbox(self) -> list:
+        with self._inbox_lock:
+            inbox, self._inbox = self._inbox, []
+        return inbox
+
+    def advance(self, end, phase, *injected):
+        """Process every cell before `end`, push outboxes to their shards, and return
+        (next local event time, stats); stats["sent_min"] maps each destination shard to
+        the earliest arrival time pushed to it in this window."""
+        engine = self.engine
+        _, outs, stats = engine.advance(end, phase, [*self._take_inbox(), *injected])
+        acks, sent_min = [], {}
+        for k, batch in enumerate(outs):
+            if len(batch):
+                acks.append(self._peers[k].deliver.remote(batch))
+                sent_min[k] = int(batch.msgs["time"].min())
+        ray.get(acks)  # the driver must not start the next window before peers hold them
+        stats["sent_min"] = sent_min
+        return engine.queue.next_time(), stats
+
+    def accept(self, *injected) -> int:
+        """Take the inbox and any injected batches into the queue; the next event time."""
+        self.engine.accept([*self._take_inbox(), *injected])
+        return self.engine.queue.next_time()
+
+    # ---- stack calls, logs, checkpoints -------------------------------------------------
+    def call(self, method, *args):
+        return self.engine.call(method, *args)
+
+    def flush(self, phase_stem: str) -> list[str]:
+        """Write buffered log rows as Parquet; stash them for take_tables; return table names."""
+        tables = self.engine.take_logs()
+        names = sorted(tables)
+        if self.run_dir is not None:
+            for name in names:
+                write_parquet(tables[name], self.run_dir / "events", name, self.topo_index,
+                              f"{phase_stem}-shard{self.engine.shard_id}")
+        self._stash = [with_topo(tables[n], self.topo_index) for n in names]
+        return names
+
+    def take_tables(self):
+        stash, self._stash = self._stash, []
+        return stash[0] if len(stash) == 1 else tuple(stash)
+
+    def counters(self) -> dict:
+        return self.engine.counters()
+
+    def peak_rss_bytes(self) -> int:
+        """This shard process's peak resident memory (for benchmarks)."""
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def save(self, path: str) -> None:
+        """Checkpoint: the inbox joins the queue first, so nothing in flight is lost."""
+        self.engine.accept(self._take_inbox())
+        with open(path, "wb") as f:
+            pickle.dump(self.engine.state(), f, protocol=5)
+
+    def load(self, path: str) -> int:
+        with open(path, "rb") as f:
+            self.engine.load_state(pickle.load(f))
+        self._take_inbox()
+        return self.engine.queue.next_time()
