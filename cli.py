@@ -169,7 +169,7 @@ def summary_rows(summary: dict, say=lambda label: label) -> list[tuple[str, str]
         rows.append((f"RAD median ({variant})", _get(d, "rad", "p50")))
         rows.append((f"RMD median ({variant})", _get(d, "rmd", "p50")))
     for variant, d in (summary.get("rdp_rank1_by_variant") or {}).items():
-        rows.append((f"RDP rank-1 median ({variant})", _get(d, "median")))
+        rows.append((f"RDP median, rank-1 group's members ({variant})", _get(d, "median")))
     for variant, d in (summary.get("node_stress") or {}).items():
         rows.append((f"children entries per node, mean / max ({variant})",
                      f"{_fmt(_get(d, 'children_entries', 'mean'))} / "

@@ -114,6 +114,9 @@ def test_pubsub_vocabulary_relabels_words_not_columns(tmp_path):
     assert vocabulary_of(tmp_path) == "groups"            # no config.toml
     (tmp_path / "config.toml").write_text(load_scenario("ngc2001_topics_60k").to_toml())
     assert vocabulary_of(tmp_path) == "pubsub"
-    rows = dict(cli.summary_rows({"scenario": "x", "nodes": 60_000, "groups": 1_500},
-                                 translator(tmp_path)))
+    summary = {"scenario": "x", "nodes": 60_000, "groups": 1_500,
+               "rdp_rank1_by_variant": {"scribe": {"median": 1.5}}}
+    rows = dict(cli.summary_rows(summary, translator(tmp_path)))
     assert rows["topics"] == "1,500" and "groups" not in rows
+    assert rows["RDP median, rank-1 topic's subscribers (scribe)"] == "1.5"
+    assert "RDP median, rank-1 group's members (scribe)" in dict(cli.summary_rows(summary))
