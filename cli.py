@@ -159,8 +159,9 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def summary_rows(summary: dict) -> list[tuple[str, str]]:
-    """The key figures of a summary.json worth a glance in the terminal."""
+def summary_rows(summary: dict, say=lambda label: label) -> list[tuple[str, str]]:
+    """The key figures of a summary.json worth a glance in the terminal; `say` puts the
+    labels into the run's vocabulary (analysis.vocabulary: groups or topics)."""
     rows = [("scenario", summary.get("scenario")), ("nodes", summary.get("nodes")),
             ("groups", summary.get("groups")), ("topologies", summary.get("topologies"))]
     dp = summary.get("delay_penalty_by_variant") or {}
@@ -168,7 +169,7 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
         rows.append((f"RAD median ({variant})", _get(d, "rad", "p50")))
         rows.append((f"RMD median ({variant})", _get(d, "rmd", "p50")))
     for variant, d in (summary.get("rdp_rank1_by_variant") or {}).items():
-        rows.append((f"RDP rank-1 median ({variant})", _get(d, "median")))
+        rows.append((f"RDP median, rank-1 group's members ({variant})", _get(d, "median")))
     for variant, d in (summary.get("node_stress") or {}).items():
         rows.append((f"children entries per node, mean / max ({variant})",
                      f"{_fmt(_get(d, 'children_entries', 'mean'))} / "
@@ -186,7 +187,7 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
                        ("analysis_total", "analysis wall time (s)")):
         if timing.get(key) is not None:
             rows.append((label, round(float(timing[key]), 1)))
-    return [(k, v if isinstance(v, str) else _fmt(v)) for k, v in rows]
+    return [(say(k), v if isinstance(v, str) else _fmt(v)) for k, v in rows]
 
 
 def print_summary(run_dir: Path) -> None:
@@ -195,7 +196,8 @@ def print_summary(run_dir: Path) -> None:
     table.add_column("figure")
     table.add_column("value", justify="right")
     if path.is_file():
-        for k, v in summary_rows(json.loads(path.read_text())):
+        from analysis.vocabulary import translator
+        for k, v in summary_rows(json.loads(path.read_text()), translator(run_dir)):
             table.add_row(k, v)
         out.print(table)
     out.print(f"run directory: {run_dir}", markup=False, highlight=False)

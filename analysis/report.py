@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from analysis.vocabulary import translator
+
 FIGURES = [("delay_penalty_cdf.png", "Delay penalty (RAD, RMD) over groups"),
            ("rdp_rank1_cdf.png", "RDP of the rank-1 group's members"),
            ("node_stress.png", "Node stress: children tables and entries per node"),
@@ -75,11 +77,12 @@ def write_report(run_dir: str | Path) -> tuple[Path, Path]:
         raise ValueError(f"{summary_path} is missing: run the analysis first")
     summary = json.loads(summary_path.read_text())
     config = (run_dir / "config.toml").read_text() if (run_dir / "config.toml").is_file() else ""
-    title = (f"scribe-emu run {run_dir.name}: {summary.get('scenario')}, "
-             f"{summary.get('nodes')} nodes, {summary.get('groups')} groups, "
-             f"{summary.get('topologies')} topologies")
-    tables = _tables(summary)
-    figures = [(f, cap) for f, cap in FIGURES if (run_dir / "figures" / f).is_file()]
+    say = translator(run_dir)     # labels in the run's vocabulary (groups or topics)
+    title = say(f"scribe-emu run {run_dir.name}: {summary.get('scenario')}, "
+                f"{summary.get('nodes')} nodes, {summary.get('groups')} groups, "
+                f"{summary.get('topologies')} topologies")
+    tables = [(say(name), [say(h) for h in head], rows) for name, head, rows in _tables(summary)]
+    figures = [(f, say(cap)) for f, cap in FIGURES if (run_dir / "figures" / f).is_file()]
 
     md = [f"# {title}", ""]
     for name, header, rows in tables:

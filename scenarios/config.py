@@ -40,6 +40,8 @@ PHASES = ("bootstrap", "create", "join", "multicast", "collapse", "multicast_col
           "multicast_bottleneck", "churn")
 PARTITIONS = ("locality", "random")
 GROUP_KINDS = ("zipf", "fixed")
+PLACEMENTS = ("uniform", "lan_slots")        # topologies.hosts.PLACEMENTS
+VOCABULARIES = ("groups", "pubsub")          # scenarios.vocabulary.TERMS
 BOOTSTRAPS = ("oracle", "protocol")
 
 SCHEMA: dict[str, dict[str, tuple]] = {
@@ -56,6 +58,14 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "lan_us": (int, 1000, _pos, "LAN delay host<->router, us (> 0)"),
         "partition": (str, "locality", lambda v: v in PARTITIONS,
                       f"shard assignment: {' | '.join(PARTITIONS)}"),
+        "placement": (str, "uniform", lambda v: v in PLACEMENTS,
+                      f"host placement: {' | '.join(PLACEMENTS)} (uniform: each host on a "
+                      "random router; lan_slots: a uniform sample of lan_hosts_per_router "
+                      "LAN slots per router, docs/topologies.md)"),
+        "lan_hosts_per_router": (int, 100, _pos, "LAN slots per router with placement = "
+                                 "lan_slots (>= 1)"),
+        "mean_core_delay_ms": (float, 0.0, _nonneg, "scale the core-link delays to this mean, "
+                               "ms (0 = as generated or measured)"),
     },
     "groups": {
         "kind": (str, "zipf", lambda v: v in GROUP_KINDS, f"{' | '.join(GROUP_KINDS)}"),
@@ -115,6 +125,11 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "stream_groups": (int, 0, _nonneg, "the top-ranked groups that stream (0 = all)"),
         "warmup_us": (int, 2_000_000, _nonneg, "failures start this long after the stream"),
     },
+    "report": {
+        "vocabulary": (str, "groups", lambda v: v in VOCABULARIES,
+                       f"words of the console summary and report: {' | '.join(VOCABULARIES)} "
+                       "(pubsub: topics, subscribers, events; same CSV columns)"),
+    },
 }
 TOP_LEVEL = {"description": (str, "", None, "one line shown by `scenarios list`")}
 
@@ -153,6 +168,7 @@ class ScenarioConfig:
     scribe: dict = field(default_factory=dict)
     phases: dict = field(default_factory=dict)
     churn: dict = field(default_factory=dict)
+    report: dict = field(default_factory=dict)
 
     # the names cli.py relies on
     @property
@@ -342,6 +358,20 @@ def _resolve_source(source: str) -> str:
                         f"--set topology.source={kind}:<path>")
 
 
+def _validate_placement(cfg: ScenarioConfig) -> None:
+    """lan_slots: the nodes must fit in the LAN slots (checked here for the generated
+    presets, whose router count is fixed; measured maps are checked when loaded)."""
+    from topologies import PRESETS
+    t = cfg.topology
+    if t["placement"] != "lan_slots" or t["source"] not in PRESETS:
+        return
+    slots = PRESETS[t["source"]].n_routers * t["lan_hosts_per_router"]
+    if cfg.nodes > slots:
+        raise ScenarioError(f"run.nodes = {cfg.nodes} exceeds the {slots} LAN slots of "
+                            f"{t['source']} ({PRESETS[t['source']].n_routers} routers x "
+                            f"topology.lan_hosts_per_router = {t['lan_hosts_per_router']})")
+
+
 def _validate(cfg: ScenarioConfig) -> None:
     """Cross-field rules: sizes that cannot exist, phase orders that cannot run."""
     n, g = cfg.nodes, cfg.groups
@@ -379,6 +409,7 @@ def _validate(cfg: ScenarioConfig) -> None:
         for req in needs.get(p, []):
             if req not in order[:i]:
                 raise ScenarioError(f"phases.order: {p!r} needs {req!r} before it")
+    _validate_placement(cfg)
     s = cfg.scribe
     if s["bottleneck"] and "multicast" in order:
         raise ScenarioError("phases.order: with scribe.bottleneck = true the trees are the "
@@ -407,7 +438,8 @@ def build_config(name: str, raw: dict, where: str = "scenario") -> ScenarioConfi
     cfg = ScenarioConfig(name=name, description=merged["description"], run=merged["run"],
                          topology=merged["topology"], groups_cfg=merged["groups"],
                          pastry=merged["pastry"], scribe=merged["scribe"],
-                         phases=merged["phases"], churn=merged["churn"])
+                         phases=merged["phases"], churn=merged["churn"],
+                         report=merged["report"])
     _validate(cfg)
     return cfg
 

@@ -211,8 +211,11 @@ class _Topo:
 def _build_topology(cfg: ScenarioConfig, t: int, seed_t: int):
     from topologies import TopologyError, make_topology
     try:
-        topo = make_topology(cfg.topology["source"], seed_t, cfg.nodes, cache_dir=CACHE_DIR,
-                             lan_us=cfg.topology["lan_us"])
+        tc = cfg.topology
+        topo = make_topology(tc["source"], seed_t, cfg.nodes, cache_dir=CACHE_DIR,
+                             lan_us=tc["lan_us"], placement=tc["placement"],
+                             lan_hosts_per_router=tc["lan_hosts_per_router"],
+                             mean_core_delay_us=tc["mean_core_delay_ms"] * 1000.0)
     except TopologyError as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ScenarioError(f"topology {cfg.topology['source']!r}: {first}") from None

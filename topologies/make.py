@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from .errors import TopologyError
-from .hosts import attach_hosts
+from .hosts import attach_hosts, scale_mean_delay
 from .loaders import (
     load_edge_csv,
     load_latency_matrix,
@@ -95,9 +95,11 @@ def _load_topohub(name: str):
         return load_zoo(p)
 
 
-def cache_key(source: str, seed: int) -> str:
+def cache_key(source: str, seed: int, mean_core_delay_us: float = 0) -> str:
     kind, rest = _split_source(source)
     parts = [source, str(int(seed)) if kind in PRESETS else ""]
+    if mean_core_delay_us:          # only then: the unscaled cores keep their cache files
+        parts.append(f"mean{float(mean_core_delay_us)!r}")
     if rest:
         fpath = Path(re.sub(r":\d+$", "", rest)) if kind == "rocketfuel" else Path(rest)
         if fpath.exists():
@@ -109,8 +111,12 @@ def cache_key(source: str, seed: int) -> str:
 
 
 def make_topology(source: str, seed: int, n_hosts: int, cache_dir=None,
-                  lan_us: int = 1000) -> Topology:
-    """Topology for a source and seed with n_hosts attached uniformly at random.
+                  lan_us: int = 1000, placement: str = "uniform",
+                  lan_hosts_per_router: int = 100, mean_core_delay_us: float = 0) -> Topology:
+    """Topology for a source and seed with n_hosts attached per `placement` (see
+    topologies.hosts: "uniform" routers, or a uniform sample of `lan_hosts_per_router`
+    LAN slots per router). mean_core_delay_us > 0 scales the core-link delays to that mean
+    (0: as generated or measured).
 
     With cache_dir: the core graph + routing tables are loaded from (or saved to)
     `<cache_dir>/<key>.npz`, so a second run skips generation and all-pairs routing.
@@ -118,7 +124,7 @@ def make_topology(source: str, seed: int, n_hosts: int, cache_dir=None,
     core = None
     path = None
     if cache_dir is not None:
-        path = Path(cache_dir) / f"{cache_key(source, seed)}.npz"
+        path = Path(cache_dir) / f"{cache_key(source, seed, mean_core_delay_us)}.npz"
         if path.exists():
             try:
                 core = Topology.load(path)
@@ -126,8 +132,14 @@ def make_topology(source: str, seed: int, n_hosts: int, cache_dir=None,
                 core = None          # unreadable cache entry: rebuild and overwrite
     if core is None:
         core = build_core(source, seed)
+        if mean_core_delay_us:
+            if not core.has_paths:
+                raise TopologyError(f"{source}: a latency matrix has no core links whose "
+                                    "delays could be scaled (mean core delay target)")
+            core = Topology(scale_mean_delay(core.graph, mean_core_delay_us), [])
         if core.has_paths and core.n_routers <= core.dense_limit:
             core.routes            # build tables once, they go into the cache
         if path is not None:
             core.save(path)
-    return attach_hosts(core, n_hosts, seed=seed, lan_us=lan_us)
+    return attach_hosts(core, n_hosts, seed=seed, lan_us=lan_us, placement=placement,
+                        lan_hosts_per_router=lan_hosts_per_router)
