@@ -23,6 +23,22 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+# The paper's published figures (analysis/published.py: (value, stat, label) tuples) are
+# drawn in black over ours: a median as a cross at 0.5 on a CDF, anything else as a line.
+_MARK_STYLES = ["--", ":", "-.", (0, (5, 1, 1, 1))]
+
+
+def _marks(ax, marks, cdf: bool) -> None:
+    for i, (value, stat, label) in enumerate(marks or []):
+        text = f"paper: {label} = {value:,.4g}"
+        if cdf and stat == "median":
+            ax.plot([value], [0.5], marker="X", ms=9, color="black", ls="none", label=text,
+                    markeredgecolor="white", zorder=5)
+        else:
+            ax.axvline(value, color="black", lw=1.1, ls=_MARK_STYLES[i % len(_MARK_STYLES)],
+                       label=text, zorder=5)
+
+
 def _cdf(ax, values, label):
     v = np.sort(np.asarray(values, dtype=float))
     v = v[np.isfinite(v)]
@@ -30,12 +46,14 @@ def _cdf(ax, values, label):
         ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=label)
 
 
-def delay_penalty_cdf(by_group: pd.DataFrame, path: Path) -> Path:
-    """CDF over groups of RAD and RMD, per variant (all topologies pooled)."""
+def delay_penalty_cdf(by_group: pd.DataFrame, path: Path, marks=None) -> Path:
+    """CDF over groups of RAD and RMD, per variant (all topologies pooled); `marks`: the
+    published figures to draw over it."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for variant, part in by_group.groupby("variant", sort=True):
         _cdf(ax, part["rad"], f"RAD ({variant})")
         _cdf(ax, part["rmd"], f"RMD ({variant})")
+    _marks(ax, marks, cdf=True)
     ax.set_xlabel("delay penalty (Scribe / IP multicast)")
     ax.set_ylabel("cumulative fraction of groups")
     ax.set_title("Delay penalty per group")
@@ -44,11 +62,12 @@ def delay_penalty_cdf(by_group: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
-def rdp_cdf(rdp: pd.DataFrame, path: Path) -> Path:
-    """CDF over the members of the rank-1 group of RDP, per variant."""
+def rdp_cdf(rdp: pd.DataFrame, path: Path, marks=None) -> Path:
+    """CDF over the members of the rank-1 group of RDP, per variant (+ published marks)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for variant, part in rdp.groupby("variant", sort=True):
         _cdf(ax, part["rdp"], variant)
+    _marks(ax, marks, cdf=True)
     ax.axvline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("RDP (Scribe delay / IP delay)")
     ax.set_ylabel("cumulative fraction of members")
@@ -58,8 +77,9 @@ def rdp_cdf(rdp: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
-def node_stress_distribution(hist: pd.DataFrame, path: Path) -> Path:
-    """Nodes per number of children tables / children entries, per variant (log y)."""
+def node_stress_distribution(hist: pd.DataFrame, path: Path, marks=None) -> Path:
+    """Nodes per number of children tables / children entries, per variant (log y).
+    marks: {"node_stress:children_tables" | "node_stress:children_entries": [...]}."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
     for ax, measure, xlabel in ((axes[0], "children_tables", "non-empty children tables"),
                                 (axes[1], "children_entries", "children-table entries")):
@@ -67,6 +87,7 @@ def node_stress_distribution(hist: pd.DataFrame, path: Path) -> Path:
         for variant, v in part.groupby("variant", sort=True):
             agg = v.groupby("value")["nodes"].sum().sort_index()
             ax.plot(agg.index, agg.values, marker=".", label=variant)
+        _marks(ax, (marks or {}).get(f"node_stress:{measure}"), cdf=False)
         ax.set_yscale("log")
         if measure == "children_entries":
             ax.set_xscale("symlog")
@@ -78,12 +99,14 @@ def node_stress_distribution(hist: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
-def link_stress_distribution(hist: pd.DataFrame, path: Path) -> Path:
-    """Links per non-zero stress value: Scribe traffic vs IP multicast vs naive unicast."""
+def link_stress_distribution(hist: pd.DataFrame, path: Path, marks=None) -> Path:
+    """Links per non-zero stress value: Scribe traffic vs IP multicast vs naive unicast
+    (+ published marks)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for traffic, part in hist.groupby("traffic", sort=True):
         agg = part.groupby("stress")["links"].sum().sort_index()
         ax.plot(agg.index, agg.values, marker=".", lw=1, label=traffic)
+    _marks(ax, marks, cdf=False)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("link stress (packets per directed link, zeros omitted)")
