@@ -26,17 +26,22 @@ def _save(fig, path: Path) -> Path:
 # The paper's published figures (analysis/published.py: (value, stat, label) tuples) are
 # drawn in black over ours: a median as a cross at 0.5 on a CDF, anything else as a line.
 _MARK_STYLES = ["--", ":", "-.", (0, (5, 1, 1, 1))]
+_MARKERS = ["X", "P", "D", "s"]
 
 
 def _marks(ax, marks, cdf: bool) -> None:
     for i, (value, stat, label) in enumerate(marks or []):
-        text = f"paper: {label} = {value:,.4g}"
+        text = f"paper {label} = {value:,.4g}"
         if cdf and stat == "median":
-            ax.plot([value], [0.5], marker="X", ms=9, color="black", ls="none", label=text,
-                    markeredgecolor="white", zorder=5)
+            ax.plot([value], [0.5], marker=_MARKERS[i % len(_MARKERS)], ms=8, color="black",
+                    ls="none", label=text, markeredgecolor="white", zorder=5)
         else:
             ax.axvline(value, color="black", lw=1.1, ls=_MARK_STYLES[i % len(_MARK_STYLES)],
                        label=text, zorder=5)
+
+
+def _legend(ax, **kw) -> None:
+    ax.legend(fontsize="small", framealpha=0.85, **kw)
 
 
 def _cdf(ax, values, label):
@@ -58,7 +63,7 @@ def delay_penalty_cdf(by_group: pd.DataFrame, path: Path, marks=None) -> Path:
     ax.set_ylabel("cumulative fraction of groups")
     ax.set_title("Delay penalty per group")
     ax.grid(alpha=0.3)
-    ax.legend()
+    _legend(ax)
     return _save(fig, path)
 
 
@@ -73,7 +78,7 @@ def rdp_cdf(rdp: pd.DataFrame, path: Path, marks=None) -> Path:
     ax.set_ylabel("cumulative fraction of members")
     ax.set_title("Relative delay penalty, rank-1 group")
     ax.grid(alpha=0.3)
-    ax.legend()
+    _legend(ax)
     return _save(fig, path)
 
 
@@ -90,11 +95,12 @@ def node_stress_distribution(hist: pd.DataFrame, path: Path, marks=None) -> Path
         _marks(ax, (marks or {}).get(f"node_stress:{measure}"), cdf=False)
         ax.set_yscale("log")
         if measure == "children_entries":
-            ax.set_xscale("symlog")
+            ax.set_xscale("symlog", linthresh=1)
+            ax.set_xlim(left=-0.3)   # symlog would otherwise show an empty negative side
         ax.set_xlabel(f"{xlabel} per node")
         ax.set_ylabel("number of nodes")
         ax.grid(alpha=0.3)
-        ax.legend()
+        _legend(ax)
     fig.suptitle("Node stress")
     return _save(fig, path)
 
@@ -113,7 +119,7 @@ def link_stress_distribution(hist: pd.DataFrame, path: Path, marks=None) -> Path
     ax.set_ylabel("number of links")
     ax.set_title("Link stress")
     ax.grid(alpha=0.3)
-    ax.legend()
+    _legend(ax)
     return _save(fig, path)
 
 
@@ -129,7 +135,7 @@ def group_size_by_rank(groups: pd.DataFrame, path: Path) -> Path:
     ax.set_ylabel("group size (members)")
     ax.set_title("Group size vs rank")
     ax.grid(alpha=0.3)
-    ax.legend()
+    _legend(ax)
     return _save(fig, path)
 
 

@@ -25,6 +25,7 @@ class Published:
     approx: bool = False
     mark: str | None = None
     stat: str | None = None
+    mark_label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ def figures_for(scenario: str | None, data: dict | None = None) -> list[Publishe
 
     return [Published(label=f["label"], key=path(f["key"]), value=float(f["value"]),
                       over=path(f["over"]) if "over" in f else None,
-                      approx=bool(f.get("approx")), mark=f.get("mark"), stat=f.get("stat"))
+                      approx=bool(f.get("approx")), mark=f.get("mark"), stat=f.get("stat"),
+                      mark_label=f.get("mark_label"))
             for f in base.get("figures", []) if f["label"] not in skip]
 
 
@@ -126,9 +128,10 @@ def setup_notes(summary: dict, data: dict | None = None, short: bool = False) ->
 
 def figure_marks(scenario: str | None, data: dict | None = None) -> dict[str, list[tuple]]:
     """{figure: [(value, stat, label)]} for the figures of ours the paper also drew,
-    e.g. {"delay_penalty_cdf": [(1.68, "median", "RAD, median over groups")]}."""
+    e.g. {"delay_penalty_cdf": [(1.68, "median", "RAD median")]} (label: the legend's)."""
     marks: dict[str, list[tuple]] = {}
     for f in figures_for(scenario, data):
         if f.mark and f.over is None:
-            marks.setdefault(f.mark, []).append((f.value, f.stat or "mean", f.label))
+            marks.setdefault(f.mark, []).append((f.value, f.stat or "mean",
+                                                 f.mark_label or f.label))
     return marks

@@ -190,9 +190,13 @@ def write_atomic(path: Path, text: str) -> Path:
 
 
 def report_sections(summary: dict) -> list[Section]:
-    """Beside the paper (paper scenarios), spread across topologies, the key figures."""
-    first = [s for s in (beside_paper_section(summary), spread_section(summary)) if s]
-    return first + [Section(t, h, r) for t, h, r in _tables(summary)]
+    """Beside the paper (paper scenarios), the key figures, their spread across
+    topologies (a long table: after the key figures), timing."""
+    tables = [Section(t, h, r) for t, h, r in _tables(summary)]
+    timing = [s for s in tables if s.title.startswith("Timing")]
+    paper = beside_paper_section(summary)
+    return ([paper] if paper else []) + [s for s in tables if s not in timing] + [
+        spread_section(summary)] + timing
 
 
 def write_report(run_dir: str | Path) -> tuple[Path, Path]:

@@ -59,7 +59,7 @@ def t_interval(values, mean: float | None = None) -> dict:
     centre = float(np.mean(v)) if mean is None and n else mean
     out = {"n": n, "mean": centre, "std": None, "ci95_low": None, "ci95_high": None}
     if n >= 2:
-        from scipy import stats   # ~1 s to import: not for the report/compare commands
+        from scipy import stats  # ~1 s to import: not for the report/compare commands
         std = float(np.std(v, ddof=1))
         half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1)) * std / math.sqrt(n)
         out.update(std=std, ci95_low=centre - half, ci95_high=centre + half)
