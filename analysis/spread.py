@@ -43,7 +43,7 @@ LAYOUT: dict[str, tuple[list[str], str, dict[str, tuple[str, ...]]]] = {
     "link_stress_summary.csv": (["traffic"], "link_stress", {
         c: (c,) for c in ("total", "mean", "median", "max", "links", "links_nonzero",
                           "mean_all_links")}),
-    "churn_summary.csv": (["variant"], "churn", {}),   # {}: every numeric column, same name
+    "churn_summary.csv": (["variant"], "churn", {}),   # {}: every figure column, same name
 }
 
 
@@ -70,29 +70,26 @@ def _numbers(col: pd.Series) -> pd.Series:
     return pd.to_numeric(col.replace("", np.nan), errors="coerce")
 
 
-def figure_columns(table: pd.DataFrame, keys: list[str]) -> list[str]:
-    """Columns of a summary table holding numbers on its per-topology rows (not topo or
-    the key columns; a column with any word in it, like `note`, is not a figure)."""
-    rows = table[table["topo"] != "mean"]
-    out = []
-    for c in table.columns:
-        if c == "topo" or c in keys:
-            continue
-        text = rows[c].astype(str)
-        text = text[text != ""]
-        parsed = _numbers(text)
-        words = parsed.isna() & ~text.str.lower().isin(["nan", "null", "infinity",
-                                                         "-infinity"])
-        if parsed.notna().any() and not words.any():
-            out.append(c)
-    return out
+TEXT_COLUMNS = {"note", "publishes_from"}
 
 
-def with_spread(table: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, dict]:
-    """The summary table (strings, as read from its CSV) with the spread columns appended,
-    and {(key values): {column: t_interval(...)}} for its `mean` rows."""
+def figure_columns(table: pd.DataFrame, keys: list[str], names: list[str] | None = None,
+                   ) -> list[str]:
+    """The columns of a summary table that get a spread: `names` (the file's documented
+    figures) when given, else every column but topo, the keys and the text columns.
+    Fixed by the file, not by its values, so the CSV schema never depends on the data."""
+    if names:
+        return [c for c in table.columns if c in names]   # in the file's order
+    return [c for c in table.columns if c != "topo" and c not in keys and c not in TEXT_COLUMNS]
+
+
+def with_spread(table: pd.DataFrame, keys: list[str], names: list[str] | None = None,
+                ) -> tuple[pd.DataFrame, dict]:
+    """The summary table (strings, as read from its CSV) with the spread columns appended
+    for the figure columns (`names`, else all but keys and text), and
+    {(key values): {column: t_interval(...)}} for its `mean` rows."""
     table = table.copy()
-    columns = figure_columns(table, keys)
+    columns = figure_columns(table, keys, names)
     per_topo = table[table["topo"] != "mean"]
     found: dict[tuple, dict] = {}
     new = {f"{c}_{s}": [""] * len(table) for c in columns for s in SUFFIXES}
@@ -151,7 +148,7 @@ def add_spread(metrics_dir: str | Path) -> dict:
     metrics_dir = Path(metrics_dir)
     tree: dict = {}
     samples = 0
-    for name, (keys, _, _) in LAYOUT.items():
+    for name, (keys, _, names) in LAYOUT.items():
         path = metrics_dir / name
         if not path.is_file():
             continue
@@ -160,7 +157,7 @@ def add_spread(metrics_dir: str | Path) -> dict:
             continue
         table = table[[c for c in table.columns
                        if not c.endswith(tuple(f"_{s}" for s in SUFFIXES))]]
-        table, found = with_spread(table, keys)
+        table, found = with_spread(table, keys, list(names))
         _write(table, path)
         samples = max(samples, table.loc[table["topo"] != "mean", "topo"].nunique())
         for key, by_column in found.items():
