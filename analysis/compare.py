@@ -16,17 +16,22 @@ from analysis.report import Section, render_html, render_md, write_atomic
 from analysis.report import _fmt as fmt
 from analysis.spread import spread_at
 
-# figure file -> (metrics CSVs it needs, the column naming the series, plotting function)
+# (figure file, the metrics CSV it plots, the column naming the series, plotting function,
+# its extra arguments, caption). Histograms are per topology, so that runs with different
+# numbers of topologies compare; scribe_join is left out (equal to scribe by symmetry).
 OVERLAYS = [
     ("delay_penalty_cdf.png", "delay_penalty_by_group.csv", "variant",
-     figures.delay_penalty_cdf, "Delay penalty (RAD, RMD) over groups"),
-    ("rdp_rank1_cdf.png", "rdp_rank1.csv", "variant", figures.rdp_cdf,
+     figures.delay_penalty_cdf, {}, "Delay penalty (RAD, RMD) over groups"),
+    ("rdp_rank1_cdf.png", "rdp_rank1.csv", "variant", figures.rdp_cdf, {},
      "RDP of the rank-1 group's members"),
     ("node_stress.png", "node_stress_histogram.csv", "variant",
-     figures.node_stress_distribution, "Node stress: children tables and entries per node"),
+     figures.node_stress_distribution, {"per_topology": True},
+     "Node stress: children tables and entries per node, mean per topology"),
     ("link_stress.png", "link_stress_histogram.csv", "traffic",
-     figures.link_stress_distribution, "Link stress: Scribe vs IP multicast vs naive unicast"),
+     figures.link_stress_distribution, {"per_topology": True},
+     "Link stress (Scribe, IP multicast, naive unicast), mean per topology"),
 ]
+LEFT_OUT = {"traffic": {"scribe_join"}}
 
 
 @dataclass
@@ -85,8 +90,8 @@ def comparison_rows(runs: list[Run]) -> tuple[list[str], list[list[str]]]:
             if v is None or vals[0] is None:
                 row += ["", ""]
                 continue
-            d = v - vals[0]
-            row += [fmt(float(d)), f"{d / vals[0]:+.1%}" if vals[0] else ""]
+            d = float(v - vals[0])
+            row += [("+" if d > 0 else "") + fmt(d), f"{d / vals[0]:+.1%}" if vals[0] else ""]
         rows.append(row)
     return header, rows
 
@@ -96,7 +101,8 @@ def _with_ci(v, s) -> str:
         return "-"
     if s is None or s.get("ci95_high") is None:
         return fmt(v)
-    return f"{fmt(v)} ± {fmt(float(s['ci95_high'] - v))}"
+    half = float(s["ci95_high"] - v)
+    return f"{fmt(v)} ± {half:,.0f}" if half >= 100 else f"{fmt(v)} ± {half:.2g}"
 
 
 def _read_csv(path: Path) -> pd.DataFrame | None:
@@ -110,16 +116,20 @@ def overlay_figures(runs: list[Run], out_dir: Path) -> list[tuple[Path, str]]:
     """Each distribution of every run in one plot (series named '<run>: <variant>');
     figures whose data no run has are left out."""
     written = []
-    for name, csv, series, plot, caption in OVERLAYS:
+    for name, csv, series, plot, kwargs, caption in OVERLAYS:
         parts = []
         for r in runs:
             df = _read_csv(r.path / "metrics" / csv)
             if df is not None and len(df):
+                df = df[~df[series].astype(str).isin(LEFT_OUT.get(series, set()))].copy()
                 df[series] = r.label + ": " + df[series].astype(str)
                 parts.append(df)
         if parts:
-            path = plot(pd.concat(parts, ignore_index=True), out_dir / "figures" / name)
-            written.append((path, f"{caption}: " + ", ".join(r.label for r in runs)))
+            path = plot(pd.concat(parts, ignore_index=True), out_dir / "figures" / name,
+                        **kwargs)
+            styles = ", ".join(f"{r.label} {ls}" for r, ls in zip(
+                runs, ("solid", "dashed", "dotted", "dash-dot") * 8, strict=False))
+            written.append((path, f"{caption}; {styles}"))
     return written
 
 
