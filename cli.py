@@ -199,16 +199,29 @@ def print_summary(run_dir: Path) -> None:
         for k, v in summary_rows(summary):
             table.add_row(k, v)
         out.print(table)
-        print_beside_paper(summary)
+        if not print_beside_paper(summary):     # its notes already give the sample count
+            print_samples(summary)
     out.print(f"run directory: {run_dir}", markup=False, highlight=False)
 
 
-def print_beside_paper(summary: dict) -> None:
-    """The run's headline figures next to the published ones (paper scenarios only)."""
+def print_samples(summary: dict) -> None:
+    """One line: how many samples the figures rest on, and where their spread is."""
+    from analysis.spread import ONE_SAMPLE
+    n = (summary.get("spread") or {}).get("samples")
+    if n == 1:
+        out.print(f"This run has {ONE_SAMPLE}.", markup=False, highlight=False)
+    elif isinstance(n, int) and n > 1:
+        out.print(f"{n} topologies: the figures are their means; report.md gives the std and "
+                  "95 % confidence interval of each.", markup=False, highlight=False)
+
+
+def print_beside_paper(summary: dict) -> bool:
+    """The run's headline figures next to the published ones (paper scenarios only;
+    returns whether it printed them)."""
     from analysis import published
     rows = published.beside_paper(summary)
     if not rows:
-        return
+        return False
     table = Table(title=f"beside the paper ({published.source()['short']})",
                   title_justify="left")
     with_ci = any(r.ci95 for r in rows)       # one topology: no interval column at all
@@ -221,6 +234,7 @@ def print_beside_paper(summary: dict) -> None:
     out.print(table)
     for note in published.setup_notes(summary, short=True):
         out.print(note, markup=False, highlight=False)
+    return True
 
 
 def seed_range(text: str, seed: int | None, topologies: int | None) -> tuple[int, int]:

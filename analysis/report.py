@@ -87,6 +87,10 @@ def spread_section(summary: dict) -> Section:
         if s is not None:
             rows.append([label, _fmt(value_at(summary, path)), _fmt(s["std"]),
                          _ci(s["ci95_low"], s["ci95_high"]), str(s.get("n", samples))])
+    if not rows:
+        return Section(title, [], [], [f"{samples} topologies, but summary.json has no "
+                                       "spread (analysed by an older version): run "
+                                       "`cli.py analyze` on this run to get it."])
     return Section(title, ["figure", "mean", "std", "95 % CI of the mean", "n"], rows,
                    [f"{samples} topologies; {sp.get('method', '')}. Per-topology values: "
                     "metrics/*_summary.csv (columns <figure>_std, _ci95_low, _ci95_high on "

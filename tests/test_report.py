@@ -155,8 +155,13 @@ def test_compare_committed_runs(tmp_path):
     md = (tmp_path / "cmp" / "compare.md").read_text()
     sa, sb = (json.loads((d / "summary.json").read_text()) for d in (a, b))
     d = sb["link_stress"]["scribe"]["total"] - sa["link_stress"]["scribe"]["total"]
-    assert f"{d:,.0f}" in md                                   # the difference, B - A
-    assert "±" in md                                           # B has 10 topologies
+    row = next(ln for ln in md.splitlines() if ln.startswith("| link stress total (scribe) |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    total_a = sa["link_stress"]["scribe"]["total"]
+    assert cells[1] == f"{total_a:,.0f}"                        # one topology: no ±
+    assert cells[3] == f"{d:+,.0f}".lstrip("+") and cells[4] == f"{d / total_a:+.1%}"
+    if "spread" in sb:                                          # B's 10 topologies: ± half CI
+        assert "±" in cells[2]
     assert (tmp_path / "cmp" / "compare.html").is_file()
 
 
