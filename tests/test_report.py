@@ -252,3 +252,10 @@ def test_report_renders_in_chromium(two_seed_run, tmp_path):
         assert img["complete"] and img["width"] > 300 and img["height"] > 200, img
     shot = report_browser.screenshot(run / "report.html", tmp_path / "report.png", browser)
     assert shot.stat().st_size > 20000                         # not a blank page
+
+
+def test_help_shows_compare_and_seeds():
+    res = run_cli("--help")
+    assert res.returncode == 0 and "compare" in res.stdout
+    res = run_cli("scenario", "--help")
+    assert res.returncode == 0 and "--seeds" in res.stdout
