@@ -41,7 +41,8 @@ def _marks(ax, marks, cdf: bool) -> None:
 
 
 def _legend(ax, **kw) -> None:
-    ax.legend(fontsize="small", framealpha=0.85, **kw)
+    if ax.get_legend_handles_labels()[0]:      # an empty panel gets no empty legend box
+        ax.legend(fontsize="small", framealpha=0.85, **kw)
 
 
 def _cdf(ax, values, label, **style):
