@@ -38,6 +38,12 @@ def _marks(ax, marks, cdf: bool) -> None:
         else:
             ax.axvline(value, color="black", lw=1.1, ls=_MARK_STYLES[i % len(_MARK_STYLES)],
                        label=text, zorder=5)
+    lines = [v for v, stat, _ in marks or [] if not (cdf and stat == "median")]
+    if lines:   # keep a line at the far right off the frame
+        lo, hi = ax.get_xlim()
+        room = max(lines) * 1.3 if ax.get_xscale() != "linear" else max(lines) + 0.05 * (
+            max(lines) - lo)
+        ax.set_xlim(right=max(hi, room))
 
 
 def _legend(ax, **kw) -> None:
@@ -122,11 +128,11 @@ def node_stress_distribution(hist: pd.DataFrame, path: Path, marks=None,
         for variant, v in part.groupby("variant", sort=True):
             agg = _counts(v, "value", "nodes", per_topology)
             ax.plot(agg.index, agg.values, marker=".", label=variant, **styles[variant][0])
-        _marks(ax, (marks or {}).get(f"node_stress:{measure}"), cdf=False)
         ax.set_yscale("log")
         if measure == "children_entries":
             ax.set_xscale("symlog", linthresh=1)
             ax.set_xlim(left=-0.3)   # symlog would otherwise show an empty negative side
+        _marks(ax, (marks or {}).get(f"node_stress:{measure}"), cdf=False)
         ax.set_xlabel(f"{xlabel} per node")
         ax.set_ylabel("nodes per topology (mean)" if per_topology else "number of nodes")
         ax.grid(alpha=0.3)
@@ -143,10 +149,13 @@ def link_stress_distribution(hist: pd.DataFrame, path: Path, marks=None,
     styles = _styles(sorted(hist["traffic"].unique()))
     for traffic, part in hist.groupby("traffic", sort=True):
         agg = _counts(part, "stress", "links", per_topology)
-        ax.plot(agg.index, agg.values, marker=".", lw=1, label=traffic, **styles[traffic][0])
-    _marks(ax, marks, cdf=False)
+        # JOIN stress equals multicast stress by symmetry: draw it beneath, so both show
+        under = {"zorder": 1.9, "ls": "--"} if traffic == "scribe_join" else {}
+        ax.plot(agg.index, agg.values, marker=".", lw=1, label=traffic,
+                **{**under, **styles[traffic][0]})
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _marks(ax, marks, cdf=False)
     ax.set_xlabel("link stress (packets per directed link, zeros omitted)")
     ax.set_ylabel("links per topology (mean)" if per_topology else "number of links")
     ax.set_title("Link stress")
