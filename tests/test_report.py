@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import tomllib
 
 import pytest
 import report_browser
@@ -211,7 +212,9 @@ def two_seed_run(quick_run):
 def test_seeds_give_spread_everywhere(two_seed_run):
     run, _ = two_seed_run
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["topologies"] == 2 and summary["seed"] == 1
+    config = tomllib.loads((run / "config.toml").read_text())     # --seeds 1..2
+    assert (config["run"]["seed"], config["run"]["topologies"]) == (1, 2)
+    assert summary["topologies"] == 2
     assert summary["spread"]["samples"] == 2
     s = spread_at(summary, ("node_stress", "scribe", "children_entries", "mean"))
     mean = summary["node_stress"]["scribe"]["children_entries"]["mean"]
