@@ -180,3 +180,4 @@ def spread_at(summary: dict, path: tuple[str, ...]) -> dict | None:
             return None
         node = node[k]
     return node if isinstance(node, dict) and "std" in node else None
+
