@@ -91,6 +91,23 @@ def test_one_topology_is_one_sample(tmp_path):
     assert mean.endswith(",,,")                                 # columns there, empty
 
 
+def test_add_spread_to_an_older_run(tmp_path):
+    from analysis.add_spread import main
+    run = tmp_path / "run"
+    _dp_csv(run / "metrics" / "delay_penalty_summary.csv",
+            ["0,scribe,10,1.0,1.5,3.0,2.0,1.0,1.25,3.0,2.0",
+             "1,scribe,10,3.0,1.5,3.0,2.0,1.0,1.25,3.0,2.0",
+             "mean,scribe,10.0,2.0,1.5,3.0,2.0,1.0,1.25,3.0,2.0"])
+    committed = tmp_path / "summary.json"
+    committed.write_text(json.dumps({"scenario": "x", "topologies": 2}))
+    assert main([str(run), str(committed)]) == 0
+    summary = json.loads(committed.read_text())
+    assert summary["scenario"] == "x" and summary["spread"]["samples"] == 2
+    assert summary["spread"]["delay_penalty_by_variant"]["scribe"]["rad"]["mean"]["std"] == (
+        pytest.approx(math.sqrt(2)))
+    assert main([str(tmp_path / "nope")]) == 2
+
+
 # ----------------------------------------------------------------------------- the paper
 
 def test_published_data_cites_its_source():
