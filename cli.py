@@ -225,12 +225,15 @@ def print_beside_paper(summary: dict) -> bool:
     table = Table(title=f"beside the paper ({published.source()['short']})",
                   title_justify="left")
     with_ci = any(r.ci95 for r in rows)       # one topology: no interval column at all
-    for col in ("figure", "this run", *(["95 % CI"] * with_ci), "published", "ratio"):
+    for col in ("figure", "this run", *(["95 % CI"] * with_ci), "published", "ratio",
+                *(["in CI"] * with_ci)):
         table.add_column(col, justify="left" if col == "figure" else "right")
     for r in rows:
         ci = [f"{_fmt(r.ci95[0])} .. {_fmt(r.ci95[1])}" if r.ci95 else ""] * with_ci
+        inside = [("yes" if r.ci95[0] <= r.published <= r.ci95[1] else "no")
+                  if r.ci95 else ""] * with_ci
         table.add_row(r.label, _fmt(r.ours), *ci, ("~" if r.approx else "") + _fmt(r.published),
-                      "-" if r.ratio is None else f"{r.ratio:.2f}")
+                      "-" if r.ratio is None else f"{r.ratio:.2f}", *inside)
     out.print(table)
     for note in published.setup_notes(summary, short=True):
         out.print(note, markup=False, highlight=False)

@@ -64,13 +64,18 @@ def beside_paper_section(summary: dict) -> Section | None:
     with_ci = any(r.ci95 for r in rows)       # one topology: no interval column at all
     table = [[r.label, _fmt(r.ours), *[_ci(*(r.ci95 or (None, None)))] * with_ci,
               ("~" if r.approx else "") + _fmt(r.published),
-              "" if r.ratio is None else f"{r.ratio:.2f}"] for r in rows]
+              "" if r.ratio is None else f"{r.ratio:.2f}",
+              *[_inside(r.published, r.ci95)] * with_ci] for r in rows]
     notes = published.setup_notes(summary) + [
         "Ratio = this run / published; ~ marks values read off the paper's plots. The "
         "figures the paper also drew carry the published values as black marks."]
     return Section(f"This run beside the paper ({src['short']})",
-                   ["figure", "this run", *["95 % CI"] * with_ci, "published", "ratio"], table,
-                   notes)
+                   ["figure", "this run", *["95 % CI"] * with_ci, "published", "ratio",
+                    *["published in CI"] * with_ci], table, notes)
+
+
+def _inside(value: float, ci: tuple[float, float] | None) -> str:
+    return "" if ci is None else ("yes" if ci[0] <= value <= ci[1] else "no")
 
 
 def spread_section(summary: dict) -> Section:

@@ -146,6 +146,22 @@ def test_beside_paper_on_committed_10_topology_results():
     assert "this run has nodes 2,000 (paper 100,000)" in " ".join(published.setup_notes(small))
 
 
+def test_beside_paper_with_confidence_intervals():
+    from analysis.report import beside_paper_section
+    summary = json.loads((RESULTS / "paper_zipf_1500_10topologies" / "summary.json").read_text())
+    summary["spread"] = {"samples": 10, "delay_penalty_by_variant": {"scribe": {"rad": {
+        "p50": {"std": 0.02, "ci95_low": 1.43, "ci95_high": 1.45, "n": 10}}, "rmd": {
+        "p50": {"std": 0.2, "ci95_low": 1.2, "ci95_high": 1.7, "n": 10}}}}}
+    sec = beside_paper_section(summary)
+    assert sec.header == ["figure", "this run", "95 % CI", "published", "ratio",
+                          "published in CI"]
+    rows = {r[0]: r for r in sec.rows}
+    assert rows["RAD, median over groups"][2] == "[1.43, 1.45]"
+    assert rows["RAD, median over groups"][5] == "no"          # 1.68 outside [1.43, 1.45]
+    assert rows["RMD, median over groups"][5] == "yes"         # 1.69 inside [1.2, 1.7]
+    assert rows["children entries per node, mean"][2] == ""    # no spread for it: no CI
+
+
 def _copy_result(name, tmp_path):
     run = tmp_path / name
     run.mkdir()
