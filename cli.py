@@ -153,7 +153,7 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         if v.is_integer() and abs(v) < 1e15:      # counts that went through pandas/JSON
             return f"{int(v):,}"
-        return f"{v:.4g}"
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"   # e.g. means over topologies
     if isinstance(v, int):
         return f"{v:,}"
     return str(v)
@@ -197,10 +197,64 @@ def print_summary(run_dir: Path) -> None:
     table.add_column("value", justify="right")
     if path.is_file():
         from analysis.vocabulary import translator
-        for k, v in summary_rows(json.loads(path.read_text()), translator(run_dir)):
+        summary = json.loads(path.read_text())
+        for k, v in summary_rows(summary, translator(run_dir)):
             table.add_row(k, v)
         out.print(table)
+        if not print_beside_paper(summary):     # its notes already give the sample count
+            print_samples(summary)
     out.print(f"run directory: {run_dir}", markup=False, highlight=False)
+
+
+def print_samples(summary: dict) -> None:
+    """One line: how many samples the figures rest on, and where their spread is."""
+    from analysis.spread import ONE_SAMPLE
+    n = (summary.get("spread") or {}).get("samples")
+    if n == 1:
+        out.print(f"This run has {ONE_SAMPLE}.", markup=False, highlight=False)
+    elif isinstance(n, int) and n > 1:
+        out.print(f"{n} topologies: the figures are their means; report.md gives the std and "
+                  "95 % confidence interval of each.", markup=False, highlight=False)
+
+
+def print_beside_paper(summary: dict) -> bool:
+    """The run's headline figures next to the published ones (paper scenarios only;
+    returns whether it printed them)."""
+    from analysis import published
+    rows = published.beside_paper(summary)
+    if not rows:
+        return False
+    table = Table(title=f"beside the paper ({published.source()['short']})",
+                  title_justify="left")
+    with_ci = any(r.ci95 for r in rows)       # one topology: no interval column at all
+    for col in ("figure", "this run", *(["95 % CI"] * with_ci), "published", "ratio",
+                *(["in CI"] * with_ci)):
+        table.add_column(col, justify="left" if col == "figure" else "right")
+    for r in rows:
+        ci = [f"{_fmt(r.ci95[0])} .. {_fmt(r.ci95[1])}" if r.ci95 else ""] * with_ci
+        inside = [("yes" if r.ci95[0] <= r.published <= r.ci95[1] else "no")
+                  if r.ci95 else ""] * with_ci
+        table.add_row(r.label, _fmt(r.ours), *ci, ("~" if r.approx else "") + _fmt(r.published),
+                      "-" if r.ratio is None else f"{r.ratio:.2f}", *inside)
+    out.print(table)
+    for note in published.setup_notes(summary, short=True):
+        out.print(note, markup=False, highlight=False)
+    return True
+
+
+def seed_range(text: str, seed: int | None, topologies: int | None) -> tuple[int, int]:
+    """`--seeds A..B` as (seed A, B - A + 1 topologies); refuses it with --seed/--topologies."""
+    import re
+    m = re.fullmatch(r"\s*(\d+)\s*\.\.\s*(\d+)\s*", text)
+    if not m:
+        raise BadInput(f"--seeds {text!r}: expected A..B with whole numbers A <= B, e.g. 1..10")
+    lo, hi = int(m.group(1)), int(m.group(2))
+    if lo > hi:
+        raise BadInput(f"--seeds {text!r}: the first seed must not exceed the last")
+    if seed is not None or topologies is not None:
+        raise BadInput("--seeds sets both the seed and the number of topologies: "
+                       "give it without --seed and --topologies")
+    return lo, hi - lo + 1
 
 
 class Bootstrap(StrEnum):
@@ -221,6 +275,10 @@ def scenario(
         "--topologies", min=1, help="Number of topology seeds to average over.")] = None,
     seed: Annotated[int | None, typer.Option(
         "--seed", min=0, help="Base random seed.")] = None,
+    seeds: Annotated[str | None, typer.Option(
+        "--seeds", metavar="A..B",
+        help="Repeat the scenario over seeds A..B in one run: --seed A --topologies B-A+1 "
+             "(topology t uses seed A+t); the report gives mean, std and 95 % CI.")] = None,
     shards: Annotated[int | None, typer.Option(
         "--shards", min=0, help="Shard actors per topology (0: one per CPU Ray sees).")] = None,
     bootstrap: Annotated[Bootstrap | None, typer.Option(
@@ -246,6 +304,8 @@ def scenario(
             raise BadInput(f"--set {s!r}: expected KEY=VALUE, e.g. --set pastry.l=32")
     if resume is not None and not resume.is_dir():
         raise BadInput(f"--resume {resume}: no such run directory")
+    if seeds is not None:
+        seed, topologies = seed_range(seeds, seed, topologies)
     import scenarios
     cfg = scenarios.load_scenario(name, nodes=nodes, groups=groups, topologies=topologies,
                                   seed=seed, shards=shards,
@@ -429,6 +489,35 @@ def report(
     from analysis.report import write_report
     md, html = write_report(run_dir)
     out.print(f"report: {md}, {html}", markup=False, highlight=False)
+
+
+@app.command()
+@handled()
+def compare(
+    run_dirs: Annotated[list[Path], typer.Argument(
+        metavar="RUN_A RUN_B [RUN...]", help="Two or more run directories (with summary.json).")],
+    out_dir: Annotated[Path | None, typer.Option(
+        "--out", help="Directory for compare.md/.html and the overlaid figures "
+                      "(default: compare-<A>-vs-<B> next to RUN_A).")] = None,
+):
+    """Headline figures of runs side by side with differences; compare.md/.html with the
+    distributions overlaid (no Spark needed)."""
+    from analysis.compare import compare_runs, load_run
+    if len(run_dirs) < 2:
+        raise BadInput("compare needs at least two run directories")
+    for d in run_dirs:
+        load_run(d)               # a bad or incomplete run: one error line before any output
+    if out_dir is None:
+        a = run_dirs[0].resolve()
+        out_dir = a.parent / ("compare-" + "-vs-".join(p.resolve().name for p in run_dirs[:3]))
+    header, rows, md, html = compare_runs(run_dirs, out_dir)
+    table = Table(title="comparison", title_justify="left")
+    for i, col in enumerate(header):
+        table.add_column(col, justify="left" if i == 0 else "right", overflow="fold")
+    for r in rows:
+        table.add_row(*r)
+    out.print(table)
+    out.print(f"compare: {md}, {html}", markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------------------- entry point

@@ -12,7 +12,7 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from analysis import churn, delay, figures, link_stress, node_stress, overlay
+from analysis import churn, delay, figures, link_stress, node_stress, overlay, published, spread
 from analysis.load import load_events
 from analysis.output import write_csv, write_json
 from analysis.physical import lan_base, load_topology
@@ -86,6 +86,8 @@ def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list]
                          f"topo-{missing[0]}.npz is missing")
     metrics, figs = run_dir / "metrics", run_dir / "figures"
     timing: dict[str, float] = {}
+    marks = published.figure_marks((scenario_meta or {}).get(   # the paper's figures drawn
+        "scenario", run_dir.name.rsplit("-", 1)[0]))          # over ours, if it has some
 
     # delay penalty
     t0 = time.perf_counter()
@@ -101,8 +103,9 @@ def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list]
     write_csv(dp_summary, metrics / "delay_penalty_summary.csv", ["topo", "variant"])
     write_csv(rdp_summary, metrics / "rdp_rank1_summary.csv", ["topo", "variant"])
     figures.delay_penalty_cdf(by_group.select("variant", "rad", "rmd").toPandas(),
-                              figs / "delay_penalty_cdf.png")
-    figures.rdp_cdf(rdp.select("variant", "rdp").toPandas(), figs / "rdp_rank1_cdf.png")
+                              figs / "delay_penalty_cdf.png", marks.get("delay_penalty_cdf"))
+    figures.rdp_cdf(rdp.select("variant", "rdp").toPandas(), figs / "rdp_rank1_cdf.png",
+                    marks.get("rdp_rank1_cdf"))
     delays.unpersist()
     timing["delay_penalty"] = time.perf_counter() - t0
 
@@ -118,7 +121,7 @@ def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list]
     write_csv(spark.createDataFrame(ns_hist_pd, ns_hist.schema),
               metrics / "node_stress_histogram.csv", ["topo", "variant", "measure", "value"])
     ns_pd = ns_summary.toPandas()
-    figures.node_stress_distribution(ns_hist_pd, figs / "node_stress.png")
+    figures.node_stress_distribution(ns_hist_pd, figs / "node_stress.png", marks)
     stress.unpersist()
     timing["node_stress"] = time.perf_counter() - t0
 
@@ -136,7 +139,8 @@ def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list]
     write_csv(spark.createDataFrame(ls_pd, ls_summary.schema),
               metrics / "link_stress_summary.csv", ["topo", "traffic"])
     if len(ls_hist_pd):
-        figures.link_stress_distribution(ls_hist_pd, figs / "link_stress.png")
+        figures.link_stress_distribution(ls_hist_pd, figs / "link_stress.png",
+                                         marks.get("link_stress"))
     links.unpersist()
     timing["link_stress"] = time.perf_counter() - t0
 
@@ -180,6 +184,7 @@ def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list]
                        dp_pd, rdp_pd, ns_pd, ls_pd, route_means, probes_pd)
     if churn_summary is not None:
         summary["churn"] = churn_summary
+    summary["spread"] = spread.add_spread(metrics)   # std, 95 % CI across topologies
     timing["analysis_total"] = time.perf_counter() - started
     summary["timing"] = {f"analysis_{k}" if not k.startswith("analysis") else k: round(v, 3)
                          for k, v in timing.items()}

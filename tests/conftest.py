@@ -15,3 +15,24 @@ for p in (str(ROOT), str(ROOT / "tests")):
         sys.path.insert(0, p)
 _inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), *_inherited])
+
+
+import subprocess  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def quick_run(tmp_path_factory):
+    """(run directory, scenario stdout) of one small `quick` run over two seeds, made
+    through the CLI once per session and shared by tests/test_cli.py and tests/test_report.py
+    (a scenario run costs a Ray and a Spark start; tests may re-analyze it, not break it)."""
+    out = tmp_path_factory.mktemp("quick") / "run"
+    env = {k: v for k, v in os.environ.items() if k != "SCRIBE_EMU_DEBUG"}
+    env.update({"COLUMNS": "200", "NO_COLOR": "1"})
+    res = subprocess.run([sys.executable, str(ROOT / "cli.py"), "scenario", "quick", "--nodes",
+                          "300", "--groups", "5", "--seeds", "1..2", "--out", str(out),
+                          "--no-progress"], capture_output=True, text=True, timeout=900,
+                         cwd=ROOT, env=env)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return out, res.stdout

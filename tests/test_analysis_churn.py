@@ -239,7 +239,9 @@ def test_run_analysis_writes_churn_outputs(spark, tmp_path):  # noqa: F811
         "churn_rp_failover.csv": "topo,variant,group,rp,failed_us,messages_after,"
                                  "delivered_after,first_delivered_us,failover_us",
         "churn_summary.csv": "topo,variant," + ",".join(churn.SUMMARY_COLUMNS)
-                             + ",publishes_from"}.items():
+                             + ",publishes_from" + "".join(   # + spread (analysis/spread.py)
+                                 f",{c}_{s}" for c in churn.SUMMARY_COLUMNS
+                                 for s in ("std", "ci95_low", "ci95_high"))}.items():
         assert (metrics / name).read_text().splitlines()[0] == header, name
     with open(metrics / "churn_summary.csv", newline="") as f:
         topos = sorted({row["topo"] for row in csv.DictReader(f)})

@@ -201,15 +201,12 @@ def test_scenario_malformed_toml(tmp_path):
 
 @needs_scenarios
 @pytest.mark.slow
-def test_quick_scenario_end_to_end(tmp_path):
-    out = tmp_path / "run"
-    res = run_cli("scenario", "quick", "--nodes", "300", "--groups", "5", "--topologies", "1",
-                  "--out", out, "--no-progress", timeout=900)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+def test_quick_scenario_end_to_end(quick_run):
+    out, stdout = quick_run     # conftest.py: quick --nodes 300 --groups 5 --seeds 1..2
     assert (out / "COMPLETE").is_file()
-    assert str(out) in res.stdout
+    assert str(out) in stdout
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["nodes"] == 300 and summary["groups"] == 5
+    assert summary["nodes"] == 300 and summary["groups"] == 5 and summary["topologies"] == 2
     assert (out / "config.toml").is_file() and any((out / "metrics").glob("*.csv"))
 
     # `report` rewrites the report from the run directory alone
@@ -224,7 +221,7 @@ def test_quick_scenario_end_to_end(tmp_path):
     res = run_cli("analyze", out, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     after = json.loads((out / "summary.json").read_text())
-    for key in ("delay_penalty", "node_stress", "link_stress"):
+    for key in ("delay_penalty", "node_stress", "link_stress", "spread"):
         assert after.get(key) == before.get(key), key
 
 
