@@ -30,6 +30,11 @@ class EmulationError(RuntimeError):
     """The emulation itself failed (a shard crashed or a handler raised)."""
 
 
+class ShardLostError(EmulationError):
+    """A shard's process (or the node it ran on) died: nothing in the emulation is wrong,
+    so a new set of shards restored from the last checkpoint can replay the phase."""
+
+
 def round_robin(n_nodes: int, shards: int) -> np.ndarray:
     return (np.arange(n_nodes) % shards).astype(np.int32)
 
@@ -102,13 +107,19 @@ class Emulator:
         """ray.get that turns a crashed shard or a failing handler into one clear error."""
         try:
             return ray.get(refs)
-        except ray.exceptions.RayActorError as e:
+        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as e:
+            # the process died (killed, OOM, node lost) or took in-flight batches with it
             k = self._which_failed(refs)
-            raise EmulationError(f"shard {k} crashed during {what} at virtual time "
-                                 f"{self.now} us: {str(e).splitlines()[0]}") from e
+            raise ShardLostError(f"shard {k} crashed during {what} at virtual time "
+                                 f"{self.now} us: {str(e).strip().splitlines()[0]}") from e
         except ray.exceptions.RayTaskError as e:
             k = self._which_failed(refs)
             cause = e.cause if getattr(e, "cause", None) is not None else e
+            if isinstance(cause, OSError) and cause.errno is not None:
+                # a log or checkpoint write failed (disk full, read-only): the runner
+                # reports storage errors itself, wherever they happen
+                raise OSError(cause.errno, f"shard {k} during {what}: {cause.strerror}",
+                              cause.filename) from e
             raise EmulationError(f"shard {k} failed during {what} at virtual time {self.now} us: "
                                  f"{type(cause).__name__}: {str(cause).splitlines()[0]}") from e
 
