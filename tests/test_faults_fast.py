@@ -10,12 +10,12 @@ import threading
 import time
 
 import pytest
+from test_cli import assert_bad_input, run_cli
 
 from emulator import runtime
 from scenarios import ScenarioError, load_scenario
 from scenarios import runner as runner_mod
 from scenarios.memory import estimate_memory
-from test_cli import assert_bad_input, run_cli
 
 
 def _closed_port() -> int:
