@@ -48,8 +48,8 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     """Connect to the Ray cluster at `address` (or $RAY_ADDRESS), or start an embedded one.
 
     The embedded Ray has no dashboard, listens on 127.0.0.1 only (`_loopback_only`), logs
-    at WARNING into its session directory, not the console (`_quiet_console`; actor errors
-    still reach the driver as exceptions) and gets a bounded object store. A cluster
+    at WARNING into its session directory, not the console (`_stderr_to_file`; actor
+    errors still reach the driver as exceptions) and gets a bounded object store. A cluster
     address is checked first (`check_cluster_address`): a closed port, something that is
     not a Ray head or another Ray version fail within seconds with one line.
     Calling it again while Ray is up is a no-op.
@@ -106,11 +106,33 @@ def _loopback_only() -> None:
     inherited by everything Ray and RayDP start; the constant is patched too because Ray
     reads it at import. Spark's JVMs (driver, RayDP master, executors) bind SPARK_LOCAL_IP.
     """
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    if "loopback_saved" not in _state:      # what to put back when this Ray stops
+        _state["loopback_saved"] = {k: os.environ.get(k) for k in _LOOPBACK_ENV}
+    os.environ.update(_LOOPBACK_ENV)
+    _set_ray_cluster_mode(False)
+
+
+_LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "SPARK_LOCAL_IP": LOOPBACK}
+
+
+def _set_ray_cluster_mode(on: bool) -> None:
     with contextlib.suppress(ImportError, AttributeError):
         import ray._private.ray_constants as ray_constants
-        ray_constants.ENABLE_RAY_CLUSTER = False
-    os.environ["SPARK_LOCAL_IP"] = LOOPBACK
+        ray_constants.ENABLE_RAY_CLUSTER = on
+
+
+def _undo_loopback_only() -> None:
+    """After an embedded Ray stops, a later connection to a cluster from this process must
+    announce the node's routable address again."""
+    saved = _state.pop("loopback_saved", None)
+    if saved is None:
+        return
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    _set_ray_cluster_mode(sys.platform not in ("darwin", "win32"))
 
 
 def _loopback_spark_conf() -> dict[str, str]:
@@ -455,6 +477,7 @@ def stop_ray() -> None:
     if ray.is_initialized():
         ray.shutdown()
     _state["ray_started_here"] = False
+    _undo_loopback_only()
 
 
 @contextlib.contextmanager

@@ -208,6 +208,12 @@ def test_quick_scenario_end_to_end(tmp_path):
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert (out / "COMPLETE").is_file()
     assert str(out) in res.stdout
+    # a clean console: no Ray/Spark log lines (e.g. `gcs_client.cc:96: GcsClient has no
+    # Cluster ID set`), only our own warnings on stderr
+    foreign = [ln for ln in res.stderr.splitlines() if ln.strip()
+               and not ln.startswith("warning: ")]
+    assert not foreign, res.stderr[-3000:]
+    assert "gcs_client" not in res.stdout and "WARN" not in res.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["nodes"] == 300 and summary["groups"] == 5
     assert (out / "config.toml").is_file() and any((out / "metrics").glob("*.csv"))

@@ -77,7 +77,7 @@ def run_processes() -> list[psutil.Process]:
     for p in psutil.process_iter(["cmdline"]):
         if any(session_dir in a for a in (p.info["cmdline"] or [])):
             procs.setdefault(p.pid, p)
-            for c in p.children(recursive=True):
+            for c in tree(p.pid):
                 procs.setdefault(c.pid, c)
     return list(procs.values())
 
@@ -180,6 +180,13 @@ def tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+def name(p: psutil.Process) -> str:
+    try:
+        return p.name()
+    except psutil.Error:
+        return ""
+
+
 def reap(procs: list[psutil.Process], timeout: float = 30.0) -> list[psutil.Process]:
     """Wait for `procs` to end; return those still alive (then killed, to leave nothing)."""
     _, alive = psutil.wait_procs(procs, timeout=timeout)
@@ -221,7 +228,7 @@ def test_ctrl_c_stops_cleanly_and_prints_the_resume_command(tmp_path):
 
     def spark_started():
         kids = tree(proc.pid)
-        return kids if any("java" in (p.name() or "") for p in kids if p.is_running()) else None
+        return kids if any(name(p) == "java" for p in kids) else None
 
     children = wait_for(spark_started, proc)
     os.killpg(proc.pid, signal.SIGINT)            # what a terminal's Ctrl-C does
@@ -268,7 +275,7 @@ def test_lost_spark_executor_reruns_the_analysis(reference, tmp_path, monkeypatc
 
     def kill_executor_first(*args, **kwargs):
         if not killed:
-            execs = [p for p in run_processes() if "java" in p.name()
+            execs = [p for p in run_processes() if name(p) == "java"
                      and any("DefaultWorker" in a for a in p.cmdline())]
             assert execs, "no RayDP executor JVM found"
             for p in execs:
