@@ -98,7 +98,11 @@ class Emulator:
                 log_messages, str(self.run_dir) if self.run_dir else None, self.topo_index)
             for k in range(self.shards)]
         # stacks may schedule timers in setup (joins, keep-alives): the first event time
-        self._next = min(self._get([a.ready.remote() for a in self._actors], "setup"))
+        try:
+            self._next = min(self._get([a.ready.remote() for a in self._actors], "setup"))
+        except BaseException:
+            self.shutdown()          # no shard outlives a failed start (a retry makes new ones)
+            raise
         if self.run_dir is not None:
             self._write_type_table()
 
