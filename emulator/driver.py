@@ -131,6 +131,8 @@ class Emulator:
         for k, r in enumerate(refs):
             try:
                 ray.get(r, timeout=0)
+            except ray.exceptions.GetTimeoutError:
+                continue                 # still running: not the one that failed
             except Exception:  # noqa: BLE001 - we are only locating the failure
                 return k
         return "?"

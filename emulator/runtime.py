@@ -451,6 +451,53 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     return spark
 
 
+@contextlib.contextmanager
+def watch_executors(spark, grace_s: float = 30.0, poll_s: float = 2.0) -> Iterator[dict]:
+    """Cancel Spark's jobs once it has had no live executor for `grace_s` seconds.
+
+    When an executor's process dies, RayDP does not always give Spark a new one, and Spark
+    then waits for resources forever; cancelling turns that wait into an error the caller
+    can answer (a new Spark session, the step again). Yields a dict whose ``"lost"`` is
+    True once it fired. The clock starts only after an executor was seen, so a slow start
+    is never taken for a loss."""
+    import threading
+    import time
+
+    fired = {"lost": False}
+    stop = threading.Event()
+    sc = spark.sparkContext
+
+    def live_executors() -> int:
+        # the block managers Spark knows: the executors' and the driver's own
+        return int(sc._jsc.sc().getExecutorMemoryStatus().size()) - 1
+
+    def watch() -> None:
+        seen, since = False, None
+        while not stop.wait(poll_s):
+            try:
+                n = live_executors()
+            except Exception:  # noqa: BLE001 - Spark stopping under us: nothing to watch
+                return
+            seen = seen or n > 0
+            if n > 0 or not seen:
+                since = None
+                continue
+            since = since if since is not None else time.monotonic()
+            if time.monotonic() - since >= grace_s:
+                fired["lost"] = True
+                with contextlib.suppress(Exception):
+                    sc.cancelAllJobs()
+                return
+
+    thread = threading.Thread(target=watch, name="scribe-emu-executor-watch", daemon=True)
+    thread.start()
+    try:
+        yield fired
+    finally:
+        stop.set()
+        thread.join(timeout=poll_s + 5)
+
+
 def _ray_session() -> str | None:
     """Identity of the Ray cluster this process is connected to (None when not connected)."""
     import ray

@@ -657,7 +657,7 @@ def _analysis_options(cfg: ScenarioConfig):
 def _analyse(cfg, run_dir: Path, state: _State, progress) -> dict:
     from analysis import run_analysis
     from analysis.report import write_report
-    from emulator.runtime import start_spark, stop_spark
+    from emulator.runtime import start_spark, stop_spark, watch_executors
 
     meta = {"scenario": cfg.name, "nodes": cfg.nodes, "groups": cfg.groups,
             "topologies": cfg.topologies, "seed": cfg.seed, "shards": cfg.shards,
@@ -671,12 +671,13 @@ def _analyse(cfg, run_dir: Path, state: _State, progress) -> dict:
         state.add_time("spark_start", time.perf_counter() - w0)
         progress.status("analysis: computing metrics in Spark")
         try:
-            summary = run_analysis(run_dir, spark, scenario_meta=meta,
-                                   extra=_summary_extra(cfg, state),
-                                   options=_analysis_options(cfg))
+            with watch_executors(spark) as watch:
+                summary = run_analysis(run_dir, spark, scenario_meta=meta,
+                                       extra=_summary_extra(cfg, state),
+                                       options=_analysis_options(cfg))
             break
         except Exception as e:   # noqa: BLE001 - only a lost executor is retried
-            if not spark_lost(e) or attempt == retries:
+            if not (watch["lost"] or spark_lost(e)) or attempt == retries:
                 raise
             _warn(f"analysis: Spark lost an executor ({_first_line(e)}); restarting Spark "
                   f"and the analysis (retry {attempt + 1} of {retries})")

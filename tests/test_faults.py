@@ -135,8 +135,11 @@ def test_shard_lost_past_the_retries_names_the_resume_command(session, tmp_path,
     from emulator.driver import Emulator
     real_get = Emulator._get
 
+    killed = set()
+
     def always_kill(self, refs, what):
-        if what == "phase 'create'":
+        if what == "phase 'create'" and id(self) not in killed:   # each new set of shards
+            killed.add(id(self))
             pid = ray.get(self._actors[0].__ray_call__.remote(lambda a: os.getpid()))
             os.kill(pid, signal.SIGKILL)
         return real_get(self, refs, what)
@@ -146,6 +149,7 @@ def test_shard_lost_past_the_retries_names_the_resume_command(session, tmp_path,
     with pytest.raises(runner_mod.RunStopped) as e:
         run_scenario(cfg("run.retries=1"), out=out, progress=False)
     msg = str(e.value)
+    assert len(killed) == 2                                   # the first try and one retry
     assert "shard 0 crashed during phase 'create'" in msg and "run.retries = 1" in msg
     assert msg.endswith(f"resume with: python cli.py scenario --resume {out}")
     assert json.loads((out / "state.json").read_text())["completed"]["0"] == ["bootstrap"]
