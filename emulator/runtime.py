@@ -86,9 +86,11 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         lambda rec: "Token authentication is enabled" not in rec.getMessage())
     _loopback_only()
     with _stderr_to_file(_console_log_path()):
-        ray.init(num_cpus=num_cpus, include_dashboard=False, dashboard_host="127.0.0.1",
-                 _node_ip_address=LOOPBACK, object_store_memory=object_store_bytes(),
-                 **common)
+        # "local": a new Ray of our own even when `ray start` left a cluster address in
+        # /tmp/ray (ray.init() with no address would join that cluster)
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                 dashboard_host=LOOPBACK, _node_ip_address=LOOPBACK,
+                 object_store_memory=object_store_bytes(), **common)
     _state["ray_started_here"] = True
 
 
