@@ -81,6 +81,14 @@ def _bad_input_types() -> tuple[type[BaseException], ...]:
     return tuple(types)
 
 
+def _is_run_stopped(exc: BaseException) -> bool:
+    try:
+        from scenarios.runner import RunStopped
+    except ImportError:
+        return False
+    return isinstance(exc, RunStopped)
+
+
 def _save_traceback(exc: BaseException, run_dir: Path | None = None) -> Path:
     text = "".join(traceback.format_exception(exc))
     if run_dir is not None and run_dir.is_dir():
@@ -111,8 +119,10 @@ def handled(*run_dir_args: str):
                 return fn(*args, **kwargs)
             except (*_EXITS, *_ABORTS, _cx.ClickException):
                 raise
-            except KeyboardInterrupt:
-                err.print("interrupted", markup=False)
+            except KeyboardInterrupt as exc:
+                hint = getattr(exc, "resume_command", None)
+                err.print("interrupted" + (f"; resume with: {hint}" if hint else ""),
+                          markup=False)
                 raise typer.Exit(130) from None
             except Exception as exc:
                 if os.environ.get("SCRIBE_EMU_DEBUG"):
@@ -120,6 +130,10 @@ def handled(*run_dir_args: str):
                 msg = _one_line(str(exc)) or type(exc).__name__
                 run_dirs = [Path(kwargs[a]) for a in run_dir_args if kwargs.get(a)]
                 run_dir = next((d for d in run_dirs if d.is_dir()), None)
+                if _is_run_stopped(exc):
+                    # an outside cause (lost shard, full disk): the line says how to go on;
+                    # the traceback is in run.log already
+                    raise _fail(msg, EXIT_UNEXPECTED) from None
                 if isinstance(exc, _bad_input_types()):
                     if type(exc) is ValueError:
                         # A bare ValueError may also be a bug deep inside: keep its
@@ -265,8 +279,9 @@ class Bootstrap(StrEnum):
 @app.command()
 @handled("out_dir", "resume")
 def scenario(
-    name: Annotated[str, typer.Argument(
-        metavar="NAME", help="Scenario name (see `scenarios`) or a .toml file.")],
+    name: Annotated[str | None, typer.Argument(
+        metavar="[NAME]", help="Scenario name (see `scenarios`) or a .toml file (not needed "
+        "with --resume).")] = None,
     nodes: Annotated[int | None, typer.Option(
         "--nodes", min=2, help="Number of Pastry nodes.")] = None,
     groups: Annotated[int | None, typer.Option(
@@ -296,6 +311,9 @@ def scenario(
         help="Resume a stopped run from its last completed phase.")] = None,
     no_progress: Annotated[bool, typer.Option(
         "--no-progress", help="No progress display.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Run even when the memory estimate exceeds the machine's memory.")
+    ] = False,
 ):
     """Run a scenario end to end: topology, emulation, Spark analysis, report."""
     sets = list(sets or [])
@@ -304,15 +322,23 @@ def scenario(
             raise BadInput(f"--set {s!r}: expected KEY=VALUE, e.g. --set pastry.l=32")
     if resume is not None and not resume.is_dir():
         raise BadInput(f"--resume {resume}: no such run directory")
+    if name is None and resume is None:
+        raise BadInput("missing scenario NAME (see `scenarios`), or --resume RUN_DIR")
     if seeds is not None:
         seed, topologies = seed_range(seeds, seed, topologies)
     import scenarios
-    cfg = scenarios.load_scenario(name, nodes=nodes, groups=groups, topologies=topologies,
-                                  seed=seed, shards=shards,
-                                  bootstrap=bootstrap.value if bootstrap else None,
-                                  sets=list(sets))
-    run_dir = scenarios.run_scenario(cfg, out=out_dir, address=address, resume=resume,
-                                     progress=not no_progress)
+    cfg = None
+    if name is not None:
+        cfg = scenarios.load_scenario(name, nodes=nodes, groups=groups, topologies=topologies,
+                                      seed=seed, shards=shards,
+                                      bootstrap=bootstrap.value if bootstrap else None,
+                                      sets=list(sets))
+    from emulator import runtime
+    try:
+        run_dir = scenarios.run_scenario(cfg, out=out_dir, address=address, resume=resume,
+                                         progress=not no_progress, force=force)
+    finally:
+        runtime.stop_ray()      # Spark's JVMs and an embedded Ray go with this process
     print_summary(Path(run_dir))
 
 

@@ -7,11 +7,11 @@ from .latency import RouterLatency
 
 
 def __getattr__(name):  # the driver imports Ray; keep `import emulator.batch` light
-    if name in ("Emulator", "EmulationError", "round_robin"):
+    if name in ("Emulator", "EmulationError", "ShardLostError", "round_robin"):
         from . import driver
         return getattr(driver, name)
     raise AttributeError(name)
 
 
-__all__ = ["MSG_DTYPE", "Batch", "EmulationError", "Emulator", "RouterLatency", "new_messages",
-           "rank_within", "round_robin"]
+__all__ = ["MSG_DTYPE", "Batch", "EmulationError", "Emulator", "RouterLatency", "ShardLostError",
+           "new_messages", "rank_within", "round_robin"]

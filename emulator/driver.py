@@ -34,6 +34,11 @@ class EmulationError(RuntimeError):
     """The emulation itself failed (a shard crashed or a handler raised)."""
 
 
+class ShardLostError(EmulationError):
+    """A shard's process (or the node it ran on) died: nothing in the emulation is wrong,
+    so a new set of shards restored from the last checkpoint can replay the phase."""
+
+
 def round_robin(n_nodes: int, shards: int) -> np.ndarray:
     return (np.arange(n_nodes) % shards).astype(np.int32)
 
@@ -118,8 +123,12 @@ class Emulator:
                 log_messages, str(self.run_dir) if self.run_dir else None, self.topo_index)
             for k in range(self.shards)]
         # stacks may schedule timers in setup (joins, keep-alives): the first event times
-        self._next_at[:] = self._get([a.ready.remote() for a in self._actors], "setup")
-        self._get([a.connect.remote(self._actors) for a in self._actors], "setup")
+        try:
+            self._next_at[:] = self._get([a.ready.remote() for a in self._actors], "setup")
+            self._get([a.connect.remote(self._actors) for a in self._actors], "setup")
+        except BaseException:
+            self.shutdown()          # no shard outlives a failed start (a retry makes new ones)
+            raise
         if self.run_dir is not None:
             self._write_type_table()
 
@@ -129,13 +138,24 @@ class Emulator:
         `shard_ids` names the shard of each ref when they are not all shards in order."""
         try:
             return ray.get(refs)
-        except ray.exceptions.RayActorError as e:
+        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as e:
+            # the process died (killed, OOM, node lost) or took in-flight batches with it
             k = self._which_failed(refs, shard_ids)
-            raise EmulationError(f"shard {k} crashed during {what} at virtual time "
-                                 f"{self.now} us: {str(e).splitlines()[0]}") from e
+            raise ShardLostError(f"shard {k} crashed during {what} at virtual time "
+                                 f"{self.now} us: {str(e).strip().splitlines()[0]}") from e
         except ray.exceptions.RayTaskError as e:
             k = self._which_failed(refs, shard_ids)
             cause = e.cause if getattr(e, "cause", None) is not None else e
+            if isinstance(cause, (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)):
+                # a live shard could not push its outbox: the peer it pushes to is gone
+                raise ShardLostError(f"a peer of shard {k} crashed during {what} at virtual "
+                                     f"time {self.now} us: "
+                                     f"{str(cause).strip().splitlines()[0]}") from e
+            if isinstance(cause, OSError) and cause.errno is not None:
+                # a log or checkpoint write failed (disk full, read-only): the runner
+                # reports storage errors itself, wherever they happen
+                raise OSError(cause.errno, f"shard {k} during {what}: {cause.strerror}",
+                              cause.filename) from e
             raise EmulationError(f"shard {k} failed during {what} at virtual time {self.now} us: "
                                  f"{type(cause).__name__}: {str(cause).splitlines()[0]}") from e
 
@@ -143,6 +163,8 @@ class Emulator:
         for i, r in enumerate(refs):
             try:
                 ray.get(r, timeout=0)
+            except ray.exceptions.GetTimeoutError:
+                continue                 # still running: not the one that failed
             except Exception:  # noqa: BLE001 - we are only locating the failure
                 return i if shard_ids is None else shard_ids[i]
         return "?"

@@ -9,6 +9,7 @@ Python for Spark workers) live in one place.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -46,8 +47,11 @@ def object_store_bytes(total_memory: int | None = None) -> int:
 def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     """Connect to the Ray cluster at `address` (or $RAY_ADDRESS), or start an embedded one.
 
-    The embedded Ray has no dashboard, listens on 127.0.0.1 only, logs at WARNING (actor
-    errors and their tracebacks still reach the driver) and gets a bounded object store.
+    The embedded Ray has no dashboard, listens on 127.0.0.1 only (`_loopback_only`), logs
+    at WARNING into its session directory, not the console (`_stderr_to_file`; actor
+    errors still reach the driver as exceptions) and gets a bounded object store. A cluster
+    address is checked first (`check_cluster_address`): a closed port, something that is
+    not a Ray head or another Ray version fail within seconds with one line.
     Calling it again while Ray is up is a no-op.
     """
     import ray
@@ -59,10 +63,13 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     os.environ.setdefault("RAY_DATA_LOG_LEVEL", "WARNING")
     _quiet_ray_data()
     address = address or os.environ.get("RAY_ADDRESS") or None
-    common = dict(ignore_reinit_error=True, logging_level=logging.WARNING, log_to_driver=True)
+    common = dict(ignore_reinit_error=True, logging_level=logging.WARNING,
+                  log_to_driver=False)
     if address:
+        check_cluster_address(address)
         try:
-            ray.init(address=address, **common)
+            with _stderr_to_file(_console_log_path()):
+                ray.init(address=address, **common)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RuntimeSetupError(f"cannot connect to the Ray cluster at {address!r}: "
@@ -77,9 +84,219 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     # notice is dropped, a disabled-auth warning (mode set by the user) still shows.
     logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
         lambda rec: "Token authentication is enabled" not in rec.getMessage())
-    ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
-             object_store_memory=object_store_bytes(), **common)
+    _loopback_only()
+    with _stderr_to_file(_console_log_path()):
+        # "local": a new Ray of our own even when `ray start` left a cluster address in
+        # /tmp/ray (ray.init() with no address would join that cluster)
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                 dashboard_host=LOOPBACK, _node_ip_address=LOOPBACK,
+                 object_store_memory=object_store_bytes(), **common)
     _state["ray_started_here"] = True
+
+
+# ---- loopback only (embedded runtime) -------------------------------------------------------
+
+LOOPBACK = "127.0.0.1"
+
+
+def _loopback_only() -> None:
+    """Make every process of an embedded Ray + Spark listen on 127.0.0.1 only.
+
+    Ray turns ``_node_ip_address="127.0.0.1"`` into the machine's routable address unless
+    its "no cluster" mode (the macOS/Windows default) is on; in that mode the GCS, raylet,
+    agents and core workers of every Python/Java worker bind loopback. The variable is
+    inherited by everything Ray and RayDP start; the constant is patched too because Ray
+    reads it at import. Spark's JVMs (driver, RayDP master, executors) bind SPARK_LOCAL_IP.
+    """
+    if "loopback_saved" not in _state:      # what to put back when this Ray stops
+        _state["loopback_saved"] = {k: os.environ.get(k) for k in _LOOPBACK_ENV}
+    os.environ.update(_LOOPBACK_ENV)
+    _set_ray_cluster_mode(False)
+
+
+_LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "SPARK_LOCAL_IP": LOOPBACK}
+
+
+def _set_ray_cluster_mode(on: bool) -> None:
+    with contextlib.suppress(ImportError, AttributeError):
+        import ray._private.ray_constants as ray_constants
+        ray_constants.ENABLE_RAY_CLUSTER = on
+
+
+def _undo_loopback_only() -> None:
+    """After an embedded Ray stops, a later connection to a cluster from this process must
+    announce the node's routable address again."""
+    saved = _state.pop("loopback_saved", None)
+    if saved is None:
+        return
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    _set_ray_cluster_mode(sys.platform not in ("darwin", "win32"))
+
+
+def _loopback_spark_conf() -> dict[str, str]:
+    """Spark settings that keep the driver's RPC and block manager on loopback (the UI is
+    off altogether in start_spark)."""
+    return {"spark.driver.bindAddress": LOOPBACK, "spark.driver.host": LOOPBACK}
+
+
+# ---- a clean console --------------------------------------------------------------------------
+
+def _console_log_path() -> Path:
+    """Where Ray's and Spark's own console output goes: Ray's session log directory once Ray
+    runs (logs/scribe-emu-console.log), the temp directory before."""
+    import tempfile
+
+    import ray
+    with contextlib.suppress(Exception):
+        if ray.is_initialized():
+            node = ray._private.worker._global_node
+            if node is not None:
+                return Path(node.get_logs_dir_path()) / "scribe-emu-console.log"
+    return Path(tempfile.gettempdir()) / f"scribe-emu-console-{os.getuid()}.log"
+
+
+@contextlib.contextmanager
+def _stderr_to_file(path: Path) -> Iterator[None]:
+    """Send file descriptor 2 to `path` for the block: the processes started meanwhile (Ray's
+    C++ parts, Spark's driver JVM, whose Ray core worker logs `gcs_client.cc` INFO lines to
+    stderr) keep writing there for their whole life; this process gets its stderr back."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):       # no real fd 2 (e.g. captured by a test runner)
+        yield
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:
+        os.close(saved)
+        yield
+        return
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
+# ---- a cluster address that answers ---------------------------------------------------------
+
+ADDRESS_CHECK_TIMEOUT_S = 8.0
+
+_GCS_PROBE = r"""
+import json, sys
+try:
+    import ray
+    import ray._private.ray_constants as rc
+    from ray._raylet import GcsClient
+    gcs = GcsClient(address=sys.argv[1])
+    raw = gcs.internal_kv_get(b"CLUSTER_METADATA", namespace=rc.KV_NAMESPACE_CLUSTER)
+    meta = json.loads(raw.decode()) if raw else {}
+    out = {"ray_version": meta.get("ray_version"), "python_version": meta.get("python_version")}
+except Exception as e:
+    text = str(e).strip()
+    out = {"error": type(e).__name__, "message": text.splitlines()[0][:300] if text else ""}
+print("SCRIBE-EMU-GCS " + json.dumps(out))
+"""
+
+
+def check_cluster_address(address: str, timeout: float = ADDRESS_CHECK_TIMEOUT_S) -> None:
+    """Fail fast, with one line, unless a Ray head of this Ray and Python version answers
+    at `address` (host:port, or "auto" for the cluster this machine belongs to).
+
+    Ray's own ray.init retries an unreachable address for minutes, printing a warning every
+    few seconds; here a TCP probe finds a closed port at once and a GCS query in a child
+    process (its output discarded, killed after `timeout` s) finds something that is not
+    a Ray head or a different version. Ray Client addresses (ray://) get the TCP probe only.
+    """
+    import socket
+    import subprocess
+
+    target = address
+    if address == "auto":
+        target = _local_cluster_address()
+    client = target.startswith("ray://")
+    hostport = target.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise RuntimeSetupError(f"--address {address!r}: expected host:port (e.g. "
+                                "head-node:6379), ray://host:port or auto")
+    where = f"the Ray cluster at {address!r}"
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=min(3.0, timeout)):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        if isinstance(exc, socket.timeout):
+            reason = "no answer within 3 s"
+        raise RuntimeSetupError(f"cannot connect to {where}: {reason} (is a Ray head running "
+                                "there? `ray start --head` starts one)") from None
+    if client:
+        return
+    try:
+        res = subprocess.run([sys.executable, "-c", _GCS_PROBE, hostport], capture_output=True,
+                             text=True, timeout=timeout, env=_probe_env())
+    except subprocess.TimeoutExpired:
+        raise RuntimeSetupError(f"cannot connect to {where}: the port is open but no Ray GCS "
+                                f"answered within {timeout:.0f} s (not a Ray head?)") from None
+    line = next((ln for ln in res.stdout.splitlines() if ln.startswith("SCRIBE-EMU-GCS ")), None)
+    answer = json.loads(line.split(" ", 1)[1]) if line else {"error": "no answer"}
+    if answer.get("error") == "AuthenticationError":
+        raise RuntimeSetupError(f"cannot connect to {where}: the Ray head wants an "
+                                "authentication token (Ray token auth); put the cluster's "
+                                "token in RAY_AUTH_TOKEN or ~/.ray/auth_token")
+    if "error" in answer:
+        raise RuntimeSetupError(f"cannot connect to {where}: the port is open but it does not "
+                                "answer as a Ray GCS (not a Ray head?)")
+    problem = version_mismatch(answer)
+    if problem:
+        raise RuntimeSetupError(f"cannot use {where}: {problem}")
+
+
+def version_mismatch(meta: dict) -> str | None:
+    """A one-line description of why a cluster with metadata `meta` (its Ray and Python
+    versions) cannot run this process's code, or None when it can. Ray needs the same Ray
+    version and the same Python version (to the patch level) on the driver and cluster."""
+    import platform
+
+    import ray
+    mine = (ray.__version__, platform.python_version())
+    theirs = (meta.get("ray_version"), meta.get("python_version"))
+    if None in theirs or theirs == mine:
+        return None
+    return (f"version mismatch: the cluster runs Ray {theirs[0]} on Python {theirs[1]}, this "
+            f"process Ray {mine[0]} on Python {mine[1]}; install the cluster's versions here "
+            "(or run from a node of the cluster)")
+
+
+def _probe_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    env["RAY_BACKEND_LOG_LEVEL"] = "error"
+    return env
+
+
+def _local_cluster_address() -> str:
+    """The address `ray start` on this machine recorded (what address="auto" means)."""
+    import ray._private.services as services
+    try:
+        found = services.get_ray_address_from_environment("auto", None)
+    except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, ValueError, ...
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RuntimeSetupError(f"--address auto: no running Ray cluster found on this "
+                                f"machine ({first})") from None
+    if not found:
+        raise RuntimeSetupError("--address auto: no running Ray cluster found on this machine")
+    return found
 
 
 def _quiet_ray_data() -> None:
@@ -210,9 +427,8 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     if ray_is_local():
         # On an embedded Ray everything is on this host; elsewhere RayDP picks the node IP
         # so that executors on other machines can reach the driver.
-        conf["spark.driver.bindAddress"] = "127.0.0.1"
-        conf["spark.driver.host"] = "127.0.0.1"
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        conf.update(_loopback_spark_conf())
+        _loopback_only()
     # RayDP points the driver JVM at a log4j2 file that does not exist (log4j then prints
     # an error and Spark's INFO/WARN banner); give it one that logs errors only.
     conf["spark.log4j.config.file.name"] = str(_log4j2_file())
@@ -224,8 +440,10 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
         import ray.util.client
         client = bool(ray.util.client.ray.is_connected())
     try:
-        spark = raydp.init_spark(app_name, executors, cores, memory, configs=conf,
-                                 fault_tolerant_mode=not client)
+        # the driver JVM inherits fd 2: its Ray core worker's INFO lines go to Ray's logs
+        with _stderr_to_file(_console_log_path()):
+            spark = raydp.init_spark(app_name, executors, cores, memory, configs=conf,
+                                     fault_tolerant_mode=not client)
     except Exception as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RuntimeSetupError(f"cannot start Spark on Ray (RayDP): {msg}") from exc
@@ -233,6 +451,53 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     _state["spark"] = spark
     _state["spark_ray"] = _ray_session()
     return spark
+
+
+@contextlib.contextmanager
+def watch_executors(spark, grace_s: float = 30.0, poll_s: float = 2.0) -> Iterator[dict]:
+    """Cancel Spark's jobs once it has had no live executor for `grace_s` seconds.
+
+    When an executor's process dies, RayDP does not always give Spark a new one, and Spark
+    then waits for resources forever; cancelling turns that wait into an error the caller
+    can answer (a new Spark session, the step again). Yields a dict whose ``"lost"`` is
+    True once it fired. The clock starts only after an executor was seen, so a slow start
+    is never taken for a loss."""
+    import threading
+    import time
+
+    fired = {"lost": False}
+    stop = threading.Event()
+    sc = spark.sparkContext
+
+    def live_executors() -> int:
+        # the block managers Spark knows: the executors' and the driver's own
+        return int(sc._jsc.sc().getExecutorMemoryStatus().size()) - 1
+
+    def watch() -> None:
+        seen, since = False, None
+        while not stop.wait(poll_s):
+            try:
+                n = live_executors()
+            except Exception:  # noqa: BLE001 - Spark stopping under us: nothing to watch
+                return
+            seen = seen or n > 0
+            if n > 0 or not seen:
+                since = None
+                continue
+            since = since if since is not None else time.monotonic()
+            if time.monotonic() - since >= grace_s:
+                fired["lost"] = True
+                with contextlib.suppress(Exception):
+                    sc.cancelAllJobs()
+                return
+
+    thread = threading.Thread(target=watch, name="scribe-emu-executor-watch", daemon=True)
+    thread.start()
+    try:
+        yield fired
+    finally:
+        stop.set()
+        thread.join(timeout=poll_s + 5)
 
 
 def _ray_session() -> str | None:
@@ -261,6 +526,7 @@ def stop_ray() -> None:
     if ray.is_initialized():
         ray.shutdown()
     _state["ray_started_here"] = False
+    _undo_loopback_only()
 
 
 @contextlib.contextmanager

@@ -38,10 +38,10 @@ def list_scenarios() -> list[ScenarioInfo]:
     return out
 
 
-def run_scenario(cfg, *, out=None, address=None, resume=None, progress=True):
+def run_scenario(cfg, *, out=None, address=None, resume=None, progress=True, force=False):
     """Run a scenario; see :func:`scenarios.runner.run_scenario`."""
     from .runner import run_scenario as _run
-    return _run(cfg, out=out, address=address, resume=resume, progress=progress)
+    return _run(cfg, out=out, address=address, resume=resume, progress=progress, force=force)
 
 
 __all__ = ["ScenarioConfig", "ScenarioError", "ScenarioInfo", "list_scenarios", "load_scenario",

@@ -21,12 +21,15 @@ never makes a half-done run look complete: `COMPLETE` comes last.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
 import re
 import shutil
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -39,6 +42,33 @@ from .config import ScenarioConfig, ScenarioError, load_scenario
 from .groups import GroupPlan, join_times, plan_groups
 
 log = logging.getLogger("scribe_emu.scenario")
+
+
+class RunStopped(RuntimeError):
+    """The run stopped for a reason outside its inputs (a shard lost more often than
+    run.retries allows, a full or read-only disk). Completed phases are kept; the message
+    (one line) ends with the command that resumes the run."""
+
+    def __init__(self, message: str, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        super().__init__(f"{message}; completed phases are kept, resume with: "
+                         f"{resume_command(run_dir)}")
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command line that continues the run in `run_dir`."""
+    return f"python cli.py scenario --resume {run_dir}"
+
+
+# errors of a write that more space, or a writable directory, would have let through
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+                   errno.EFBIG}
+
+
+def _warn(message: str) -> None:
+    """A warning of ours: in run.log and, one line, on the console (stderr)."""
+    log.warning(message)
+    print(f"warning: {message}", file=sys.stderr, flush=True)
 
 CACHE_DIR = Path(os.environ.get("SCRIBE_EMU_CACHE", Path.home() / ".cache" / "scribe-emu"))
 _STREAM_CHURN = 0xC4E2
@@ -99,8 +129,20 @@ def _json_default(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+class _RunLogHandler(logging.FileHandler):
+    """run.log; a write that fails (full disk) is dropped quietly rather than printing a
+    logging traceback: the run's own writes report the problem in one line."""
+
+    def handleError(self, record):  # noqa: N802 - logging's name
+        pass
+
+
 def _setup_logging(run_dir: Path) -> logging.Handler:
-    h = logging.FileHandler(run_dir / "run.log")
+    try:
+        h = _RunLogHandler(run_dir / "run.log")
+    except OSError as e:
+        raise RunStopped(f"cannot write {run_dir / 'run.log'}: {e.strerror or e}",
+                         run_dir) from None
     h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(h)
     log.setLevel(logging.INFO)
@@ -460,13 +502,13 @@ def _load_rps(T: _Topo) -> np.ndarray:
 
 
 def _run_topology(cfg, run_dir, t, state: _State, progress) -> None:
-    from actors.pastry.ids import node_ids, to_hex
-    from actors.stack import stack_factory, type_names
-    from emulator import Emulator, RouterLatency
+    """Every phase of topology t not yet completed. A shard whose process dies is replaced:
+    the topology's shards are started again from the last completed phase's checkpoint and
+    the phase replayed (run.retries times), which gives the same results as no failure."""
+    from actors.pastry.ids import node_ids
+    from emulator import RouterLatency, ShardLostError
 
     seed_t = cfg.seed + t
-    done = state.completed(t)
-    _clean_incomplete(run_dir, t, done)
     progress.topo = t
     progress.status(f"topology {t + 1}/{cfg.topologies}: building {cfg.topology['source']} "
                     f"(seed {seed_t}, {cfg.nodes:,} hosts)")
@@ -478,12 +520,38 @@ def _run_topology(cfg, run_dir, t, state: _State, progress) -> None:
     plan = plan_groups(cfg.name, cfg.groups_cfg["kind"], cfg.nodes, cfg.groups, cfg.seed, t,
                        cfg.groups_cfg["exponent"], cfg.groups_cfg["size"])
     state.add_time("topology_build", time.perf_counter() - w0)
-
-    w0 = time.perf_counter()
     lat = RouterLatency.from_topology(topo)
     shared = {"node_ids_hi": ids_hi, "node_ids_lo": ids_lo, "host_router": lat.host_router,
               "router_dist_us": lat.router_dist_us, "lan_us": int(lat.lan_us),
               "groups": plan.table}
+    retries = int(cfg.run.get("retries", 0))
+    for attempt in range(retries + 1):
+        try:
+            _emulate_topology(cfg, run_dir, t, state, progress, topo, plan, lat, shared)
+            break
+        except ShardLostError as e:
+            done = state.completed(t)
+            where = f"checkpoint {done[-1]!r}" if done else "the start"
+            if attempt == retries:
+                raise RunStopped(f"{e} (replayed {retries} time(s) already; run.retries = "
+                                 f"{retries})", run_dir) from e
+            _warn(f"{e}; restarting topology {t}'s shards from {where} "
+                  f"(retry {attempt + 1} of {retries})")
+    state.d["topologies_done"].append(t)
+    state.save()
+
+
+def _emulate_topology(cfg, run_dir, t, state: _State, progress, topo, plan, lat,
+                      shared) -> None:
+    """Start the shards of topology t, restore its last checkpoint and run the phases left."""
+    from actors.pastry.ids import to_hex
+    from actors.stack import stack_factory, type_names
+    from emulator import Emulator
+
+    seed_t = cfg.seed + t
+    done = state.completed(t)
+    _clean_incomplete(run_dir, t, done)
+    w0 = time.perf_counter()
     node_shard = _node_shard(cfg, topo)
     progress.status(f"topology {t + 1}/{cfg.topologies}: starting {cfg.shards} shard(s)")
     emu = Emulator(n_nodes=cfg.nodes, latency=lat,
@@ -502,42 +570,13 @@ def _run_topology(cfg, run_dir, t, state: _State, progress) -> None:
             _driver_table(run_dir, "host", t, "bootstrap",
                           {"node": np.arange(cfg.nodes, dtype=np.int32),
                            "router": topo.host_router.astype(np.int32),
-                           "id_hex": list(to_hex(ids_hi, ids_lo))})
+                           "id_hex": list(to_hex(shared["node_ids_hi"], shared["node_ids_lo"]))})
         if "create" in done:
             T.rp = _load_rps(T)
         T.phase_end = int(state.d.setdefault("phase_end", {}).get(str(t), 0))
         for phase in cfg.phase_order:
-            if phase in done:
-                continue
-            w0 = time.perf_counter()
-            stats = _run_phase(T, phase, progress)
-            T.phase_end = _phase_end(T, stats["until"])
-            emu.dump(phase)
-            emu.flush(phase)
-            if phase == "create":
-                T.rp = _load_rps(T)
-            emu.checkpoint(phase)
-            wall = time.perf_counter() - w0
-            state.add_time(f"phase_{phase}", wall)
-            ph = state.d["phases"].setdefault(phase, {"messages": 0, "windows": 0,
-                                                      "wall_s": 0.0, "emulation_s": 0.0})
-            ph["messages"] += int(stats.get("messages", 0))
-            ph["windows"] += int(stats.get("windows", 0))
-            ph["wall_s"] = round(ph["wall_s"] + wall, 3)
-            ph["emulation_s"] = round(ph["emulation_s"] + float(stats.get("wall_s", 0.0)), 3)
-            if "quality" in stats:
-                state.d["quality"][str(t)] = stats["quality"]
-            if "churn" in stats:
-                state.d.setdefault("churn_schedule", {})[str(t)] = stats["churn"]
-            done.append(phase)
-            state.d["completed"][str(t)] = list(done)
-            state.d.setdefault("phase_end", {})[str(t)] = T.phase_end
-            state.save()
-            rate = stats.get("messages", 0) / max(stats.get("wall_s", 0.0), 1e-9)
-            log.info("topology %d phase %s: %d messages, %d windows, virtual %d us, "
-                     "%.2f s emulation (%.0f msg/s), %.2f s with dump/flush/checkpoint",
-                     t, phase, stats.get("messages", 0), stats.get("windows", 0),
-                     stats.get("virtual_us", emu.now), stats.get("wall_s", 0.0), rate, wall)
+            if phase not in done:
+                _complete_phase(T, phase, state, done, progress)
         c = emu.counters()
         state.d["counters"][str(t)] = {
             "messages_sent": c["messages_sent"], "lost_total": c["lost_total"],
@@ -545,8 +584,41 @@ def _run_topology(cfg, run_dir, t, state: _State, progress) -> None:
             "windows": c["windows"], "virtual_us": c["virtual_us"]}
     finally:
         emu.shutdown()
-    state.d["topologies_done"].append(t)
+
+
+def _complete_phase(T: _Topo, phase: str, state: _State, done: list[str], progress) -> None:
+    """Run one phase, write its logs and checkpoint, then record it in state.json (last, so
+    that a crash anywhere before leaves the phase to be replayed)."""
+    t, emu = T.t, T.emu
+    w0 = time.perf_counter()
+    stats = _run_phase(T, phase, progress)
+    T.phase_end = _phase_end(T, stats["until"])
+    emu.dump(phase)
+    emu.flush(phase)
+    if phase == "create":
+        T.rp = _load_rps(T)
+    emu.checkpoint(phase)
+    wall = time.perf_counter() - w0
+    state.add_time(f"phase_{phase}", wall)
+    ph = state.d["phases"].setdefault(phase, {"messages": 0, "windows": 0,
+                                              "wall_s": 0.0, "emulation_s": 0.0})
+    ph["messages"] += int(stats.get("messages", 0))
+    ph["windows"] += int(stats.get("windows", 0))
+    ph["wall_s"] = round(ph["wall_s"] + wall, 3)
+    ph["emulation_s"] = round(ph["emulation_s"] + float(stats.get("wall_s", 0.0)), 3)
+    if "quality" in stats:
+        state.d["quality"][str(t)] = stats["quality"]
+    if "churn" in stats:
+        state.d.setdefault("churn_schedule", {})[str(t)] = stats["churn"]
+    done.append(phase)
+    state.d["completed"][str(t)] = list(done)
+    state.d.setdefault("phase_end", {})[str(t)] = T.phase_end
     state.save()
+    rate = stats.get("messages", 0) / max(stats.get("wall_s", 0.0), 1e-9)
+    log.info("topology %d phase %s: %d messages, %d windows, virtual %d us, "
+             "%.2f s emulation (%.0f msg/s), %.2f s with dump/flush/checkpoint",
+             t, phase, stats.get("messages", 0), stats.get("windows", 0),
+             stats.get("virtual_us", emu.now), stats.get("wall_s", 0.0), rate, wall)
 
 
 # ---- analysis -----------------------------------------------------------------------------
@@ -588,56 +660,115 @@ def _analysis_options(cfg: ScenarioConfig):
 def _analyse(cfg, run_dir: Path, state: _State, progress) -> dict:
     from analysis import run_analysis
     from analysis.report import write_report
-    from emulator.runtime import start_spark
+    from emulator.runtime import start_spark, stop_spark, watch_executors
 
-    progress.status("analysis: starting Spark (RayDP)")
-    w0 = time.perf_counter()
-    spark = start_spark()
-    state.add_time("spark_start", time.perf_counter() - w0)
     meta = {"scenario": cfg.name, "nodes": cfg.nodes, "groups": cfg.groups,
             "topologies": cfg.topologies, "seed": cfg.seed, "shards": cfg.shards,
             "topology_source": cfg.topology["source"], "bootstrap": cfg.pastry["bootstrap"],
             "phases": cfg.phase_order}
-    progress.status("analysis: computing metrics in Spark")
-    summary = run_analysis(run_dir, spark, scenario_meta=meta,
-                           extra=_summary_extra(cfg, state), options=_analysis_options(cfg))
+    retries = int(cfg.run.get("retries", 0))
+    for attempt in range(retries + 1):
+        progress.status("analysis: starting Spark (RayDP)")
+        w0 = time.perf_counter()
+        spark = start_spark()
+        state.add_time("spark_start", time.perf_counter() - w0)
+        progress.status("analysis: computing metrics in Spark")
+        try:
+            with watch_executors(spark) as watch:
+                summary = run_analysis(run_dir, spark, scenario_meta=meta,
+                                       extra=_summary_extra(cfg, state),
+                                       options=_analysis_options(cfg))
+            break
+        except Exception as e:   # noqa: BLE001 - only a lost executor is retried
+            if not (watch["lost"] or spark_lost(e)) or attempt == retries:
+                raise
+            _warn(f"analysis: Spark lost an executor ({_first_line(e)}); restarting Spark "
+                  f"and the analysis (retry {attempt + 1} of {retries})")
+            with contextlib.suppress(Exception):
+                stop_spark()
     write_report(run_dir)
     return summary
+
+
+# What Spark and RayDP say when an executor (a Ray actor) or the driver's link to it died;
+# anything else (a bug, bad data) fails the same way again and is not retried.
+_SPARK_LOST = re.compile(r"ExecutorLostFailure|executor \S+ (?:lost|exited)|Lost executor|"
+                         r"SparkContext (?:was|has been) shut down|RayActorError|"
+                         r"Py4JNetworkError|Answer from Java side is empty|"
+                         r"Connection refused|Python worker exited unexpectedly|"
+                         r"Worker exited unexpectedly", re.IGNORECASE)
+
+
+def spark_lost(exc: BaseException) -> bool:
+    """True when `exc` (from the analysis) means Spark lost an executor or its JVM."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if _SPARK_LOST.search(f"{type(exc).__name__}: {exc}"):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+# ---- memory --------------------------------------------------------------------------------
+
+def check_memory(cfg: ScenarioConfig, *, force: bool = False, cluster: bool = False,
+                 total: int | None = None) -> None:
+    """Refuse (ScenarioError) a run whose memory estimate exceeds this machine's memory (or
+    the connected Ray cluster's), before it starts, rather than be killed by the OOM
+    killer hours in. `force` logs the estimate and goes on."""
+    from .memory import estimate_memory, format_bytes, machine_memory
+    need = estimate_memory(cfg)
+    have = machine_memory(cluster=cluster) if total is None else int(total)
+    where = "the Ray cluster's" if cluster else "this machine's"
+    if need["total"] <= have:
+        log.info("memory estimate %s of %s %s", format_bytes(need["total"]), where,
+                 format_bytes(have))
+        return
+    parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in need.items() if k != "total" and v)
+    msg = (f"run needs about {format_bytes(need['total'])} of memory ({parts}), more than "
+           f"{where} {format_bytes(have)}")
+    if force:
+        _warn(f"{msg}; going on (--force)")
+        return
+    raise ScenarioError(f"{msg}; use fewer nodes/groups, a cluster (--address), or --force "
+                        "to try anyway")
 
 
 # ---- entry point --------------------------------------------------------------------------
 
 def run_scenario(cfg, *, out: Path | None = None, address: str | None = None,
-                 resume: Path | None = None, progress: bool = True) -> Path:
+                 resume: Path | None = None, progress: bool = True,
+                 force: bool = False) -> Path:
     """Run `cfg` (a ScenarioConfig or a scenario name) and return the run directory.
 
     resume: a run directory of an interrupted run; its config.toml is used (cfg may be
     None) and completed phases are skipped by restoring the last checkpoint.
-    Raises ScenarioError on bad input; a failed run keeps its directory without COMPLETE
-    (or loses it entirely when it failed before any work was done).
+    force: run even when the memory estimate exceeds the machine's (or cluster's) memory.
+    Raises ScenarioError on bad input (and on a run that cannot fit), RunStopped when the
+    run stops for an outside reason (shard lost past run.retries, full disk); a
+    KeyboardInterrupt leaving here carries ``resume_command``. A failed run keeps its
+    directory without COMPLETE (or loses it entirely when it failed before any work).
     """
-    created = False
-    if resume is not None:
-        run_dir = Path(resume)
-        if not (run_dir / "config.toml").is_file():
-            raise ScenarioError(f"cannot resume {run_dir}: no config.toml there (not a run "
-                                "directory)")
-        if (run_dir / "COMPLETE").exists():
-            raise ScenarioError(f"run {run_dir} is already complete; nothing to resume")
-        given = cfg
-        cfg = load_scenario(str(run_dir / "config.toml"))
-        if isinstance(given, ScenarioConfig) and given != cfg:
-            # the run continues as it started; other options would change its results
-            log.warning("resume: using %s/config.toml, not the options given now", run_dir)
-    else:
-        if isinstance(cfg, str):
-            cfg = load_scenario(cfg)
-        if not isinstance(cfg, ScenarioConfig):
-            raise ScenarioError("run_scenario needs a ScenarioConfig (from load_scenario) or a "
-                                "scenario name")
+    embedded = not (address or os.environ.get("RAY_ADDRESS"))
+    cfg = _scenario_to_run(cfg, out, resume)
+    if embedded:
+        check_memory(cfg, force=force)        # before anything is written or started
+    from emulator.runtime import start_ray
+    start_ray(address)                        # a bad --address fails here, in seconds
+    if not embedded:
+        check_memory(cfg, force=force, cluster=True)
+    created = resume is None
+    if created:
         run_dir = _new_run_dir(cfg, out)
-        created = True
         (run_dir / "config.toml").write_text(cfg.to_toml())
+    else:
+        run_dir = Path(resume)
     handler = _setup_logging(run_dir)
     state = _State(run_dir / "state.json")
     if resume is not None:
@@ -645,8 +776,6 @@ def run_scenario(cfg, *, out: Path | None = None, address: str | None = None,
     started_work = bool(state.d["completed"])
     t_start = time.perf_counter()
     try:
-        from emulator.runtime import start_ray
-        start_ray(address)
         if cfg.shards == 0:  # one shard per CPU of the cluster; recorded for --resume
             import ray
             cpus = int(ray.cluster_resources().get("CPU", 1))
@@ -672,13 +801,50 @@ def run_scenario(cfg, *, out: Path | None = None, address: str | None = None,
             _remove(run_dir, handler)
             handler = None
         raise
+    except OSError as e:
+        if e.errno not in _STORAGE_ERRNOS:
+            log.exception("run failed (resume with %s)", resume_command(run_dir))
+            raise
+        log.exception("a write failed: the run stops")
+        raise RunStopped(f"cannot write {e.filename or 'to the run directory'}: "
+                         f"{e.strerror or e}", run_dir) from None
+    except KeyboardInterrupt as e:
+        log.warning("interrupted (resume with %s)", resume_command(run_dir))
+        e.resume_command = resume_command(run_dir)
+        raise
     except BaseException:
-        log.exception("run failed (resume with --resume %s)", run_dir)
+        log.exception("run failed (resume with %s)", resume_command(run_dir))
         raise
     finally:
         if handler is not None:
             log.removeHandler(handler)
             handler.close()
+
+
+def _scenario_to_run(cfg, out: Path | None, resume: Path | None) -> ScenarioConfig:
+    """The validated configuration: the resumed run's config.toml, or `cfg` (a config or a
+    scenario name) for a new run whose --out must be new or empty."""
+    if resume is not None:
+        run_dir = Path(resume)
+        if not (run_dir / "config.toml").is_file():
+            raise ScenarioError(f"cannot resume {run_dir}: no config.toml there (not a run "
+                                "directory)")
+        if (run_dir / "COMPLETE").exists():
+            raise ScenarioError(f"run {run_dir} is already complete; nothing to resume")
+        resumed = load_scenario(str(run_dir / "config.toml"))
+        if isinstance(cfg, ScenarioConfig) and cfg != resumed:
+            # the run continues as it started; other options would change its results
+            log.warning("resume: using %s/config.toml, not the options given now", run_dir)
+        return resumed
+    if isinstance(cfg, str):
+        cfg = load_scenario(cfg)
+    if not isinstance(cfg, ScenarioConfig):
+        raise ScenarioError("run_scenario needs a ScenarioConfig (from load_scenario) or a "
+                            "scenario name")
+    if out is not None and Path(out).exists() and any(Path(out).iterdir()):
+        raise ScenarioError(f"output directory {out} exists and is not empty; choose "
+                            "another --out or use --resume to continue it")
+    return cfg
 
 
 def _has_work(run_dir: Path, started: bool) -> bool:

@@ -24,7 +24,7 @@ import pytest  # noqa: E402
 
 @pytest.fixture(scope="session")
 def quick_run(tmp_path_factory):
-    """(run directory, scenario stdout) of one small `quick` run over two seeds, made
+    """(run directory, scenario stdout, scenario stderr) of one small `quick` run over two seeds, made
     through the CLI once per session and shared by tests/test_cli.py and tests/test_report.py
     (a scenario run costs a Ray and a Spark start; tests may re-analyze it, not break it)."""
     out = tmp_path_factory.mktemp("quick") / "run"
@@ -35,4 +35,4 @@ def quick_run(tmp_path_factory):
                           "--no-progress"], capture_output=True, text=True, timeout=900,
                          cwd=ROOT, env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    return out, res.stdout
+    return out, res.stdout, res.stderr

@@ -202,9 +202,14 @@ def test_scenario_malformed_toml(tmp_path):
 @needs_scenarios
 @pytest.mark.slow
 def test_quick_scenario_end_to_end(quick_run):
-    out, stdout = quick_run     # conftest.py: quick --nodes 300 --groups 5 --seeds 1..2
+    out, stdout, stderr = quick_run   # conftest.py: quick --nodes 300 --groups 5 --seeds 1..2
     assert (out / "COMPLETE").is_file()
     assert str(out) in stdout
+    # a clean console: no Ray/Spark log lines (e.g. `gcs_client.cc:96: GcsClient has no
+    # Cluster ID set`), only our own warnings on stderr
+    foreign = [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith("warning: ")]
+    assert not foreign, stderr[-3000:]
+    assert "gcs_client" not in stdout and "WARN" not in stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["nodes"] == 300 and summary["groups"] == 5 and summary["topologies"] == 2
     assert (out / "config.toml").is_file() and any((out / "metrics").glob("*.csv"))

@@ -237,7 +237,7 @@ def test_seeds_range():
 @pytest.fixture
 def two_seed_run(quick_run):
     """conftest.py's shared run: quick --nodes 300 --groups 5 --seeds 1..2."""
-    return quick_run
+    return quick_run[:2]
 
 
 @needs_scenarios

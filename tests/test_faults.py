@@ -1,0 +1,296 @@
+"""Faults a run survives, on the real runtime (one embedded Ray + Spark for the module):
+
+- nothing the run starts listens beyond 127.0.0.1 (Ray head, raylet, agents, workers,
+  Spark driver, RayDP master and executors);
+- a shard process SIGKILLed mid-phase is replaced and the phase replayed from the last
+  checkpoint: the finished run equals an unharmed one;
+- the driver SIGKILLed mid-phase: `--resume` finishes the run with identical results;
+- Ctrl-C stops cleanly (no Ray or Java process left), printing the resume command;
+- a checkpoint write failing with ENOSPC stops the run with one line, keeps the completed
+  phases, and `--resume` continues once the write works again;
+- (skipped, not survived yet) a Spark executor killed during the analysis.
+
+Slow: small `quick` runs (300 nodes, 10 groups, 2 shards)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+from test_cli import CLI
+from test_scenario_quick import METRIC_KEYS, deliveries, same, summary
+
+from scenarios import load_scenario, run_scenario
+from scenarios import runner as runner_mod
+
+pytestmark = pytest.mark.slow
+
+NODES, GROUPS = 300, 10
+LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+
+
+def cfg(*sets):
+    return load_scenario("quick", nodes=NODES, groups=GROUPS, shards=2, sets=list(sets))
+
+
+@pytest.fixture(scope="module")
+def session():
+    from emulator.runtime import start_ray, stop_ray
+    stop_ray()
+    start_ray(num_cpus=2)
+    yield
+    stop_ray()
+
+
+@pytest.fixture(scope="module")
+def reference(session, tmp_path_factory):
+    """An unharmed run (it also leaves this module's Spark session running)."""
+    return run_scenario(cfg(), out=tmp_path_factory.mktemp("ref") / "run", progress=False)
+
+
+def assert_same_results(run_dir: Path, ref: Path) -> None:
+    assert (run_dir / "COMPLETE").is_file()
+    s, r = summary(run_dir), summary(ref)
+    for k in METRIC_KEYS:
+        same(s[k], r[k], k)
+    assert np.array_equal(deliveries(run_dir), deliveries(ref))
+
+
+# ---- open ports -----------------------------------------------------------------------------
+
+def run_processes() -> list[psutil.Process]:
+    """This process, everything it started, and the processes of its Ray session (other
+    Ray clusters on the machine are not ours and are left out)."""
+    import ray
+    me = psutil.Process()
+    procs = {p.pid: p for p in [me, *me.children(recursive=True)]}
+    session_dir = ray._private.worker._global_node.get_session_dir_path()
+    for p in psutil.process_iter(["cmdline"]):
+        if any(session_dir in a for a in (p.info["cmdline"] or [])):
+            procs.setdefault(p.pid, p)
+            for c in tree(p.pid):
+                procs.setdefault(c.pid, c)
+    return list(procs.values())
+
+
+def test_nothing_listens_beyond_loopback(reference):
+    from emulator import runtime
+    assert runtime.ray_is_local() and runtime._state["spark"] is not None  # Spark is up
+    listening, kinds = [], set()
+    for p in run_processes():
+        try:
+            conns = p.net_connections(kind="inet")
+            name = " ".join(p.cmdline())[:120]
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        for c in conns:
+            if c.status == psutil.CONN_LISTEN:
+                listening.append((c.laddr.ip, c.laddr.port, p.pid, name))
+                kinds.add("java" if "java" in name else "ray" if "ray" in name else "other")
+    assert {"java", "ray"} <= kinds, listening      # Spark's JVMs and Ray's processes seen
+    exposed = [x for x in listening if x[0] not in LOOPBACK]
+    assert not exposed, exposed
+
+
+# ---- a shard process dies ----------------------------------------------------------------
+
+def test_shard_killed_mid_phase_is_replayed_to_the_same_results(reference, tmp_path,
+                                                                monkeypatch):
+    import ray
+
+    from emulator.driver import Emulator
+    real_get = Emulator._get
+    calls = {"join": 0, "killed": []}
+
+    def get_and_kill(self, refs, what):
+        if what == "phase 'join'" and not calls["killed"]:
+            calls["join"] += 1
+            if calls["join"] == 2:           # a window or two into the phase
+                pid = ray.get(self._actors[1].__ray_call__.remote(lambda a: os.getpid()))
+                os.kill(pid, signal.SIGKILL)
+                calls["killed"].append(pid)
+        return real_get(self, refs, what)
+
+    monkeypatch.setattr(Emulator, "_get", get_and_kill)
+    out = run_scenario(cfg(), out=tmp_path / "run", progress=False)
+    assert calls["killed"], "the join phase never reached its second window"
+    log = (out / "run.log").read_text()
+    assert "shard 1 crashed during phase 'join'" in log and "retry 1 of 2" in log
+    assert_same_results(out, reference)
+
+
+def test_shard_lost_past_the_retries_names_the_resume_command(session, tmp_path,
+                                                             monkeypatch):
+    import ray
+
+    from emulator.driver import Emulator
+    real_get = Emulator._get
+
+    killed = set()
+
+    def always_kill(self, refs, what):
+        if what == "phase 'create'" and id(self) not in killed:   # each new set of shards
+            killed.add(id(self))
+            pid = ray.get(self._actors[0].__ray_call__.remote(lambda a: os.getpid()))
+            os.kill(pid, signal.SIGKILL)
+        return real_get(self, refs, what)
+
+    monkeypatch.setattr(Emulator, "_get", always_kill)
+    out = tmp_path / "run"
+    with pytest.raises(runner_mod.RunStopped) as e:
+        run_scenario(cfg("run.retries=1"), out=out, progress=False)
+    msg = str(e.value)
+    assert len(killed) == 2                                   # the first try and one retry
+    assert "shard 0 crashed during phase 'create'" in msg and "run.retries = 1" in msg
+    assert msg.endswith(f"resume with: python cli.py scenario --resume {out}")
+    assert json.loads((out / "state.json").read_text())["completed"]["0"] == ["bootstrap"]
+
+
+# ---- the driver dies, or is interrupted -------------------------------------------------------
+
+def start_cli(*args) -> subprocess.Popen:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    env.pop("SCRIBE_EMU_DEBUG", None)
+    return subprocess.Popen([sys.executable, str(CLI), *map(str, args)], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+
+
+def wait_for(predicate, proc: subprocess.Popen, timeout: float = 240.0):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        got = predicate()
+        if got:
+            return got
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended first: {proc.returncode} {proc.stderr.read()[-2000:]}")
+        time.sleep(0.05)
+    pytest.fail("timed out")
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def name(p: psutil.Process) -> str:
+    try:
+        return p.name()
+    except psutil.Error:
+        return ""
+
+
+def reap(procs: list[psutil.Process], timeout: float = 30.0) -> list[psutil.Process]:
+    """Wait for `procs` to end; return those still alive (then killed, to leave nothing)."""
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def completed(out: Path) -> list[str]:
+    try:
+        return json.loads((out / "state.json").read_text())["completed"].get("0", [])
+    except (OSError, ValueError):
+        return []
+
+
+def test_driver_killed_mid_phase_resumes_to_identical_results(reference, tmp_path):
+    out = tmp_path / "run"
+    proc = start_cli("scenario", "quick", "--nodes", NODES, "--groups", GROUPS, "--shards", 2,
+                     "--out", out, "--no-progress")
+    done = wait_for(lambda: completed(out), proc)
+    children = tree(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    reap(children, timeout=10)
+    assert not (out / "COMPLETE").exists()
+    left = completed(out)
+    assert left[: len(done)] == done and len(left) < len(cfg().phase_order), left
+    assert run_scenario(None, resume=out, progress=False) == out
+    assert_same_results(out, reference)
+
+
+def test_ctrl_c_stops_cleanly_and_prints_the_resume_command(tmp_path):
+    out = tmp_path / "run"
+    proc = start_cli("scenario", "quick", "--nodes", NODES, "--groups", GROUPS, "--shards", 2,
+                     "--out", out, "--no-progress")
+
+    def spark_started():
+        kids = tree(proc.pid)
+        return kids if any(name(p) == "java" for p in kids) else None
+
+    children = wait_for(spark_started, proc)
+    os.killpg(proc.pid, signal.SIGINT)            # what a terminal's Ctrl-C does
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert lines[-1] == f"interrupted; resume with: python cli.py scenario --resume {out}", err
+    # a clean console: only our own lines (no Ray/Spark log lines) on stderr
+    assert all(ln.startswith(("warning:", "interrupted")) for ln in lines), err
+    left = reap(children, timeout=30)
+    assert not left, [" ".join(p.cmdline()[:3]) for p in left if p.is_running()]
+
+
+# ---- storage ----------------------------------------------------------------------------------
+
+def test_full_disk_stops_with_one_line_and_resume_continues(reference, tmp_path, monkeypatch):
+    real_save = runner_mod._State.save
+
+    def save_until_join(self):
+        if "join" in self.d["completed"].get("0", []):
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+        real_save(self)
+
+    monkeypatch.setattr(runner_mod._State, "save", save_until_join)
+    out = tmp_path / "run"
+    with pytest.raises(runner_mod.RunStopped) as e:
+        run_scenario(cfg(), out=out, progress=False)
+    msg = str(e.value)
+    assert "\n" not in msg and "No space left on device" in msg and "state.json" in msg
+    assert msg.endswith(f"resume with: python cli.py scenario --resume {out}")
+    assert completed(out) == ["bootstrap", "create"]          # completed phases kept
+    assert (out / "checkpoints" / "create" / "driver.json").is_file()
+    monkeypatch.setattr(runner_mod._State, "save", real_save)  # space is back
+    assert run_scenario(None, resume=out, progress=False) == out
+    assert_same_results(out, reference)
+
+
+# ---- Spark loses an executor ------------------------------------------------------------------
+
+@pytest.mark.skip(reason="not survived yet: after its executor JVM is SIGKILLed, RayDP gives "
+                  "Spark no new executor and the analysis waited > 2.5 min without an error; "
+                  "the executor watchdog did not fire in that time (docs/faults.md)")
+def test_lost_spark_executor_reruns_the_analysis(reference, tmp_path, monkeypatch):
+    import analysis
+    real = analysis.run_analysis
+    killed = []
+
+    def kill_executor_first(*args, **kwargs):
+        if not killed:
+            execs = [p for p in run_processes() if name(p) == "java"
+                     and any("DefaultWorker" in a for a in p.cmdline())]
+            assert execs, "no RayDP executor JVM found"
+            for p in execs:
+                p.kill()
+                killed.append(p.pid)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(analysis, "run_analysis", kill_executor_first)
+    out = run_scenario(cfg(), out=tmp_path / "run", progress=False)
+    assert killed
+    assert_same_results(out, reference)

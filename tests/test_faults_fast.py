@@ -1,0 +1,140 @@
+"""Faults that must be refused in seconds, before Ray or Spark start: a bad --address
+(closed port, not a Ray head, another Ray version), a run that cannot fit in memory, and
+the one-line messages of a stopped run. No Ray cluster is started here."""
+
+from __future__ import annotations
+
+import errno
+import socket
+import threading
+import time
+
+import pytest
+from test_cli import assert_bad_input, run_cli
+
+from emulator import runtime
+from scenarios import ScenarioError, load_scenario
+from scenarios import runner as runner_mod
+from scenarios.memory import estimate_memory
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.fixture
+def silent_server():
+    """A TCP port that accepts connections and never answers (not a Ray head)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    held = []
+
+    def accept():
+        while True:
+            try:
+                held.append(srv.accept()[0])
+            except OSError:
+                return
+    threading.Thread(target=accept, daemon=True).start()
+    yield srv.getsockname()[1]
+    srv.close()
+    for c in held:
+        c.close()
+
+
+def test_closed_port_fails_at_once():
+    t0 = time.monotonic()
+    with pytest.raises(runtime.RuntimeSetupError, match="Connection refused") as e:
+        runtime.check_cluster_address(f"127.0.0.1:{_closed_port()}")
+    assert time.monotonic() - t0 < 5 and "\n" not in str(e.value)
+
+
+def test_port_that_is_not_a_ray_head_fails_within_the_timeout(silent_server):
+    t0 = time.monotonic()
+    with pytest.raises(runtime.RuntimeSetupError, match="not a Ray head"):
+        runtime.check_cluster_address(f"127.0.0.1:{silent_server}", timeout=3)
+    assert time.monotonic() - t0 < 8
+
+
+def test_malformed_address_is_refused():
+    with pytest.raises(runtime.RuntimeSetupError, match="expected host:port"):
+        runtime.check_cluster_address("head-node")
+
+
+def test_other_ray_or_python_version_is_named():
+    import platform
+
+    import ray
+    assert runtime.version_mismatch({"ray_version": ray.__version__,
+                                     "python_version": platform.python_version()}) is None
+    msg = runtime.version_mismatch({"ray_version": "2.9.3",
+                                    "python_version": platform.python_version()})
+    assert "Ray 2.9.3" in msg and ray.__version__ in msg
+    msg = runtime.version_mismatch({"ray_version": ray.__version__, "python_version": "3.10.1"})
+    assert "Python 3.10.1" in msg
+
+
+def test_cli_bad_address_is_one_line_exit_2_within_15_s(tmp_path):
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    res = run_cli("scenario", "quick", "--nodes", "300", "--groups", "10", "--no-progress",
+                  "--address", f"127.0.0.1:{_closed_port()}", "--out", out, timeout=60)
+    assert time.monotonic() - t0 < 15
+    assert_bad_input(res, "cannot connect to the Ray cluster", "Connection refused")
+    assert not out.exists()                 # nothing written for a run that never started
+
+
+def test_memory_estimate_grows_with_the_run():
+    small = estimate_memory(load_scenario("quick", nodes=300, groups=10))
+    big = estimate_memory(load_scenario("quick", nodes=100_000, groups=1500))
+    proto = estimate_memory(load_scenario("quick", nodes=100_000, groups=1500,
+                                          bootstrap="protocol"))
+    assert small["total"] < big["total"] < proto["total"]
+    assert big["node state"] > 100 * small["node state"]
+
+
+def test_run_that_cannot_fit_is_refused_unless_forced(monkeypatch):
+    cfg = load_scenario("quick", nodes=300, groups=10)
+    with pytest.raises(ScenarioError, match=r"needs about .* more than this machine's 1\.0 GB"):
+        runner_mod.check_memory(cfg, total=1024**3)
+    runner_mod.check_memory(cfg, total=1024**3, force=True)        # a warning, no error
+    runner_mod.check_memory(cfg, total=1024**4)
+
+
+def test_cli_absurd_size_is_refused_quickly(tmp_path):
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    res = run_cli("scenario", "quick", "--nodes", "1000000000", "--groups", "10",
+                  "--no-progress", "--out", out, timeout=60)
+    assert time.monotonic() - t0 < 15
+    line = assert_bad_input(res, "memory", "this machine's", "--force")
+    assert "TB" in line
+    assert not out.exists()
+
+
+def test_stopped_run_names_the_resume_command(tmp_path):
+    e = runner_mod.RunStopped("cannot write x: No space left on device", tmp_path)
+    assert str(e).endswith(f"resume with: python cli.py scenario --resume {tmp_path}")
+    assert errno.ENOSPC in runner_mod._STORAGE_ERRNOS
+
+
+def test_resume_needs_no_scenario_name(tmp_path):
+    res = run_cli("scenario", timeout=60)
+    assert_bad_input(res, "missing scenario NAME", "--resume")
+    res = run_cli("scenario", "--resume", tmp_path / "nope", timeout=60)
+    assert_bad_input(res, "no such run directory")
+
+
+def test_spark_executor_loss_is_recognised():
+    lost = RuntimeError("Job aborted due to stage failure: Task 0 in stage 3.0 failed 4 "
+                        "times, most recent failure: ExecutorLostFailure (executor 0 exited)")
+    assert runner_mod.spark_lost(lost)
+    wrapped = ValueError("analysis failed")
+    wrapped.__cause__ = lost
+    assert runner_mod.spark_lost(wrapped)
+    assert not runner_mod.spark_lost(KeyError("rad"))
