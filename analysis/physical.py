@@ -13,6 +13,9 @@ predecessor chains together, one numpy step per hop, so no Python work is done p
 from __future__ import annotations
 
 import os
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -32,13 +35,12 @@ def default_reader(path: Path):
     return read(path)
 
 
-def load_topology(run_dir: str | Path, topo: int, reader=None):
-    """Load (once per process, keyed by path and mtime) the topology of index `topo`.
+def read_cached(path: str | Path, reader=None):
+    """Load (once per process, keyed by path and mtime) the topology file at `path`.
 
     reader(path) -> topology; default `topologies.load_topology`. It runs in Spark workers,
-    so it must be picklable (a module-level function).
-    """
-    path = topology_path(run_dir, topo)
+    so it must be picklable (a module-level function)."""
+    path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"topology file {path} is missing (needed for delays and routes)")
     key = (str(path), os.stat(path).st_mtime_ns)
@@ -50,13 +52,78 @@ def load_topology(run_dir: str | Path, topo: int, reader=None):
     return topology
 
 
-def by_topology(df):
-    """`df` (a Spark DataFrame with a `topo` column) sorted by topology within each
-    partition, for mapInPandas stages that load topologies: a worker keeps one topology in
-    memory (~150 MB for ts5050 with 10^5 hosts), so batches mixing topologies would reload
-    it for every batch (a 10-topology run spent minutes that way). Sorting, not
-    repartitioning by topology, keeps a one-topology run spread over every core."""
-    return df.sortWithinPartitions("topo")
+def load_topology(run_dir: str | Path, topo: int, reader=None):
+    """The topology of index `topo` of a run directory (cached per process)."""
+    return read_cached(topology_path(run_dir, topo), reader)
+
+
+@dataclass(frozen=True)
+class TopologyFiles:
+    """How Spark tasks reach the run's topology files (a small picklable handle).
+
+    `shipped` empty: tasks read the driver's paths (embedded Ray, or a run directory on a
+    filesystem every node mounts). Otherwise the driver registered each file with
+    `SparkContext.addFile` under the name `shipped[t]`, and tasks read their local copy
+    (`SparkFiles.get`), so no task needs a path that exists only on the driver's disk.
+    """
+
+    paths: dict[int, str]
+    shipped: dict[int, str] = field(default_factory=dict)
+    reader: Callable | None = None
+
+    def load(self, topo: int):
+        topo = int(topo)
+        if self.shipped:
+            from pyspark import SparkFiles
+            return read_cached(SparkFiles.get(self.shipped[topo]), self.reader)
+        return read_cached(self.paths[topo], self.reader)
+
+
+def ship_topologies(spark, run_dir: str | Path, indices: list[int], reader=None,
+                    ship: bool = False) -> TopologyFiles:
+    """A TopologyFiles for the run; ship=True registers the files with addFile (under
+    names unique to this file and its mtime, so two runs in one session do not clash)."""
+    paths = {t: str(topology_path(run_dir, t).resolve()) for t in indices}
+    if not ship:
+        return TopologyFiles(paths, {}, reader)
+    import hashlib
+    import tempfile
+    stage = Path(tempfile.mkdtemp(prefix="scribe-emu-topologies-"))
+    shipped = {}
+    for t, p in paths.items():
+        tag = hashlib.sha1(f"{p}:{os.stat(p).st_mtime_ns}".encode()).hexdigest()[:12]
+        name = f"{tag}-topo-{t}.npz"
+        (stage / name).symlink_to(p)
+        spark.sparkContext.addFile(str(stage / name))
+        shipped[t] = name
+    return TopologyFiles(paths, shipped, reader)
+
+
+def topology_numbers(path: str | Path, reader=None) -> dict:
+    """n_links, n_hosts, lan_base, has_paths of a topology file, from the array headers of
+    the .npz (no array data is read; a 154 MB ts5050 file costs microseconds). A custom
+    reader (tests) or a file of another layout is loaded whole instead."""
+    if reader is None:
+        with zipfile.ZipFile(path) as z:
+            names = set(z.namelist())
+            if {"edge_src.npy", "host_router.npy"} <= names:
+                n_edges = _npy_length(z, "edge_src.npy")
+                n_hosts = _npy_length(z, "host_router.npy")
+                n_links = 2 * n_edges + 2 * n_hosts
+                return {"n_links": n_links, "n_hosts": n_hosts, "lan_base": 2 * n_edges,
+                        "has_paths": "site_latency_us.npy" not in names}
+    topo = read_cached(path, reader)
+    return {"n_links": int(topo.n_links), "n_hosts": int(topo.n_hosts),
+            "lan_base": lan_base(topo), "has_paths": bool(topo.has_paths)}
+
+
+def _npy_length(z: zipfile.ZipFile, name: str) -> int:
+    with z.open(name) as f:
+        version = np.lib.format.read_magic(f)
+        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)
+        shape, _, _ = read(f)
+    return int(shape[0]) if shape else 0
 
 
 def lan_base(topo) -> int:
