@@ -1,10 +1,11 @@
 """`run_analysis`: every metric of a run directory, as CSVs, figures and summary.json.
 
-Each section is one Spark job (a declarative plan whose per-row work is numpy inside
-grouped maps, see the section modules) whose result is collected to the driver with Arrow;
-the driver computes the summaries from the collected tables, writes every CSV itself
-(`analysis.output.write_frame`) and the figures. Sections run one after the other; their
-Spark jobs use every executor core.
+Each section is one Spark job or a few (declarative plans whose per-row work is numpy
+inside grouped maps, see the section modules) whose results are collected to the driver
+with Arrow; the driver computes the summaries from the collected tables, writes every CSV
+itself (`analysis.output.write_frame`) and the figures. All sections' jobs are submitted
+together (Spark runs them on every executor core), the driver finishes the sections in
+order as their results arrive; churn (only in churn runs) follows.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -116,11 +118,16 @@ def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list]
     ctx = _Context(spark, run_dir, refs, ev, files, meta, options)
     timing: dict[str, float] = {}
     results = {}
-    for name, section in (("delay_penalty", _delay_section), ("node_stress", _node_section),
-                          ("link_stress", _link_section), ("overlay", _overlay_section)):
-        t0 = time.perf_counter()
-        results.update(section(ctx))
-        timing[name] = time.perf_counter() - t0
+    # Every section's Spark jobs are submitted at once (one driver thread each): the
+    # executors stay busy while the driver writes the previous section's CSVs and figures.
+    # A section's time runs from the end of the previous one until its outputs are written.
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="analysis") as pool:
+        pending = [(name, finish, {k: pool.submit(collect, df) for k, df in plan(ctx).items()})
+                   for name, plan, finish in SECTIONS]
+        for name, finish, futures in pending:
+            t0 = time.perf_counter()
+            results.update(finish(ctx, {k: f.result() for k, f in futures.items()}))
+            timing[name] = time.perf_counter() - t0
     churn_summary = None
     if _has_rows(run_dir, refs, ev, "publish") or _has_rows(run_dir, refs, ev, "node_event"):
         t0 = time.perf_counter()
@@ -153,8 +160,12 @@ def _has_rows(run_dir: Path, refs, ev, table: str) -> bool:
     return any(pq.ParquetFile(p).metadata.num_rows > 0 for p in parquet_files(run_dir, table))
 
 
-def _delay_section(c: _Context) -> dict:
-    rows = collect(delay.delay_rows(c.ev["delivery"], c.ev["group"], c.files, c.buckets))
+def _delay_plan(c: _Context) -> dict[str, DataFrame]:
+    return {"rows": delay.delay_rows(c.ev["delivery"], c.ev["group"], c.files, c.buckets)}
+
+
+def _delay_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
+    rows = got["rows"]
     by_group = delay.by_group_frame(rows)
     rdp = delay.rdp_frame(rows)
     dp_pd = delay.delay_penalty_summary(by_group)
@@ -169,10 +180,13 @@ def _delay_section(c: _Context) -> dict:
     return {"dp_pd": dp_pd, "rdp_pd": rdp_pd}
 
 
-def _node_section(c: _Context) -> dict:
-    stress = collect(node_stress.node_stress_rows(c.ev["tree_edge"], c.ev["host"],
-                                                  c.ev["membership"]))
-    stress = stress.astype({"topo": "int64", "node": "int64", "children_tables": "int64",
+def _node_plan(c: _Context) -> dict[str, DataFrame]:
+    return {"stress": node_stress.node_stress_rows(c.ev["tree_edge"], c.ev["host"],
+                                                   c.ev["membership"])}
+
+
+def _node_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
+    stress = got["stress"].astype({"topo": "int64", "node": "int64", "children_tables": "int64",
                             "children_entries": "int64"})
     ns_pd = node_stress.node_stress_summary(stress)
     hist = node_stress.node_stress_histogram(stress)
@@ -185,9 +199,14 @@ def _node_section(c: _Context) -> dict:
     return {"ns_pd": ns_pd}
 
 
-def _link_section(c: _Context) -> dict:
-    loads = collect(link_stress.link_loads(c.ev["message"], c.ev["membership"], c.ev["group"],
-                                           c.options.traffic, c.files, c.meta, c.buckets))
+def _link_plan(c: _Context) -> dict[str, DataFrame]:
+    return {"loads": link_stress.link_loads(c.ev["message"], c.ev["membership"],
+                                            c.ev["group"], c.options.traffic, c.files,
+                                            c.meta, c.buckets)}
+
+
+def _link_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
+    loads = got["loads"]
     stress = link_stress.link_stress_frame(loads, c.meta)
     ls_pd = link_stress.link_stress_summary(loads, stress, c.meta)
     hist = link_stress.link_stress_histogram(stress)
@@ -199,14 +218,19 @@ def _link_section(c: _Context) -> dict:
     return {"ls_pd": ls_pd}
 
 
-def _overlay_section(c: _Context) -> dict:
+def _overlay_plan(c: _Context) -> dict[str, DataFrame]:
+    ev = c.ev
+    return {"routes": overlay.route_counts(ev["route"]),
+            "counts": overlay.message_counts(ev["message"]),
+            "logged": ev["message_type"].select("type", "name"),
+            "probes": overlay.probe_counts(ev["probe"], ev["membership"]),
+            "groups": overlay.group_table(ev["group"], ev["membership"])}
+
+
+def _overlay_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
     names = c.options.type_names
-    routes = collect(overlay.route_counts(c.ev["route"]))
-    counts = collect(overlay.message_counts(c.ev["message"]))
-    logged = collect(c.ev["message_type"].select("type", "name"))
-    probes = collect(overlay.probe_counts(c.ev["probe"], c.ev["membership"]))
-    groups_pd = collect(overlay.group_table(c.ev["group"], c.ev["membership"])).astype(
-        {"topo": "int64", "group": "int64", "members": "int64"})
+    routes, counts, logged, probes = got["routes"], got["counts"], got["logged"], got["probes"]
+    groups_pd = got["groups"].astype({"topo": "int64", "group": "int64", "members": "int64"})
     probes_pd = overlay.probes_per_join(probes)
     write_frame(overlay.overlay_hops_histogram(routes), c.metrics / "overlay_hops.csv",
                 ["topo", "phase", "type", "hops"])
@@ -220,6 +244,12 @@ def _overlay_section(c: _Context) -> dict:
         figures.group_size_by_rank(groups_pd, c.figs / "group_size_by_rank.png")
     return {"groups_pd": groups_pd, "probes_pd": probes_pd,
             "route_means": overlay.route_means(routes)}
+
+
+SECTIONS = (("delay_penalty", _delay_plan, _delay_section),
+            ("node_stress", _node_plan, _node_section),
+            ("link_stress", _link_plan, _link_section),
+            ("overlay", _overlay_plan, _overlay_section))
 
 
 def churn_bucket_us(messages_span_us: int, requested: int | None) -> int:
