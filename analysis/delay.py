@@ -88,8 +88,8 @@ def group_delays(deliveries: pd.DataFrame, group_rows: pd.DataFrame, topo) -> pd
     max_ip = np.full(len(v3), np.iinfo(np.int64).min, np.int64)
     np.maximum.at(max_ip, grp, ip_us)
     attrs = _group_attributes(group_rows)
-    rank = attrs["rank"].reindex(g3).to_numpy()
-    size = attrs["size"].reindex(g3).to_numpy()
+    rank = attrs["rank"].reindex(g3).to_numpy(np.float64, na_value=np.nan)
+    size = attrs["size"].reindex(g3).to_numpy(np.float64, na_value=np.nan)
     per_group = pd.DataFrame({
         "kind": 0, "topo": t, "variant": v3, "group": g3, "member": None, "rank": rank,
         "size": size, "members": members, "mean_scribe_us": mean_scribe,
@@ -102,6 +102,8 @@ def group_delays(deliveries: pd.DataFrame, group_rows: pd.DataFrame, topo) -> pd
         "rank": 1, "size": None, "members": None, "mean_scribe_us": None,
         "mean_ip_us": None, "max_scribe_us": None, "max_ip_us": None,
         "scribe_us": scribe_us[sel], "ip_us": ip_us[sel]})
+    if not len(per_member):
+        return per_group[_DELAY_COLUMNS]
     return pd.concat([per_group, per_member], ignore_index=True)[_DELAY_COLUMNS]
 
 
