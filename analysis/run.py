@@ -84,7 +84,9 @@ class _Context:
     def __init__(self, spark, run_dir, refs, ev, files, meta, options):
         self.spark, self.run_dir, self.refs, self.ev, self.files = spark, run_dir, refs, ev, files
         self.meta, self.options = meta, options
-        self.buckets = max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
+        # group buckets of the grouped maps: a few per shuffle partition, so that hashing
+        # (topo, bucket) keys onto partitions leaves no core idle
+        self.buckets = 4 * max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
         self.metrics, self.figs = run_dir / "metrics", run_dir / "figures"
 
 
