@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from analysis import churn, delay, figures, link_stress, node_stress, overlay
 from analysis.load import load_events, logged_topologies, parquet_files
 from analysis.output import write_frame, write_json
+from analysis.overlay import CREATE_TYPE  # noqa: F401  (re-exported; tests compare it with actors/)
 from analysis.physical import ship_topologies, topology_numbers, topology_path
 from analysis.schema import BASELINES, AnalysisOptions
 from analysis.stats import exact_mean, with_topology_mean
