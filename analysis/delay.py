@@ -90,21 +90,25 @@ def group_delays(deliveries: pd.DataFrame, group_rows: pd.DataFrame, topo) -> pd
     attrs = _group_attributes(group_rows)
     rank = attrs["rank"].reindex(g3).to_numpy(np.float64, na_value=np.nan)
     size = attrs["size"].reindex(g3).to_numpy(np.float64, na_value=np.nan)
-    per_group = pd.DataFrame({
-        "kind": 0, "topo": t, "variant": v3, "group": g3, "member": None, "rank": rank,
-        "size": size, "members": members, "mean_scribe_us": mean_scribe,
-        "mean_ip_us": ip_sum.astype(np.float64) / members, "max_scribe_us": max_scribe,
-        "max_ip_us": max_ip.astype(np.float64), "scribe_us": None, "ip_us": None})
-    rank1 = set(attrs.index[attrs["rank"] == 1].tolist())
-    sel = np.isin(g2, list(rank1))
-    per_member = pd.DataFrame({
-        "kind": 1, "topo": t, "variant": v2[sel], "group": g2[sel], "member": m2[sel],
-        "rank": 1, "size": None, "members": None, "mean_scribe_us": None,
-        "mean_ip_us": None, "max_scribe_us": None, "max_ip_us": None,
-        "scribe_us": scribe_us[sel], "ip_us": ip_us[sel]})
-    if not len(per_member):
-        return per_group[_DELAY_COLUMNS]
-    return pd.concat([per_group, per_member], ignore_index=True)[_DELAY_COLUMNS]
+    rank1 = attrs.index[attrs["rank"] == 1].to_numpy(np.int64)
+    sel = np.isin(g2, rank1)
+    n_g, n_m = len(v3), int(sel.sum())
+
+    def both(per_group, per_member):   # kind-0 rows then kind-1 rows; NaN = null
+        return np.concatenate([np.asarray(per_group, np.float64),
+                               np.asarray(per_member, np.float64)])
+
+    none_g, none_m = np.full(n_g, np.nan), np.full(n_m, np.nan)
+    return pd.DataFrame({
+        "kind": np.r_[np.zeros(n_g, np.int8), np.ones(n_m, np.int8)], "topo": t,
+        "variant": np.concatenate([v3.astype(object), v2[sel].astype(object)]),
+        "group": np.concatenate([g3, g2[sel]]), "member": both(none_g, m2[sel]),
+        "rank": both(rank, np.ones(n_m)), "size": both(size, none_m),
+        "members": both(members, none_m), "mean_scribe_us": both(mean_scribe, none_m),
+        "mean_ip_us": both(ip_sum.astype(np.float64) / members, none_m),
+        "max_scribe_us": both(max_scribe, none_m), "max_ip_us": both(max_ip, none_m),
+        "scribe_us": both(none_g, scribe_us[sel]), "ip_us": both(none_g, ip_us[sel])},
+        columns=_DELAY_COLUMNS)
 
 
 def _group_attributes(group_rows: pd.DataFrame) -> pd.DataFrame:

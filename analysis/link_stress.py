@@ -182,4 +182,4 @@ def link_stress_histogram(stress: pd.DataFrame) -> pd.DataFrame:
     """
     out = (stress.groupby(["topo", "traffic", "stress"], sort=True, observed=True).size()
            .reset_index(name="links"))
-    return out.astype({"topo": "int64", "stress": "int64", "links": "int64"})
+    return out.astype({"topo": "int64", "traffic": str, "stress": "int64", "links": "int64"})
