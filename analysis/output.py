@@ -58,8 +58,10 @@ def _format_column(col: pd.Series) -> list[str]:
         for i in odd.tolist():
             out[i] = "" if np.isnan(vals[i]) else java_double(float(vals[i]))
         return out
-    if kind in "iu":
+    if kind in "iu" and not col.isna().any():
         return col.astype(str).tolist()
+    if kind in "iu":    # nullable Int64 with nulls
+        return ["" if v is pd.NA else str(int(v)) for v in col.tolist()]
     if kind == "b":
         return ["true" if v else "false" for v in col.tolist()]
     if len(col) > 64:   # format each distinct value once
