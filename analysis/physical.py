@@ -62,41 +62,50 @@ class TopologyFiles:
     """How Spark tasks reach the run's topology files (a small picklable handle).
 
     `shipped` empty: tasks read the driver's paths (embedded Ray, or a run directory on a
-    filesystem every node mounts). Otherwise the driver registered each file with
-    `SparkContext.addFile` under the name `shipped[t]`, and tasks read their local copy
-    (`SparkFiles.get`), so no task needs a path that exists only on the driver's disk.
+    filesystem every node mounts). Otherwise the driver broadcast each file's bytes
+    (`shipped[t]`, a Spark broadcast variable, fetched by each executor through Spark's
+    block manager) and a task writes them once per machine to a local temporary file, so no
+    task needs a path that exists only on the driver's disk.
     """
 
     paths: dict[int, str]
-    shipped: dict[int, str] = field(default_factory=dict)
+    shipped: dict = field(default_factory=dict)
     reader: Callable | None = None
+    tag: str = ""
 
     def load(self, topo: int):
         topo = int(topo)
         if self.shipped:
-            from pyspark import SparkFiles
-            return read_cached(SparkFiles.get(self.shipped[topo]), self.reader)
+            return read_cached(self._local_copy(topo), self.reader)
         return read_cached(self.paths[topo], self.reader)
+
+    def _local_copy(self, topo: int) -> Path:
+        import tempfile
+        local = Path(tempfile.gettempdir()) / f"scribe-emu-{self.tag}-topo-{topo}.npz"
+        if not local.is_file():
+            tmp = local.with_name(f"{local.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(self.shipped[topo].value)
+            os.replace(tmp, local)
+        return local
+
+    def release(self) -> None:
+        """Drop the broadcast copies (driver and executors)."""
+        for bc in self.shipped.values():
+            bc.unpersist()
 
 
 def ship_topologies(spark, run_dir: str | Path, indices: list[int], reader=None,
                     ship: bool = False) -> TopologyFiles:
-    """A TopologyFiles for the run; ship=True registers the files with addFile (under
-    names unique to this file and its mtime, so two runs in one session do not clash)."""
+    """A TopologyFiles for the run; ship=True broadcasts the files' bytes (named by a tag
+    unique to the files and their mtimes, so runs in one session do not clash)."""
     paths = {t: str(topology_path(run_dir, t).resolve()) for t in indices}
     if not ship:
         return TopologyFiles(paths, {}, reader)
     import hashlib
-    import tempfile
-    stage = Path(tempfile.mkdtemp(prefix="scribe-emu-topologies-"))
-    shipped = {}
-    for t, p in paths.items():
-        tag = hashlib.sha1(f"{p}:{os.stat(p).st_mtime_ns}".encode()).hexdigest()[:12]
-        name = f"{tag}-topo-{t}.npz"
-        (stage / name).symlink_to(p)
-        spark.sparkContext.addFile(str(stage / name))
-        shipped[t] = name
-    return TopologyFiles(paths, shipped, reader)
+    stamp = ";".join(f"{p}:{os.stat(p).st_mtime_ns}" for p in paths.values())
+    tag = hashlib.sha1(stamp.encode()).hexdigest()[:12]
+    shipped = {t: spark.sparkContext.broadcast(Path(p).read_bytes()) for t, p in paths.items()}
+    return TopologyFiles(paths, shipped, reader, tag)
 
 
 def topology_numbers(path: str | Path, reader=None) -> dict:

@@ -131,6 +131,7 @@ def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list]
             t0 = time.perf_counter()
             results.update(finish(ctx, {k: f.result() for k, f in futures.items()}))
             timing[name] = time.perf_counter() - t0
+    files.release()
     churn_summary = None
     if _has_rows(run_dir, refs, ev, "publish") or _has_rows(run_dir, refs, ev, "node_event"):
         t0 = time.perf_counter()

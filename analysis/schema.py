@@ -134,5 +134,5 @@ class AnalysisOptions:
     topology_reader: Callable | None = None
     # whether Spark executors can read the run directory (a filesystem every node mounts).
     # None: yes on a one-node Ray cluster, else the driver hands them the event logs (Arrow
-    # in the tasks) and the topology files (SparkContext.addFile).
+    # in the tasks) and the topology files (Spark broadcast variables).
     shared_storage: bool | None = None
