@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 import traceback
 from enum import StrEnum
 from pathlib import Path
@@ -489,17 +490,29 @@ def analyze(
     address: Annotated[str | None, typer.Option(
         "--address", help="Ray cluster address (default $RAY_ADDRESS, else a local Ray).")
     ] = None,
+    sets: Annotated[list[str] | None, typer.Option(
+        "--set", metavar="KEY=VALUE",
+        help="Analysis setting, e.g. --set analysis.driver_memory=6g (repeatable; default: "
+             "the run's config.toml).")] = None,
 ):
     """Recompute every metric of a run from its Parquet event logs, then its report."""
     run_dir = _run_dir(run_dir)
     if not (run_dir / "events").is_dir():
         raise BadInput(f"{run_dir}: no events/ directory (not a run directory?)")
     meta = scenario_meta(run_dir)
-    from analysis import run_analysis
+    from analysis import AnalysisOptions, run_analysis
     from analysis.report import write_report
     from emulator import runtime
-    with runtime.session(address=address) as spark:
-        run_analysis(run_dir, spark, scenario_meta=meta)
+    from scenarios.config import analysis_settings
+    settings = analysis_settings(run_dir / "config.toml", sets)
+    options = AnalysisOptions(shared_storage=True if settings["shared_storage"] else None)
+    started = time.perf_counter()
+    with runtime.session(address=address, memory=settings["executor_memory"],
+                         driver_memory=settings["driver_memory"]) as spark:
+        # this analysis' Spark start replaces the run's in summary.json, like its sections
+        spark_start = {"spark_start": round(time.perf_counter() - started, 3)}
+        run_analysis(run_dir, spark, scenario_meta=meta, options=options,
+                     extra={"timing": spark_start})
     md, html = write_report(run_dir)
     print_summary(run_dir)
     out.print(f"report: {md}, {html}", markup=False, highlight=False)

@@ -19,8 +19,6 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from analysis.stats import with_topology_mean
-
 MESSAGE = ["topo", "variant", "group", "source", "publish_time"]
 
 
@@ -272,21 +270,15 @@ SUMMARY_COLUMNS = ["messages", "expected", "received", "ratio", "min_bucket_rati
                    "failover_mean_us", "failover_max_us"]
 
 
-def churn_summary(delivery: DataFrame, outages: DataFrame, failovers: DataFrame,
-                  publishes_from: str) -> DataFrame:
-    """One row per (topo, variant) and the mean row over topologies: the three summaries
-    side by side (counts of outages / fail-overs are 0 when there were none).
+def churn_summary(delivery: DataFrame, outages: DataFrame, failovers: DataFrame) -> DataFrame:
+    """One row per (topo, variant): the three summaries side by side (counts of outages /
+    fail-overs are 0 when there were none). The driver adds the mean row over topologies
+    (`analysis.stats.with_topology_mean`) and `publishes_from`.
 
-    Schema: topo string, variant string, then SUMMARY_COLUMNS (numbers; the delay and
-    duration figures double), publishes_from string ("publish" or "delivery": where the
-    list of messages came from).
+    Schema: topo int, variant string, then SUMMARY_COLUMNS (double).
     """
     keys = ["topo", "variant"]
     joined = (delivery.join(outage_summary(outages), keys, "left")
               .join(failover_summary(failovers), keys, "left")
               .fillna(0, ["outages", "outages_recovered", "rp_failures", "rp_failovers"]))
-    numbers = joined.select(*keys, *[F.col(c).cast("double").alias(c)
-                                     for c in SUMMARY_COLUMNS])
-    return (with_topology_mean(numbers, ["variant"])
-            .withColumn("publishes_from", F.lit(publishes_from)))
-
+    return joined.select(*keys, *[F.col(c).cast("double").alias(c) for c in SUMMARY_COLUMNS])

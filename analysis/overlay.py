@@ -1,98 +1,118 @@
-"""Overlay figures: hops per Pastry route, messages by type, bottleneck-remover probes, groups."""
+"""Overlay figures: hops per Pastry route, messages by type, bottleneck-remover probes, groups.
+
+Spark aggregates the logs into small tables (routes per (topo, phase, type, hops) with
+their path delay sums; hops per (topo, phase, type); probes; group attributes); the driver
+derives the CSVs and the summary figures from those with exact integer sums.
+"""
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+import numpy as np
+import pandas as pd
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from analysis.schema import TYPE_NAMES, TYPE_RANGES
+from analysis.schema import type_name
+
+CREATE_TYPE = 60  # Scribe CREATE; analysis may not import actors/ (test_analysis_schema checks)
 
 
-def _fallback_name(code: Column, names: dict[int, str] | None) -> Column:
-    """Name from the static tables (options first), else from the code range of the type."""
-    table = {**TYPE_NAMES, **(names or {})}
-    mapping = F.create_map(*[F.lit(x) for k, v in sorted(table.items())
-                             for x in (k, v)])
-    by_range = F.concat(F.lit("type_"), code.cast("string"))
-    for low, high, prefix in reversed(TYPE_RANGES):
-        by_range = F.when(code.between(low, high),
-                          F.concat(F.lit(f"{prefix}_"), code.cast("string"))).otherwise(by_range)
-    return F.coalesce(mapping[code.cast("int")], by_range)
+def route_counts(route: DataFrame) -> DataFrame:
+    """(topo, phase, type, hops, routes, path_us_sum): everything the route figures need."""
+    return route.groupBy("topo", "phase", "type", "hops").agg(
+        F.count("*").alias("routes"), F.sum("path_us").alias("path_us_sum"),
+        F.count("path_us").alias("path_us_n"))
 
 
-def with_type_names(counts: DataFrame, message_type: DataFrame | None,
-                    names: dict[int, str] | None = None) -> DataFrame:
-    """Add `type_name` to a frame with a `type` column.
-
-    The run's own `message_type` table (written by the engine from each protocol's
-    TYPE_NAMES) wins; codes it does not name fall back to `names`, then to the static copy
-    in analysis.schema, then to the code range ("pastry_24", "type_201").
-    """
-    out = counts
-    if message_type is not None:
-        logged = (message_type.where(F.col("name").isNotNull())
-                  .groupBy("type").agg(F.min("name").alias("logged_name")))
-        out = out.join(F.broadcast(logged), "type", "left")
-    else:
-        out = out.withColumn("logged_name", F.lit(None).cast("string"))
-    return (out.withColumn("type_name", F.coalesce(F.col("logged_name"),
-                                                   _fallback_name(F.col("type"), names)))
-            .drop("logged_name"))
+def message_counts(message: DataFrame) -> DataFrame:
+    """Overlay hops (message rows) per (topo, phase, type)."""
+    return message.groupBy("topo", "phase", "type").agg(F.count("*").alias("messages"))
 
 
-def overlay_hops_histogram(route: DataFrame) -> DataFrame:
-    """Routes per hop count. Schema: topo int, phase string, type smallint, hops smallint,
-    routes bigint."""
-    return route.groupBy("topo", "phase", "type", "hops").agg(F.count("*").alias("routes"))
-
-
-def overlay_hops_summary(route: DataFrame, names: dict[int, str] | None = None,
-                         message_type: DataFrame | None = None) -> DataFrame:
-    """Per (topo, phase, type) of routed message: routes, mean/max hops, mean overlay delay.
-
-    Schema: topo int, phase string, type smallint, type_name string, routes bigint,
-    mean_hops double, max_hops smallint, mean_path_us double.
-    """
-    per_type = route.groupBy("topo", "phase", "type").agg(
-        F.count("*").alias("routes"), F.avg("hops").alias("mean_hops"),
-        F.max("hops").alias("max_hops"), F.avg("path_us").alias("mean_path_us"))
-    return (with_type_names(per_type, message_type, names)
-            .select("topo", "phase", "type", "type_name", "routes", "mean_hops", "max_hops",
-                    "mean_path_us"))
-
-
-def messages_by_type(message: DataFrame, names: dict[int, str] | None = None,
-                     message_type: DataFrame | None = None) -> DataFrame:
-    """Overlay hops (message rows) per (topo, phase, type).
-
-    Schema: topo int, phase string, type smallint, type_name string, messages bigint.
-    """
-    counts = message.groupBy("topo", "phase", "type").agg(F.count("*").alias("messages"))
-    return (with_type_names(counts, message_type, names)
-            .select("topo", "phase", "type", "type_name", "messages"))
-
-
-def probes_per_join(probe: DataFrame, membership: DataFrame) -> DataFrame:
-    """Bottleneck-remover probes against the joins requested (membership rows), per topology.
-
-    Schema: topo int, probes bigint, nodes_probing bigint, joins bigint, probes_per_join double.
-    """
+def probe_counts(probe: DataFrame, membership: DataFrame) -> DataFrame:
+    """(topo, probes, nodes_probing, joins) per topology with memberships."""
     probes = probe.groupBy("topo").agg(F.count("*").alias("probes"),
                                        F.countDistinct("node").alias("nodes_probing"))
     joins = membership.groupBy("topo").agg(F.count("*").alias("joins"))
     return (joins.join(probes, "topo", "left").fillna(0, ["probes", "nodes_probing"])
-            .withColumn("probes_per_join", F.col("probes") / F.col("joins"))
-            .select("topo", "probes", "nodes_probing", "joins", "probes_per_join"))
+            .select("topo", "probes", "nodes_probing", "joins"))
 
 
-def group_sizes(groups: DataFrame, membership: DataFrame) -> DataFrame:
-    """Per group: rank, intended size, RP and the members asked to join.
-
-    Schema: topo int, group int, rank int, size int, rp int, members bigint.
-    """
+def group_table(groups: DataFrame, membership: DataFrame) -> DataFrame:
+    """Per group: rank, intended size, RP and the members asked to join."""
     members = membership.groupBy("topo", "group").agg(F.countDistinct("member").alias("members"))
     attrs = groups.groupBy("topo", "group").agg(F.min("rank").alias("rank"),
                                                 F.max("size").alias("size"),
                                                 F.min("rp").alias("rp"))
     return (attrs.join(members, ["topo", "group"], "left").fillna(0, ["members"])
             .select("topo", "group", "rank", "size", "rp", "members"))
+
+
+def type_names_of(codes, logged: pd.DataFrame, names: dict[int, str] | None) -> list[str]:
+    """Readable names: the run's `message_type` table first (min name per code), then
+    `names`, the static copy in analysis.schema, then the code range ("pastry_24")."""
+    table = {}
+    if len(logged):
+        named = logged[logged["name"].notna()]
+        table = named.groupby("type")["name"].min().to_dict()
+    return [table.get(int(c)) or type_name(int(c), names) for c in codes]
+
+
+def overlay_hops_histogram(routes: pd.DataFrame) -> pd.DataFrame:
+    """overlay_hops.csv: topo, phase, type, hops, routes."""
+    return routes[["topo", "phase", "type", "hops", "routes"]].astype(
+        {"topo": "int64", "type": "int64", "hops": "int64", "routes": "int64"})
+
+
+def overlay_hops_summary(routes: pd.DataFrame, logged: pd.DataFrame,
+                         names: dict[int, str] | None) -> pd.DataFrame:
+    """Per (topo, phase, type): routes, mean/max hops, mean overlay delay (exact sums)."""
+    rows = []
+    for (t, phase, code), part in routes.groupby(["topo", "phase", "type"], sort=True,
+                                                 dropna=False):
+        n = int(part["routes"].sum())
+        hops = part["hops"].to_numpy(np.int64)
+        n_path = int(part["path_us_n"].sum())
+        rows.append({"topo": int(t), "phase": phase, "type": int(code), "routes": n,
+                     "mean_hops": float(int((hops * part["routes"].to_numpy(np.int64)).sum()))
+                     / n, "max_hops": int(hops.max()),
+                     "mean_path_us": float(int(part["path_us_sum"].fillna(0).sum())) / n_path
+                     if n_path else None})
+    out = pd.DataFrame(rows, columns=["topo", "phase", "type", "routes", "mean_hops",
+                                      "max_hops", "mean_path_us"])
+    out.insert(3, "type_name", type_names_of(out["type"], logged, names))
+    return out
+
+
+def messages_by_type(counts: pd.DataFrame, logged: pd.DataFrame,
+                     names: dict[int, str] | None) -> pd.DataFrame:
+    """messages_by_type.csv: topo, phase, type, type_name, messages."""
+    out = counts[["topo", "phase", "type"]].astype({"topo": "int64", "type": "int64"})
+    out["type_name"] = type_names_of(out["type"], logged, names)
+    out["messages"] = counts["messages"].astype("int64").to_numpy()
+    return out
+
+
+def probes_per_join(probes: pd.DataFrame) -> pd.DataFrame:
+    """probes.csv: topo, probes, nodes_probing, joins, probes_per_join."""
+    out = probes.astype({"topo": "int64", "probes": "int64", "nodes_probing": "int64",
+                         "joins": "int64"}).copy()
+    out["probes_per_join"] = (out["probes"] / out["joins"].where(out["joins"] != 0)).astype(
+        "float64")
+    return out[["topo", "probes", "nodes_probing", "joins", "probes_per_join"]]
+
+
+def route_means(routes: pd.DataFrame) -> pd.DataFrame:
+    """Per topology: mean_hops_all, routes, mean_hops (CREATE routes), full_routes."""
+    rows = []
+    for t, part in routes.groupby("topo", sort=True):
+        n = part["routes"].to_numpy(np.int64)
+        hops = part["hops"].to_numpy(np.int64)
+        full = (part["type"] == CREATE_TYPE).to_numpy()
+        n_full = int(n[full].sum())
+        rows.append({"topo": int(t), "mean_hops_all": float(int((hops * n).sum())) / n.sum(),
+                     "routes": int(n.sum()),
+                     "mean_hops": float(int((hops[full] * n[full]).sum())) / n_full
+                     if n_full else None, "full_routes": n_full})
+    return pd.DataFrame(rows, columns=["topo", "mean_hops_all", "routes", "mean_hops",
+                                       "full_routes"])

@@ -1,58 +1,95 @@
-"""`run_analysis`: every metric of a run directory, as CSVs, figures and summary.json."""
+"""`run_analysis`: every metric of a run directory, as CSVs, figures and summary.json.
+
+Each section is one Spark job or a few (declarative plans whose per-row work is numpy
+inside grouped maps, see the section modules) whose results are collected to the driver
+with Arrow; the driver computes the summaries from the collected tables, writes every CSV
+itself (`analysis.output.write_frame`) and the figures. All sections' jobs are submitted
+together (Spark runs them on every executor core), the driver finishes the sections in
+order as their results arrive; churn (only in churn runs) follows.
+"""
 
 from __future__ import annotations
 
 import json
 import math
-import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
-from pyspark.sql import SparkSession
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from analysis import churn, delay, figures, link_stress, node_stress, overlay, published, spread
-from analysis.load import load_events
-from analysis.output import write_csv, write_json
-from analysis.physical import lan_base, load_topology
+from analysis.load import load_events, logged_topologies, parquet_files
+from analysis.output import write_frame, write_json
+from analysis.overlay import CREATE_TYPE  # noqa: F401  (re-exported; tests compare it with actors/)
+from analysis.physical import ship_topologies, topology_numbers, topology_path
 from analysis.schema import BASELINES, AnalysisOptions
+from analysis.stats import exact_mean, with_topology_mean
 
-CREATE_TYPE = 60  # Scribe CREATE; analysis may not import actors/ (test_analysis_schema checks)
+# Spark settings the analysis needs whatever session it is given (runtime-settable ones)
+SESSION_CONF = {"spark.sql.execution.arrow.pyspark.enabled": "true",
+                "spark.sql.execution.arrow.pyspark.fallback.enabled": "false"}
 
 
 def topology_indices(run_dir: Path) -> list[int]:
     """Topology indices t with a RUN_DIR/topology/topo-<t>.npz file, ascending."""
     found = []
     for p in (run_dir / "topology").glob("topo-*.npz"):
-        m = re.fullmatch(r"topo-(\d+)\.npz", p.name)
-        if m:
-            found.append(int(m.group(1)))
+        stem = p.name[len("topo-"):-len(".npz")]
+        if stem.isdigit():
+            found.append(int(stem))
     return sorted(found)
 
 
-def topology_meta(run_dir: Path, indices: list[int], reader=None) -> pd.DataFrame:
-    """One row per topology: topo, n_links, n_hosts, lan_base, has_paths."""
-    rows = []
-    for t in indices:
-        topo = load_topology(run_dir, t, reader)
-        rows.append({"topo": t, "n_links": int(topo.n_links), "n_hosts": int(topo.n_hosts),
-                     "lan_base": lan_base(topo), "has_paths": bool(topo.has_paths)})
-    return pd.DataFrame(rows)
+def topology_meta(run_dir: Path, indices: list[int], reader=None) -> dict[int, dict]:
+    """{topo: {n_links, n_hosts, lan_base, has_paths}} from the files' array headers."""
+    return {t: topology_numbers(topology_path(run_dir, t), reader) for t in indices}
+
+
+def executors_share_disk(options: AnalysisOptions) -> bool:
+    """Whether Spark tasks can read the driver's run directory: the user said so
+    (`shared_storage=True`), or the Ray cluster is this one machine (one node)."""
+    if options.shared_storage is not None:
+        return bool(options.shared_storage)
+    import ray
+    if not ray.is_initialized():
+        return True
+    return len([n for n in ray.nodes() if n.get("Alive")]) <= 1
+
+
+def collect(df: DataFrame) -> pd.DataFrame:
+    """A Spark result on the driver (Arrow)."""
+    return df.toPandas()
+
+
+def _num(v):
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return None
+    return v.item() if hasattr(v, "item") else v
 
 
 def _stats(row: pd.Series, prefix: str, names: list[str]) -> dict:
     return {n: _num(row.get(f"{prefix}{n}")) for n in names}
 
 
-def _num(v):
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return None
-    return v.item() if hasattr(v, "item") else v
-
-
 def _mean_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["topo"] == "mean"]
+
+
+class _Context:
+    """What every section needs: session, logs, topology handles, output folders."""
+
+    def __init__(self, spark, run_dir, refs, ev, files, meta, options, marks):
+        self.spark, self.run_dir, self.refs, self.ev, self.files = spark, run_dir, refs, ev, files
+        self.meta, self.options = meta, options
+        self.marks = marks     # the paper's figures drawn over ours, if it has some
+        # group buckets of the grouped maps: a few per shuffle partition, so that hashing
+        # (topo, bucket) keys onto partitions leaves no core idle
+        self.buckets = 4 * max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
+        self.metrics, self.figs = run_dir / "metrics", run_dir / "figures"
 
 
 def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list] | None = None,
@@ -74,121 +111,155 @@ def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list]
     indices = topology_indices(run_dir)
     if not indices:
         raise ValueError(f"no topology files in {run_dir / 'topology'} (expected topo-<t>.npz)")
+    for k, v in SESSION_CONF.items():
+        spark.conf.set(k, v)
     reader = options.topology_reader
-    meta_pd = topology_meta(run_dir, indices, reader)
-    meta = spark.createDataFrame(
-        meta_pd, "topo int, n_links bigint, n_hosts bigint, lan_base bigint, has_paths boolean")
-    ev = load_events(spark, run_dir, refs)
-    logged_topos = {r["topo"] for r in ev["host"].select("topo").distinct().collect()}
-    missing = sorted(logged_topos - set(indices))
-    if missing:
-        raise ValueError(f"event logs name topology {missing[0]} but {run_dir}/topology/"
-                         f"topo-{missing[0]}.npz is missing")
-    metrics, figs = run_dir / "metrics", run_dir / "figures"
+    meta = topology_meta(run_dir, indices, reader)
+    shared = executors_share_disk(options)
+    files = ship_topologies(spark, run_dir, indices, reader, ship=not shared)
+    ev = load_events(spark, run_dir, refs, hand_over=not shared)
+    _check_logged_topologies(run_dir, refs, ev, indices)
+    marks = published.figure_marks((scenario_meta or {}).get(
+        "scenario", run_dir.name.rsplit("-", 1)[0]))
+    ctx = _Context(spark, run_dir, refs, ev, files, meta, options, marks)
     timing: dict[str, float] = {}
-    marks = published.figure_marks((scenario_meta or {}).get(   # the paper's figures drawn
-        "scenario", run_dir.name.rsplit("-", 1)[0]))          # over ours, if it has some
-
-    # delay penalty
-    t0 = time.perf_counter()
-    delays = delay.member_delays(ev["delivery"], run_dir, reader).cache()
-    by_group = delay.delay_penalty_by_group(delays, ev["group"]).cache()
-    rdp = delay.rdp_rank1(delays, ev["group"]).cache()
-    dp_summary = delay.delay_penalty_summary(by_group)
-    rdp_summary = delay.rdp_rank1_summary(rdp)
-    write_csv(by_group, metrics / "delay_penalty_by_group.csv", ["topo", "variant", "group"])
-    write_csv(rdp, metrics / "rdp_rank1.csv", ["topo", "variant", "member"])
-    dp_pd = dp_summary.toPandas().sort_values(["topo", "variant"])
-    rdp_pd = rdp_summary.toPandas().sort_values(["topo", "variant"])
-    write_csv(dp_summary, metrics / "delay_penalty_summary.csv", ["topo", "variant"])
-    write_csv(rdp_summary, metrics / "rdp_rank1_summary.csv", ["topo", "variant"])
-    figures.delay_penalty_cdf(by_group.select("variant", "rad", "rmd").toPandas(),
-                              figs / "delay_penalty_cdf.png", marks.get("delay_penalty_cdf"))
-    figures.rdp_cdf(rdp.select("variant", "rdp").toPandas(), figs / "rdp_rank1_cdf.png",
-                    marks.get("rdp_rank1_cdf"))
-    delays.unpersist()
-    timing["delay_penalty"] = time.perf_counter() - t0
-
-    # node stress
-    t0 = time.perf_counter()
-    nodes = node_stress.all_nodes(ev["host"], ev["tree_edge"], ev["membership"])
-    stress = node_stress.node_stress(ev["tree_edge"], nodes).cache()
-    ns_summary = node_stress.node_stress_summary(stress)
-    ns_hist = node_stress.node_stress_histogram(stress)
-    write_csv(stress, metrics / "node_stress.csv", ["topo", "variant", "node"])
-    write_csv(ns_summary, metrics / "node_stress_summary.csv", ["topo", "variant", "population"])
-    ns_hist_pd = ns_hist.toPandas()
-    write_csv(spark.createDataFrame(ns_hist_pd, ns_hist.schema),
-              metrics / "node_stress_histogram.csv", ["topo", "variant", "measure", "value"])
-    ns_pd = ns_summary.toPandas()
-    figures.node_stress_distribution(ns_hist_pd, figs / "node_stress.png", marks)
-    stress.unpersist()
-    timing["node_stress"] = time.perf_counter() - t0
-
-    # link stress
-    t0 = time.perf_counter()
-    links = link_stress.link_stress(ev["message"], ev["membership"], ev["group"], ev["host"],
-                                    meta, options.traffic, run_dir, reader).cache()
-    ls_summary = link_stress.link_stress_summary(links, meta, ev["message"], options.traffic)
-    ls_hist = link_stress.link_stress_histogram(links)
-    write_csv(links, metrics / "link_stress.csv", ["topo", "traffic", "link"])
-    ls_hist_pd = ls_hist.toPandas()
-    write_csv(spark.createDataFrame(ls_hist_pd, ls_hist.schema),
-              metrics / "link_stress_histogram.csv", ["topo", "traffic", "stress"])
-    ls_pd = ls_summary.toPandas()
-    write_csv(spark.createDataFrame(ls_pd, ls_summary.schema),
-              metrics / "link_stress_summary.csv", ["topo", "traffic"])
-    if len(ls_hist_pd):
-        figures.link_stress_distribution(ls_hist_pd, figs / "link_stress.png",
-                                         marks.get("link_stress"))
-    links.unpersist()
-    timing["link_stress"] = time.perf_counter() - t0
-
-    # overlay and groups
-    t0 = time.perf_counter()
-    hops_summary = overlay.overlay_hops_summary(ev["route"], options.type_names,
-                                                ev["message_type"])
-    write_csv(overlay.overlay_hops_histogram(ev["route"]), metrics / "overlay_hops.csv",
-              ["topo", "phase", "type", "hops"])
-    write_csv(hops_summary, metrics / "overlay_hops_summary.csv", ["topo", "phase", "type"])
-    write_csv(overlay.messages_by_type(ev["message"], options.type_names, ev["message_type"]),
-              metrics / "messages_by_type.csv", ["topo", "phase", "type"])
-    probes_pd = overlay.probes_per_join(ev["probe"], ev["membership"]).toPandas()
-    write_csv(spark.createDataFrame(probes_pd, "topo int, probes bigint, nodes_probing bigint, "
-                                    "joins bigint, probes_per_join double"),
-              metrics / "probes.csv", ["topo"])
-    groups_pd = overlay.group_sizes(ev["group"], ev["membership"]).toPandas()
-    write_csv(spark.createDataFrame(groups_pd, "topo int, group int, rank int, size int, "
-                                    "rp int, members bigint"),
-              metrics / "groups.csv", ["topo", "rank"])
-    if len(groups_pd):
-        figures.group_size_by_rank(groups_pd, figs / "group_size_by_rank.png")
-    # Pastry's route length is measured on CREATE routes (random node to a random key, never
-    # cut short); JOINs stop at the first tree node and multicasts start at the RP (0 hops),
-    # so the mean over all routes says little about Pastry.
-    full = F.col("type") == CREATE_TYPE
-    route_means = (ev["route"].groupBy("topo").agg(
-        F.avg("hops").alias("mean_hops_all"), F.count("*").alias("routes"),
-        F.avg(F.when(full, F.col("hops"))).alias("mean_hops"),
-        F.sum(full.cast("int")).alias("full_routes")).toPandas())
-    timing["overlay"] = time.perf_counter() - t0
-
-    # churn: only when the run logged a multicast stream or failures
+    results = {}
+    # Every section's Spark jobs are submitted at once (one driver thread each): the
+    # executors stay busy while the driver writes the previous section's CSVs and figures.
+    # A section's time runs from the end of the previous one until its outputs are written.
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="analysis") as pool:
+        pending = [(name, finish, {k: pool.submit(collect, df) for k, df in plan(ctx).items()})
+                   for name, plan, finish in SECTIONS]
+        for name, finish, futures in pending:
+            t0 = time.perf_counter()
+            results.update(finish(ctx, {k: f.result() for k, f in futures.items()}))
+            timing[name] = time.perf_counter() - t0
+    files.release()
     churn_summary = None
-    if ev["publish"].limit(1).count() or ev["node_event"].limit(1).count():
+    if _has_rows(run_dir, refs, ev, "publish") or _has_rows(run_dir, refs, ev, "node_event"):
         t0 = time.perf_counter()
-        churn_summary = _churn(spark, ev, options, metrics, figs)
+        churn_summary = _churn(ctx)
         timing["churn"] = time.perf_counter() - t0
 
-    summary = _summary(run_dir, scenario_meta or {}, indices, meta_pd, groups_pd, options,
-                       dp_pd, rdp_pd, ns_pd, ls_pd, route_means, probes_pd)
+    summary = _summary(run_dir, scenario_meta or {}, indices, meta, options, **results)
     if churn_summary is not None:
         summary["churn"] = churn_summary
-    summary["spread"] = spread.add_spread(metrics)   # std, 95 % CI across topologies
+    summary["spread"] = spread.add_spread(ctx.metrics)   # std, 95 % CI across topologies
     timing["analysis_total"] = time.perf_counter() - started
     summary["timing"] = {f"analysis_{k}" if not k.startswith("analysis") else k: round(v, 3)
                          for k, v in timing.items()}
     return _merge_and_write(run_dir / "summary.json", summary, extra or {})
+
+
+def _check_logged_topologies(run_dir: Path, refs, ev, indices: list[int]) -> None:
+    if refs and "host" in refs:
+        logged = {r["topo"] for r in ev["host"].select("topo").distinct().collect()}
+    else:
+        logged = logged_topologies(run_dir, "host")
+    missing = sorted(logged - set(indices))
+    if missing:
+        raise ValueError(f"event logs name topology {missing[0]} but {run_dir}/topology/"
+                         f"topo-{missing[0]}.npz is missing")
+
+
+def _has_rows(run_dir: Path, refs, ev, table: str) -> bool:
+    if refs and table in refs:
+        return bool(ev[table].limit(1).count())
+    return any(pq.ParquetFile(p).metadata.num_rows > 0 for p in parquet_files(run_dir, table))
+
+
+def _delay_plan(c: _Context) -> dict[str, DataFrame]:
+    return {"rows": delay.delay_rows(c.ev["delivery"], c.ev["group"], c.files, c.buckets)}
+
+
+def _delay_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
+    rows = got["rows"]
+    by_group = delay.by_group_frame(rows)
+    rdp = delay.rdp_frame(rows)
+    dp_pd = delay.delay_penalty_summary(by_group)
+    rdp_pd = delay.rdp_rank1_summary(rdp)
+    write_frame(by_group, c.metrics / "delay_penalty_by_group.csv", ["topo", "variant", "group"])
+    write_frame(rdp, c.metrics / "rdp_rank1.csv", ["topo", "variant", "member", "group"])
+    write_frame(dp_pd, c.metrics / "delay_penalty_summary.csv", ["topo", "variant"])
+    write_frame(rdp_pd, c.metrics / "rdp_rank1_summary.csv", ["topo", "variant"])
+    figures.delay_penalty_cdf(by_group[["variant", "rad", "rmd"]],
+                              c.figs / "delay_penalty_cdf.png", c.marks.get("delay_penalty_cdf"))
+    figures.rdp_cdf(rdp[["variant", "rdp"]], c.figs / "rdp_rank1_cdf.png",
+                    c.marks.get("rdp_rank1_cdf"))
+    return {"dp_pd": dp_pd, "rdp_pd": rdp_pd}
+
+
+def _node_plan(c: _Context) -> dict[str, DataFrame]:
+    return {"stress": node_stress.node_stress_rows(c.ev["tree_edge"], c.ev["host"],
+                                                   c.ev["membership"])}
+
+
+def _node_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
+    stress = got["stress"].astype({"topo": "int64", "node": "int64", "children_tables": "int64",
+                            "children_entries": "int64"})
+    ns_pd = node_stress.node_stress_summary(stress)
+    hist = node_stress.node_stress_histogram(stress)
+    write_frame(stress, c.metrics / "node_stress.csv", ["topo", "variant", "node"])
+    write_frame(ns_pd, c.metrics / "node_stress_summary.csv",
+                ["topo", "variant", "population"])
+    write_frame(hist, c.metrics / "node_stress_histogram.csv",
+                ["topo", "variant", "measure", "value"])
+    figures.node_stress_distribution(hist, c.figs / "node_stress.png", c.marks)
+    return {"ns_pd": ns_pd}
+
+
+def _link_plan(c: _Context) -> dict[str, DataFrame]:
+    return {"loads": link_stress.link_loads(c.ev["message"], c.ev["membership"],
+                                            c.ev["group"], c.options.traffic, c.files,
+                                            c.meta, c.buckets)}
+
+
+def _link_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
+    loads = got["loads"]
+    stress = link_stress.link_stress_frame(loads, c.meta)
+    ls_pd = link_stress.link_stress_summary(loads, stress, c.meta)
+    hist = link_stress.link_stress_histogram(stress)
+    write_frame(stress, c.metrics / "link_stress.csv", ["topo", "traffic", "link"])
+    write_frame(hist, c.metrics / "link_stress_histogram.csv", ["topo", "traffic", "stress"])
+    write_frame(ls_pd, c.metrics / "link_stress_summary.csv", ["topo", "traffic"])
+    if len(hist):
+        figures.link_stress_distribution(hist, c.figs / "link_stress.png",
+                                         c.marks.get("link_stress"))
+    return {"ls_pd": ls_pd}
+
+
+def _overlay_plan(c: _Context) -> dict[str, DataFrame]:
+    ev = c.ev
+    return {"routes": overlay.route_counts(ev["route"]),
+            "counts": overlay.message_counts(ev["message"]),
+            "logged": ev["message_type"].select("type", "name"),
+            "probes": overlay.probe_counts(ev["probe"], ev["membership"]),
+            "groups": overlay.group_table(ev["group"], ev["membership"])}
+
+
+def _overlay_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
+    names = c.options.type_names
+    routes, counts, logged, probes = got["routes"], got["counts"], got["logged"], got["probes"]
+    groups_pd = got["groups"].astype({"topo": "int64", "group": "int64", "members": "int64"})
+    probes_pd = overlay.probes_per_join(probes)
+    write_frame(overlay.overlay_hops_histogram(routes), c.metrics / "overlay_hops.csv",
+                ["topo", "phase", "type", "hops"])
+    write_frame(overlay.overlay_hops_summary(routes, logged, names),
+                c.metrics / "overlay_hops_summary.csv", ["topo", "phase", "type"])
+    write_frame(overlay.messages_by_type(counts, logged, names),
+                c.metrics / "messages_by_type.csv", ["topo", "phase", "type"])
+    write_frame(probes_pd, c.metrics / "probes.csv", ["topo"])
+    write_frame(groups_pd, c.metrics / "groups.csv", ["topo", "rank", "group"])
+    if len(groups_pd):
+        figures.group_size_by_rank(groups_pd, c.figs / "group_size_by_rank.png")
+    return {"groups_pd": groups_pd, "probes_pd": probes_pd,
+            "route_means": overlay.route_means(routes)}
+
+
+SECTIONS = (("delay_penalty", _delay_plan, _delay_section),
+            ("node_stress", _node_plan, _node_section),
+            ("link_stress", _link_plan, _link_section),
+            ("overlay", _overlay_plan, _overlay_section))
 
 
 def churn_bucket_us(messages_span_us: int, requested: int | None) -> int:
@@ -200,10 +271,10 @@ def churn_bucket_us(messages_span_us: int, requested: int | None) -> int:
     return max(1000, -(-max(int(messages_span_us), 1) // 20 // 1000) * 1000)
 
 
-def _churn(spark: SparkSession, ev: dict, options: AnalysisOptions, metrics: Path,
-           figs: Path) -> dict | None:
+def _churn(c: _Context) -> dict | None:
     """Churn CSVs and figure; returns the summary.json entry (None: no stream logged)."""
-    inferred = ev["publish"].limit(1).count() == 0
+    ev, options, metrics = c.ev, c.options, c.metrics
+    inferred = not _has_rows(c.run_dir, c.refs, ev, "publish")
     messages = churn.published_messages(ev["publish"], ev["delivery"], inferred,
                                         options.churn_phases).cache()
     span = messages.agg(F.min("publish_time").alias("lo"),
@@ -217,32 +288,48 @@ def _churn(spark: SparkSession, ev: dict, options: AnalysisOptions, metrics: Pat
     arrivals = churn.first_arrivals(ev["delivery"], messages, options.churn_phases).cache()
     outcomes = churn.delivery_outcomes(expected, arrivals).cache()
     buckets = churn.churn_delivery(outcomes, arrivals, messages, dead, bucket_us).cache()
-    outages = churn.churn_outages(outcomes).cache()
-    failovers = churn.churn_rp_failover(messages, arrivals, ev["group"], ev["node_event"]).cache()
+    outages = churn.churn_outages(outcomes)
+    failovers = churn.churn_rp_failover(messages, arrivals, ev["group"], ev["node_event"])
     source = "delivery" if inferred else "publish"
-    summary = churn.churn_summary(churn.delivery_summary(outcomes, arrivals, buckets),
-                                  outages, failovers, source)
-    write_csv(buckets, metrics / "churn_delivery.csv", ["topo", "variant", "bucket"])
-    write_csv(outages, metrics / "churn_outages.csv", ["topo", "variant", "group", "member",
-                                                       "start_us"])
-    write_csv(failovers, metrics / "churn_rp_failover.csv", ["topo", "variant", "group"])
-    summary_pd = summary.toPandas()
-    write_csv(spark.createDataFrame(summary_pd, summary.schema), metrics / "churn_summary.csv",
-              ["topo", "variant"])
-    buckets_pd = buckets.toPandas()
-    if len(buckets_pd):
-        figures.churn_delivery(buckets_pd, figs / "churn_delivery.png")
-    for df in (messages, dead, arrivals, outcomes, buckets, outages, failovers):
+    per_topo = churn.churn_summary(churn.delivery_summary(outcomes, arrivals, buckets),
+                                   outages, failovers)
+    buckets_pd = collect(buckets)
+    outages_pd = collect(outages)
+    failovers_pd = collect(failovers)
+    summary_pd = with_topology_mean(collect(per_topo), ["variant"], churn.SUMMARY_COLUMNS)
+    summary_pd["publishes_from"] = source
+    for df in (messages, dead, arrivals, outcomes, buckets):
         df.unpersist()
+    write_frame(_nullable_ints(buckets_pd), metrics / "churn_delivery.csv",
+                ["topo", "variant", "bucket"])
+    write_frame(_nullable_ints(outages_pd), metrics / "churn_outages.csv",
+                ["topo", "variant", "group", "member", "start_us"])
+    write_frame(_nullable_ints(failovers_pd), metrics / "churn_rp_failover.csv",
+                ["topo", "variant", "group"])
+    write_frame(summary_pd, metrics / "churn_summary.csv", ["topo", "variant"])
+    if len(buckets_pd):
+        figures.churn_delivery(buckets_pd, c.figs / "churn_delivery.png")
     out = {"bucket_us": bucket_us, "publishes_from": source}
     for _, r in _mean_rows(summary_pd).iterrows():
-        out[r["variant"]] = {c: _num(r[c]) for c in churn.SUMMARY_COLUMNS}
+        out[r["variant"]] = {k: _num(r[k]) for k in churn.SUMMARY_COLUMNS}
     return out
 
 
-def _summary(run_dir, scenario_meta, indices, meta_pd, groups_pd, options, dp_pd, rdp_pd,
+_INTEGER_COLUMNS = {"topo", "bucket", "bucket_start_us", "bucket_end_us", "messages",
+                    "expected", "received", "duplicates", "out_of_order", "max_delay_us",
+                    "dead_nodes", "group", "member", "start_us", "last_missed_us", "missed",
+                    "recovered_us", "duration_us", "rp", "failed_us", "messages_after",
+                    "delivered_after", "first_delivered_us", "failover_us"}
+
+
+def _nullable_ints(df: pd.DataFrame) -> pd.DataFrame:
+    """Integer columns that came back as float (nulls) print as integers again."""
+    return df.astype({c: "Int64" for c in df.columns if c in _INTEGER_COLUMNS})
+
+
+def _summary(run_dir, scenario_meta, indices, meta, options, *, groups_pd, dp_pd, rdp_pd,
              ns_pd, ls_pd, route_means, probes_pd) -> dict:
-    nodes = int(meta_pd["n_hosts"].max())
+    nodes = max(int(m["n_hosts"]) for m in meta.values())
     n_groups = int(groups_pd.groupby("topo").size().max()) if len(groups_pd) else 0
     summary = {
         "scenario": scenario_meta.get("scenario", run_dir.name.rsplit("-", 1)[0]),
@@ -300,15 +387,16 @@ def _summary(run_dir, scenario_meta, indices, meta_pd, groups_pd, options, dp_pd
     summary["link_stress"] = {k: ls[k] for k in sorted(ls, key=lambda k: (
         order.index(k) if k in order else len(order), k))}
 
-    overlay_ = {"mean_hops": _num(route_means["mean_hops"].mean()) if len(route_means) else None,
-                "mean_hops_routes": int(route_means["full_routes"].fillna(0).sum())
+    overlay_ = {"mean_hops": exact_mean(route_means["mean_hops"].to_numpy(float))
+                if len(route_means) else None,
+                "mean_hops_routes": int(route_means["full_routes"].sum())
                 if len(route_means) else 0,
-                "mean_hops_all_routes": _num(route_means["mean_hops_all"].mean())
+                "mean_hops_all_routes": exact_mean(route_means["mean_hops_all"].to_numpy(float))
                 if len(route_means) else None,
                 "routes": int(route_means["routes"].sum()) if len(route_means) else 0,
                 "log16_nodes_ceil": math.ceil(math.log(max(nodes, 2), 16))}
     if len(probes_pd) and probes_pd["probes"].sum() > 0:
-        overlay_["probes_per_join"] = _num(probes_pd["probes_per_join"].mean())
+        overlay_["probes_per_join"] = exact_mean(probes_pd["probes_per_join"].to_numpy(float))
     summary["overlay"] = overlay_
     return summary
 

@@ -36,6 +36,16 @@ EVENT_TABLES: dict[str, dict[str, str]] = {
     "node_event": {"phase": "string", "node": "int", "time": "bigint", "event": "string"},
 }
 
+
+def table_ddl(table: str) -> str:
+    """Spark DDL schema of an event table, `topo int` (the partition column) last."""
+    return ", ".join(f"`{c}` {t}" for c, t in {**EVENT_TABLES[table], "topo": "int"}.items())
+
+
+# Arrow types of the Spark DDL names used above (the Parquet files the shards write).
+ARROW_TYPES: dict[str, str] = {"string": "string", "bigint": "int64", "int": "int32",
+                               "smallint": "int16"}
+
 # Scribe type codes (actors/scribe/types.py).
 SCRIBE_JOIN = 61
 SCRIBE_MCAST = 66   # source -> RP (no hop when the source is the RP, as in the experiments)
@@ -122,3 +132,7 @@ class AnalysisOptions:
     # reader(path) -> topology for RUN_DIR/topology/topo-<t>.npz; None = Topology.load.
     # Runs in Spark workers: must be a picklable module-level function.
     topology_reader: Callable | None = None
+    # whether Spark executors can read the run directory (a filesystem every node mounts).
+    # None: yes on a one-node Ray cluster, else the driver hands them the event logs (Arrow
+    # in the tasks) and the topology files (Spark broadcast variables).
+    shared_storage: bool | None = None

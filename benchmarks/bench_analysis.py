@@ -22,6 +22,10 @@ Synthetic logs (what differs from a real run is only where the hops go):
 
 Usage: .venv/bin/python benchmarks/bench_analysis.py [--out DIR] [--nodes N] [--groups G]
        [--seed S] [--churn-messages K] [--keep]
+       .venv/bin/python benchmarks/bench_analysis.py --runs RUN_DIR... [--out DIR]
+The second form times `cli.py analyze` (a fresh process: Ray, Spark start, analysis,
+report) on a copy of each given run directory (made by `cli.py scenario`) and prints the
+Spark start, the analysis sections and the whole command's wall time.
 """
 
 from __future__ import annotations
@@ -221,7 +225,11 @@ def main(argv=None) -> int:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--memory", default="4GB")
     ap.add_argument("--keep", action="store_true", help="keep the run directory")
+    ap.add_argument("--runs", type=Path, nargs="+", help="time `cli.py analyze` on copies "
+                    "of these run directories instead")
     args = ap.parse_args(argv)
+    if args.runs:
+        return time_analyze(args.runs, args.out)
 
     run_dir = args.out / "run"
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -258,6 +266,32 @@ def main(argv=None) -> int:
         print("churn:", json.dumps(summary["churn"]))
     if not args.keep:
         shutil.rmtree(run_dir, ignore_errors=True)
+    return 0
+
+
+def time_analyze(runs: list[Path], out: Path) -> int:
+    """`cli.py analyze` on a copy of each run directory: Spark start, sections, wall."""
+    import subprocess
+    print(f"machine: {platform.node()} {platform.machine()}, "
+          f"{__import__('os').cpu_count()} cores; load {__import__('os').getloadavg()[0]:.1f}")
+    for run in runs:
+        copy = out / f"analyze-{run.name}"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(run, copy, ignore=shutil.ignore_patterns("checkpoints"))
+        t0 = time.perf_counter()
+        done = subprocess.run([sys.executable, str(ROOT / "cli.py"), "analyze", str(copy)],
+                              capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if done.returncode:
+            print(f"{run.name}: analyze failed: {done.stderr.strip().splitlines()[-1:]}")
+            continue
+        timing = json.loads((copy / "summary.json").read_text())["timing"]
+        sections = {k[len("analysis_"):]: v for k, v in timing.items()
+                    if k.startswith("analysis_")}
+        print(f"{run.name}: analyze wall {wall:.1f} s; Spark start "
+              f"{timing.get('spark_start', float('nan')):.1f} s; analysis "
+              f"{sections.pop('total'):.1f} s ({json.dumps(sections)}); "
+              f"load {__import__('os').getloadavg()[0]:.1f}", flush=True)
     return 0
 
 

@@ -383,9 +383,10 @@ def spark_shape() -> tuple[int, int]:
 
 def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
                 cores: int | None = None, memory: str = "3GB",
-                configs: dict[str, str] | None = None):
+                configs: dict[str, str] | None = None, driver_memory: str = "3g"):
     """A SparkSession whose executors are Ray actors (RayDP); starts Ray if needed.
-    ``executors``/``cores`` None: `spark_shape()` of the cluster.
+    ``executors``/``cores`` None: `spark_shape()` of the cluster. ``memory``: per executor;
+    ``driver_memory``: the Spark driver JVM's (`--set analysis.*` of a scenario).
 
     Returns the running session when one was already started here.
     """
@@ -414,11 +415,13 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     conf = {
-        "spark.sql.shuffle.partitions": "4",    # the default 200 tiny tasks dominate run time
-        # the driver builds the broadcast tables (node -> router: 10^6 rows for a
-        # 10-topology paper run); at the default 1 GB that run failed with "Not enough
-        # memory to build and broadcast the table"
-        "spark.driver.memory": "3g",
+        # one shuffle partition per executor core: the default 200 tiny tasks dominate run
+        # time on a laptop, and a cluster's cores all get work
+        "spark.sql.shuffle.partitions": str(max(2, executors * cores)),
+        "spark.driver.memory": driver_memory,
+        # pandas <-> Spark through Arrow (the analysis collects every result with toPandas
+        # and runs its numpy kernels in grouped maps)
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.pyspark.python": sys.executable,

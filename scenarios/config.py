@@ -11,6 +11,7 @@ the input of --resume).
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,10 @@ def _pos(v):
 
 def _nonneg(v):
     return v >= 0
+
+
+def _memory(v):
+    return re.fullmatch(r"[1-9]\d*[kmgt]b?", v.strip().lower()) is not None
 
 
 PHASES = ("bootstrap", "create", "join", "multicast", "collapse", "multicast_collapsed",
@@ -133,6 +138,14 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                        f"words of the console summary and report: {' | '.join(VOCABULARIES)} "
                        "(pubsub: topics, subscribers, events; same CSV columns)"),
     },
+    "analysis": {
+        "driver_memory": (str, "3g", _memory, "Spark driver memory, e.g. 3g (it collects "
+                          "every metrics table)"),
+        "executor_memory": (str, "3g", _memory, "memory of each Spark executor, e.g. 3g"),
+        "shared_storage": (bool, False, None, "the run directory is on a filesystem every Ray "
+                           "node mounts (executors read it); false: they do on a one-node "
+                           "cluster, elsewhere the driver hands them logs and topologies"),
+    },
 }
 TOP_LEVEL = {"description": (str, "", None, "one line shown by `scenarios list`")}
 
@@ -172,6 +185,7 @@ class ScenarioConfig:
     phases: dict = field(default_factory=dict)
     churn: dict = field(default_factory=dict)
     report: dict = field(default_factory=dict)
+    analysis: dict = field(default_factory=dict)
 
     # the names cli.py relies on
     @property
@@ -308,6 +322,21 @@ def parse_set(item: str) -> tuple[str, str, object]:
     return sec, key, value
 
 
+def analysis_settings(config_toml: Path | None, sets=()) -> dict:
+    """The [analysis] settings for re-analysing a run: defaults, then the run's config.toml,
+    then `sets` items ("analysis.key=value"; other sections are refused)."""
+    given = {}
+    if config_toml is not None and Path(config_toml).is_file():
+        section = read_toml(Path(config_toml)).get("analysis", {})
+        given.update(section if isinstance(section, dict) else {})
+    for item in sets or ():
+        sec, key, value = parse_set(item)
+        if sec != "analysis":
+            raise ScenarioError(f"--set {item!r}: analyze takes analysis.* settings only")
+        given[key] = value
+    return _merge({"analysis": given}, "analysis settings")["analysis"]
+
+
 def _merge(raw: dict, where: str) -> dict:
     """Fill defaults, reject unknown sections/keys, check types (not cross-field rules)."""
     unknown = sorted(set(raw) - set(SCHEMA) - set(TOP_LEVEL) - {"name"})
@@ -442,7 +471,7 @@ def build_config(name: str, raw: dict, where: str = "scenario") -> ScenarioConfi
                          topology=merged["topology"], groups_cfg=merged["groups"],
                          pastry=merged["pastry"], scribe=merged["scribe"],
                          phases=merged["phases"], churn=merged["churn"],
-                         report=merged["report"])
+                         report=merged["report"], analysis=merged["analysis"])
     _validate(cfg)
     return cfg
 

@@ -651,7 +651,8 @@ def _analysis_options(cfg: ScenarioConfig):
     from actors.stack import type_names
     from analysis.schema import AnalysisOptions
     names = {f.name for f in dataclasses.fields(AnalysisOptions)}
-    kw = {"type_names": type_names()}
+    kw = {"type_names": type_names(),
+          "shared_storage": True if cfg.analysis.get("shared_storage") else None}
     if "churn_phases" in names and "churn" in cfg.phase_order:
         kw["churn_phases"] = ("churn",)
     return AnalysisOptions(**kw)
@@ -670,7 +671,8 @@ def _analyse(cfg, run_dir: Path, state: _State, progress) -> dict:
     for attempt in range(retries + 1):
         progress.status("analysis: starting Spark (RayDP)")
         w0 = time.perf_counter()
-        spark = start_spark()
+        spark = start_spark(memory=cfg.analysis["executor_memory"],
+                            driver_memory=cfg.analysis["driver_memory"])
         state.add_time("spark_start", time.perf_counter() - w0)
         progress.status("analysis: computing metrics in Spark")
         try:
@@ -792,6 +794,7 @@ def run_scenario(cfg, *, out: Path | None = None, address: str | None = None,
             state.add_time("emulation_total", time.perf_counter() - t_start)
             state.save()
             _analyse(cfg, run_dir, state, prog)
+        _record_total(run_dir, state, time.perf_counter() - t_start)
         (run_dir / "COMPLETE").write_text(datetime.now().isoformat(timespec="seconds") + "\n")
         log.info("run complete: %s", run_dir)
         return run_dir
@@ -845,6 +848,18 @@ def _scenario_to_run(cfg, out: Path | None, resume: Path | None) -> ScenarioConf
         raise ScenarioError(f"output directory {out} exists and is not empty; choose "
                             "another --out or use --resume to continue it")
     return cfg
+
+
+def _record_total(run_dir: Path, state: _State, seconds: float) -> None:
+    """summary.json timing.total: the run's whole wall time (Ray start, emulation, Spark
+    start, analysis, report) in this invocation (a resumed run: since the resume)."""
+    from analysis.output import write_json
+    state.add_time("total", seconds)
+    state.save()
+    path = run_dir / "summary.json"
+    summary = json.loads(path.read_text())
+    summary.setdefault("timing", {})["total"] = state.d["timing"]["total"]
+    write_json(summary, path)
 
 
 def _has_work(run_dir: Path, started: bool) -> bool:

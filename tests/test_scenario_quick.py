@@ -123,6 +123,9 @@ def test_summary_is_plausible(runs):
     for k in ("phase_join", "phase_multicast", "phase_collapse", "emulation_total",
               "analysis_total"):
         assert s["timing"][k] > 0, k
+    # the whole run's wall time covers emulation, Spark start and analysis
+    t = s["timing"]
+    assert t["total"] >= t["emulation_total"] + t["spark_start"] + t["analysis_total"] - 0.01
     assert s["emulation"]["lost_messages"] == 0
 
 
