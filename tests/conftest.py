@@ -24,7 +24,7 @@ import pytest  # noqa: E402
 
 @pytest.fixture(scope="session")
 def quick_run(tmp_path_factory):
-    """(run directory, scenario stdout, scenario stderr) of one small `quick` run over two seeds, made
+    """(run directory, scenario stdout and stderr) of one small `quick` run over two seeds, made
     through the CLI once per session and shared by tests/test_cli.py and tests/test_report.py
     (a scenario run costs a Ray and a Spark start; tests may re-analyze it, not break it)."""
     out = tmp_path_factory.mktemp("quick") / "run"
