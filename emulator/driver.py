@@ -148,8 +148,10 @@ class Emulator:
             cause = e.cause if getattr(e, "cause", None) is not None else e
             if isinstance(cause, (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)):
                 # a live shard could not push its outbox: the peer it pushes to is gone
-                raise ShardLostError(f"a peer of shard {k} crashed during {what} at virtual "
-                                     f"time {self.now} us: "
+                dead = self._dead_shard(refs, shard_ids)
+                who = f"shard {dead}" if dead is not None else f"a peer of shard {k}"
+                raise ShardLostError(f"{who} crashed during {what} at virtual time "
+                                     f"{self.now} us: "
                                      f"{str(cause).strip().splitlines()[0]}") from e
             if isinstance(cause, OSError) and cause.errno is not None:
                 # a log or checkpoint write failed (disk full, read-only): the runner
@@ -158,6 +160,19 @@ class Emulator:
                               cause.filename) from e
             raise EmulationError(f"shard {k} failed during {what} at virtual time {self.now} us: "
                                  f"{type(cause).__name__}: {str(cause).splitlines()[0]}") from e
+
+    def _dead_shard(self, refs, shard_ids=None):
+        """The shard among `refs` whose process died (its call raises RayActorError), once
+        the calls have settled (a few seconds at most); None if none of them did."""
+        ray.wait(refs, num_returns=len(refs), timeout=10)
+        for i, r in enumerate(refs):
+            try:
+                ray.get(r, timeout=0)
+            except ray.exceptions.RayActorError:
+                return i if shard_ids is None else shard_ids[i]
+            except Exception:  # noqa: BLE001 - other failures are not what we look for
+                continue
+        return None
 
     def _which_failed(self, refs, shard_ids=None):
         for i, r in enumerate(refs):

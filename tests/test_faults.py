@@ -111,14 +111,14 @@ def test_shard_killed_mid_phase_is_replayed_to_the_same_results(reference, tmp_p
     real_get = Emulator._get
     calls = {"join": 0, "killed": []}
 
-    def get_and_kill(self, refs, what):
+    def get_and_kill(self, refs, what, *ids):
         if what == "phase 'join'" and not calls["killed"]:
             calls["join"] += 1
             if calls["join"] == 2:           # a window or two into the phase
                 pid = ray.get(self._actors[1].__ray_call__.remote(lambda a: os.getpid()))
                 os.kill(pid, signal.SIGKILL)
                 calls["killed"].append(pid)
-        return real_get(self, refs, what)
+        return real_get(self, refs, what, *ids)
 
     monkeypatch.setattr(Emulator, "_get", get_and_kill)
     out = run_scenario(cfg(), out=tmp_path / "run", progress=False)
@@ -137,12 +137,12 @@ def test_shard_lost_past_the_retries_names_the_resume_command(session, tmp_path,
 
     killed = set()
 
-    def always_kill(self, refs, what):
+    def always_kill(self, refs, what, *ids):
         if what == "phase 'create'" and id(self) not in killed:   # each new set of shards
             killed.add(id(self))
             pid = ray.get(self._actors[0].__ray_call__.remote(lambda a: os.getpid()))
             os.kill(pid, signal.SIGKILL)
-        return real_get(self, refs, what)
+        return real_get(self, refs, what, *ids)
 
     monkeypatch.setattr(Emulator, "_get", always_kill)
     out = tmp_path / "run"
