@@ -50,6 +50,7 @@ def measure(args, k: int, address: str) -> dict:
 
     emulator.Emulator = Measured
     runner._analyse = lambda *a, **kw: {}    # emulation only: the analysis is benchmarked apart
+    runner._record_total = lambda *a, **kw: None
     cfg = load_scenario(args.scenario, nodes=args.nodes, groups=args.groups, topologies=1,
                         shards=k, bootstrap="oracle")
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:

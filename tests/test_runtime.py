@@ -54,7 +54,8 @@ def test_arrow_table_from_ray_to_spark_and_back():
         assert runtime.spark_shape() == (1, int(ray.cluster_resources()["CPU"]))
         assert runtime.start_spark() is spark          # idempotent while running
         assert os.environ["PYSPARK_PYTHON"] == sys.executable
-        assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
+        # one partition per executor core, at least 2 (runtime.start_spark)
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
         assert spark.conf.get("spark.driver.host") == "127.0.0.1"
         n = 10_000
         tbl = pa.table({"group": pa.array([i % 7 for i in range(n)], pa.int32()),

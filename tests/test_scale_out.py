@@ -30,6 +30,7 @@ def _config(shards: int, partition: str = "locality"):
 
 def _emulate(cfg, out: Path, monkeypatch, address=None) -> Path:
     monkeypatch.setattr(runner_mod, "_analyse", lambda *a, **k: {})
+    monkeypatch.setattr(runner_mod, "_record_total", lambda *a, **k: None)  # no summary.json
     return run_scenario(cfg, out=out, progress=False, address=address)
 
 
