@@ -43,6 +43,17 @@ def round_robin(n_nodes: int, shards: int) -> np.ndarray:
     return (np.arange(n_nodes) % shards).astype(np.int32)
 
 
+def control_messages(nodes, at_us: int, code: int) -> np.ndarray:
+    """Engine control stimuli (FAIL / RECOVER) for `nodes` at `at_us`, ready to inject."""
+    nodes = np.atleast_1d(np.asarray(nodes, np.int64))
+    m = np.zeros(len(nodes), MSG_DTYPE)
+    m["src"] = m["dst"] = nodes
+    m["time"] = m["sent"] = at_us
+    m["type"] = code
+    m["group"] = -1
+    return m
+
+
 def window_ends(next_at: np.ndarray, lookahead: np.ndarray, delta_us: int, cap_us: int,
                 limit: int) -> np.ndarray:
     """Per shard j, the grid point before which it may process every cell:
@@ -215,13 +226,7 @@ class Emulator:
             self._next_at[k] = min(self._next_at[k], int(part.msgs["time"].min()))
 
     def _control(self, nodes, at, code):
-        nodes = np.atleast_1d(np.asarray(nodes, np.int64))
-        m = np.zeros(len(nodes), MSG_DTYPE)
-        m["src"] = m["dst"] = nodes
-        m["time"] = m["sent"] = at
-        m["type"] = code
-        m["group"] = -1
-        self.inject(m)
+        self.inject(control_messages(nodes, at, code))
 
     def fail(self, nodes, at_us) -> None:
         """Crash `nodes` at the cell holding `at_us`: their messages and timers are dropped."""

@@ -1,10 +1,11 @@
-"""LocalEmulator: K ShardEngines in one process, advanced by the driver's window rule.
+"""LocalEmulator: K ShardEngines in one process, advanced in global conservative windows.
 
-The Ray driver (:mod:`.driver`) runs each shard in its own actor; this runs the same
-``ShardEngine`` objects in the calling process, in the same conservative windows (earliest
-pending event T, lookahead L, window end ``floor((T + L)/Δ)·Δ``), passing outboxes by
-hand. No Ray, no files: for protocol tests, determinism digests and microbenchmarks, where
-starting actors would cost more than the emulation itself.
+The Ray driver (:mod:`.driver`) runs each shard in its own actor with per-shard window
+bounds; this runs the same ``ShardEngine`` objects in the calling process in one global
+window per round (earliest pending event T, global lookahead L, window end
+``floor((T + L)/Δ)·Δ``), passing outboxes by hand. Results do not depend on the windows. No
+Ray, no files: for protocol tests, determinism digests and microbenchmarks, where starting
+actors would cost more than the emulation itself.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .batch import MSG_DTYPE, Batch
-from .driver import INJECT_SEQ_BASE, round_robin
+from .driver import INJECT_SEQ_BASE, control_messages, round_robin
 from .engine import FAIL, RECOVER, ShardEngine
 from .queue import NEVER
 
@@ -54,13 +55,7 @@ class LocalEmulator:
         self._next = min(self._next, int(m["time"].min()))
 
     def control(self, nodes, at_us: int, code: int) -> None:
-        nodes = np.atleast_1d(np.asarray(nodes, np.int64))
-        m = np.zeros(len(nodes), MSG_DTYPE)
-        m["src"] = m["dst"] = nodes
-        m["time"] = m["sent"] = at_us
-        m["type"] = code
-        m["group"] = -1
-        self.inject(m)
+        self.inject(control_messages(nodes, at_us, code))
 
     def fail(self, nodes, at_us: int) -> None:
         self.control(nodes, at_us, FAIL)
