@@ -277,6 +277,19 @@ class Bootstrap(StrEnum):
     protocol = "protocol"
 
 
+def _scenario_sets(sets: list[str] | None, name: str | None, resume: Path | None) -> list[str]:
+    """The --set items, once the arguments of `scenario` are known to make sense."""
+    sets = list(sets or [])
+    for s in sets:
+        if "=" not in s or not s.split("=", 1)[0].strip():
+            raise BadInput(f"--set {s!r}: expected KEY=VALUE, e.g. --set pastry.l=32")
+    if resume is not None and not resume.is_dir():
+        raise BadInput(f"--resume {resume}: no such run directory")
+    if name is None and resume is None:
+        raise BadInput("missing scenario NAME (see `scenarios`), or --resume RUN_DIR")
+    return sets
+
+
 @app.command()
 @handled("out_dir", "resume")
 def scenario(
@@ -317,14 +330,7 @@ def scenario(
     ] = False,
 ):
     """Run a scenario end to end: topology, emulation, Spark analysis, report."""
-    sets = list(sets or [])
-    for s in sets:
-        if "=" not in s or not s.split("=", 1)[0].strip():
-            raise BadInput(f"--set {s!r}: expected KEY=VALUE, e.g. --set pastry.l=32")
-    if resume is not None and not resume.is_dir():
-        raise BadInput(f"--resume {resume}: no such run directory")
-    if name is None and resume is None:
-        raise BadInput("missing scenario NAME (see `scenarios`), or --resume RUN_DIR")
+    sets = _scenario_sets(sets, name, resume)
     if seeds is not None:
         seed, topologies = seed_range(seeds, seed, topologies)
     import scenarios
@@ -482,6 +488,31 @@ def scenario_meta(run_dir: Path) -> dict:
     return meta
 
 
+def _events_root(run_dir: Path) -> str | None:
+    """Where a run's Parquet event logs are: the run.storage its STORAGE file names, else
+    the run directory (None). A run that handed its logs to Spark through the object store
+    kept none, which is bad input here."""
+    import json
+
+    from emulator.storage import Storage
+    from scenarios.event_logs import STORAGE_POINTER
+    pointer = run_dir / STORAGE_POINTER
+    if pointer.is_file():
+        root = pointer.read_text().strip()
+        if not Storage(root).exists("events"):
+            raise BadInput(f"{run_dir}: its event logs were written to {root} (run.storage), "
+                           "which has no events/ now")
+        return root
+    if (run_dir / "events").is_dir():
+        return None
+    state = run_dir / "state.json"
+    if state.is_file() and json.loads(state.read_text()).get("event_logs", {}).get("handoff"):
+        raise BadInput(f"{run_dir}: its event logs went to Spark through the object store "
+                       "and were not kept; run it again with --set run.storage=<path or URI> "
+                       "to analyze it later")
+    raise BadInput(f"{run_dir}: no events/ directory (not a run directory?)")
+
+
 @app.command()
 @handled("run_dir")
 def analyze(
@@ -497,8 +528,7 @@ def analyze(
 ):
     """Recompute every metric of a run from its Parquet event logs, then its report."""
     run_dir = _run_dir(run_dir)
-    if not (run_dir / "events").is_dir():
-        raise BadInput(f"{run_dir}: no events/ directory (not a run directory?)")
+    events = _events_root(run_dir)
     meta = scenario_meta(run_dir)
     from analysis import AnalysisOptions, run_analysis
     from analysis.report import write_report
@@ -512,7 +542,7 @@ def analyze(
         # this analysis' Spark start replaces the run's in summary.json, like its sections
         spark_start = {"spark_start": round(time.perf_counter() - started, 3)}
         run_analysis(run_dir, spark, scenario_meta=meta, options=options,
-                     extra={"timing": spark_start})
+                     extra={"timing": spark_start}, events=events)
     md, html = write_report(run_dir)
     print_summary(run_dir)
     out.print(f"report: {md}, {html}", markup=False, highlight=False)

@@ -1,5 +1,5 @@
 """Event logs -> Spark DataFrames: Parquet read by the executors, Parquet handed over by the
-driver, or Arrow object refs.
+driver, or the hand-off's Arrow object refs read by RayDP's JVM.
 
 Every returned DataFrame has the columns of `analysis.schema.EVENT_TABLES[table]` (cast to
 the documented types) plus `topo` (int). A table with no rows (absent directory, no refs) is
@@ -10,6 +10,14 @@ no Spark job) and, when its types are the documented ones (the engine's files), 
 with the declared schema; other files (hand-written logs) are read with Spark's inference
 and cast. `hand_over=True` (a cluster whose executors do not see the driver's disk): the
 driver reads the Parquet itself and sends it to Spark as Arrow batches inside the tasks.
+
+The hand-off (`load_refs`, a cluster without shared storage): shards returned each table as
+an Arrow IPC stream into the object store (`emulator.storage.TableRef`); Spark's executors
+(RayDP's Ray Java actors) read those objects themselves (`RayDatasetRDD`) and decode the
+Arrow batches in the JVM. No byte goes through the driver, no Python runs per row or per
+batch, and no Ray Data task is needed (so no CPU beyond the executors' own; an earlier
+Ray Data path hung when Spark held every core). `run.storage` URIs other than local paths
+are read by Spark itself (`s3://` as Hadoop's `s3a://`).
 """
 
 from __future__ import annotations
@@ -50,19 +58,32 @@ def conform(df: DataFrame, table: str) -> DataFrame:
     ])
 
 
-def parquet_files(run_dir: str | Path, table: str) -> list[Path]:
-    """RUN_DIR/events/<table>/topo=<t>/*.parquet, sorted."""
-    path = Path(run_dir) / "events" / table
-    return sorted(path.glob("topo=*/*.parquet")) if path.is_dir() else []
+def _storage(root):
+    from emulator.storage import Storage
+    return root if isinstance(root, Storage) else Storage(root)
 
 
-def logged_topologies(run_dir: str | Path, table: str) -> set[int]:
+def parquet_files(root, table: str) -> list[str]:
+    """ROOT/events/<table>/topo=<t>/*.parquet, sorted (ROOT: a run directory or a storage
+    URI)."""
+    return [p for p in _storage(root).files("events", table, suffix=".parquet")
+            if p.rsplit("/", 2)[-2].startswith("topo=")]
+
+
+def parquet_rows(root, table: str) -> int:
+    """Rows of `table` under ROOT, from the files' footers."""
+    store = _storage(root)
+    return sum(pq.ParquetFile(p, filesystem=store.filesystem).metadata.num_rows
+               for p in parquet_files(store, table))
+
+
+def logged_topologies(root, table: str) -> set[int]:
     """Topology indices with a topo=<t> directory holding Parquet files for `table`."""
-    return {int(p.parent.name.split("=", 1)[1]) for p in parquet_files(run_dir, table)}
+    return {int(p.rsplit("/", 2)[-2].split("=", 1)[1]) for p in parquet_files(root, table)}
 
 
-def _declared_types_match(sample: Path, table: str) -> bool:
-    schema = pq.read_schema(sample)
+def _declared_types_match(sample: str, table: str, filesystem=None) -> bool:
+    schema = pq.read_schema(sample, filesystem=filesystem)
     names = set(schema.names)
     for c, t in EVENT_TABLES[table].items():
         if c not in names:
@@ -74,27 +95,28 @@ def _declared_types_match(sample: Path, table: str) -> bool:
     return True
 
 
-def load_parquet(spark: SparkSession, run_dir: str | Path, table: str,
+def load_parquet(spark: SparkSession, root, table: str,
                  hand_over: bool = False) -> DataFrame:
-    """RUN_DIR/events/<table>/ (hive partition column `topo`) as a conformed DataFrame."""
-    files = parquet_files(run_dir, table)
+    """ROOT/events/<table>/ (hive partition column `topo`) as a conformed DataFrame."""
+    store = _storage(root)
+    files = parquet_files(store, table)
     if not files:
         return empty_table(spark, table)
-    path = Path(run_dir) / "events" / table
     if hand_over:
-        return _handed_over(spark, path, table)
-    if _declared_types_match(files[0], table):
-        return (spark.read.schema(table_ddl(table)).option("basePath", str(path))
-                .parquet(str(path)))
-    df = spark.read.option("basePath", str(path)).parquet(str(path))
+        return _handed_over(spark, store, table)
+    url = store.url("events", table)
+    if _declared_types_match(files[0], table, store.filesystem):
+        return spark.read.schema(table_ddl(table)).option("basePath", url).parquet(url)
+    df = spark.read.option("basePath", url).parquet(url)
     return conform(df, table)
 
 
-def _handed_over(spark: SparkSession, path: Path, table: str) -> DataFrame:
+def _handed_over(spark: SparkSession, store, table: str) -> DataFrame:
     """The driver reads the table (pyarrow) and hands it to Spark as Arrow record batches
     (createDataFrame with Arrow: the data travels inside the tasks, no shared disk)."""
     columns = {**EVENT_TABLES[table], "topo": "int"}
-    ds = pads.dataset(str(path), format="parquet", partitioning="hive")
+    ds = pads.dataset(store.path("events", table), format="parquet", partitioning="hive",
+                      filesystem=store.filesystem)
     present = set(ds.schema.names)
     missing = [c for c in columns if c not in present and c != "phase"]
     if missing:
@@ -109,21 +131,45 @@ def _handed_over(spark: SparkSession, path: Path, table: str) -> DataFrame:
 
 
 def load_refs(spark: SparkSession, refs: list, table: str) -> DataFrame:
-    """Convert object refs of pyarrow Tables (emu.logs(table)) to a conformed DataFrame.
+    """The hand-off: `refs` ([emulator.storage.TableRef], Arrow IPC streams in the object
+    store) as a conformed DataFrame, read by the executors' JVMs (see the module doc).
 
-    The data goes Ray object store -> Ray Dataset -> Spark through RayDP, without Parquet.
+    Refs with different Arrow schemas (a column typed differently by another writer) are
+    read per schema, conformed, and unioned.
     """
+    refs = [r for r in refs if r.rows]
     if not refs:
         return empty_table(spark, table)
-    import ray.data
+    by_schema: dict = {}
+    for r in refs:
+        by_schema.setdefault(r.schema.serialize().to_pybytes(), []).append(r)
+    frames = [conform(_jvm_dataframe(spark, group), table) for group in by_schema.values()]
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other)
+    return df
 
-    return conform(ray.data.from_arrow_refs(list(refs)).to_spark(spark), table)
+
+def _jvm_dataframe(spark: SparkSession, refs: list) -> DataFrame:
+    """RayDP's object-store reader over refs of one Arrow schema (Arrow IPC bytes)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from raydp.spark.dataset import get_locations
+
+    blocks = [r.ref for r in refs]
+    schema = from_arrow_schema(refs[0].schema)
+    jvm = spark.sparkContext._jvm
+    rdd = jvm.org.apache.spark.rdd.RayDatasetRDD(spark._jsc, [b.binary() for b in blocks],
+                                                 get_locations(blocks))
+    jdf = jvm.org.apache.spark.sql.raydp.ObjectStoreReader.RayDatasetToDataFrame(
+        spark._jsparkSession, rdd, schema.json())
+    return DataFrame(jdf, spark._wrapped if hasattr(spark, "_wrapped") else spark)
 
 
 def load_events(spark: SparkSession, run_dir: str | Path | None = None,
                 refs: dict[str, list] | None = None,
                 hand_over: bool = False) -> dict[str, DataFrame]:
-    """All event tables, each from `refs[table]` when given there, else from the Parquet logs.
+    """All event tables, each from `refs[table]` (the hand-off's TableRefs) when given there,
+    else from the Parquet logs under `run_dir` (a run directory or a storage URI).
 
     Returns {table: DataFrame} for every table of the schema (empty ones included).
     """

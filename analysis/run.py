@@ -17,12 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from analysis import churn, delay, figures, link_stress, node_stress, overlay, published, spread
-from analysis.load import load_events, logged_topologies, parquet_files
+from analysis.load import load_events, logged_topologies, parquet_rows
 from analysis.output import write_frame, write_json
 from analysis.overlay import CREATE_TYPE  # noqa: F401  (re-exported; tests compare it with actors/)
 from analysis.physical import ship_topologies, topology_numbers, topology_path
@@ -82,8 +81,9 @@ def _mean_rows(df: pd.DataFrame) -> pd.DataFrame:
 class _Context:
     """What every section needs: session, logs, topology handles, output folders."""
 
-    def __init__(self, spark, run_dir, refs, ev, files, meta, options, marks):
+    def __init__(self, spark, run_dir, refs, ev, files, meta, options, marks, events_root):
         self.spark, self.run_dir, self.refs, self.ev, self.files = spark, run_dir, refs, ev, files
+        self.events_root = events_root     # where Parquet event logs are (run dir or storage)
         self.meta, self.options = meta, options
         self.marks = marks     # the paper's figures drawn over ours, if it has some
         # group buckets of the grouped maps: a few per shuffle partition, so that hashing
@@ -94,14 +94,15 @@ class _Context:
 
 def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list] | None = None,
                  scenario_meta: dict | None = None, extra: dict | None = None,
-                 options: AnalysisOptions | None = None) -> dict:
+                 options: AnalysisOptions | None = None, events: str | None = None) -> dict:
     """Compute every metric of RUN_DIR and write metrics/*.csv, figures/*.png, summary.json.
 
-    refs: optional {table: [ObjectRef of pyarrow.Table]} (emu.logs) used instead of the
-    Parquet logs for those tables. scenario_meta: {"scenario", "nodes", "groups", ...} put at
-    the top of the summary. extra: merged last into summary.json (e.g. "timing"; dicts are
-    merged one level deep). An existing summary.json's keys are kept unless recomputed.
-    Returns the summary dict.
+    refs: optional {table: [emulator.storage.TableRef]} (the hand-off, emu.logs) used
+    instead of the Parquet logs for those tables. events: where the Parquet logs are when
+    not under RUN_DIR (a `run.storage` path or URI, read by the executors).
+    scenario_meta: {"scenario", "nodes", "groups", ...} put at the top of the summary.
+    extra: merged last into summary.json (e.g. "timing"; dicts are merged one level deep).
+    An existing summary.json's keys are kept unless recomputed. Returns the summary dict.
     """
     started = time.perf_counter()
     run_dir = Path(run_dir)
@@ -117,26 +118,18 @@ def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list]
     meta = topology_meta(run_dir, indices, reader)
     shared = executors_share_disk(options)
     files = ship_topologies(spark, run_dir, indices, reader, ship=not shared)
-    ev = load_events(spark, run_dir, refs, hand_over=not shared)
-    _check_logged_topologies(run_dir, refs, ev, indices)
+    events_root = str(events) if events is not None else run_dir
+    named_storage = events is not None and Path(str(events)) != run_dir
+    ev = load_events(spark, events_root, refs, hand_over=not (shared or named_storage))
+    _check_logged_topologies(events_root, refs, ev, indices, run_dir)
     marks = published.figure_marks((scenario_meta or {}).get(
         "scenario", run_dir.name.rsplit("-", 1)[0]))
-    ctx = _Context(spark, run_dir, refs, ev, files, meta, options, marks)
-    timing: dict[str, float] = {}
-    results = {}
-    # Every section's Spark jobs are submitted at once (one driver thread each): the
-    # executors stay busy while the driver writes the previous section's CSVs and figures.
-    # A section's time runs from the end of the previous one until its outputs are written.
-    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="analysis") as pool:
-        pending = [(name, finish, {k: pool.submit(collect, df) for k, df in plan(ctx).items()})
-                   for name, plan, finish in SECTIONS]
-        for name, finish, futures in pending:
-            t0 = time.perf_counter()
-            results.update(finish(ctx, {k: f.result() for k, f in futures.items()}))
-            timing[name] = time.perf_counter() - t0
+    ctx = _Context(spark, run_dir, refs, ev, files, meta, options, marks, events_root)
+    results, timing = _run_sections(ctx)
     files.release()
     churn_summary = None
-    if _has_rows(run_dir, refs, ev, "publish") or _has_rows(run_dir, refs, ev, "node_event"):
+    if (_has_rows(events_root, refs, ev, "publish")
+            or _has_rows(events_root, refs, ev, "node_event")):
         t0 = time.perf_counter()
         churn_summary = _churn(ctx)
         timing["churn"] = time.perf_counter() - t0
@@ -151,21 +144,38 @@ def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list]
     return _merge_and_write(run_dir / "summary.json", summary, extra or {})
 
 
-def _check_logged_topologies(run_dir: Path, refs, ev, indices: list[int]) -> None:
+def _run_sections(ctx: _Context) -> tuple[dict, dict[str, float]]:
+    """Every section's Spark jobs submitted at once (one driver thread each): the executors
+    stay busy while the driver writes the previous section's CSVs and figures. A section's
+    time runs from the end of the previous one until its outputs are written."""
+    timing: dict[str, float] = {}
+    results = {}
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="analysis") as pool:
+        pending = [(name, finish, {k: pool.submit(collect, df) for k, df in plan(ctx).items()})
+                   for name, plan, finish in SECTIONS]
+        for name, finish, futures in pending:
+            t0 = time.perf_counter()
+            results.update(finish(ctx, {k: f.result() for k, f in futures.items()}))
+            timing[name] = time.perf_counter() - t0
+    return results, timing
+
+
+def _check_logged_topologies(events_root, refs, ev, indices: list[int],
+                             run_dir: Path) -> None:
     if refs and "host" in refs:
-        logged = {r["topo"] for r in ev["host"].select("topo").distinct().collect()}
+        logged = {r.topo for r in refs["host"]}
     else:
-        logged = logged_topologies(run_dir, "host")
+        logged = logged_topologies(events_root, "host")
     missing = sorted(logged - set(indices))
     if missing:
         raise ValueError(f"event logs name topology {missing[0]} but {run_dir}/topology/"
                          f"topo-{missing[0]}.npz is missing")
 
 
-def _has_rows(run_dir: Path, refs, ev, table: str) -> bool:
+def _has_rows(events_root, refs, ev, table: str) -> bool:
     if refs and table in refs:
-        return bool(ev[table].limit(1).count())
-    return any(pq.ParquetFile(p).metadata.num_rows > 0 for p in parquet_files(run_dir, table))
+        return any(r.rows for r in refs[table])
+    return parquet_rows(events_root, table) > 0
 
 
 def _delay_plan(c: _Context) -> dict[str, DataFrame]:
@@ -274,7 +284,7 @@ def churn_bucket_us(messages_span_us: int, requested: int | None) -> int:
 def _churn(c: _Context) -> dict | None:
     """Churn CSVs and figure; returns the summary.json entry (None: no stream logged)."""
     ev, options, metrics = c.ev, c.options, c.metrics
-    inferred = not _has_rows(c.run_dir, c.refs, ev, "publish")
+    inferred = not _has_rows(c.events_root, c.refs, ev, "publish")
     messages = churn.published_messages(ev["publish"], ev["delivery"], inferred,
                                         options.churn_phases).cache()
     span = messages.agg(F.min("publish_time").alias("lo"),
@@ -338,16 +348,26 @@ def _summary(run_dir, scenario_meta, indices, meta, options, *, groups_pd, dp_pd
         "topologies": scenario_meta.get("topologies", len(indices)),
     }
     summary.update({k: v for k, v in scenario_meta.items() if k not in summary})
+    summary.update(_delay_summary(dp_pd, rdp_pd, options.primary_variant))
+    summary["node_stress"] = _node_stress_summary(ns_pd)
+    summary["node_stress_population"] = "all_nodes (zeros included); tree_nodes: forwarders"
+    summary["link_stress"] = _link_stress_summary(ls_pd, options)
+    summary["overlay"] = _overlay_summary(route_means, probes_pd, nodes)
+    return summary
 
-    def by_variant(df, build):
-        return {r["variant"]: build(r) for _, r in _mean_rows(df).iterrows()}
 
+def _by_variant(df: pd.DataFrame, build) -> dict:
+    return {r["variant"]: build(r) for _, r in _mean_rows(df).iterrows()}
+
+
+def _delay_summary(dp_pd: pd.DataFrame, rdp_pd: pd.DataFrame, primary: str) -> dict:
+    """delay_penalty and rdp_rank1 (the primary variant's) and their by-variant tables."""
     def pick(d: dict):
-        if options.primary_variant in d:
-            return d[options.primary_variant]
+        if primary in d:
+            return d[primary]
         return next(iter(d.values()), None)
 
-    dp = by_variant(dp_pd, lambda r: {
+    dp = _by_variant(dp_pd, lambda r: {
         "groups": _num(r["groups"]),
         "rad": _stats(r, "rad_", ["mean", "median", "p90", "max"]),
         "rmd": _stats(r, "rmd_", ["mean", "median", "p90", "max"])})
@@ -355,14 +375,14 @@ def _summary(run_dir, scenario_meta, indices, meta, options, *, groups_pd, dp_pd
         for k in ("rad", "rmd"):
             v[k] = {"p50": v[k]["median"], "p90": v[k]["p90"], "max": v[k]["max"],
                     "mean": v[k]["mean"]}
-    summary["delay_penalty"] = pick(dp)
-    summary["delay_penalty_by_variant"] = dp
-    rdp = by_variant(rdp_pd, lambda r: {
+    rdp = _by_variant(rdp_pd, lambda r: {
         **_stats(r, "", ["mean", "median", "p80", "p98", "frac_below_1", "max"]),
         "members": _num(r["members"])})
-    summary["rdp_rank1"] = pick(rdp)
-    summary["rdp_rank1_by_variant"] = rdp
+    return {"delay_penalty": pick(dp), "delay_penalty_by_variant": dp,
+            "rdp_rank1": pick(rdp), "rdp_rank1_by_variant": rdp}
 
+
+def _node_stress_summary(ns_pd: pd.DataFrame) -> dict:
     ns = {}
     for _, r in _mean_rows(ns_pd).iterrows():
         entry = ns.setdefault(r["variant"], {})
@@ -373,9 +393,10 @@ def _summary(run_dir, scenario_meta, indices, meta, options, *, groups_pd, dp_pd
             entry.update(figures_)
         else:
             entry["tree_nodes"] = figures_
-    summary["node_stress"] = ns
-    summary["node_stress_population"] = "all_nodes (zeros included); tree_nodes: forwarders"
+    return ns
 
+
+def _link_stress_summary(ls_pd: pd.DataFrame, options: AnalysisOptions) -> dict:
     ls = {}
     for _, r in _mean_rows(ls_pd).iterrows():
         entry = {k: _num(r[k]) for k in ("total", "mean", "median", "max", "links",
@@ -384,21 +405,22 @@ def _summary(run_dir, scenario_meta, indices, meta, options, *, groups_pd, dp_pd
             entry["note"] = r["note"]
         ls[r["traffic"]] = entry
     order = [t.label for t in options.traffic] + list(BASELINES)
-    summary["link_stress"] = {k: ls[k] for k in sorted(ls, key=lambda k: (
+    return {k: ls[k] for k in sorted(ls, key=lambda k: (
         order.index(k) if k in order else len(order), k))}
 
+
+def _overlay_summary(route_means: pd.DataFrame, probes_pd: pd.DataFrame, nodes: int) -> dict:
+    any_routes = len(route_means) > 0
     overlay_ = {"mean_hops": exact_mean(route_means["mean_hops"].to_numpy(float))
-                if len(route_means) else None,
-                "mean_hops_routes": int(route_means["full_routes"].sum())
-                if len(route_means) else 0,
+                if any_routes else None,
+                "mean_hops_routes": int(route_means["full_routes"].sum()) if any_routes else 0,
                 "mean_hops_all_routes": exact_mean(route_means["mean_hops_all"].to_numpy(float))
-                if len(route_means) else None,
-                "routes": int(route_means["routes"].sum()) if len(route_means) else 0,
+                if any_routes else None,
+                "routes": int(route_means["routes"].sum()) if any_routes else 0,
                 "log16_nodes_ceil": math.ceil(math.log(max(nodes, 2), 16))}
     if len(probes_pd) and probes_pd["probes"].sum() > 0:
         overlay_["probes_per_join"] = exact_mean(probes_pd["probes_per_join"].to_numpy(float))
-    summary["overlay"] = overlay_
-    return summary
+    return overlay_
 
 
 def _merge_and_write(path: Path, summary: dict, extra: dict) -> dict:

@@ -26,6 +26,7 @@ from .batch import MSG_DTYPE, Batch
 from .engine import CONTROL_NAMES, FAIL, RECOVER
 from .queue import NEVER
 from .shard_actor import SHARD_CONCURRENCY, ShardActor
+from .storage import Storage, TableRef, ipc_bytes
 
 INJECT_SEQ_BASE = -(1 << 62)  # injected stimuli sort before protocol messages of a node
 
@@ -80,7 +81,8 @@ class Emulator:
     def __init__(self, n_nodes: int, latency, stack_factory, shards: int = 1, node_shard=None,
                  seed: int = 0, shared: dict | None = None, run_dir=None, topo_index: int = 0,
                  type_names: dict | None = None, log_messages: bool = True,
-                 window_cap_us: int = 200_000, actor_options: dict | None = None):
+                 window_cap_us: int = 200_000, actor_options: dict | None = None,
+                 storage=None, handoff: bool = False):
         if not ray.is_initialized():
             raise EmulationError("Ray is not initialised: call emulator.runtime.start_ray() first")
         self.n_nodes = int(n_nodes)
@@ -110,13 +112,20 @@ class Emulator:
         self.window_cap_us = max(int(window_cap_us), self.delta_us)
         self.seed = int(seed)
         self.run_dir = Path(run_dir) if run_dir is not None else None
+        # storage: where shards write logs and checkpoints (default the run directory);
+        # handoff: logs go to the driver as object refs (`flush`, `logs`), and without a
+        # storage the shards' checkpoint state is kept by the driver under run_dir
+        self.handoff = bool(handoff)
+        if storage is None and self.run_dir is not None and not self.handoff:
+            storage = self.run_dir
+        self.storage = Storage(storage) if storage is not None else None
         self.topo_index = int(topo_index)
         self.type_names = {**CONTROL_NAMES, **{int(k): v for k, v in (type_names or {}).items()}}
         self.now = 0
         self._next_at = np.full(self.shards, NEVER, np.int64)   # T_i per shard
         self._inbox: list[list] = [[] for _ in range(self.shards)]  # injected, not yet sent
         self._inject_seq = 0
-        self._refs: dict[str, list] = {}
+        self._refs: dict[str, list[TableRef]] = {}
         self._windows = 0
         self._cells_sum = 0
         self._phase_stats: dict[str, dict] = {}
@@ -131,7 +140,7 @@ class Emulator:
                                   "scheduling_strategy": "SPREAD",  # over a cluster's nodes
                                   **(actor_options[k] or {})}).remote(
                 k, ns_ref, lat_ref, stack_factory, self.seed, self.delta_us, shared_refs,
-                log_messages, str(self.run_dir) if self.run_dir else None, self.topo_index)
+                log_messages, self.storage, self.topo_index, self.handoff)
             for k in range(self.shards)]
         # stacks may schedule timers in setup (joins, keep-alives): the first event times
         try:
@@ -140,7 +149,7 @@ class Emulator:
         except BaseException:
             self.shutdown()          # no shard outlives a failed start (a retry makes new ones)
             raise
-        if self.run_dir is not None:
+        if self.storage is not None or self.handoff:
             self._write_type_table()
 
     # ---- helpers ----------------------------------------------------------------------
@@ -198,12 +207,17 @@ class Emulator:
     def _write_type_table(self):
         import pyarrow as pa
 
-        from .logs import write_parquet
+        from .logs import with_topo
         codes = sorted(self.type_names)
         tbl = pa.table({"type": pa.array(codes, pa.int16()),
                         "name": pa.array([self.type_names[c] for c in codes], pa.string()),
                         "phase": pa.array(["static"] * len(codes), pa.string())})
-        write_parquet(tbl, self.run_dir / "events", "message_type", self.topo_index, "types")
+        if self.handoff:
+            tbl = with_topo(tbl, self.topo_index)
+            self._refs["message_type"] = [TableRef(ray.put(ipc_bytes(tbl)), tbl.schema,
+                                                   tbl.num_rows, self.topo_index, "static")]
+        else:
+            self.storage.write_parquet(tbl, "message_type", self.topo_index, "types")
 
     # ---- stimuli ----------------------------------------------------------------------
     def inject(self, msgs) -> None:
@@ -313,22 +327,28 @@ class Emulator:
     def dump(self, phase: str) -> list:
         return self.call("dump", phase)
 
-    def flush(self, phase: str) -> dict:
-        """Write buffered log rows of every shard to Parquet; keep refs for the analysis."""
-        names = self._get([a.flush.remote(phase) for a in self._actors], f"flush {phase}")
-        new: dict[str, list] = {}
-        for a, ns in zip(self._actors, names, strict=True):
-            if not ns:
+    def flush(self, phase: str) -> dict[str, list[TableRef]]:
+        """Every shard's buffered log rows: written as Parquet under the storage, or (hand-off)
+        returned as refs owned by this driver. Returns {table: [TableRef]} of this flush
+        (hand-off only; empty otherwise); `logs` has every flush's."""
+        metas = self._get([a.flush.remote(phase) for a in self._actors], f"flush {phase}")
+        new: dict[str, list[TableRef]] = {}
+        if not self.handoff:
+            return new
+        for a, meta in zip(self._actors, metas, strict=True):
+            if not meta:
                 continue
-            refs = a.take_tables.options(num_returns=len(ns)).remote()
-            refs = [refs] if len(ns) == 1 else refs
-            for n, r in zip(ns, refs, strict=True):
-                new.setdefault(n, []).append(r)
+            refs = a.take_tables.options(num_returns=len(meta)).remote()
+            refs = [refs] if len(meta) == 1 else refs
+            for (name, schema, rows), ref in zip(meta, refs, strict=True):
+                new.setdefault(name, []).append(TableRef(ref, schema, rows, self.topo_index,
+                                                         phase))
         for n, rs in new.items():
             self._refs.setdefault(n, []).extend(rs)
         return new
 
     def logs(self, table: str | None = None):
+        """The hand-off's refs: [TableRef] of `table`, or {table: [TableRef]}."""
         if table is not None:
             return list(self._refs.get(table, []))
         return {k: list(v) for k, v in self._refs.items()}
@@ -357,35 +377,47 @@ class Emulator:
                               for c in per_shard]}
 
     # ---- checkpoints ------------------------------------------------------------------
-    def _ckpt_dir(self, name: str) -> Path:
+    def _checkpoint_store(self) -> Storage:
+        """Where checkpoints live: the shards' storage, else (hand-off without storage) the
+        driver's run directory, the shards sending their state here."""
+        if self.storage is not None:
+            return self.storage
         if self.run_dir is None:
             raise EmulationError("checkpoints need a run directory")
-        return self.run_dir / "checkpoints" / name
+        return Storage(self.run_dir)
 
-    def checkpoint(self, name: str) -> Path:
+    def checkpoint(self, name: str) -> str:
         """Save every shard's state (in-flight messages included) under checkpoints/<name>/."""
-        d = self._ckpt_dir(name)
-        d.mkdir(parents=True, exist_ok=True)
+        store = self._checkpoint_store()
         self._next_at[:] = self._get([a.accept.remote(*self._inbox[k])
                                       for k, a in enumerate(self._actors)], "checkpoint")
         self._inbox = [[] for _ in range(self.shards)]
-        self._get([a.save.remote(str(d / f"shard{k}.pkl")) for k, a in enumerate(self._actors)],
-                  "checkpoint")
+        states = self._get([a.save.remote(name) for a in self._actors], "checkpoint")
+        for k, data in enumerate(states):
+            if data is not None:                 # a shard without storage sent its state
+                store.write_bytes(data, "checkpoints", name, f"shard{k}.pkl")
         meta = {"shards": self.shards, "now": self.now, "next": self._next,
                 "inject_seq": self._inject_seq, "windows": self._windows,
                 "phase_stats": self._phase_stats, "n_nodes": self.n_nodes}
-        (d / "driver.json").write_text(json.dumps(meta))
-        return d
+        store.write_bytes(json.dumps(meta).encode(), "checkpoints", name, "driver.json")
+        return store.path("checkpoints", name)
 
     def restore(self, name: str) -> None:
         """Continue from checkpoints/<name>/ (this Emulator must be built with the same args)."""
-        d = self._ckpt_dir(name)
-        meta = json.loads((d / "driver.json").read_text())
+        store = self._checkpoint_store()
+        where = store.path("checkpoints", name)
+        meta = json.loads(store.read_bytes("checkpoints", name, "driver.json"))
         if meta["shards"] != self.shards or meta["n_nodes"] != self.n_nodes:
-            raise EmulationError(f"checkpoint {d} was made with {meta['shards']} shards and "
-                                 f"{meta['n_nodes']} nodes, not {self.shards} and {self.n_nodes}")
-        nexts = self._get([a.load.remote(str(d / f"shard{k}.pkl"))
-                           for k, a in enumerate(self._actors)], "restore")
+            raise EmulationError(f"checkpoint {where} was made with {meta['shards']} shards "
+                                 f"and {meta['n_nodes']} nodes, not {self.shards} and "
+                                 f"{self.n_nodes}")
+        if self.storage is not None:
+            calls = [a.load.remote(name) for a in self._actors]
+        else:
+            calls = [a.load.remote(name, ray.put(store.read_bytes("checkpoints", name,
+                                                                  f"shard{k}.pkl")))
+                     for k, a in enumerate(self._actors)]
+        nexts = self._get(calls, "restore")
         self._inbox = [[] for _ in range(self.shards)]
         self.now, self._inject_seq = meta["now"], meta["inject_seq"]
         self._windows, self._phase_stats = meta["windows"], meta["phase_stats"]

@@ -1,5 +1,11 @@
-"""The shard as a Ray actor: a ShardEngine plus peer-to-peer message exchange, log files
-and checkpoints on disk. It knows no protocol: the stack comes from `stack_factory`.
+"""The shard as a Ray actor: a ShardEngine plus peer-to-peer message exchange, event logs
+and checkpoints. It knows no protocol: the stack comes from `stack_factory`.
+
+Logs and checkpoints go where the driver says (emulator/storage.py): Parquet files and
+checkpoint files under a `Storage` root (the run directory on one machine, or the
+`run.storage` the user named), or, for the hand-off on a cluster without shared storage,
+Arrow IPC tables returned to the driver as object refs (RayDP's JVM reads them straight
+from the object store) and checkpoint state returned to the driver, which keeps it.
 
 No message goes through the driver. At the end of its window a shard pushes each
 non-empty outbox straight to the destination shard (`deliver`) and waits for the peers to
@@ -17,12 +23,12 @@ from __future__ import annotations
 
 import pickle
 import threading
-from pathlib import Path
 
 import ray
 
 from .engine import ShardEngine
-from .logs import with_topo, write_parquet
+from .logs import with_topo
+from .storage import ipc_bytes
 
 # A shard must accept deliveries while it runs a window: two threads, one for `advance`
 # (and the other driver calls, which never overlap it) and one for peers' `deliver`.
@@ -36,10 +42,11 @@ def _resolve(value):
 @ray.remote
 class ShardActor:
     def __init__(self, shard_id, node_shard, latency, stack_factory, seed, delta_us, shared,
-                 log_messages, run_dir, topo_index):
+                 log_messages, storage, topo_index, handoff=False):
         self.engine = ShardEngine(shard_id, node_shard, latency, stack_factory, seed, delta_us,
                                   shared=shared, resolve=_resolve, log_messages=log_messages)
-        self.run_dir = Path(run_dir) if run_dir else None
+        self.storage = storage          # a Storage, or None: nothing written by the shard
+        self.handoff = bool(handoff)    # keep log tables for the driver (object store)
         self.topo_index = int(topo_index)
         self._stash = []
         self._peers: list = []
@@ -92,18 +99,28 @@ class ShardActor:
     def call(self, method, *args):
         return self.engine.call(method, *args)
 
-    def flush(self, phase_stem: str) -> list[str]:
-        """Write buffered log rows as Parquet; stash them for take_tables; return table names."""
+    def flush(self, phase_stem: str) -> list[tuple]:
+        """Take the buffered log rows: Parquet under the storage, and for the hand-off the
+        tables (with `topo`) kept for `take_tables`. Returns (table, Arrow schema, rows) of
+        each non-empty table, sorted by name."""
         tables = self.engine.take_logs()
         names = sorted(tables)
-        if self.run_dir is not None:
+        if self.storage is not None and not self.handoff:
             for name in names:
-                write_parquet(tables[name], self.run_dir / "events", name, self.topo_index,
-                              f"{phase_stem}-shard{self.engine.shard_id}")
-        self._stash = [with_topo(tables[n], self.topo_index) for n in names]
-        return names
+                self.storage.write_parquet(tables[name], name, self.topo_index,
+                                           f"{phase_stem}-shard{self.engine.shard_id}")
+        self._stash = []
+        out = []
+        for name in names:
+            tbl = with_topo(tables[name], self.topo_index)
+            out.append((name, tbl.schema, tbl.num_rows))
+            if self.handoff:
+                self._stash.append(ipc_bytes(tbl))
+        return out
 
     def take_tables(self):
+        """The tables of the last `flush` as Arrow IPC streams (one return value each, so
+        the driver owns them and they outlive this actor)."""
         stash, self._stash = self._stash, []
         return stash[0] if len(stash) == 1 else tuple(stash)
 
@@ -115,14 +132,22 @@ class ShardActor:
         import resource
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
-    def save(self, path: str) -> None:
-        """Checkpoint: the inbox joins the queue first, so nothing in flight is lost."""
+    def save(self, name: str) -> bytes | None:
+        """Checkpoint `name`: the inbox joins the queue first, so nothing in flight is lost.
+        Written to the storage's checkpoints/<name>/shard<k>.pkl, or returned (pickled) for
+        the driver to keep when the shard has no storage."""
         self.engine.accept(self._take_inbox())
-        with open(path, "wb") as f:
-            pickle.dump(self.engine.state(), f, protocol=5)
+        data = pickle.dumps(self.engine.state(), protocol=5)
+        if self.storage is None:
+            return data
+        self.storage.write_bytes(data, "checkpoints", name, f"shard{self.engine.shard_id}.pkl")
+        return None
 
-    def load(self, path: str) -> int:
-        with open(path, "rb") as f:
-            self.engine.load_state(pickle.load(f))
+    def load(self, name: str, data: bytes | None = None) -> int:
+        """Restore checkpoint `name` (from the storage, or `data` the driver kept)."""
+        if data is None:
+            data = self.storage.read_bytes("checkpoints", name,
+                                           f"shard{self.engine.shard_id}.pkl")
+        self.engine.load_state(pickle.loads(data))
         self._take_inbox()
         return self.engine.queue.next_time()

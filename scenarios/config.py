@@ -48,6 +48,7 @@ GROUP_KINDS = ("zipf", "fixed")
 PLACEMENTS = ("uniform", "lan_slots")        # topologies.hosts.PLACEMENTS
 VOCABULARIES = ("groups", "pubsub")          # scenarios.vocabulary.TERMS
 BOOTSTRAPS = ("oracle", "protocol")
+EVENT_LOG_LAYOUTS = ("auto", "object_store", "files")   # scenarios/event_logs.py
 
 SCHEMA: dict[str, dict[str, tuple]] = {
     "run": {
@@ -59,6 +60,14 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "retries": (int, 2, lambda v: 0 <= v <= 100, "times a phase is replayed from its "
                     "checkpoint after a shard process dies, and the analysis rerun after Spark "
                     "loses an executor (0..100; 0 = stop at once)"),
+        "storage": (str, "", None, "where shards write Parquet event logs and checkpoints: "
+                    "a local path, a mount every node shares, or a pyarrow filesystem URI "
+                    "(s3://..., hdfs://...); empty: the run directory on one machine, the "
+                    "object-store hand-off on a multi-node cluster"),
+        "event_logs": (str, "auto", lambda v: v in EVENT_LOG_LAYOUTS,
+                       "auto | object_store | files: how event logs reach Spark (auto: files "
+                       "under run.storage or, on one machine, the run directory; the "
+                       "object-store hand-off on a cluster without run.storage)"),
     },
     "topology": {
         "source": (str, "ts5050", None, "ts5050, ts600, rocketfuel:<path>[:<AS>], zoo:<path>, "

@@ -35,10 +35,9 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .config import ScenarioConfig, ScenarioError, load_scenario
+from .event_logs import RunEvents, layout_for
 from .groups import GroupPlan, join_times, plan_groups
 
 log = logging.getLogger("scribe_emu.scenario")
@@ -154,41 +153,6 @@ def _phase_of_file(stem: str) -> str:
     return re.split(r"-(?:shard\d+|driver)", stem, maxsplit=1)[0]
 
 
-def _clean_incomplete(run_dir: Path, t: int, done: list[str]) -> None:
-    """Remove event files of topology t from phases that did not complete (a crash between
-    a flush and its checkpoint) and the type table the new Emulator writes again."""
-    events = run_dir / "events"
-    if not events.is_dir():
-        return
-    for d in events.glob(f"*/topo={t}"):
-        for f in d.glob("*.parquet"):
-            if d.parent.name == "message_type" or _phase_of_file(f.stem) not in done:
-                f.unlink()
-
-
-# ---- driver-written event tables -----------------------------------------------------------
-
-def _driver_table(run_dir: Path, table: str, t: int, phase: str, columns: dict) -> None:
-    """Rows the scenario itself logs (membership, host, publish, node_event): Parquet under
-    events/<table>/topo=<t>/<phase>-driver.parquet like the engine's files. The analysis
-    reads every table from Parquet."""
-    from emulator.logs import write_parquet
-
-    cols = {k: pa.array(v) for k, v in columns.items()}
-    n = len(next(iter(cols.values())))
-    cols["phase"] = pa.array([phase] * n, pa.string())
-    tbl = pa.table(cols)
-    write_parquet(tbl, run_dir / "events", table, t, f"{phase}-driver")
-
-
-def _read_events(run_dir: Path, table: str, t: int) -> pa.Table | None:
-    d = run_dir / "events" / table / f"topo={t}"
-    files = sorted(d.glob("*.parquet")) if d.is_dir() else []
-    if not files:
-        return None
-    return pa.concat_tables([pq.read_table(f) for f in files], promote_options="permissive")
-
-
 # ---- progress -----------------------------------------------------------------------------
 
 class _Progress:
@@ -237,7 +201,7 @@ class _Progress:
 # ---- one topology -----------------------------------------------------------------------
 
 @dataclasses.dataclass
-class _Topo:
+class _TopologyRun:
     cfg: ScenarioConfig
     run_dir: Path
     t: int
@@ -246,6 +210,7 @@ class _Topo:
     plan: GroupPlan
     emu: object
     shared: dict
+    events: RunEvents
     rp: np.ndarray | None = None
     phase_end: int = 0        # shard-independent end of the last phase (see _phase_end)
 
@@ -280,99 +245,104 @@ def _node_shard(cfg: ScenarioConfig, topo) -> np.ndarray | None:
     return part
 
 
-def _phase_end(T: _Topo, until: int | None) -> int:
+def _phase_end(topo_run: _TopologyRun, until: int | None) -> int:
     """When the phase just run ended, the same for any number of shards: the grid point it
     ran to when bounded, else just after the last event anywhere. (The driver's `now` is
     the end of its last window, which depends on the lookahead and so on the partition.)"""
     if until is not None:
-        return int(T.emu.now)
-    return max(int(x) for x in T.emu.call("clock")) + int(T.emu.delta_us)
+        return int(topo_run.emu.now)
+    return max(int(x) for x in topo_run.emu.call("clock")) + int(topo_run.emu.delta_us)
 
 
-def _start(T: _Topo) -> int:
+def _start(topo_run: _TopologyRun) -> int:
     """Virtual time of the next phase's first stimulus: a gap after the last phase's end."""
-    t0 = T.phase_end + int(T.cfg.phases["gap_us"])
-    if t0 < T.emu.now:
-        raise ScenarioError(f"phases.gap_us = {T.cfg.phases['gap_us']} is shorter than the "
-                            f"emulator's last window ({T.emu.now - T.phase_end} us); raise it")
+    t0 = topo_run.phase_end + int(topo_run.cfg.phases["gap_us"])
+    if t0 < topo_run.emu.now:
+        raise ScenarioError(f"phases.gap_us = {topo_run.cfg.phases['gap_us']} is shorter than "
+                            "the emulator's last window "
+                            f"({topo_run.emu.now - topo_run.phase_end} us); raise it")
     return t0
 
 
-def _run(T: _Topo, phase: str, last_stimulus: int, progress) -> dict:
-    until = last_stimulus + T.cfg.phases["settle_us"] if T.cfg.periodic else None
+def _run(topo_run: _TopologyRun, phase: str, last_stimulus: int, progress) -> dict:
+    until = last_stimulus + topo_run.cfg.phases["settle_us"] if topo_run.cfg.periodic else None
     progress.start_phase()
-    stats = T.emu.run(phase, until=until, progress=progress)
+    stats = topo_run.emu.run(phase, until=until, progress=progress)
     stats["until"] = until
     return stats
 
 
-def _phase_bootstrap(T: _Topo, progress) -> dict:
-    cfg = T.cfg
+def _phase_bootstrap(topo_run: _TopologyRun, progress) -> dict:
+    cfg = topo_run.cfg
     if cfg.pastry["bootstrap"] == "oracle":
-        return {"windows": 0, "messages": 0, "virtual_us": int(T.emu.now), "wall_s": 0.0,
+        return {"windows": 0, "messages": 0, "virtual_us": int(topo_run.emu.now), "wall_s": 0.0,
                 "until": 0}
     from actors.pastry.join import join_schedule
-    p = cfg.pastry_params(T.seed_t)
+    p = cfg.pastry_params(topo_run.seed_t)
     arrivals = join_schedule(cfg.nodes, p["join_rate_per_s"], p.get("join_start_us", 0),
                              p["seed"])
-    last = int(arrivals[-1]) + int(T.emu.delta_us) + 1
+    last = int(arrivals[-1]) + int(topo_run.emu.delta_us) + 1
     # the join protocol stops by itself unless keep-alives run; then give it settle_us
     until = last + p["join_settle_us"] + cfg.phases["settle_us"] if cfg.periodic else None
     progress.start_phase()
-    stats = T.emu.run("bootstrap", until=until, progress=progress)
+    stats = topo_run.emu.run("bootstrap", until=until, progress=progress)
     stats["until"] = until
-    stats["quality"] = _overlay_quality(T)
-    log.info("topology %d: protocol bootstrap table quality %s", T.t, stats["quality"])
+    stats["quality"] = _overlay_quality(topo_run)
+    log.info("topology %d: protocol bootstrap table quality %s", topo_run.t, stats["quality"])
     return stats
 
 
-def _overlay_quality(T: _Topo) -> dict:
+def _overlay_quality(topo_run: _TopologyRun) -> dict:
     """Protocol tables vs the oracle's exact PNS state (SPEC 2)."""
     from actors.pastry.quality import stack_states, table_quality
-    parts = T.emu.call("overlay_state")
-    state = stack_states(parts, T.cfg.nodes)
+    parts = topo_run.emu.call("overlay_state")
+    state = stack_states(parts, topo_run.cfg.nodes)
     # routing loops are counted (looping_routes), not raised
-    q = table_quality(state, T.shared["node_ids_hi"], T.shared["node_ids_lo"],
-                      T.topo.host_router, T.shared["router_dist_us"], T.topo.lan_us,
-                      n_routes=min(2000, 10 * T.cfg.nodes), seed=T.seed_t)
+    shared = topo_run.shared
+    q = table_quality(state, shared["node_ids_hi"], shared["node_ids_lo"],
+                      topo_run.topo.host_router, shared["router_dist_us"], topo_run.topo.lan_us,
+                      n_routes=min(2000, 10 * topo_run.cfg.nodes), seed=topo_run.seed_t)
     return {k: (float(v) if isinstance(v, (float, np.floating)) else v) for k, v in q.items()}
 
 
-def _phase_create(T: _Topo, progress) -> dict:
+def _phase_create(topo_run: _TopologyRun, progress) -> dict:
     from actors.scribe import create_requests
-    t0 = _start(T)
-    G = T.plan.n_groups
-    T.emu.inject(create_requests(T.plan.creators, np.arange(G), t0, T.plan.credentials))
-    return _run(T, "create", t0, progress)
+    t0 = _start(topo_run)
+    plan = topo_run.plan
+    topo_run.emu.inject(create_requests(plan.creators, np.arange(plan.n_groups), t0,
+                                        plan.credentials))
+    return _run(topo_run, "create", t0, progress)
 
 
-def _phase_join(T: _Topo, progress) -> dict:
+def _phase_join(topo_run: _TopologyRun, progress) -> dict:
     from actors.scribe import join_requests
-    plan = T.plan
-    t0 = _start(T)
-    _driver_table(T.run_dir, "membership", T.t, "join",
-                  {"group": plan.member_group.astype(np.int32),
-                   "member": plan.member_node.astype(np.int32)})
-    times = join_times(T.cfg.seed, T.t, len(plan.member_node), t0, T.cfg.phases["join_spread_us"])
-    T.emu.inject(join_requests(plan.member_node, plan.member_group, times,
-                               plan.credentials[plan.member_group]))
-    return _run(T, "join", int(times.max(initial=t0)), progress)
+    plan = topo_run.plan
+    t0 = _start(topo_run)
+    topo_run.events.write("membership", topo_run.t, "join",
+                          {"group": plan.member_group.astype(np.int32),
+                           "member": plan.member_node.astype(np.int32)})
+    times = join_times(topo_run.cfg.seed, topo_run.t, len(plan.member_node), t0,
+                       topo_run.cfg.phases["join_spread_us"])
+    topo_run.emu.inject(join_requests(plan.member_node, plan.member_group, times,
+                                      plan.credentials[plan.member_group]))
+    return _run(topo_run, "join", int(times.max(initial=t0)), progress)
 
 
-def _phase_multicast(T: _Topo, progress, phase: str, seqno: int) -> dict:
+def _phase_multicast(topo_run: _TopologyRun, progress, phase: str, seqno: int) -> dict:
     from actors.scribe import multicast_requests
-    t0 = _start(T)
-    G = T.plan.n_groups
-    T.emu.inject(multicast_requests(T.rp, np.arange(G), t0, T.plan.credentials, seqno=seqno))
-    return _run(T, phase, t0, progress)
+    t0 = _start(topo_run)
+    plan = topo_run.plan
+    topo_run.emu.inject(multicast_requests(topo_run.rp, np.arange(plan.n_groups), t0,
+                                           plan.credentials, seqno=seqno))
+    return _run(topo_run, phase, t0, progress)
 
 
-def _phase_collapse(T: _Topo, progress) -> dict:
+def _phase_collapse(topo_run: _TopologyRun, progress) -> dict:
     from actors.scribe import collapse_requests
-    t0 = _start(T)
+    t0 = _start(topo_run)
     # every node gets the request; the roots act on it (docs/scribe.md)
-    T.emu.inject(collapse_requests(np.arange(T.cfg.nodes), t0))
-    return _run(T, "collapse", t0, progress)
+    topo_run.emu.inject(collapse_requests(np.arange(topo_run.cfg.nodes), t0))
+    return _run(topo_run, "collapse", t0, progress)
 
 
 def churn_schedule(cfg: ScenarioConfig, t: int, t0: int, rp: np.ndarray, plan: GroupPlan):
@@ -388,8 +358,8 @@ def churn_schedule(cfg: ScenarioConfig, t: int, t0: int, rp: np.ndarray, plan: G
     """
     c = cfg.churn
     rng = np.random.default_rng([cfg.seed, t, _STREAM_CHURN])
-    G = plan.n_groups
-    n_stream = G if c["stream_groups"] == 0 else min(G, c["stream_groups"])
+    n_groups = plan.n_groups
+    n_stream = n_groups if c["stream_groups"] == 0 else min(n_groups, c["stream_groups"])
     groups = np.arange(n_stream)
     sources = np.empty(n_stream, np.int64)
     for g in range(n_stream):
@@ -433,34 +403,34 @@ def churn_schedule(cfg: ScenarioConfig, t: int, t0: int, rp: np.ndarray, plan: G
             "rec_node": i64(rec_node), "rec_time": i64(rec_time), "end": end}
 
 
-def _phase_churn(T: _Topo, progress) -> dict:
+def _phase_churn(topo_run: _TopologyRun, progress) -> dict:
     from actors.scribe import multicast_requests
-    t0 = _start(T)
-    s = churn_schedule(T.cfg, T.t, t0, T.rp, T.plan)
+    t0 = _start(topo_run)
+    s = churn_schedule(topo_run.cfg, topo_run.t, t0, topo_run.rp, topo_run.plan)
     variant = "scribe"
     # numbering is per message when the reliable layer is off (seqno = stream tick index)
-    seq = (s["pub_time"] - t0) // T.cfg.churn["multicast_interval_us"] + 1
-    T.emu.inject(multicast_requests(s["pub_source"], s["pub_group"], s["pub_time"],
-                                    T.plan.credentials[s["pub_group"]], seqno=seq))
+    seq = (s["pub_time"] - t0) // topo_run.cfg.churn["multicast_interval_us"] + 1
+    topo_run.emu.inject(multicast_requests(s["pub_source"], s["pub_group"], s["pub_time"],
+                                    topo_run.plan.credentials[s["pub_group"]], seqno=seq))
     if len(s["fail_node"]):
-        T.emu.fail(s["fail_node"], s["fail_time"])
+        topo_run.emu.fail(s["fail_node"], s["fail_time"])
     if len(s["rec_node"]):
-        T.emu.recover(s["rec_node"], s["rec_time"])
-    _driver_table(T.run_dir, "publish", T.t, "churn",
-                  {"group": s["pub_group"].astype(np.int32),
-                   "source": s["pub_source"].astype(np.int32),
-                   "time": s["pub_time"], "variant": [variant] * len(s["pub_time"])})
+        topo_run.emu.recover(s["rec_node"], s["rec_time"])
+    topo_run.events.write("publish", topo_run.t, "churn",
+                          {"group": s["pub_group"].astype(np.int32),
+                           "source": s["pub_source"].astype(np.int32),
+                           "time": s["pub_time"], "variant": [variant] * len(s["pub_time"])})
     ev_node = np.r_[s["fail_node"], s["rec_node"]].astype(np.int32)
     ev_time = np.r_[s["fail_time"], s["rec_time"]]
     ev = ["fail"] * len(s["fail_node"]) + ["recover"] * len(s["rec_node"])
     if len(ev_node):
-        _driver_table(T.run_dir, "node_event", T.t, "churn",
-                      {"node": ev_node, "time": ev_time, "event": ev})
-    log.info("topology %d churn: %d multicasts, %d failures, %d recoveries", T.t,
+        topo_run.events.write("node_event", topo_run.t, "churn",
+                              {"node": ev_node, "time": ev_time, "event": ev})
+    log.info("topology %d churn: %d multicasts, %d failures, %d recoveries", topo_run.t,
              len(s["pub_time"]), len(s["fail_node"]), len(s["rec_node"]))
     progress.start_phase()
-    until = s["end"] + T.cfg.phases["settle_us"]
-    stats = T.emu.run("churn", until=until, progress=progress)
+    until = s["end"] + topo_run.cfg.phases["settle_us"]
+    stats = topo_run.emu.run("churn", until=until, progress=progress)
     stats["until"] = until
     stats["churn"] = {"multicasts": len(s["pub_time"]), "failures": len(s["fail_node"]),
                       "recoveries": len(s["rec_node"])}
@@ -470,43 +440,51 @@ def _phase_churn(T: _Topo, progress) -> dict:
 _MULTICAST_SEQ = {"multicast": 1, "multicast_collapsed": 2, "multicast_bottleneck": 3}
 
 
-def _run_phase(T: _Topo, phase: str, progress) -> dict:
+def _run_phase(topo_run: _TopologyRun, phase: str, progress) -> dict:
     if phase == "bootstrap":
-        return _phase_bootstrap(T, progress)
+        return _phase_bootstrap(topo_run, progress)
     if phase == "create":
-        return _phase_create(T, progress)
+        return _phase_create(topo_run, progress)
     if phase == "join":
-        return _phase_join(T, progress)
+        return _phase_join(topo_run, progress)
     if phase in _MULTICAST_SEQ:
-        return _phase_multicast(T, progress, phase, _MULTICAST_SEQ[phase])
+        return _phase_multicast(topo_run, progress, phase, _MULTICAST_SEQ[phase])
     if phase == "collapse":
-        return _phase_collapse(T, progress)
+        return _phase_collapse(topo_run, progress)
     if phase == "churn":
-        return _phase_churn(T, progress)
+        return _phase_churn(topo_run, progress)
     raise ScenarioError(f"unknown phase {phase!r}")  # config validation prevents this
 
 
-def _load_rps(T: _Topo) -> np.ndarray:
+def _load_rps(topo_run: _TopologyRun) -> np.ndarray:
     """RP of every group from the `group` rows logged when each CREATE reached its root."""
-    tbl = _read_events(T.run_dir, "group", T.t)
-    G = T.plan.n_groups
-    rp = np.full(G, -1, np.int64)
+    tbl = topo_run.events.read("group", topo_run.t)
+    n_groups = topo_run.plan.n_groups
+    rp = np.full(n_groups, -1, np.int64)
     if tbl is not None:
         g = tbl.column("group").to_numpy()
         rp[g] = tbl.column("rp").to_numpy()
     missing = np.flatnonzero(rp < 0)
     if len(missing):
-        raise RuntimeError(f"topology {T.t}: {len(missing)} of {G} groups have no RP after the "
-                           f"create phase (first: group {missing[0]})")
+        raise RuntimeError(f"topology {topo_run.t}: {len(missing)} of {n_groups} groups have "
+                           f"no RP after the create phase (first: group {missing[0]})")
     return rp
 
 
-def _run_topology(cfg, run_dir, t, state: _State, progress) -> None:
-    """Every phase of topology t not yet completed. A shard whose process dies is replaced:
-    the topology's shards are started again from the last completed phase's checkpoint and
-    the phase replayed (run.retries times), which gives the same results as no failure."""
+@dataclasses.dataclass
+class _TopologyInputs:
+    """What every attempt at topology t shares: the topology, its group plan, latency model
+    and the read-only tables the shards receive."""
+    topo: object
+    plan: GroupPlan
+    latency: object
+    shared: dict
+
+
+def _prepare_topology(cfg, run_dir: Path, t: int, state: _State, progress) -> _TopologyInputs:
+    """Build topology t (saved under topology/), its node ids and group plan."""
     from actors.pastry.ids import node_ids
-    from emulator import RouterLatency, ShardLostError
+    from emulator import RouterLatency
 
     seed_t = cfg.seed + t
     progress.topo = t
@@ -524,10 +502,20 @@ def _run_topology(cfg, run_dir, t, state: _State, progress) -> None:
     shared = {"node_ids_hi": ids_hi, "node_ids_lo": ids_lo, "host_router": lat.host_router,
               "router_dist_us": lat.router_dist_us, "lan_us": int(lat.lan_us),
               "groups": plan.table}
+    return _TopologyInputs(topo, plan, lat, shared)
+
+
+def _run_topology(cfg, run_dir, t, state: _State, events, progress) -> None:
+    """Every phase of topology t not yet completed. A shard whose process dies is replaced:
+    the topology's shards are started again from the last completed phase's checkpoint and
+    the phase replayed (run.retries times), which gives the same results as no failure."""
+    from emulator import ShardLostError
+
+    inputs = _prepare_topology(cfg, run_dir, t, state, progress)
     retries = int(cfg.run.get("retries", 0))
     for attempt in range(retries + 1):
         try:
-            _emulate_topology(cfg, run_dir, t, state, progress, topo, plan, lat, shared)
+            _emulate_topology(cfg, run_dir, t, state, events, progress, inputs)
             break
         except ShardLostError as e:
             done = state.completed(t)
@@ -541,64 +529,97 @@ def _run_topology(cfg, run_dir, t, state: _State, progress) -> None:
     state.save()
 
 
-def _emulate_topology(cfg, run_dir, t, state: _State, progress, topo, plan, lat,
-                      shared) -> None:
-    """Start the shards of topology t, restore its last checkpoint and run the phases left."""
-    from actors.pastry.ids import to_hex
+def _start_emulator(cfg, t: int, inputs: _TopologyInputs, events, progress):
+    """The shard actors of topology t (the Emulator), logging in the run's layout."""
     from actors.stack import stack_factory, type_names
     from emulator import Emulator
 
     seed_t = cfg.seed + t
-    done = state.completed(t)
-    _clean_incomplete(run_dir, t, done)
-    w0 = time.perf_counter()
-    node_shard = _node_shard(cfg, topo)
     progress.status(f"topology {t + 1}/{cfg.topologies}: starting {cfg.shards} shard(s)")
-    emu = Emulator(n_nodes=cfg.nodes, latency=lat,
+    emu = Emulator(n_nodes=cfg.nodes, latency=inputs.latency,
                    stack_factory=stack_factory(cfg.pastry_params(seed_t), cfg.scribe_params()),
-                   shards=cfg.shards, node_shard=node_shard, seed=seed_t, shared=shared,
-                   run_dir=run_dir, topo_index=t, type_names=type_names())
-    T = _Topo(cfg, run_dir, t, seed_t, topo, plan, emu, shared)
-    state.add_time("emulator_setup", time.perf_counter() - w0)
+                   shards=cfg.shards, node_shard=_node_shard(cfg, inputs.topo), seed=seed_t,
+                   shared=inputs.shared, run_dir=events.run_dir, topo_index=t,
+                   type_names=type_names(), **events.emulator_options())
+    events.add_emulator(emu)
     log.info("topology %d: %d routers, %d hosts, delta %d us, lookahead %s us, %d shards",
-             t, topo.n_routers, cfg.nodes, emu.delta_us, emu.lookahead_us, emu.shards)
+             t, inputs.topo.n_routers, cfg.nodes, emu.delta_us, emu.lookahead_us, emu.shards)
+    return emu
+
+
+def _emulate_topology(cfg, run_dir, t, state: _State, events, progress,
+                      inputs: _TopologyInputs) -> None:
+    """Start the shards of topology t, restore its last checkpoint and run the phases left."""
+    done = state.completed(t)
+    events.clean_incomplete(t, done, _phase_of_file)
+    w0 = time.perf_counter()
+    emu = _start_emulator(cfg, t, inputs, events, progress)
+    topo_run = _TopologyRun(cfg, run_dir, t, cfg.seed + t, inputs.topo, inputs.plan, emu,
+                            inputs.shared, events)
+    state.add_time("emulator_setup", time.perf_counter() - w0)
     try:
         if done:
             emu.restore(done[-1])    # restore() takes the shards' next event times
             log.info("topology %d: restored checkpoint %r (virtual %d us)", t, done[-1], emu.now)
         else:
-            _driver_table(run_dir, "host", t, "bootstrap",
-                          {"node": np.arange(cfg.nodes, dtype=np.int32),
-                           "router": topo.host_router.astype(np.int32),
-                           "id_hex": list(to_hex(shared["node_ids_hi"], shared["node_ids_lo"]))})
+            _log_hosts(topo_run)
         if "create" in done:
-            T.rp = _load_rps(T)
-        T.phase_end = int(state.d.setdefault("phase_end", {}).get(str(t), 0))
+            topo_run.rp = _load_rps(topo_run)
+        topo_run.phase_end = int(state.d.setdefault("phase_end", {}).get(str(t), 0))
         for phase in cfg.phase_order:
             if phase not in done:
-                _complete_phase(T, phase, state, done, progress)
-        c = emu.counters()
-        state.d["counters"][str(t)] = {
-            "messages_sent": c["messages_sent"], "lost_total": c["lost_total"],
-            "counts": c["counts"], "delta_us": c["delta_us"], "lookahead_us": c["lookahead_us"],
-            "windows": c["windows"], "virtual_us": c["virtual_us"]}
+                _complete_phase(topo_run, phase, state, done, progress)
+        _record_counters(state, t, emu.counters())
     finally:
         emu.shutdown()
 
 
-def _complete_phase(T: _Topo, phase: str, state: _State, done: list[str], progress) -> None:
+def _log_hosts(topo_run: _TopologyRun) -> None:
+    """The static `host` rows of a topology: each node's router and Pastry id."""
+    from actors.pastry.ids import to_hex
+    shared = topo_run.shared
+    topo_run.events.write("host", topo_run.t, "bootstrap", {
+        "node": np.arange(topo_run.cfg.nodes, dtype=np.int32),
+        "router": topo_run.topo.host_router.astype(np.int32),
+        "id_hex": list(to_hex(shared["node_ids_hi"], shared["node_ids_lo"]))})
+
+
+def _record_counters(state: _State, t: int, c: dict) -> None:
+    state.d["counters"][str(t)] = {
+        "messages_sent": c["messages_sent"], "lost_total": c["lost_total"],
+        "counts": c["counts"], "delta_us": c["delta_us"], "lookahead_us": c["lookahead_us"],
+        "windows": c["windows"], "virtual_us": c["virtual_us"]}
+
+
+def _complete_phase(topo_run: _TopologyRun, phase: str, state: _State, done: list[str],
+                    progress) -> None:
     """Run one phase, write its logs and checkpoint, then record it in state.json (last, so
     that a crash anywhere before leaves the phase to be replayed)."""
-    t, emu = T.t, T.emu
+    emu = topo_run.emu
     w0 = time.perf_counter()
-    stats = _run_phase(T, phase, progress)
-    T.phase_end = _phase_end(T, stats["until"])
+    stats = _run_phase(topo_run, phase, progress)
+    topo_run.phase_end = _phase_end(topo_run, stats["until"])
     emu.dump(phase)
-    emu.flush(phase)
+    topo_run.events.add(emu.flush(phase))
     if phase == "create":
-        T.rp = _load_rps(T)
+        topo_run.rp = _load_rps(topo_run)
     emu.checkpoint(phase)
     wall = time.perf_counter() - w0
+    _record_phase(state, topo_run, phase, stats, wall)
+    done.append(phase)
+    state.d["completed"][str(topo_run.t)] = list(done)
+    state.d.setdefault("phase_end", {})[str(topo_run.t)] = topo_run.phase_end
+    state.save()
+    rate = stats.get("messages", 0) / max(stats.get("wall_s", 0.0), 1e-9)
+    log.info("topology %d phase %s: %d messages, %d windows, virtual %d us, "
+             "%.2f s emulation (%.0f msg/s), %.2f s with dump/flush/checkpoint",
+             topo_run.t, phase, stats.get("messages", 0), stats.get("windows", 0),
+             stats.get("virtual_us", emu.now), stats.get("wall_s", 0.0), rate, wall)
+
+
+def _record_phase(state: _State, topo_run: _TopologyRun, phase: str, stats: dict,
+                  wall: float) -> None:
+    """A completed phase's counts and times into state.json (not yet saved)."""
     state.add_time(f"phase_{phase}", wall)
     ph = state.d["phases"].setdefault(phase, {"messages": 0, "windows": 0,
                                               "wall_s": 0.0, "emulation_s": 0.0})
@@ -607,18 +628,9 @@ def _complete_phase(T: _Topo, phase: str, state: _State, done: list[str], progre
     ph["wall_s"] = round(ph["wall_s"] + wall, 3)
     ph["emulation_s"] = round(ph["emulation_s"] + float(stats.get("wall_s", 0.0)), 3)
     if "quality" in stats:
-        state.d["quality"][str(t)] = stats["quality"]
+        state.d["quality"][str(topo_run.t)] = stats["quality"]
     if "churn" in stats:
-        state.d.setdefault("churn_schedule", {})[str(t)] = stats["churn"]
-    done.append(phase)
-    state.d["completed"][str(t)] = list(done)
-    state.d.setdefault("phase_end", {})[str(t)] = T.phase_end
-    state.save()
-    rate = stats.get("messages", 0) / max(stats.get("wall_s", 0.0), 1e-9)
-    log.info("topology %d phase %s: %d messages, %d windows, virtual %d us, "
-             "%.2f s emulation (%.0f msg/s), %.2f s with dump/flush/checkpoint",
-             t, phase, stats.get("messages", 0), stats.get("windows", 0),
-             stats.get("virtual_us", emu.now), stats.get("wall_s", 0.0), rate, wall)
+        state.d.setdefault("churn_schedule", {})[str(topo_run.t)] = stats["churn"]
 
 
 # ---- analysis -----------------------------------------------------------------------------
@@ -658,15 +670,20 @@ def _analysis_options(cfg: ScenarioConfig):
     return AnalysisOptions(**kw)
 
 
-def _analyse(cfg, run_dir: Path, state: _State, progress) -> dict:
+def _scenario_meta(cfg: ScenarioConfig) -> dict:
+    return {"scenario": cfg.name, "nodes": cfg.nodes, "groups": cfg.groups,
+            "topologies": cfg.topologies, "seed": cfg.seed, "shards": cfg.shards,
+            "topology_source": cfg.topology["source"], "bootstrap": cfg.pastry["bootstrap"],
+            "phases": cfg.phase_order}
+
+
+def _analyse(cfg, run_dir: Path, state: _State, events: RunEvents, progress) -> dict:
+    """Spark (RayDP) over the run's event logs -- Parquet files, or the hand-off's object
+    refs -- then the report. A lost executor restarts Spark and the analysis (run.retries)."""
     from analysis import run_analysis
     from analysis.report import write_report
     from emulator.runtime import start_spark, stop_spark, watch_executors
 
-    meta = {"scenario": cfg.name, "nodes": cfg.nodes, "groups": cfg.groups,
-            "topologies": cfg.topologies, "seed": cfg.seed, "shards": cfg.shards,
-            "topology_source": cfg.topology["source"], "bootstrap": cfg.pastry["bootstrap"],
-            "phases": cfg.phase_order}
     retries = int(cfg.run.get("retries", 0))
     for attempt in range(retries + 1):
         progress.status("analysis: starting Spark (RayDP)")
@@ -677,7 +694,8 @@ def _analyse(cfg, run_dir: Path, state: _State, progress) -> dict:
         progress.status("analysis: computing metrics in Spark")
         try:
             with watch_executors(spark) as watch:
-                summary = run_analysis(run_dir, spark, scenario_meta=meta,
+                summary = run_analysis(run_dir, spark, refs=events.refs(),
+                                       events=events.root(), scenario_meta=_scenario_meta(cfg),
                                        extra=_summary_extra(cfg, state),
                                        options=_analysis_options(cfg))
             break
@@ -757,50 +775,22 @@ def run_scenario(cfg, *, out: Path | None = None, address: str | None = None,
     KeyboardInterrupt leaving here carries ``resume_command``. A failed run keeps its
     directory without COMPLETE (or loses it entirely when it failed before any work).
     """
-    embedded = not (address or os.environ.get("RAY_ADDRESS"))
-    cfg = _scenario_to_run(cfg, out, resume)
-    if embedded:
-        check_memory(cfg, force=force)        # before anything is written or started
-    from emulator.runtime import start_ray
-    start_ray(address)                        # a bad --address fails here, in seconds
-    if not embedded:
-        check_memory(cfg, force=force, cluster=True)
+    cfg = _start_runtime(cfg, out, address, resume, force)
     created = resume is None
+    run_dir = _new_run_dir(cfg, out) if created else Path(resume)
     if created:
-        run_dir = _new_run_dir(cfg, out)
         (run_dir / "config.toml").write_text(cfg.to_toml())
-    else:
-        run_dir = Path(resume)
     handler = _setup_logging(run_dir)
     state = _State(run_dir / "state.json")
-    if resume is not None:
-        state.d["resumed"] = state.d.get("resumed", 0) + 1
     started_work = bool(state.d["completed"])
-    t_start = time.perf_counter()
     try:
-        if cfg.shards == 0:  # one shard per CPU of the cluster; recorded for --resume
-            import ray
-            cpus = int(ray.cluster_resources().get("CPU", 1))
-            cfg.run["shards"] = max(1, min(cpus, cfg.nodes))
-            (run_dir / "config.toml").write_text(cfg.to_toml())
-        log.info("scenario %s: %d nodes, %d groups, %d topologies, %d shards -> %s", cfg.name,
-                 cfg.nodes, cfg.groups, cfg.topologies, cfg.shards, run_dir)
-        with _Progress(progress, cfg.topologies) as prog:
-            for t in range(cfg.topologies):
-                if t in state.d["topologies_done"]:
-                    continue
-                started_work = True
-                _run_topology(cfg, run_dir, t, state, prog)
-            state.add_time("emulation_total", time.perf_counter() - t_start)
-            state.save()
-            _analyse(cfg, run_dir, state, prog)
-        _record_total(run_dir, state, time.perf_counter() - t_start)
-        (run_dir / "COMPLETE").write_text(datetime.now().isoformat(timespec="seconds") + "\n")
+        events = _open_events(cfg, run_dir, state, resumed=not created)
+        _run_and_analyse(cfg, run_dir, state, events, progress)
         log.info("run complete: %s", run_dir)
         return run_dir
     except ScenarioError:
         log.exception("scenario failed on bad input")
-        if created and not _has_work(run_dir, started_work):
+        if created and not _has_work(run_dir, started_work or bool(state.d["completed"])):
             _remove(run_dir, handler)
             handler = None
         raise
@@ -822,6 +812,64 @@ def run_scenario(cfg, *, out: Path | None = None, address: str | None = None,
         if handler is not None:
             log.removeHandler(handler)
             handler.close()
+
+
+def _start_runtime(cfg, out, address, resume, force) -> ScenarioConfig:
+    """The validated configuration, with Ray started (or joined) and the memory checked
+    (before anything is written on an embedded Ray; on a cluster once connected)."""
+    embedded = not (address or os.environ.get("RAY_ADDRESS"))
+    cfg = _scenario_to_run(cfg, out, resume)
+    if embedded:
+        check_memory(cfg, force=force)
+    from emulator.runtime import start_ray
+    start_ray(address)                        # a bad --address fails here, in seconds
+    if not embedded:
+        check_memory(cfg, force=force, cluster=True)
+    return cfg
+
+
+def _open_events(cfg, run_dir: Path, state: _State, resumed: bool) -> RunEvents:
+    """The run's event-log layout (event_logs.py): recorded in state.json at the start, kept
+    on resume. A resumed hand-off run starts its emulation again: its logs lived in the
+    object store of the process that stopped (same results, the time is lost)."""
+    if resumed:
+        state.d["resumed"] = state.d.get("resumed", 0) + 1
+    layout = layout_for(cfg.run, state.d.get("event_logs"))
+    if resumed and layout.handoff and state.d["completed"]:
+        _warn("resume: this run handed its event logs to Spark through the object store "
+              "(no run.storage), and they ended with the process that stopped; its "
+              "emulation starts again (name a run.storage to resume from checkpoints)")
+        for key in ("completed", "phase_end", "phases", "quality", "counters",
+                    "churn_schedule"):
+            state.d[key] = {}
+        state.d["topologies_done"] = []
+    state.d["event_logs"] = layout.as_dict()
+    state.save()
+    log.info("event logs: %s", "object store (hand-off to Spark)" if layout.handoff else
+             f"Parquet under {layout.storage or run_dir}")
+    return RunEvents(run_dir, layout)
+
+
+def _run_and_analyse(cfg, run_dir: Path, state: _State, events: RunEvents,
+                     progress: bool) -> None:
+    """Emulate every topology not done yet, analyse, write timing.total and COMPLETE."""
+    t_start = time.perf_counter()
+    if cfg.shards == 0:  # one shard per CPU of the cluster; recorded for --resume
+        import ray
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        cfg.run["shards"] = max(1, min(cpus, cfg.nodes))
+        (run_dir / "config.toml").write_text(cfg.to_toml())
+    log.info("scenario %s: %d nodes, %d groups, %d topologies, %d shards -> %s", cfg.name,
+             cfg.nodes, cfg.groups, cfg.topologies, cfg.shards, run_dir)
+    with _Progress(progress, cfg.topologies) as prog:
+        for t in range(cfg.topologies):
+            if t not in state.d["topologies_done"]:
+                _run_topology(cfg, run_dir, t, state, events, prog)
+        state.add_time("emulation_total", time.perf_counter() - t_start)
+        state.save()
+        _analyse(cfg, run_dir, state, events, prog)
+    _record_total(run_dir, state, time.perf_counter() - t_start)
+    (run_dir / "COMPLETE").write_text(datetime.now().isoformat(timespec="seconds") + "\n")
 
 
 def _scenario_to_run(cfg, out: Path | None, resume: Path | None) -> ScenarioConfig:
@@ -863,7 +911,9 @@ def _record_total(run_dir: Path, state: _State, seconds: float) -> None:
 
 
 def _has_work(run_dir: Path, started: bool) -> bool:
-    return started and (run_dir / "events").is_dir()
+    """Whether a failed new run did something worth keeping (a completed phase, whatever
+    the layout, or event files under the run directory)."""
+    return started or (run_dir / "events").is_dir() and any((run_dir / "events").iterdir())
 
 
 def _remove(run_dir: Path, handler) -> None:

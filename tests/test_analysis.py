@@ -50,7 +50,6 @@ def spark():
     cloudpickle.register_pickle_by_value(hand)   # workers cannot import tests/
     if start_spark is not None:
         start_ray()
-        # one core, not all: converting object refs (load_refs) needs a free CPU for Ray Data
         session = start_spark(cores=1)
     else:
         ray.init(num_cpus=2, include_dashboard=False)
@@ -88,14 +87,22 @@ def test_load_refs_through_raydp(spark):
     import ray
 
     from analysis.load import load_refs
+    from emulator.storage import TableRef, ipc_bytes
+
+    def ref(tbl):
+        return TableRef(ray.put(ipc_bytes(tbl)), tbl.schema, tbl.num_rows)
 
     tbl = pa.table({"phase": ["join"] * 3, "group": pa.array([0, 0, 1], pa.int32()),
                     "member": pa.array([1, 2, 3], pa.int32()), "topo": pa.array([0, 0, 0])})
-    df = load_refs(spark, [ray.put(tbl)], "membership")
+    # a second writer's types differ (int64 member): read per schema, conformed, unioned
+    other = pa.table({"phase": ["join"], "group": pa.array([2], pa.int32()),
+                      "member": pa.array([4], pa.int64()), "topo": pa.array([1], pa.int32())})
+    df = load_refs(spark, [ref(tbl), ref(other)], "membership")
     assert df.columns == ["phase", "group", "member", "topo"]
-    assert sorted(r["member"] for r in df.collect()) == [1, 2, 3]
+    assert sorted((r["topo"], r["member"]) for r in df.collect()) == [(0, 1), (0, 2), (0, 3),
+                                                                      (1, 4)]
     with pytest.raises(ValueError, match="lacks column"):
-        load_refs(spark, [ray.put(tbl.drop(["member"]))], "membership")
+        load_refs(spark, [ref(tbl.drop(["member"]))], "membership")
 
 
 @pytestmark_spark

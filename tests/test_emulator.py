@@ -109,10 +109,12 @@ def ray_session():
     yield ray
 
 
-def _flood(lat, tmp_path, ray, shards=1, node_shard=None, seed=5, phase="p", **kw):
+def _flood(lat, tmp_path, ray, shards=1, node_shard=None, seed=5, phase="p", handoff=False,
+           **kw):
     from emulator import Emulator
     emu = Emulator(lat.n_hosts, lat, functools.partial(Flood, 3, 7, **kw), shards=shards,
-                   node_shard=node_shard, seed=seed, run_dir=tmp_path, type_names=TYPE_NAMES)
+                   node_shard=node_shard, seed=seed, run_dir=tmp_path, type_names=TYPE_NAMES,
+                   handoff=handoff)
     starts = np.arange(8)
     emu.inject(new_messages(8, time=starts * 3000, src=starts * 100, dst=starts * 100,
                             type=PING, group=-1))
@@ -120,7 +122,11 @@ def _flood(lat, tmp_path, ray, shards=1, node_shard=None, seed=5, phase="p", **k
 
 
 def _table(ray, emu, name):
-    t = pa.concat_tables(ray.get(emu.logs(name))).to_pandas()
+    """Every logged row of `name`: the hand-off's refs, or the Parquet the shards wrote."""
+    if emu.handoff:
+        t = pa.concat_tables([r.table() for r in emu.logs(name)]).to_pandas()
+    else:
+        t = emu.storage.read_events(name, emu.topo_index).to_pandas()
     return t.sort_values(list(t.columns)).reset_index(drop=True)
 
 
@@ -206,14 +212,15 @@ def test_checkpoint_resume_gives_identical_results(lat, tmp_path, ray_session):
         rows = _table(ray, emu, "recv")
         return rows[rows.phase == "b"].reset_index(drop=True), emu.call("dump", "b")
 
-    emu = _flood(lat, tmp_path / "a", ray, shards=2, period_us=0)
+    # the hand-off: the shards send their checkpoint state to the driver (run_dir)
+    emu = _flood(lat, tmp_path / "a", ray, shards=2, period_us=0, handoff=True)
     emu.run("a", until=60_000)  # stop mid-flood: messages in flight across shards
     emu.flush("a")
     emu.checkpoint("a")
     ref = second_phase(emu)
     emu.shutdown()
 
-    emu2 = _flood(lat, tmp_path / "a", ray, shards=2)  # same arguments, fresh shards
+    emu2 = _flood(lat, tmp_path / "a", ray, shards=2, handoff=True)  # fresh shards
     emu2.restore("a")
     got = second_phase(emu2)
     emu2.shutdown()
@@ -240,7 +247,8 @@ def test_runs_on_a_two_node_cluster(lat, tmp_path):
         for opts in ([{"resources": {"node_a": 0.01}}] * 2,
                      [{"resources": {"node_a": 0.01}}, {"resources": {"node_b": 0.01}}]):
             emu = Emulator(lat.n_hosts, lat, functools.partial(Flood, 3, 6), shards=2, seed=9,
-                           run_dir=None, type_names=TYPE_NAMES, actor_options=opts)
+                           run_dir=None, type_names=TYPE_NAMES, actor_options=opts,
+                           handoff=True)
             emu.inject(new_messages(3, time=[0, 5, 9], src=[1, 2, 3], dst=[1, 2, 3], type=PING,
                                     group=-1))
             emu.run("c")

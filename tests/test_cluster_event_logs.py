@@ -1,0 +1,145 @@
+"""A scenario on a 2-node Ray cluster (ray.cluster_utils) whose nodes share no path.
+
+Each node's processes see local paths under a root of their own (SCRIBE_EMU_NODE_ROOT,
+emulator/storage.py), as on machines without a shared filesystem: a file a shard writes on
+its node is not where the driver or the other node looks. With no `run.storage` the run
+must hand its event logs to Spark through the object store and keep its checkpoints on
+the driver; it must finish, analyse every row (row counts per table equal to a one-node
+run's Parquet) and replay a phase after a shard is killed. The one-node run names a
+`run.storage`: its shards write logs and checkpoints there, not in the run directory.
+
+The cluster and its Spark run in a child process (a Spark driver JVM stays attached to the
+Ray it first connected to); the one-node reference runs there afterwards, emulation only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+NODES, GROUPS = 300, 5
+
+
+def _config():
+    from scenarios import load_scenario
+    return load_scenario("quick", nodes=NODES, groups=GROUPS, shards=2, sets=["run.retries=1"])
+
+
+def _cluster_run(tmp: Path) -> dict:
+    """The scenario on the 2-node cluster, a shard killed in the join phase; returns what
+    the analysis counted per table, where the shards ran and what the run left."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    import analysis.run as analysis_run
+    import emulator
+    from emulator import runtime
+    from emulator.driver import Emulator
+    from emulator.storage import NODE_ROOT_ENV
+    from scenarios import run_scenario
+
+    roots = [tmp / "node0", tmp / "node1"]
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "resources": {"node0": 1}, "env_vars": {NODE_ROOT_ENV: str(roots[0])}})
+    cluster.add_node(num_cpus=1, resources={"node1": 1}, env_vars={NODE_ROOT_ENV: str(roots[1])})
+    counted, nodes, killed = {}, [], []
+    real_load, real_get = analysis_run.load_events, Emulator._get
+
+    def counting_load(spark, *args, **kwargs):       # the real loader; counts its rows
+        tables = real_load(spark, *args, **kwargs)
+        counted.update({name: df.count() for name, df in tables.items()})
+        return tables
+
+    def get_and_kill(self, refs, what, *ids):
+        if what == "phase 'join'" and not killed:
+            pid = ray.get(self._actors[1].__ray_call__.remote(lambda a: os.getpid()))
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        return real_get(self, refs, what, *ids)
+
+    class OneShardPerNode(Emulator):
+        def __init__(self, *args, **kwargs):
+            kwargs["actor_options"] = [{"resources": {f"node{k}": 0.01}} for k in range(2)]
+            super().__init__(*args, **kwargs)
+            nodes.append(len(set(ray.get([a.node_id.remote() for a in self._actors]))))
+
+    analysis_run.load_events = counting_load
+    Emulator._get = get_and_kill
+    emulator.Emulator = OneShardPerNode
+    try:
+        run_dir = run_scenario(_config(), out=tmp / "cluster-run", address=cluster.address,
+                               progress=False)
+    finally:
+        emulator.Emulator, Emulator._get = Emulator, real_get
+        analysis_run.load_events = real_load
+        runtime.stop_ray()
+        cluster.shutdown()
+    return {"counted": counted, "nodes": nodes, "killed": len(killed),
+            "run_log": (run_dir / "run.log").read_text(),
+            "state": json.loads((run_dir / "state.json").read_text()),
+            "driver_files": sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")
+                                   if p.is_file()),
+            "node_files": sorted(str(p) for r in roots for p in r.rglob("*") if p.is_file())}
+
+
+def _one_node_rows(tmp: Path) -> dict:
+    """Rows per event table of the same scenario on one machine, its logs under a named
+    run.storage (Parquet, no analysis), and the files the run left where."""
+    from analysis.load import parquet_rows
+    from analysis.schema import EVENT_TABLES
+    from emulator import runtime
+    from scenarios import run_scenario
+    from scenarios import runner as runner_mod
+
+    runner_mod._analyse = lambda *a, **k: {}
+    runner_mod._record_total = lambda *a, **k: None
+    store = tmp / "storage"
+    cfg = _config()
+    cfg.run["storage"] = str(store)
+    try:
+        run_dir = run_scenario(cfg, out=tmp / "one-node-run", progress=False)
+    finally:
+        runtime.stop_ray()
+    return {"rows": {t: parquet_rows(store, t) for t in EVENT_TABLES},
+            "pointer": (run_dir / "STORAGE").read_text().strip() == str(store),
+            "run_dir_events": (run_dir / "events").exists(),
+            "run_dir_checkpoints": (run_dir / "checkpoints").exists(),
+            "stored_checkpoints": sorted(p.name for p in (store / "checkpoints").iterdir())}
+
+
+@pytest.mark.slow
+def test_cluster_without_shared_disk_hands_logs_to_spark(tmp_path):
+    done = subprocess.run([sys.executable, __file__, str(tmp_path)], cwd=HERE,
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    cluster, one_node = got["cluster"], got["one_node"]
+    reference = one_node["rows"]
+    assert reference["message"] > 10_000 and reference["delivery"] > 0
+    assert cluster["counted"] == reference          # every row of every table analysed
+    assert cluster["killed"] == 1 and "retry 1 of 1" in cluster["run_log"]
+    assert cluster["nodes"] and set(cluster["nodes"]) == {2}   # a shard on each node
+    assert cluster["state"]["event_logs"] == {"handoff": True, "storage": None}
+    # no event file anywhere; the checkpoints are on the driver (the shards sent them)
+    assert not [f for f in cluster["node_files"] if "/events/" in f or "checkpoints" in f]
+    assert not [f for f in cluster["driver_files"] if f.startswith("events")]
+    assert "checkpoints/join/shard1.pkl" in cluster["driver_files"]
+    assert "summary.json" in cluster["driver_files"]
+    # the named storage holds the one-node run's logs and checkpoints, with a pointer
+    assert one_node["pointer"] and not one_node["run_dir_events"]
+    assert not one_node["run_dir_checkpoints"]
+    assert one_node["stored_checkpoints"] == sorted(_config().phase_order)
+
+
+if __name__ == "__main__":
+    sys.path[:0] = [str(HERE), str(HERE.parent)]
+    tmp = Path(sys.argv[1])
+    out = {"cluster": _cluster_run(tmp), "one_node": _one_node_rows(tmp)}
+    print(json.dumps(out))
