@@ -89,8 +89,14 @@ class Storage:
         """Write a file whole (a temporary name first, then renamed, where the filesystem
         can: a crash leaves no half file under the final name)."""
         fs, path = self.filesystem, self.path(*parts)
-        fs.create_dir(posixpath.dirname(path), recursive=True)
         tmp = f"{path}.tmp{os.getpid()}"
+        if self.is_local:      # plain OS calls: a full disk is an OSError with its errno
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+            return path
+        fs.create_dir(posixpath.dirname(path), recursive=True)
         with fs.open_output_stream(tmp) as f:
             f.write(data)
         fs.move(tmp, path)
