@@ -153,13 +153,15 @@ def load_refs(spark: SparkSession, refs: list, table: str) -> DataFrame:
 def _jvm_dataframe(spark: SparkSession, refs: list) -> DataFrame:
     """RayDP's object-store reader over refs of one Arrow schema (Arrow IPC bytes)."""
     from pyspark.sql.pandas.types import from_arrow_schema
-    from raydp.spark.dataset import get_locations
+    from ray._private.worker import global_worker
 
     blocks = [r.ref for r in refs]
     schema = from_arrow_schema(refs[0].schema)
+    # what raydp.spark.dataset.get_locations computes (without its deprecated ray.worker)
+    owners = [global_worker.core_worker.get_owner_address(b) for b in blocks]
     jvm = spark.sparkContext._jvm
     rdd = jvm.org.apache.spark.rdd.RayDatasetRDD(spark._jsc, [b.binary() for b in blocks],
-                                                 get_locations(blocks))
+                                                 owners)
     jdf = jvm.org.apache.spark.sql.raydp.ObjectStoreReader.RayDatasetToDataFrame(
         spark._jsparkSession, rdd, schema.json())
     return DataFrame(jdf, spark._wrapped if hasattr(spark, "_wrapped") else spark)
