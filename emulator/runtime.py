@@ -451,9 +451,29 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RuntimeSetupError(f"cannot start Spark on Ray (RayDP): {msg}") from exc
     spark.sparkContext.setLogLevel("ERROR")
+    if not ray_is_local():
+        _ship_project_code(spark)
     _state["spark"] = spark
     _state["spark_ray"] = _ray_session()
     return spark
+
+
+PROJECT_PACKAGES = ("analysis", "topologies")   # what the executors' Python code imports
+
+
+def _ship_project_code(spark) -> None:
+    """Give the executors' Python workers this process's project packages (a zip through
+    `addPyFile`): on a cluster they need not have the checkout at the same path, e.g. under
+    `ray job submit --working-dir .`, whose directory differs from node to node."""
+    import tempfile
+    import zipfile
+    root = Path(__file__).resolve().parent.parent
+    path = Path(tempfile.mkdtemp(prefix="scribe-emu-code-")) / "scribe_emu_code.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for package in PROJECT_PACKAGES:
+            for f in sorted((root / package).rglob("*.py")):
+                z.write(f, f.relative_to(root).as_posix())
+    spark.sparkContext.addPyFile(str(path))
 
 
 @contextlib.contextmanager
