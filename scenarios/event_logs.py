@@ -51,9 +51,9 @@ def layout_for(run_cfg: dict, recorded: dict | None = None) -> Layout:
     `run.event_logs` and the size of the cluster."""
     if recorded:
         return Layout(bool(recorded["handoff"]), recorded.get("storage"))
-    storage = run_cfg.get("storage") or None
+    storage = run_cfg["storage"] or None
     storage = Storage(storage).uri if storage else None
-    mode = run_cfg.get("event_logs", "auto")
+    mode = run_cfg["event_logs"]
     if mode == "auto":
         handoff = storage is None and cluster_nodes() > 1
     else:

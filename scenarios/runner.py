@@ -512,7 +512,7 @@ def _run_topology(cfg, run_dir, t, state: _State, events, progress) -> None:
     from emulator import ShardLostError
 
     inputs = _prepare_topology(cfg, run_dir, t, state, progress)
-    retries = int(cfg.run.get("retries", 0))
+    retries = int(cfg.run["retries"])
     for attempt in range(retries + 1):
         try:
             _emulate_topology(cfg, run_dir, t, state, events, progress, inputs)
@@ -664,7 +664,7 @@ def _analysis_options(cfg: ScenarioConfig):
     from analysis.schema import AnalysisOptions
     names = {f.name for f in dataclasses.fields(AnalysisOptions)}
     kw = {"type_names": type_names(),
-          "shared_storage": True if cfg.analysis.get("shared_storage") else None}
+          "shared_storage": True if cfg.analysis["shared_storage"] else None}
     if "churn_phases" in names and "churn" in cfg.phase_order:
         kw["churn_phases"] = ("churn",)
     return AnalysisOptions(**kw)
@@ -684,7 +684,7 @@ def _analyse(cfg, run_dir: Path, state: _State, events: RunEvents, progress) -> 
     from analysis.report import write_report
     from emulator.runtime import start_spark, stop_spark, watch_executors
 
-    retries = int(cfg.run.get("retries", 0))
+    retries = int(cfg.run["retries"])
     for attempt in range(retries + 1):
         progress.status("analysis: starting Spark (RayDP)")
         w0 = time.perf_counter()
