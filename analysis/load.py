@@ -156,6 +156,12 @@ def _jvm_dataframe(spark: SparkSession, refs: list) -> DataFrame:
     from ray._private.worker import global_worker
 
     blocks = [r.ref for r in refs]
+    # the DataFrame is lazy: its objects must outlive the caller's refs, as long as the
+    # Spark session can run it (RayDP's own converter keeps them in a holder actor)
+    sc = spark.sparkContext
+    if not hasattr(sc, "_scribe_emu_refs"):
+        sc._scribe_emu_refs = []
+    sc._scribe_emu_refs.extend(blocks)
     schema = from_arrow_schema(refs[0].schema)
     # what raydp.spark.dataset.get_locations computes (without its deprecated ray.worker)
     owners = [global_worker.core_worker.get_owner_address(b) for b in blocks]

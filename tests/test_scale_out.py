@@ -35,7 +35,8 @@ def _emulate(cfg, out: Path, monkeypatch, address=None) -> Path:
 
 
 def _event_tables(run_dir: Path) -> dict[str, pa.Table]:
-    """Every event table of a run, its rows sorted by every column (files are per shard)."""
+    """Every event table of a run (RUN_DIR, or the run.storage root it named), its rows
+    sorted by every column (files are per shard)."""
     out = {}
     for table_dir in sorted((run_dir / "events").iterdir()):
         files = sorted(table_dir.rglob("*.parquet"))
@@ -143,8 +144,13 @@ def test_three_node_cluster_gives_the_one_shard_logs(one_shard, tmp_path, monkey
                 seen.append(set(ray.get([a.node_id.remote() for a in self._actors])))
                 super().shutdown()
         monkeypatch.setattr(emulator, "Emulator", NodeRecorder)
-        run = _emulate(_config(3), tmp_path / "run", monkeypatch, address=cluster.address)
-        _assert_same_logs(one_shard, run)
+        # the nodes share this disk: a named run.storage, where every shard writes its logs
+        # (without one a multi-node run hands them to Spark: test_cluster_event_logs.py)
+        cfg = _config(3)
+        cfg.run["storage"] = str(tmp_path / "storage")
+        run = _emulate(cfg, tmp_path / "run", monkeypatch, address=cluster.address)
+        assert not (run / "events").exists()
+        _assert_same_logs(one_shard, tmp_path / "storage")
         assert seen and len(seen[0]) == 3, f"shards ran on {seen} nodes"
     finally:
         stop_ray()
