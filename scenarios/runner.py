@@ -13,7 +13,7 @@ an `Emulator` of Pastry+Scribe shards and drives the configured phases:
   churn                a stream of multicasts while nodes fail and recover (`publish` and
                        `node_event` rows written by the runner)
 
-At the end of every phase: ``emu.dump`` (tree snapshots), ``emu.flush`` (Parquet),
+At the end of every phase: ``emu.dump`` (tree snapshots), ``emu.flush`` (Parquet, or refs),
 ``emu.checkpoint``; `state.json` records the completed phases, so ``--resume`` restores the
 last checkpoint and continues with identical results. Files are written in an order that
 never makes a half-done run look complete: `COMPLETE` comes last.
@@ -71,11 +71,11 @@ def _warn(message: str) -> None:
 
 CACHE_DIR = Path(os.environ.get("SCRIBE_EMU_CACHE", Path.home() / ".cache" / "scribe-emu"))
 _STREAM_CHURN = 0xC4E2
-# The analysis reads every event table from the Parquet the shards already wrote, not
-# from Arrow object refs through RayDP: RayDP converts ref blocks in a Python UDF once per
-# use of the DataFrame (a 14 M-row message table was still converting after 9 min; the
-# same analysis from Parquet on 2 cores took 88 s), and Ray Data's conversion needs a
-# free CPU that the Spark executor, which takes every core, does not leave (a run hung).
+# Event logs reach Spark as Parquet (one machine, or a named run.storage) or through the
+# object store (a multi-node cluster without storage): scenarios/event_logs.py. The
+# object-store path is RayDP's JVM reader, not Ray Data's `to_spark` (a pandas UDF per
+# block at every use: a 14 M-row table was still converting after 9 min, and it hung when
+# Spark held every core): analysis/load.py `load_refs`.
 
 
 # ---- run directory ------------------------------------------------------------------------
