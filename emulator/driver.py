@@ -80,7 +80,8 @@ class Emulator:
     def __init__(self, n_nodes: int, latency, stack_factory, shards: int = 1, node_shard=None,
                  seed: int = 0, shared: dict | None = None, run_dir=None, topo_index: int = 0,
                  type_names: dict | None = None, log_messages: bool = True,
-                 window_cap_us: int = 200_000, actor_options: dict | None = None):
+                 window_cap_us: int = 200_000, actor_options: dict | None = None,
+                 keep_logs: bool = True):
         if not ray.is_initialized():
             raise EmulationError("Ray is not initialised: call emulator.runtime.start_ray() first")
         self.n_nodes = int(n_nodes)
@@ -117,6 +118,10 @@ class Emulator:
         self._inbox: list[list] = [[] for _ in range(self.shards)]  # injected, not yet sent
         self._inject_seq = 0
         self._refs: dict[str, list] = {}
+        # keep_logs: flushed tables also stay in the object store for `logs()` (tests,
+        # notebooks); runs whose analysis reads the Parquet files turn it off, else every
+        # row of every phase would sit in memory until the end (~1 GB per 20 M rows)
+        self.keep_logs = bool(keep_logs)
         self._windows = 0
         self._cells_sum = 0
         self._phase_stats: dict[str, dict] = {}
@@ -314,9 +319,13 @@ class Emulator:
         return self.call("dump", phase)
 
     def flush(self, phase: str) -> dict:
-        """Write buffered log rows of every shard to Parquet; keep refs for the analysis."""
-        names = self._get([a.flush.remote(phase) for a in self._actors], f"flush {phase}")
+        """Write buffered log rows of every shard to Parquet; with ``keep_logs`` also keep
+        the tables in the object store (refs for `logs()`)."""
+        names = self._get([a.flush.remote(phase, self.keep_logs) for a in self._actors],
+                          f"flush {phase}")
         new: dict[str, list] = {}
+        if not self.keep_logs:
+            return new
         for a, ns in zip(self._actors, names, strict=True):
             if not ns:
                 continue

@@ -92,15 +92,16 @@ class ShardActor:
     def call(self, method, *args):
         return self.engine.call(method, *args)
 
-    def flush(self, phase_stem: str) -> list[str]:
-        """Write buffered log rows as Parquet; stash them for take_tables; return table names."""
+    def flush(self, phase_stem: str, keep: bool = True) -> list[str]:
+        """Write buffered log rows as Parquet; stash them for take_tables (unless not
+        `keep`); return table names."""
         tables = self.engine.take_logs()
         names = sorted(tables)
         if self.run_dir is not None:
             for name in names:
                 write_parquet(tables[name], self.run_dir / "events", name, self.topo_index,
                               f"{phase_stem}-shard{self.engine.shard_id}")
-        self._stash = [with_topo(tables[n], self.topo_index) for n in names]
+        self._stash = [with_topo(tables[n], self.topo_index) for n in names] if keep else []
         return names
 
     def take_tables(self):

@@ -17,9 +17,9 @@ from .config import ScenarioConfig
 # the fixed part: Ray's head processes and object store floor, the Spark driver (3 GB heap
 # cap, rarely all used) and executor, this driver process
 BASE_BYTES = 3 * 1024**3
-NODE_BYTES = 28 * 1024            # Pastry tables + Scribe state + engine queues, per node
+NODE_BYTES = 10 * 1024            # Pastry tables + Scribe state + engine queues, per node
 MEMBER_BYTES = 400                # per (group, member): tree entries, membership rows
-MESSAGE_ROW_BYTES = 250           # per message logged in the largest phase, at flush
+MESSAGE_ROW_BYTES = 150           # per message logged in the largest phase, at flush
 # routers of the built-in sources (the dense delay table is routers^2 int32, twice: driver
 # and object store); measured maps are sized by their files, unknown here: assume ts5050's
 ROUTERS = {"ts600": 600, "ts5050": 5050}

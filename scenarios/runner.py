@@ -557,7 +557,8 @@ def _emulate_topology(cfg, run_dir, t, state: _State, progress, topo, plan, lat,
     emu = Emulator(n_nodes=cfg.nodes, latency=lat,
                    stack_factory=stack_factory(cfg.pastry_params(seed_t), cfg.scribe_params()),
                    shards=cfg.shards, node_shard=node_shard, seed=seed_t, shared=shared,
-                   run_dir=run_dir, topo_index=t, type_names=type_names())
+                   run_dir=run_dir, topo_index=t, type_names=type_names(),
+                   keep_logs=False)          # the analysis reads the Parquet files
     T = _Topo(cfg, run_dir, t, seed_t, topo, plan, emu, shared)
     state.add_time("emulator_setup", time.perf_counter() - w0)
     log.info("topology %d: %d routers, %d hosts, delta %d us, lookahead %s us, %d shards",
