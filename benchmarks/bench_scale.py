@@ -83,6 +83,7 @@ def main():
                       for p in PHASES if p in r["phases"]}, flush=True)
             ray.shutdown()
     finally:
+        ray.shutdown()           # the cluster refuses to stop a node the driver is on
         cluster.shutdown()
     load = os.getloadavg()
     print(f"\n{platform.node()}, {cpus} cores, load {load[0]:.1f}/{load[1]:.1f}, "

@@ -191,3 +191,16 @@ def test_partition_for_many_shards_balances_and_keeps_domains_whole(ts5050, k):
             r = dom == d
             if w[r].sum() <= 20_000 / k:
                 assert len(np.unique(part[r])) == 1
+
+
+def test_oracle_slice_whose_small_groups_share_the_next_digit():
+    # many shards make slices where a querier's only prefix-group peers also share the next
+    # digit (no candidate for that row); K = 16 of a 10k-node run hit this
+    from actors.pastry.oracle import oracle_state
+    top = [0x1230, 0x1231, 0x2000, 0x3000]            # first 16 bits of four ids
+    hi = np.array([t << 48 for t in top], np.uint64)
+    lo = np.zeros(4, np.uint64)
+    dist = np.array([[0, 5], [5, 0]], np.int32)
+    st = oracle_state(np.array([0]), hi, lo, np.array([0, 1, 0, 1]), dist, 1000)
+    assert st.rt[0, 0, 2] == 2 and st.rt[0, 0, 3] == 3   # row 0: the other first digits
+    assert (st.rt[0, 1:3] == -1).all()                   # rows 1, 2: node 1 shares them
