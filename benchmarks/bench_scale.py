@@ -31,6 +31,7 @@ from scenarios import load_scenario, run_scenario  # noqa: E402
 from scenarios import runner  # noqa: E402
 
 PHASES = ("join", "multicast")
+_EMULATOR = emulator.Emulator      # the real one: each K subclasses it afresh
 
 
 def measure(args, k: int, address: str) -> dict:
@@ -38,7 +39,7 @@ def measure(args, k: int, address: str) -> dict:
     phases: dict[str, dict] = {}
     peak = []
 
-    class Measured(emulator.Emulator):
+    class Measured(_EMULATOR):
         def run(self, phase, until=None, progress=None):
             st = super().run(phase, until=until, progress=progress)
             phases[phase] = dict(st)
@@ -57,7 +58,8 @@ def measure(args, k: int, address: str) -> dict:
         t0 = time.perf_counter()
         run_scenario(cfg, out=Path(tmp) / "run", address=address, progress=False)
         total = time.perf_counter() - t0
-    return {"k": k, "phases": phases, "peak_rss": peak[0] if peak else 0, "total_s": total}
+    return {"k": k, "phases": phases, "peak_rss": peak[0] if peak else 0, "total_s": total,
+            "load": os.getloadavg()[0]}
 
 
 def main():
@@ -83,14 +85,15 @@ def main():
                       for p in PHASES if p in r["phases"]}, flush=True)
             ray.shutdown()
     finally:
+        ray.shutdown()           # the cluster refuses to stop a node the driver is on
         cluster.shutdown()
     load = os.getloadavg()
     print(f"\n{platform.node()}, {cpus} cores, load {load[0]:.1f}/{load[1]:.1f}, "
           f"{a.scenario} --nodes {a.nodes} --groups {a.groups} --topologies 1, oracle, "
           f"{a.cluster_nodes} simulated Ray nodes\n")
     print("| K | phase | messages | windows | shard calls | wall s | driver ms/window | "
-          "sync % | msg/s | peak shard RSS MB | run s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "driver us/call | sync % | msg/s | peak shard RSS MB | run s | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         for p in PHASES:
             st = r["phases"].get(p)
@@ -100,9 +103,10 @@ def main():
             print(f"| {r['k']} | {p} | {st['messages']:,} | {st['windows']:,} | "
                   f"{st.get('shard_calls', 0):,} | {st['wall_s']:.2f} | "
                   f"{1000 * st.get('driver_s', 0.0) / w:.3f} | "
+                  f"{1e6 * st.get('driver_s', 0.0) / max(st.get('shard_calls', 0), 1):.0f} | "
                   f"{100 * st['sync_s'] / max(st['wall_s'], 1e-9):.0f} | "
                   f"{st['messages'] / max(st['wall_s'], 1e-9):,.0f} | "
-                  f"{r['peak_rss'] / 2**20:,.0f} | {r['total_s']:.0f} |")
+                  f"{r['peak_rss'] / 2**20:,.0f} | {r['total_s']:.0f} | {r['load']:.1f} |")
 
 
 if __name__ == "__main__":

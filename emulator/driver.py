@@ -5,10 +5,12 @@ The driver is no hub: shards push their outgoing batches straight to each other
 T_i, the earliest pending event of shard i (its queue, or a batch pushed to it and not yet
 processed). Within a window no shard sees another's messages, so everything shard i sends
 is due at or after ``T_i + L_ij`` at shard j, where L is the lookahead matrix (the smallest
-latency from a host of i to a host of j). Shard j may therefore process every cell before
-``E_j = floor(min_{i != j} (T_i + L_ij) / Δ)·Δ`` (YAWNS-style per-pair bounds, capped at
-``window_cap_us`` past the global earliest event); a shard with nothing due before its
-bound is not called at all. Per window the driver makes one small call per shard that has
+latency from a host of i to a host of j), and anything it causes further on, after a chain
+of hops, no earlier than ``T_i + R_ij`` with R the min-plus closure of L (its diagonal is
+the shortest round trip: j's own messages can come back to j). Shard j may therefore
+process every cell before ``E_j = floor(min_i (T_i + R_ij) / Δ)·Δ`` (YAWNS-style per-pair
+bounds, capped at ``window_cap_us`` past the global earliest event); a shard with nothing
+due before its bound is not called at all. Per window the driver makes one small call per shard that has
 work and fetches one small tuple from each; idle stretches cost nothing, as T jumps to the
 next event. Results never depend on the windows: cells are global and message times exact.
 """
@@ -55,12 +57,29 @@ def control_messages(nodes, at_us: int, code: int) -> np.ndarray:
     return m
 
 
-def window_ends(next_at: np.ndarray, lookahead: np.ndarray, delta_us: int, cap_us: int,
+def reach_matrix(lookahead: np.ndarray) -> np.ndarray:
+    """int64[K, K]: entry (i, j) is the least delay of a chain of messages of one hop or
+    more from shard i to shard j -- the min-plus closure of `lookahead` (whose diagonal is
+    NEVER), so the diagonal is the shortest round trip i -> ... -> i. An event of shard i
+    at t can cause nothing at shard j before t + reach[i, j]. Floyd-Warshall, O(K^3) once.
+    """
+    k = len(lookahead)
+    big = np.int64(1) << 61                      # NEVER, scaled so that two sum safely
+    reach = np.minimum(np.asarray(lookahead, np.int64), big)
+    for m in range(k):
+        np.minimum(reach, reach[:, m:m + 1] + reach[m:m + 1, :], out=reach)
+    reach[reach >= big] = NEVER
+    return reach
+
+
+def window_ends(next_at: np.ndarray, reach: np.ndarray, delta_us: int, cap_us: int,
                 limit: int) -> np.ndarray:
     """Per shard j, the grid point before which it may process every cell:
-    ``floor(min(min_{i != j} next_at[i] + lookahead[i, j], first + cap_us) / Δ)·Δ``, at most
-    `limit`, where `first` is the earliest event anywhere. O(K^2) numpy over the shards that
-    have events. The shard(s) holding `first` always make progress since every L >= Δ.
+    ``floor(min(min_i next_at[i] + reach[i, j], first + cap_us) / Δ)·Δ``, at most `limit`,
+    where `first` is the earliest event anywhere and `reach` is :func:`reach_matrix` (i = j
+    included: a message of j can come back to j through another shard). O(K^2) numpy over
+    the shards that have events. The shard(s) holding `first` always make progress since
+    every reach >= Δ.
     """
     d = int(delta_us)
     first = int(next_at.min())
@@ -68,8 +87,8 @@ def window_ends(next_at: np.ndarray, lookahead: np.ndarray, delta_us: int, cap_u
     busy = np.flatnonzero(next_at < NEVER)
     if len(next_at) > 1 and len(busy):
         headroom = NEVER - int(next_at[busy].max())          # no int64 overflow
-        reach = next_at[busy, None] + np.minimum(lookahead[busy], headroom)
-        np.minimum(bound, reach.min(axis=0), out=bound)
+        arrive = next_at[busy, None] + np.minimum(reach[busy], headroom)
+        np.minimum(bound, arrive.min(axis=0), out=bound)
     ends = (bound // d) * d
     np.minimum(ends, limit, out=ends)
     return np.maximum(ends, first - first % d + d)
@@ -109,6 +128,7 @@ class Emulator:
         # lookahead[i, j]: least latency from shard i to shard j (NEVER on the diagonal)
         self.lookahead = latency.lookahead_matrix_us(node_shard)
         self.lookahead_us = int(self.lookahead.min()) if self.shards > 1 else NEVER
+        self.reach = reach_matrix(self.lookahead)   # chains of messages, round trips too
         self.window_cap_us = max(int(window_cap_us), self.delta_us)
         self.seed = int(seed)
         self.run_dir = Path(run_dir) if run_dir is not None else None
@@ -266,7 +286,7 @@ class Emulator:
         busy = np.zeros(self.shards)
         last_report = t0
         while self._next < limit:
-            ends = window_ends(self._next_at, self.lookahead, d, self.window_cap_us, limit)
+            ends = window_ends(self._next_at, self.reach, d, self.window_cap_us, limit)
             start = self._next - self._next % d
             self.now = start
             due = np.flatnonzero(self._next_at - self._next_at % d < ends)

@@ -61,6 +61,7 @@ class ShardEngine:
         self.busy_s = 0.0
         self.events = 0
         self.cells = 0
+        self.done_until = 0      # every cell before it has been processed
         self.ctx = ShardContext(self)
         self.stack = stack_factory()
         self.stack.setup(self.ctx)
@@ -129,6 +130,12 @@ class ShardEngine:
         t0 = _time.perf_counter()
         self.phase = phase
         self.accept(inbound)
+        if self.queue.next_time() < self.done_until:
+            # a window bound let this shard run past a message still on its way: results
+            # would depend on the partition, so stop rather than process it late
+            raise RuntimeError(f"shard {self.shard_id}: a message due at "
+                               f"{self.queue.next_time()} us arrived after the shard had "
+                               f"processed every cell before {self.done_until} us")
         d = self.delta_us
         events = 0
         while True:
@@ -152,6 +159,7 @@ class ShardEngine:
                 out_min = min(out_min, int(b.msgs["time"].min()))
             out.append(b)
         self.events += events
+        self.done_until = max(self.done_until, int(end))
         busy = _time.perf_counter() - t0
         self.busy_s += busy
         return min(self.queue.next_time(), out_min), out, {"events": events, "busy_s": busy}
@@ -211,7 +219,7 @@ class ShardEngine:
                 "seq": self.seq.copy(), "draws": self.draws.copy(), "now": self.now,
                 "counts": dict(self.counts), "sent_by_type": dict(self.sent_by_type),
                 "lost_by_type": dict(self.lost_by_type), "events": self.events,
-                "cells": self.cells, "phase": self.phase}
+                "cells": self.cells, "phase": self.phase, "done_until": self.done_until}
 
     def load_state(self, st: dict) -> None:
         if hasattr(self.stack, "restore"):
@@ -225,4 +233,5 @@ class ShardEngine:
         self.draws[:] = st["draws"]
         self.now, self.phase = st["now"], st["phase"]
         self.counts, self.events, self.cells = st["counts"], st["events"], st["cells"]
+        self.done_until = st.get("done_until", 0)
         self.sent_by_type, self.lost_by_type = st["sent_by_type"], st["lost_by_type"]

@@ -1,10 +1,10 @@
-"""LocalEmulator: K ShardEngines in one process, advanced in global conservative windows.
+"""LocalEmulator: K ShardEngines in one process, advanced in conservative windows.
 
-The Ray driver (:mod:`.driver`) runs each shard in its own actor with per-shard window
-bounds; this runs the same ``ShardEngine`` objects in the calling process in one global
-window per round (earliest pending event T, global lookahead L, window end
-``floor((T + L)/Δ)·Δ``), passing outboxes by hand. Results do not depend on the windows. No
-Ray, no files: for protocol tests, determinism digests and microbenchmarks, where starting
+The same per-shard bounds as the Ray driver (:func:`.driver.window_ends`: shard j may run
+to ``min_i (T_i + R[i, j])`` on the grid, R the closure of the lookahead matrix, and only shards with an event before their bound
+are advanced), with the same ``ShardEngine`` objects run one after the other in the calling
+process and their outboxes passed by hand. Results do not depend on the windows. No Ray,
+no files: for protocol tests, determinism digests and microbenchmarks, where starting
 actors would cost more than the emulation itself.
 """
 
@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from .batch import MSG_DTYPE, Batch
-from .driver import INJECT_SEQ_BASE, control_messages, round_robin
+from .driver import (INJECT_SEQ_BASE, control_messages, reach_matrix, round_robin,
+                     window_ends)
 from .engine import FAIL, RECOVER, ShardEngine
 from .queue import NEVER
 
@@ -31,16 +32,21 @@ class LocalEmulator:
         self.shards = int(self.node_shard.max()) + 1
         self.n_nodes = n
         self.delta_us = int(latency.min_latency_us())
-        self.lookahead_us = (int(latency.cross_lookahead_us(self.node_shard))
-                             if self.shards > 1 else NEVER)
+        # lookahead[i, j]: least latency from shard i to shard j (NEVER on the diagonal)
+        self.lookahead = latency.lookahead_matrix_us(self.node_shard)
+        self.lookahead_us = int(self.lookahead.min()) if self.shards > 1 else NEVER
+        self.reach = reach_matrix(self.lookahead)
         self.window_cap_us = max(int(window_cap_us), self.delta_us)
         self.engines = [ShardEngine(k, self.node_shard, latency, stack_factory, seed,
                                     self.delta_us, shared=shared, log_messages=log_messages)
                         for k in range(self.shards)]
         self.now = 0
         self._inject_seq = 0
-        self._next = min(e.queue.next_time() for e in self.engines)
+        # T_i: each shard's earliest pending event, its queue or a batch in its inbox
+        self._next_at = np.array([e.queue.next_time() for e in self.engines], np.int64)
+        self._inbox: list[list[Batch]] = [[] for _ in self.engines]
         self.windows = 0
+        self.shard_calls = 0
 
     def inject(self, msgs) -> None:
         """External stimuli, numbered as the Ray driver numbers them."""
@@ -51,8 +57,9 @@ class LocalEmulator:
         self._inject_seq += len(m)
         shard = self.node_shard[m["dst"]]
         for k in np.unique(shard).tolist():
-            self.engines[k].accept([Batch(m[shard == k])])
-        self._next = min(self._next, int(m["time"].min()))
+            part = m[shard == k]
+            self.engines[k].accept([Batch(part)])
+            self._next_at[k] = min(self._next_at[k], int(part["time"].min()))
 
     def control(self, nodes, at_us: int, code: int) -> None:
         self.inject(control_messages(nodes, at_us, code))
@@ -67,25 +74,27 @@ class LocalEmulator:
         """Process every cell before ``until`` (everything when None); returns events."""
         d = self.delta_us
         limit = NEVER if until is None else -(-int(until) // d) * d
-        inbox: list[list[Batch]] = [[] for _ in self.engines]
+        nxt = self._next_at
         events = 0
-        while self._next < limit:
-            start = self._next - self._next % d
-            end = min(((self._next + min(self.lookahead_us, self.window_cap_us)) // d) * d,
-                      limit)
-            end = max(end, start + d)
-            nxt = []
-            outs = []
-            for k, e in enumerate(self.engines):
-                t, out, st = e.advance(end, phase, inbox[k])
-                nxt.append(t)
-                outs.append(out)
+        while int(nxt.min()) < limit:
+            ends = window_ends(nxt, self.reach, d, self.window_cap_us, limit)
+            due = np.flatnonzero(nxt - nxt % d < ends).tolist()
+            sent = []
+            for k in due:
+                e = self.engines[k]
+                inbox, self._inbox[k] = self._inbox[k], []
+                _, outs, st = e.advance(int(ends[k]), phase, inbox)
+                nxt[k] = e.queue.next_time()
                 events += st["events"]
-            inbox = [[outs[i][k] for i in range(self.shards) if len(outs[i][k])]
-                     for k in range(self.shards)]
-            self._next = min(nxt)
-            self.now = end
+                sent.append(outs)
+            for outs in sent:        # delivered after the window, in shard order
+                for j, b in enumerate(outs):
+                    if len(b):
+                        self._inbox[j].append(b)
+                        nxt[j] = min(nxt[j], int(b.msgs["time"].min()))
+            self.now = max(self.now, int(ends[due].max()))
             self.windows += 1
+            self.shard_calls += len(due)
         if until is not None:
             self.now = max(self.now, limit)
         return events

@@ -1,11 +1,13 @@
 """How much memory a run needs, estimated from its configuration before anything starts.
 
-The figures are upper-end rates measured on the development machine (BENCHMARKS.md: the
-100,000-node protocol run peaked at 8.1 GB on the whole machine; a 25,000-node shard held
-0.65-0.7 GB while emulating and 2.36 GB while writing an 11.7 M-row phase log), so that a
-run refused here would really not have fitted; a run admitted may still need swap-free
-headroom for the rest of the machine. Topologies run one after the other and the Spark
-analysis spills to disk, so neither multiplies the estimate.
+The figures are upper-end rates measured on the development machine (BENCHMARKS.md): the
+1,000,000-node `paper_zipf_1500` run (oracle, 2 shards) peaked at 6.8 GB (summed PSS of
+the run's processes) while emulating and 9.2 GB in the Spark analysis; the 100,000-node
+protocol run at 8.1 GB on the whole machine; a 25,000-node shard held 0.65-0.7 GB while
+emulating and 2.36 GB while writing an 11.7 M-row phase log. A run refused here would
+really not have fitted; a run admitted may still need swap-free headroom for the rest of
+the machine. Topologies run one after the other and the Spark analysis spills to disk, so
+neither multiplies the estimate.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from .config import ScenarioConfig
 # the fixed part: Ray's head processes and object store floor, the Spark driver (3 GB heap
 # cap, rarely all used) and executor, this driver process
 BASE_BYTES = 3 * 1024**3
-NODE_BYTES = 28 * 1024            # Pastry tables + Scribe state + engine queues, per node
+NODE_BYTES = 6 * 1024             # Pastry tables + Scribe state + engine queues, per node
 MEMBER_BYTES = 400                # per (group, member): tree entries, membership rows
-MESSAGE_ROW_BYTES = 250           # per message logged in the largest phase, at flush
+MESSAGE_ROW_BYTES = 250           # per message logged in the largest phase, at flush (the
+                                  # protocol run's 11.7 M-row bootstrap log: 2.36 GB per shard)
 # routers of the built-in sources (the dense delay table is routers^2 int32, twice: driver
 # and object store); measured maps are sized by their files, unknown here: assume ts5050's
 ROUTERS = {"ts600": 600, "ts5050": 5050}

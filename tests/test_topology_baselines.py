@@ -4,7 +4,8 @@ import pytest
 
 from topologies import Topology, TopologyError, attach_hosts, generate_transit_stub
 from topologies.baselines import ip_multicast, naive_unicast
-from topologies.partition import cross_lookahead_us, partition_routers
+from emulator.latency import RouterLatency
+from topologies.partition import partition_routers
 
 
 def hand_tree():
@@ -67,18 +68,19 @@ def test_partition_keeps_stubs_whole_and_balances_hosts():
     hosts_per_part = np.bincount(part[topo.host_router], minlength=4)
     assert hosts_per_part.max() / hosts_per_part.min() < 1.1
     # locality: cross-part lookahead beats a random partition of the same routers
-    look = cross_lookahead_us(topo, part[topo.host_router])
+    lat = RouterLatency.from_topology(topo)
+    look = lat.cross_lookahead_us(part[topo.host_router])
     rand = np.random.default_rng(0).integers(0, 4, topo.n_hosts)
-    assert cross_lookahead_us(topo, rand) == 2 * topo.lan_us
+    assert lat.cross_lookahead_us(rand) == 2 * topo.lan_us
     assert look > 2 * topo.lan_us
 
 
 def test_cross_lookahead_by_hand():
     topo = hand_tree()                    # hosts on routers 0, 2, 3, 3, 0
-    assert cross_lookahead_us(topo, [0, 1, 1, 1, 0]) == 2000 + 3000
-    assert cross_lookahead_us(topo, [0, 0, 1, 1, 0]) == 2000 + 4000   # routers 0 and 3
-    lazy = Topology(topo.graph, topo.host_router, lan_us=1000, dense_limit=1)
-    assert cross_lookahead_us(lazy, [0, 1, 1, 1, 0]) == 5000
-    assert cross_lookahead_us(topo, [0, 1, 0, 1, 0]) == 2000      # router 3 in both parts
-    with pytest.raises(TopologyError, match="single part"):
-        cross_lookahead_us(topo, [0] * 5)
+    lat = RouterLatency.from_topology(topo)
+    assert lat.cross_lookahead_us([0, 1, 1, 1, 0]) == 2000 + 3000
+    assert lat.cross_lookahead_us([0, 0, 1, 1, 0]) == 2000 + 4000   # routers 0 and 3
+    assert lat.cross_lookahead_us([0, 1, 0, 1, 0]) == 2000      # router 3 in both parts
+    look = lat.lookahead_matrix_us([0, 0, 1, 1, 2])              # per pair of parts
+    assert look[0, 1] == look[1, 0] == look[1, 2] == 2000 + 4000 and look[0, 2] == 2000
+    assert lat.cross_lookahead_us([0] * 5) == np.iinfo(np.int64).max   # one part

@@ -4,13 +4,16 @@ Units are whole domains (a stub domain, or a transit domain's own routers); unit
 ordered by region (the transit domain they belong to or hang off) and cut into k
 contiguous runs of balanced host weight, so a shard holds whole stubs of few regions and
 most host pairs inside a shard are close while pairs across shards are far apart.
+
+The latency between parts (the engine's lookahead, per pair of parts) is computed by
+`emulator.latency.RouterLatency.lookahead_matrix_us` from the same dense tables.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .errors import TopologyError
-from .topology import Topology, _min_cross_distance
+from .topology import Topology
 
 
 def partition_routers(topo: Topology, k: int, hosts_weight=None) -> np.ndarray:
@@ -73,21 +76,3 @@ def _split_heavy_domains(domain: np.ndarray, weight: np.ndarray, k: int) -> np.n
     out[heavy] = int(domain.max()) + 1 + np.flatnonzero(heavy)
     return out
 
-
-def cross_lookahead_us(topo: Topology, host_part) -> int:
-    """Min latency between two hosts in different parts (lan + core + lan).
-
-    2*lan if two parts share a router. Dense tables: O(R^2); lazy: one multi-source
-    Dijkstra (a lower bound under policy routing).
-    """
-    host_part = np.asarray(host_part).ravel()
-    if len(host_part) != topo.n_hosts:
-        raise TopologyError(f"host_part has {len(host_part)} entries for {topo.n_hosts} hosts")
-    if len(np.unique(host_part)) < 2:
-        raise TopologyError("host_part has a single part: no cross-part latency")
-    pairs = np.unique(np.stack([topo.host_router.astype(np.int64),
-                                host_part.astype(np.int64)]), axis=1)
-    routers, parts = pairs
-    if len(np.unique(routers)) < len(routers):
-        return 2 * topo.lan_us
-    return 2 * topo.lan_us + _min_cross_distance(topo, routers, parts)

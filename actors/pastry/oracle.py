@@ -127,6 +127,8 @@ def _table_row_pairs(r, qpos, gstart, gsize, grp, dig, order, host_router, route
     dy = dig[ypos]
     keep = dy != dig[qpos][qrep]
     qrep, ypos, dy = qrep[keep], ypos[keep], dy[keep]
+    if not len(qrep):       # every candidate shares digit r with its querier: nothing to fill
+        return
     y = order[ypos]
     dist = router_dist[host_router[order[qpos[qrep]]], host_router[y]]
     s = np.lexsort((y, dist, dy, qrep))
