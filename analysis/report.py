@@ -25,7 +25,8 @@ FIGURES = [("delay_penalty_cdf.png", "Delay penalty (RAD, RMD) over groups"),
            ("node_stress.png", "Node stress: children tables and entries per node"),
            ("link_stress.png", "Link stress: Scribe vs IP multicast vs naive unicast"),
            ("group_size_by_rank.png", "Group size vs rank"),
-           ("churn_delivery.png", "Delivery ratio over time under churn")]
+           ("churn_delivery.png", "Delivery ratio over time under churn"),
+           ("churn_failover.png", "RP fail-over time per failed RP")]
 
 
 def _fmt(v) -> str:

@@ -86,6 +86,8 @@ class RepairMixin:
         stale = self.replicas_stale[nodes[qi]] & sl["root"][s] & sl["active"][s]
         self._replicate(ctx, s[stale], now[stale])
         self.replicas_stale[nodes] = False
+        if self.params["reliable"]:  # issue 22: sources re-route unacknowledged messages
+            self._retry_pending(ctx, nodes, now_n)
         # 5. reschedule while the node holds any tree state
         qi2, _ = t.slots_of_nodes(nodes)
         busy = np.zeros(len(nodes), bool)

@@ -31,6 +31,8 @@ TICK = 80           # per-node maintenance timer (heartbeats, refresh, expiry, s
 HEARTBEAT = 81      # parent -> child
 REFRESH = 82        # child -> parent: keep my children-table entry
 REPLICA = 83        # RP -> its k closest nodes: a = ACL token, b = creator
+REPLICA_DATA = 84   # reliable layer: RP -> its k closest nodes, each numbered message:
+                    # a = publish time, b = seqno, c = source seqno, origin = source
 
 TYPE_NAMES = {
     CREATE_REQ: "scribe_create_req",
@@ -55,6 +57,7 @@ TYPE_NAMES = {
     HEARTBEAT: "scribe_heartbeat",
     REFRESH: "scribe_refresh",
     REPLICA: "scribe_replica",
+    REPLICA_DATA: "scribe_replica_data",
 }
 
 SCRIBE_TYPES = tuple(sorted(TYPE_NAMES))
