@@ -173,7 +173,7 @@ class ReliableMixin:
     # - the source numbers its messages per group (slot column src_seq; MCAST field b) and
     #   keeps each until the RP acknowledges it (RP_ADDR, b = last source seqno numbered,
     #   cumulative); on its TICK it re-routes those unacknowledged for heartbeat_miss
-    #   periods (and drops its RP cache);
+    #   periods, then every period until acknowledged (and drops its RP cache);
     # - the RP numbers each source's messages in source order: later ones wait for a gap
     #   (src_held), repeats are dropped and acknowledged again;
     # - the RP copies every numbered message to its replicas (REPLICA_DATA); the replica
@@ -258,7 +258,8 @@ class ReliableMixin:
         rows = np.flatnonzero(due)
         rows = rows[np.lexsort((p["seq"][rows], p["group"][rows], p["li"][rows]))]
         now = now_n[i[rows]]
-        p["sent"][rows] = now
+        # once overdue, again every period until acknowledged (repeats are dropped at the RP)
+        p["sent"][rows] = now - wait + self.params["heartbeat_us"]
         ctx.count("scribe_publish_retries", len(rows))
         me = np.asarray(ctx.nodes)[p["li"][rows]].astype(np.int64)
         s = self.tree.find(p["li"][rows], p["group"][rows])

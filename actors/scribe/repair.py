@@ -63,8 +63,10 @@ class RepairMixin:
                         b=sl["last_seq"][rs], c=np.ones(len(rs), np.int64),
                         origin=me[suspect])
         refresh = child_role & ~silent & (sl["parent"][s] >= 0)
+        # issue 22: with the reliable layer the refresh carries the child's last seqno (b)
+        pos = {"b": sl["last_seq"][s[refresh]]} if self.params["reliable"] else {}
         self._send(ctx, me[refresh], sl["parent"][s[refresh]], REFRESH, now[refresh],
-                   grp[refresh], a=sl["join_cred"][s[refresh]])
+                   grp[refresh], a=sl["join_cred"][s[refresh]], **pos)
         # 2. children that stopped refreshing expire
         ci, e = t.children_of(s)
         stale = now[ci] - t.entries["refresh"][e] > self.params["child_expiry_miss"] * period
@@ -130,7 +132,13 @@ class RepairMixin:
         s = t.find_active(self._local(ctx, m["dst"]), m["group"])
         live = s >= 0
         sub = m[live]
-        t.add_children(s[live], sub["src"], sub["a"], sub["time"])
+        new = t.add_children(s[live], sub["src"], sub["a"], sub["time"])
+        if self.params["reliable"] and new.any():
+            # issue 22: a child re-admitted here (its entry had expired, e.g. its first
+            # refresh came late over a long link) missed what was sent meanwhile and never
+            # noticed (it kept hearing from us): catch it up from its last seqno
+            self._retransmit(ctx, s[live][new], sub["src"][new], sub["b"][new],
+                             sub["time"][new])
         dead = m[~live]
         self._send(ctx, dead["dst"], dead["src"], REJOIN, dead["time"], dead["group"])
 
