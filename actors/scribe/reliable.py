@@ -67,17 +67,21 @@ class MessageRing:
         return r
 
 
+def _numbered(s, first):
+    """first[i] + the rank of row i among the rows of its slot s[i] (in row order)."""
+    o = np.argsort(s, kind="stable")
+    so = s[o]
+    starts = np.r_[0, np.flatnonzero(np.diff(so)) + 1] if len(so) else so
+    rank = np.arange(len(so)) - np.repeat(starts, np.diff(np.r_[starts, len(so)]))
+    seq = np.empty(len(s), np.int64)
+    seq[o] = np.asarray(first, np.int64)[o] + rank
+    return seq
+
+
 class ReliableMixin:
     def _number_at_root(self, s):
         """The root gives consecutive seqnos to the accepted messages of each slot."""
-        sl = self.tree.slots
-        o = np.argsort(s, kind="stable")
-        so = s[o]
-        starts = np.r_[0, np.flatnonzero(np.diff(so)) + 1] if len(so) else so
-        rank = np.arange(len(so)) - np.repeat(starts, np.diff(np.r_[starts, len(so)]))
-        seq = np.empty(len(s), np.int64)
-        seq[o] = np.maximum(sl["last_seq"][so], -1) + 1 + rank
-        return seq
+        return _numbered(s, np.maximum(self.tree.slots["last_seq"][s], -1) + 1)
 
     def _reliable_disseminate(self, ctx, s, nodes, group, source, publish, seqno, hops, now):
         t, sl, ring = self.tree, self.tree.slots, self.ring
@@ -211,12 +215,7 @@ class ReliableMixin:
         """Source side of MCAST_REQ: number each (source, group)'s messages 0, 1, ... and
         keep them until acknowledged. Returns the source seqnos (MCAST field b)."""
         sl = self.tree.slots
-        o = np.argsort(s, kind="stable")
-        so = s[o]
-        starts = np.r_[0, np.flatnonzero(np.diff(so)) + 1] if len(so) else so
-        rank = np.arange(len(so)) - np.repeat(starts, np.diff(np.r_[starts, len(so)]))
-        seq = np.empty(len(s), np.int64)
-        seq[o] = sl["src_seq"][so] + rank
+        seq = _numbered(s, sl["src_seq"][s])
         np.add.at(sl["src_seq"], s, 1)
         new = {"li": self._local(ctx, m["dst"]), "group": m["group"].astype(np.int64),
                "seq": seq, "cred": m["a"].astype(np.int64),
@@ -305,15 +304,12 @@ class ReliableMixin:
 
     def _replicate_data(self, ctx, s, source, publish, seqno, srcseq, now):
         """The RP copies each numbered message to its replicas (REPLICA_DATA)."""
-        k = self.params["replicas"]
-        if not k or not len(s) or not hasattr(self.overlay, "replica_set"):
+        tg = self._replica_targets(ctx, s)
+        if tg is None:
             return
-        sl = self.tree.slots
-        rp = np.asarray(ctx.nodes)[sl["node"][s]].astype(np.int64)
-        reps = np.asarray(self.overlay.replica_set(ctx, rp, k), np.int64).reshape(len(rp), -1)
-        row, col = np.nonzero(reps >= 0)
-        self._send(ctx, rp[row], reps[row, col], REPLICA_DATA, np.asarray(now)[row],
-                   sl["group"][s[row]],
+        src, row, dst = tg
+        self._send(ctx, src, dst, REPLICA_DATA, np.asarray(now)[row],
+                   self.tree.slots["group"][s[row]],
                    a=np.asarray(publish)[row], b=np.asarray(seqno)[row],
                    c=np.asarray(srcseq)[row], origin=np.asarray(source)[row])
 

@@ -143,17 +143,26 @@ class RepairMixin:
         self._send(ctx, dead["dst"], dead["src"], REJOIN, dead["time"], dead["group"])
 
     # ---- RP replication -------------------------------------------------------------
-    def _replicate(self, ctx, slots, now):
-        """Send the RP record of root slots to the k nodes closest to the RP."""
+    def _replica_targets(self, ctx, slots):
+        """(rp, row, replica) per message from root slots to each of their k replicas (row
+        indexes slots); None when replication is off."""
         k = self.params["replicas"]
         if not k or not len(slots) or not hasattr(self.overlay, "replica_set"):
-            return
-        sl = self.tree.slots
-        rp = np.asarray(ctx.nodes)[sl["node"][slots]].astype(np.int64)
+            return None
+        rp = np.asarray(ctx.nodes)[self.tree.slots["node"][slots]].astype(np.int64)
         reps = np.asarray(self.overlay.replica_set(ctx, rp, k), np.int64).reshape(len(rp), -1)
         row, col = np.nonzero(reps >= 0)
+        return rp[row], row, reps[row, col]
+
+    def _replicate(self, ctx, slots, now):
+        """Send the RP record of root slots to the k nodes closest to the RP."""
+        tg = self._replica_targets(ctx, slots)
+        if tg is None:
+            return
+        sl = self.tree.slots
+        src, row, dst = tg
         s = slots[row]
-        self._send(ctx, rp[row], reps[row, col], REPLICA, np.asarray(now)[row],
+        self._send(ctx, src, dst, REPLICA, np.asarray(now)[row],
                    sl["group"][s], a=sl["acl"][s], b=sl["creator"][s])
 
     def _replica(self, ctx, m):
