@@ -290,8 +290,9 @@ def _churn(c: _Context) -> dict | None:
         tree = ev["arrival"].withColumn("variant",
                                         F.concat(F.col("variant"), F.lit(churn.TREE_SUFFIX)))
         delivery = delivery.unionByName(tree)
-        tree_msgs = messages.withColumn("variant",
-                                        F.concat(F.col("variant"), F.lit(churn.TREE_SUFFIX)))
+        logged = ev["arrival"].select("topo", "variant").distinct()   # variants with a layer
+        tree_msgs = (messages.join(logged, ["topo", "variant"], "left_semi")
+                     .withColumn("variant", F.concat(F.col("variant"), F.lit(churn.TREE_SUFFIX))))
         messages.unpersist()
         messages = messages.unionByName(tree_msgs).cache()
     dead = churn.dead_intervals(ev["node_event"]).cache()
