@@ -19,8 +19,9 @@ JOIN_REFUSE = 63   # a = refused credential
 LEAVE = 64         # child -> parent
 REJOIN = 65        # parent -> child: your branch was refused for another credential, join again
 MCAST = 66         # source -> RP (routed the first time, then direct); a = credential,
-                   # b = seqno, c = publish time
-RP_ADDR = 67       # RP -> source: cache my address (a = RP node)
+                   # b = seqno (reliable layer: the source's own seqno), c = publish time
+RP_ADDR = 67       # RP -> source: cache my address (a = RP node); reliable layer: sent for
+                   # every MCAST, b = the source's last seqno numbered (cumulative ack)
 DATA = 68          # tree dissemination; a = publish time, b = seqno, c = overlay hops so far
 COLLAPSE_WAVE = 70  # a = nearest kept ancestor, b = first removed node below it (-1: none)
 ADOPT = 71          # kept node -> its new parent; a = the removed child it replaces
