@@ -113,6 +113,8 @@ class ReliableMixin:
         ctx.count("scribe_duplicates", int((~new).sum()))
         s, nodes, group, source = s[new], nodes[new], group[new], source[new]
         publish, seqno, hops, now = publish[new], seqno[new], hops[new], now[new]
+        if not len(s):  # issue 22: every copy was a duplicate (crashed on the empty batch)
+            return
         ring.put(s, seqno, publish, source, hops)
         # forwardHandler: each new message goes on to every child once, in seqno order
         qi, e = t.children_of(s)
