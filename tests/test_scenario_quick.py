@@ -215,8 +215,8 @@ def test_churn_runs_and_logs_deliveries(session, tmp_path, name):
         # publish order at surviving members. Ratio: 1.0 in the shipped 3,000-node run
         # (results/churn_reliable) and on the harness (test_scribe_reliable_failover.py);
         # this short, fast-churning run (3 failures/s on 500 nodes, RPs failing 2.5 s before
-        # the stream ends) ended with 0.9964 on 2026-11-24: 11 members in the failed RPs'
-        # subtrees still repairing at the end (open case, docs/scribe.md)
+        # the stream ends) ended with 0.9964 on 2026-11-24: 11 members of the failed RPs'
+        # groups short of their last messages, not diagnosed (open case, docs/scribe.md)
         r = s["churn"]["scribe"]
         assert r["rp_failures"] >= 2 and r["rp_failovers"] == r["rp_failures"]
         assert (r["out_of_order"], r["duplicates"]) == (0, 0), r
