@@ -8,10 +8,18 @@ Inputs (event tables, docs/analysis.md "Churn"):
 - `node_event` (node, time, event "fail" | "recover"): crashes and recoveries the scenario
   caused; a node is dead at t when it failed at or before t and has not recovered by t;
 - `membership` (who was asked to join), `group` (the RP), `delivery`.
-A delivery is *expected* for (message, member) when the member is in the group, is not the
-source, and is alive at the publish time. Messages are keyed by (variant, group, source,
-publish_time): publish_time is the time the source issued the multicast, identical in
-every copy, while seqnos differ between the plain and the reliable layer.
+- `arrival` (reliable layer only): every copy the tree brought a member; `delivery` is then
+  what the layer released to the application. The driver adds the arrivals as variant
+  "<variant>:tree" (TREE_SUFFIX), so each figure exists for both streams.
+A member is *surviving* when it never failed during the run (a crash loses the node's
+Scribe state, subscriptions included; a recovered node does not re-subscribe). A delivery
+is *expected* for (message, surviving member) when the member is in the group and is not
+the source: every message of the stream (the run goes on `settle_us` after the last
+publish, so each could still arrive). Members that failed are counted apart (`died_*`):
+their expected messages are those published before their first failure. Messages are keyed
+by (variant, group, source, publish_time): publish_time is the time the source issued the
+multicast, identical in every copy, while seqnos differ between the plain and the reliable
+layer.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 MESSAGE = ["topo", "variant", "group", "source", "publish_time"]
+TREE_SUFFIX = ":tree"   # variant label of the raw tree arrivals (reliable layer)
 
 
 def _in_phases(df: DataFrame, phases: tuple[str, ...] | None) -> DataFrame:
@@ -61,15 +70,39 @@ def _dead_at(rows: DataFrame, dead: DataFrame, node: str, time: str) -> DataFram
     return rows.join(d, cond, "left_semi")
 
 
+def first_failures(node_event: DataFrame) -> DataFrame:
+    """(topo, member, failed_us): the first failure of each node that ever failed."""
+    return (node_event.where(F.col("event") == "fail")
+            .groupBy("topo", F.col("node").alias("member"))
+            .agg(F.min("time").alias("failed_us")))
+
+
+def _member_pairs(messages: DataFrame, membership: DataFrame) -> DataFrame:
+    return (messages.join(membership.select("topo", "group", "member").distinct(),
+                          ["topo", "group"])
+            .where(F.col("member") != F.col("source")))
+
+
 def expected_deliveries(messages: DataFrame, membership: DataFrame,
-                        dead: DataFrame) -> DataFrame:
+                        failures: DataFrame) -> DataFrame:
     """(topo, variant, group, source, publish_time, member) the stream should reach:
-    group members other than the source, alive at the publish time."""
-    pairs = (messages.join(membership.select("topo", "group", "member").distinct(),
-                           ["topo", "group"])
-             .where(F.col("member") != F.col("source")))
-    return pairs.join(_dead_at(pairs, dead, "member", "publish_time"),
-                      [*MESSAGE, "member"], "left_anti")
+    every message, at every surviving member (never failed) of the group but the source."""
+    return _member_pairs(messages, membership).join(
+        failures.select("topo", "member"), ["topo", "member"], "left_anti")
+
+
+def died_deliveries(messages: DataFrame, membership: DataFrame,
+                    failures: DataFrame) -> DataFrame:
+    """The same pairs for members that failed during the run, counted apart: the messages
+    published before the member's first failure (it could not receive later ones: its
+    subscription died with it)."""
+    return (_member_pairs(messages, membership).join(failures, ["topo", "member"])
+            .where(F.col("publish_time") < F.col("failed_us")).drop("failed_us"))
+
+
+def surviving_arrivals(arrivals: DataFrame, failures: DataFrame) -> DataFrame:
+    """First arrivals at surviving members only (duplicates and order are judged on them)."""
+    return arrivals.join(failures.select("topo", "member"), ["topo", "member"], "left_anti")
 
 
 def first_arrivals(delivery: DataFrame, messages: DataFrame,
@@ -190,12 +223,14 @@ def churn_rp_failover(messages: DataFrame, arrivals: DataFrame, groups: DataFram
     how long until a message published after the failure reached a member again.
 
     The take-over itself is not logged (Scribe counts it in `scribe_rp_takeovers`); the
-    fail-over time is measured from the RP's first failure to the publish time of the first
-    later message delivered to any member (resolution: the multicast interval).
+    fail-over time is measured from the RP's first failure to the first arrival, at any
+    member, of a message published after it (issue 22: the arrival time, not the publish
+    time, so that messages published after the failure that the source had to re-send
+    count by when they got through).
     Schema: topo int, variant string, group int, rp int, failed_us bigint,
     messages_after bigint, delivered_after bigint (published after the failure and
-    received by at least one member), first_delivered_us bigint, failover_us bigint
-    (null: no later message was delivered).
+    received by at least one member), first_delivered_us bigint (that first arrival),
+    failover_us bigint (null: no later message was delivered).
     """
     rp = groups.groupBy("topo", "group").agg(F.min("rp").alias("rp"))
     first_fail = (node_event.where(F.col("event") == "fail")
@@ -206,16 +241,15 @@ def churn_rp_failover(messages: DataFrame, arrivals: DataFrame, groups: DataFram
     failed = (span.join(rp, ["topo", "group"]).join(first_fail, ["topo", "rp"])
               .where((F.col("failed_us") >= F.col("first_us"))
                      & (F.col("failed_us") <= F.col("last_us"))))
-    delivered = arrivals.select(*MESSAGE).distinct().withColumn("delivered", F.lit(1))
+    delivered = arrivals.groupBy(*MESSAGE).agg(F.min("arrival").alias("first_arrival"))
     after = (messages.join(failed.select("topo", "variant", "group", "failed_us"),
                            ["topo", "variant", "group"])
              .where(F.col("publish_time") > F.col("failed_us"))
              .join(delivered, MESSAGE, "left"))
     stats = after.groupBy("topo", "variant", "group").agg(
         F.count("*").alias("messages_after"),
-        F.count("delivered").alias("delivered_after"),
-        F.min(F.when(F.col("delivered") == 1, F.col("publish_time"))).alias(
-            "first_delivered_us"))
+        F.count("first_arrival").alias("delivered_after"),
+        F.min("first_arrival").alias("first_delivered_us"))
     return (failed.join(stats, ["topo", "variant", "group"], "left")
             .fillna(0, ["messages_after", "delivered_after"])
             .withColumn("failover_us", F.col("first_delivered_us") - F.col("failed_us"))
@@ -223,11 +257,19 @@ def churn_rp_failover(messages: DataFrame, arrivals: DataFrame, groups: DataFram
                     "delivered_after", "first_delivered_us", "failover_us"))
 
 
-def delivery_summary(outcomes: DataFrame, arrivals: DataFrame, buckets: DataFrame) -> DataFrame:
+def delivery_summary(outcomes: DataFrame, arrivals: DataFrame, buckets: DataFrame,
+                     died: DataFrame) -> DataFrame:
     """Per (topo, variant): messages, expected, received, ratio, min_bucket_ratio,
-    duplicates, out_of_order, delay mean/p99/max of received expected deliveries."""
+    duplicates, out_of_order, delay mean/p99/max of received expected deliveries (surviving
+    members; `arrivals` restricted to them), then the members counted apart:
+    surviving_members, died_members, died_expected, died_received (`died` = outcomes of
+    died_deliveries)."""
     keys = ["topo", "variant"]
+    dead = died.groupBy(*keys).agg(
+        F.countDistinct("group", "member").alias("died_members"),
+        F.count("*").alias("died_expected"), F.sum("received").alias("died_received"))
     got = outcomes.groupBy(*keys).agg(
+        F.countDistinct("group", "member").alias("surviving_members"),
         F.count("*").alias("expected"), F.sum("received").alias("received"),
         F.avg("delay_us").alias("mean_delay_us"),
         F.percentile("delay_us", 0.99).alias("p99_delay_us"),
@@ -238,11 +280,14 @@ def delivery_summary(outcomes: DataFrame, arrivals: DataFrame, buckets: DataFram
         F.sum(F.col("copies") - 1).alias("duplicates"),
         F.sum("out_of_order").cast("bigint").alias("out_of_order"))
     return (per_bucket.join(got, keys, "left").join(extra, keys, "left")
-            .fillna(0, ["expected", "received", "duplicates", "out_of_order"])
+            .join(dead, keys, "left")
+            .fillna(0, ["expected", "received", "duplicates", "out_of_order",
+                        "surviving_members", "died_members", "died_expected", "died_received"])
             .withColumn("ratio", F.col("received") / F.col("expected"))
             .select(*keys, "messages", "expected", "received", "ratio", "min_bucket_ratio",
                     "duplicates", "out_of_order", "mean_delay_us", "p99_delay_us",
-                    "max_delay_us"))
+                    "max_delay_us", "surviving_members", "died_members", "died_expected",
+                    "died_received"))
 
 
 def outage_summary(outages: DataFrame) -> DataFrame:
@@ -267,7 +312,8 @@ SUMMARY_COLUMNS = ["messages", "expected", "received", "ratio", "min_bucket_rati
                    "duplicates", "out_of_order", "mean_delay_us", "p99_delay_us",
                    "max_delay_us", "outages", "outages_recovered", "outage_mean_us",
                    "outage_median_us", "outage_max_us", "rp_failures", "rp_failovers",
-                   "failover_mean_us", "failover_max_us"]
+                   "failover_mean_us", "failover_max_us", "surviving_members",
+                   "died_members", "died_expected", "died_received"]
 
 
 def churn_summary(delivery: DataFrame, outages: DataFrame, failovers: DataFrame) -> DataFrame:

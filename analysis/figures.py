@@ -204,3 +204,34 @@ def churn_delivery(buckets: pd.DataFrame, path: Path) -> Path:
     ax.legend(loc="lower left")
     ax.set_title("Delivery under churn")
     return _save(fig, path)
+
+
+def churn_failover(failovers: pd.DataFrame, path: Path) -> Path:
+    """RP fail-over time per failed RP (first arrival of a message published after the
+    failure, minus the failure time), per variant, with each variant's mean as a line;
+    groups that never got a later message through are marked with an x at 0."""
+    fig, ax = plt.subplots(figsize=(7.2, 4.2))
+    f = failovers.sort_values(["variant", "topo", "failed_us", "group"])
+    variants = sorted(f["variant"].unique())
+    width = 0.8 / max(len(variants), 1)
+    labels = None
+    for i, (variant, part) in enumerate(f.groupby("variant", sort=True)):
+        x = np.arange(len(part)) + i * width
+        sec = part["failover_us"].astype(float) / 1e6
+        bars = ax.bar(x, sec.fillna(0), width, label=variant)
+        if sec.notna().any():
+            ax.axhline(sec.mean(), color=bars.patches[0].get_facecolor(), lw=0.8, ls="--")
+        miss = sec.isna().to_numpy()
+        if miss.any():
+            ax.plot(x[miss], np.zeros(miss.sum()), "x", color="black")
+        labels = [f"g{g} @{t / 1e6:.1f}s" for g, t in zip(part["group"], part["failed_us"],
+                                                         strict=True)]
+    if labels:
+        ax.set_xticks(np.arange(len(labels)) + width * (len(variants) - 1) / 2)
+        ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=8)
+    ax.set_xlabel("failed RP (group, failure time)")
+    ax.set_ylabel("fail-over time (s)")
+    ax.grid(alpha=0.3, axis="y")
+    _legend(ax)
+    ax.set_title("RP fail-over (dashed: mean)")
+    return _save(fig, path)

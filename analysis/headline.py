@@ -15,6 +15,7 @@ _LINKS = [("link stress total", ("total",)), ("link stress mean", ("mean",)),
 _CHURN = [("delivery ratio", ("ratio",)), ("delivery ratio, worst bucket", ("min_bucket_ratio",)),
           ("duplicates", ("duplicates",)), ("out of order", ("out_of_order",)),
           ("delay p99 (us)", ("p99_delay_us",)), ("outages", ("outages",)),
+          ("RP fail-overs", ("rp_failovers",)), ("RP fail-over mean (us)", ("failover_mean_us",)),
           ("RP fail-over max (us)", ("failover_max_us",))]
 
 

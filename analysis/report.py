@@ -25,7 +25,8 @@ FIGURES = [("delay_penalty_cdf.png", "Delay penalty (RAD, RMD) over groups"),
            ("node_stress.png", "Node stress: children tables and entries per node"),
            ("link_stress.png", "Link stress: Scribe vs IP multicast vs naive unicast"),
            ("group_size_by_rank.png", "Group size vs rank"),
-           ("churn_delivery.png", "Delivery ratio over time under churn")]
+           ("churn_delivery.png", "Delivery ratio over time under churn"),
+           ("churn_failover.png", "RP fail-over time per failed RP")]
 
 
 def _fmt(v) -> str:
@@ -131,7 +132,8 @@ def _tables(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     variants = {v: d for v, d in ch.items() if isinstance(d, dict)}
     if variants:
         cols = ["ratio", "min_bucket_ratio", "duplicates", "out_of_order", "p99_delay_us",
-                "outages", "outage_median_us", "rp_failures", "rp_failovers", "failover_max_us"]
+                "outages", "outage_median_us", "rp_failures", "rp_failovers", "failover_mean_us",
+                "failover_max_us", "died_expected", "died_received"]
         out.append((f"Delivery under churn (buckets of {_fmt(ch.get('bucket_us'))} us, "
                     f"messages from {ch.get('publishes_from')})", ["variant", *cols],
                     [[v, *(_fmt(d.get(k)) for k in cols)] for v, d in variants.items()]))

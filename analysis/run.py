@@ -293,22 +293,38 @@ def _churn(c: _Context) -> dict | None:
         messages.unpersist()
         return None
     bucket_us = churn_bucket_us(span["hi"] - span["lo"], options.churn_bucket_us)
+    delivery = ev["delivery"]
+    if _has_rows(c.run_dir, c.refs, ev, "arrival"):
+        # the reliable layer's raw tree arrivals, as a variant of their own beside what the
+        # layer released (docs/analysis.md "Churn")
+        tree = ev["arrival"].withColumn("variant",
+                                        F.concat(F.col("variant"), F.lit(churn.TREE_SUFFIX)))
+        delivery = delivery.unionByName(tree)
+        logged = ev["arrival"].select("topo", "variant").distinct()   # variants with a layer
+        tree_msgs = (messages.join(logged, ["topo", "variant"], "left_semi")
+                     .withColumn("variant", F.concat(F.col("variant"), F.lit(churn.TREE_SUFFIX))))
+        messages.unpersist()
+        messages = messages.unionByName(tree_msgs).cache()
     dead = churn.dead_intervals(ev["node_event"]).cache()
-    expected = churn.expected_deliveries(messages, ev["membership"], dead)
-    arrivals = churn.first_arrivals(ev["delivery"], messages, options.churn_phases).cache()
+    failures = churn.first_failures(ev["node_event"]).cache()
+    expected = churn.expected_deliveries(messages, ev["membership"], failures)
+    arrivals = churn.first_arrivals(delivery, messages, options.churn_phases).cache()
     outcomes = churn.delivery_outcomes(expected, arrivals).cache()
-    buckets = churn.churn_delivery(outcomes, arrivals, messages, dead, bucket_us).cache()
+    died = churn.delivery_outcomes(
+        churn.died_deliveries(messages, ev["membership"], failures), arrivals)
+    surviving = churn.surviving_arrivals(arrivals, failures)
+    buckets = churn.churn_delivery(outcomes, surviving, messages, dead, bucket_us).cache()
     outages = churn.churn_outages(outcomes)
     failovers = churn.churn_rp_failover(messages, arrivals, ev["group"], ev["node_event"])
     source = "delivery" if inferred else "publish"
-    per_topo = churn.churn_summary(churn.delivery_summary(outcomes, arrivals, buckets),
+    per_topo = churn.churn_summary(churn.delivery_summary(outcomes, surviving, buckets, died),
                                    outages, failovers)
     buckets_pd = collect(buckets)
     outages_pd = collect(outages)
     failovers_pd = collect(failovers)
     summary_pd = with_topology_mean(collect(per_topo), ["variant"], churn.SUMMARY_COLUMNS)
     summary_pd["publishes_from"] = source
-    for df in (messages, dead, arrivals, outcomes, buckets):
+    for df in (messages, dead, failures, arrivals, outcomes, buckets):
         df.unpersist()
     write_frame(_nullable_ints(buckets_pd), metrics / "churn_delivery.csv",
                 ["topo", "variant", "bucket"])
@@ -319,6 +335,8 @@ def _churn(c: _Context) -> dict | None:
     write_frame(summary_pd, metrics / "churn_summary.csv", ["topo", "variant"])
     if len(buckets_pd):
         figures.churn_delivery(buckets_pd, c.figs / "churn_delivery.png")
+    if len(failovers_pd):
+        figures.churn_failover(failovers_pd, c.figs / "churn_failover.png")
     out = {"bucket_us": bucket_us, "publishes_from": source}
     for _, r in _mean_rows(summary_pd).iterrows():
         out[r["variant"]] = {k: _num(r[k]) for k in churn.SUMMARY_COLUMNS}

@@ -19,6 +19,11 @@ EVENT_TABLES: dict[str, dict[str, str]] = {
     "delivery": {"phase": "string", "group": "int", "member": "int", "source": "int",
                  "publish_time": "bigint", "time": "bigint", "hops": "smallint",
                  "seqno": "bigint", "variant": "string"},
+    # reliable layer (issue 22): every copy the tree brings a member, before hold-back and
+    # duplicate removal (`delivery` is then what the layer releases to the application)
+    "arrival": {"phase": "string", "group": "int", "member": "int", "source": "int",
+                "publish_time": "bigint", "time": "bigint", "hops": "smallint",
+                "seqno": "bigint", "variant": "string"},
     "tree_edge": {"phase": "string", "group": "int", "parent": "int", "child": "int",
                   "variant": "string"},
     "group": {"phase": "string", "group": "int", "rank": "int", "size": "int", "rp": "int",
@@ -70,7 +75,7 @@ SCRIBE_TYPE_NAMES: dict[int, str] = {
     65: "scribe_rejoin", 66: "scribe_mcast", 67: "scribe_rp_addr", 68: "scribe_data",
     70: "scribe_collapse_wave", 71: "scribe_adopt", 72: "scribe_bn_sibling",
     73: "scribe_bn_join", 80: "scribe_tick", 81: "scribe_heartbeat", 82: "scribe_refresh",
-    83: "scribe_replica",
+    83: "scribe_replica", 84: "scribe_replica_data",
 }
 TYPE_NAMES: dict[int, str] = {**PASTRY_TYPE_NAMES, **SCRIBE_TYPE_NAMES}
 

@@ -141,6 +141,9 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                                   "often, us"),
         "stream_groups": (int, 0, _nonneg, "the top-ranked groups that stream (0 = all)"),
         "warmup_us": (int, 2_000_000, _nonneg, "failures start this long after the stream"),
+        "rp_failures": (int, 0, _nonneg, "RPs of streaming groups that fail for good during "
+                        "the stream, besides the random failures (distinct groups; each at a "
+                        "uniform time between warmup and 2/3 of the stream)"),
     },
     "report": {
         "vocabulary": (str, "groups", lambda v: v in VOCABULARIES,

@@ -378,6 +378,18 @@ def churn_schedule(cfg: ScenarioConfig, t: int, t0: int, rp: np.ndarray, plan: G
     rate = c["fail_rate_per_s"]
     now = t0 + c["warmup_us"]
     never = np.iinfo(np.int64).max
+    if c.get("rp_failures", 0):
+        # RPs that fail for good (own random stream: the random failures below draw as
+        # before, among the nodes still alive); 2/3 of the stream leaves time to fail over
+        rrng = np.random.default_rng([cfg.seed, t, _STREAM_CHURN, 1])
+        cand = np.unique(rp[groups][~protected[rp[groups]]])
+        pick = rrng.permutation(cand)[: c["rp_failures"]]
+        lo, hi = t0 + c["warmup_us"], t0 + (2 * c["duration_us"]) // 3
+        when = rrng.integers(lo, max(hi, lo + 1), len(pick))
+        for v, w in sorted(zip(pick.tolist(), when.tolist(), strict=True), key=lambda x: x[1]):
+            fail_node.append(v)
+            fail_time.append(w)
+            down_until[v] = never
     while rate > 0:
         now += int(np.ceil(rng.exponential(1e6 / rate)))
         if now >= end:

@@ -7,7 +7,11 @@ Stream: 6 messages k = 0..5 published at T(k) = 1.0 s + k * 0.1 s to two groups,
   misses k2, k3, member 2 gets k0..k2 and misses k5.
 - group 1: RP 4, source 7, members 5, 6. The RP dies at 1.15 s for good. scribe: k2, k3
   reach nobody; k4 reaches member 5 only; k5 both.
-- reliable: every expected delivery arrives; group 1's k2, k3 late (300 ms).
+- reliable: every expected delivery arrives; group 1's k2, k3 late (300 ms). Its raw tree
+  arrivals (`arrival`, variant "reliable:tree") differ at member 5 of group 1: k4 and k5
+  came before the retransmitted k2, k3 (2 out of order) and k2 came twice (1 duplicate).
+Node 2 failed: it is a member that died (counted apart, expected k0..k2, published before
+its failure); the surviving members are 1, 3 (group 0) and 5, 6 (group 1).
 Buckets of 200 ms: {k0, k1}, {k2, k3}, {k4, k5}.
 """
 
@@ -43,6 +47,15 @@ def scribe_deliveries():
     return rows
 
 
+def reliable_arrivals():
+    """(group, member, k, delay_us) tree arrivals of the reliable variant: the deliveries,
+    but member 5 of group 1 got k4, k5 before k2, k3 and k2 twice."""
+    early = {4: 10_000, 5: 10_000}
+    rows = [r if (r[0], r[1]) != (1, 5) else (1, 5, r[2], early.get(r[2], r[3]))
+            for r in reliable_deliveries()]
+    return rows + [(1, 5, 2, 350_000)]
+
+
 def reliable_deliveries():
     rows = [(0, m, k, 20_000) for m in (1, 3) for k in range(6)]
     rows += [(0, 2, k, 20_000) for k in (0, 1, 2, 5)]
@@ -64,7 +77,7 @@ def _write(run_dir, table, phase, columns, types):
 I8, I4, I2, S = pa.int64(), pa.int32(), pa.int16(), pa.string()
 
 
-def write_churn_run(run_dir, with_publish=True):
+def write_churn_run(run_dir, with_publish=True, with_arrivals=False):
     from topologies import make_topology
 
     (run_dir / "topology").mkdir(parents=True)
@@ -102,6 +115,16 @@ def write_churn_run(run_dir, with_publish=True):
         "variant": [r[0] for r in rows]},
         {"group": I4, "member": I4, "source": I4, "publish_time": I8, "time": I8, "hops": I2,
          "seqno": I8, "variant": S})
+    if with_arrivals:
+        rows = reliable_arrivals()
+        _write(run_dir, "arrival", "churn", {
+            "group": [r[0] for r in rows], "member": [r[1] for r in rows],
+            "source": [GROUPS[r[0]]["source"] for r in rows],
+            "publish_time": [T[r[2]] for r in rows], "time": [T[r[2]] + r[3] for r in rows],
+            "hops": [2] * len(rows), "seqno": [r[2] for r in rows],
+            "variant": ["reliable"] * len(rows)},
+            {"group": I4, "member": I4, "source": I4, "publish_time": I8, "time": I8,
+             "hops": I2, "seqno": I8, "variant": S})
     # a delivery of another phase: not part of the stream when churn_phases = ("churn",)
     _write(run_dir, "delivery", "multicast", {
         "group": [0], "member": [1], "source": [0], "publish_time": [9_000_000],
@@ -118,11 +141,15 @@ def frames(spark, tmp_path_factory):  # noqa: F811
     phases = ("churn",)
     messages = churn.published_messages(ev["publish"], ev["delivery"], False, phases).cache()
     dead = churn.dead_intervals(ev["node_event"]).cache()
-    expected = churn.expected_deliveries(messages, ev["membership"], dead)
+    failures = churn.first_failures(ev["node_event"]).cache()
+    expected = churn.expected_deliveries(messages, ev["membership"], failures)
     arrivals = churn.first_arrivals(ev["delivery"], messages, phases).cache()
     outcomes = churn.delivery_outcomes(expected, arrivals).cache()
+    died = churn.delivery_outcomes(
+        churn.died_deliveries(messages, ev["membership"], failures), arrivals).cache()
     return {"ev": ev, "messages": messages, "dead": dead, "arrivals": arrivals,
-            "outcomes": outcomes}
+            "outcomes": outcomes, "died": died,
+            "surviving": churn.surviving_arrivals(arrivals, failures)}
 
 
 def rows_of(df, *keys):
@@ -137,21 +164,24 @@ def test_dead_intervals(frames):
 
 
 @pytest.mark.slow
-def test_expected_deliveries_skip_dead_members(frames):
+def test_expected_deliveries_are_surviving_members_members_that_died_apart(frames):
     exp = frames["outcomes"].where("variant = 'scribe'")
     per = sorted((r["group"], r["member"], r["publish_time"]) for r in exp.collect())
-    assert len(per) == 28
-    assert [t for g, m, t in per if m == 2] == [T[0], T[1], T[2], T[5]]
+    assert len(per) == 24                                  # 4 surviving members x 6
+    assert not [t for g, m, t in per if m == 2]
+    died = sorted((r["member"], r["publish_time"], r["received"])
+                  for r in frames["died"].where("variant = 'scribe'").collect())
+    assert died == [(2, T[0], 1), (2, T[1], 1), (2, T[2], 1)]   # published before it failed
 
 
 @pytest.mark.slow
 def test_churn_delivery_buckets(frames):
-    buckets = churn.churn_delivery(frames["outcomes"], frames["arrivals"], frames["messages"],
+    buckets = churn.churn_delivery(frames["outcomes"], frames["surviving"], frames["messages"],
                                    frames["dead"], 200_000)
     b = rows_of(buckets, "variant", "bucket")
     assert [(b["scribe", k]["expected"], b["scribe", k]["received"]) for k in range(3)] == [
-        (10, 10), (9, 3), (9, 7)]
-    assert [b["scribe", k]["ratio"] for k in range(3)] == pytest.approx([1, 3 / 9, 7 / 9])
+        (8, 8), (8, 2), (8, 7)]
+    assert [b["scribe", k]["ratio"] for k in range(3)] == pytest.approx([1, 2 / 8, 7 / 8])
     assert [b["scribe", k]["messages"] for k in range(3)] == [4, 4, 4]
     assert [b["scribe", k]["duplicates"] for k in range(3)] == [1, 0, 0]
     assert [b["scribe", k]["out_of_order"] for k in range(3)] == [0, 0, 1]
@@ -168,11 +198,9 @@ def test_churn_delivery_buckets(frames):
 def test_churn_outages(frames):
     out = rows_of(churn.churn_outages(frames["outcomes"]), "variant", "group", "member",
                   "start_us")
-    assert set(out) == {("scribe", 0, 3, T[2]), ("scribe", 0, 2, T[5]), ("scribe", 1, 5, T[2]),
-                        ("scribe", 1, 6, T[2])}
+    assert set(out) == {("scribe", 0, 3, T[2]), ("scribe", 1, 5, T[2]), ("scribe", 1, 6, T[2])}
     assert (out["scribe", 0, 3, T[2]]["missed"], out["scribe", 0, 3, T[2]]["duration_us"]) == (
         2, 200_000)
-    assert out["scribe", 0, 2, T[5]]["recovered_us"] is None
     assert (out["scribe", 1, 6, T[2]]["missed"], out["scribe", 1, 6, T[2]]["recovered_us"],
             out["scribe", 1, 6, T[2]]["last_missed_us"]) == (3, T[5], T[4])
 
@@ -185,8 +213,9 @@ def test_rp_failover(frames):
     assert set(fo) == {("scribe", 1), ("reliable", 1)}
     s = fo["scribe", 1]
     assert (s["rp"], s["failed_us"], s["messages_after"], s["delivered_after"],
-            s["first_delivered_us"], s["failover_us"]) == (4, 1_150_000, 4, 2, T[4], 250_000)
-    assert fo["reliable", 1]["failover_us"] == 50_000
+            s["first_delivered_us"], s["failover_us"]) == (
+                4, 1_150_000, 4, 2, T[4] + 10_000, 260_000)      # k4 at member 5
+    assert fo["reliable", 1]["failover_us"] == 350_000           # k2, 300 ms late
 
 
 @pytest.mark.slow
@@ -213,22 +242,28 @@ def test_run_analysis_writes_churn_outputs(spark, tmp_path):  # noqa: F811
     from analysis import AnalysisOptions, run_analysis
     from analysis.report import write_report
 
-    run_dir = write_churn_run(tmp_path / "churn-2")
+    run_dir = write_churn_run(tmp_path / "churn-2", with_arrivals=True)
     summary = run_analysis(run_dir, spark, options=AnalysisOptions(
         churn_phases=("churn",), churn_bucket_us=200_000))
     c = summary["churn"]
     assert (c["bucket_us"], c["publishes_from"]) == (200_000, "publish")
     s = c["scribe"]
-    assert (s["messages"], s["expected"], s["received"]) == (12, 28, 20)
-    assert s["ratio"] == pytest.approx(20 / 28) and s["min_bucket_ratio"] == pytest.approx(3 / 9)
+    assert (s["messages"], s["expected"], s["received"]) == (12, 24, 17)
+    assert s["ratio"] == pytest.approx(17 / 24) and s["min_bucket_ratio"] == pytest.approx(2 / 8)
     assert (s["duplicates"], s["out_of_order"], s["outages"], s["outages_recovered"]) == (
-        1, 1, 4, 3)
+        1, 1, 3, 3)
+    assert (s["surviving_members"], s["died_members"], s["died_expected"],
+            s["died_received"]) == (4, 1, 3, 3)
     assert s["outage_mean_us"] == pytest.approx(700_000 / 3)
-    assert (s["rp_failures"], s["rp_failovers"], s["failover_max_us"]) == (1, 1, 250_000)
+    assert (s["rp_failures"], s["rp_failovers"], s["failover_max_us"]) == (1, 1, 260_000)
     r = c["reliable"]
     assert (r["ratio"], r["outages"], r["max_delay_us"], r["failover_mean_us"]) == (
-        1.0, 0, 300_000, 50_000)
+        1.0, 0, 300_000, 350_000)
     assert (r["duplicates"], r["out_of_order"]) == (0, 0)
+    # the raw tree stream under the layer: everything arrived, 2 out of order, 1 twice
+    tr = c["reliable:tree"]
+    assert (tr["ratio"], tr["duplicates"], tr["out_of_order"]) == (1.0, 1, 2)
+    assert "scribe:tree" not in c      # plain Scribe: the tree stream is what members get
     metrics = run_dir / "metrics"
     for name, header in {
         "churn_delivery.csv": "topo,variant,bucket,bucket_start_us,bucket_end_us,messages,"
@@ -247,8 +282,9 @@ def test_run_analysis_writes_churn_outputs(spark, tmp_path):  # noqa: F811
         topos = sorted({row["topo"] for row in csv.DictReader(f)})
     assert topos == ["0", "mean"]
     assert (run_dir / "figures" / "churn_delivery.png").stat().st_size > 5000
+    assert (run_dir / "figures" / "churn_failover.png").stat().st_size > 5000
     assert json.loads((run_dir / "summary.json").read_text())["churn"]["scribe"]["ratio"] == (
-        pytest.approx(20 / 28))
+        pytest.approx(17 / 24))
     md, _ = write_report(run_dir)
     assert "Delivery under churn" in md.read_text()
     # the delay metrics still run on the stream's deliveries

@@ -45,6 +45,7 @@ from .types import (
     REFRESH,
     REJOIN,
     REPLICA,
+    REPLICA_DATA,
     RP_ADDR,
     TICK,
     TYPE_NAMES,
@@ -122,6 +123,7 @@ class Scribe(RepairMixin, ReliableMixin, RootPathMixin):
         self.ticking = np.zeros(len(ctx.nodes), bool)
         self.replicas_stale = np.zeros(len(ctx.nodes), bool)
         self.ring = MessageRing(self.params["reliable_buffer"])
+        self._reliable_setup()  # issue 22: source numbering, RP fifo, replicated stream
         use_paths = self.params["root_paths"]
         if use_paths is None:
             use_paths = self.params["bottleneck"]
@@ -291,6 +293,15 @@ class Scribe(RepairMixin, ReliableMixin, RootPathMixin):
         sl["active"][sc] = True
         self._lose_parent(sc)
         sl["join_cred"][sc] = sub["a"][cont]
+        if self.params["reliable"]:
+            # issue 22: a node that becomes a forwarder for a repair JOIN (c = 1) starts at
+            # the repairing child's position (b), not at its new parent's (the JOIN_ACK):
+            # its JOIN carries b on, so the parent retransmits b+1.. and the child's gap is
+            # filled; synced at the parent's position it dropped them as old and the child
+            # stalled for good
+            rj = cont & (sub["c"] == 1) & (sub["b"] >= 0)
+            sl["last_seq"][s[rj]] = sub["b"][rj]
+            sl["synced"][s[rj]] = True
         self._adopt_children(ctx, s[ok], sub[ok])
         looped = ok & was_active & self._on_own_path(s, sub["src"])
         self._rejoin_randomized(ctx, s[looped], sub["dst"][looped], sub["time"][looped],
@@ -426,6 +437,8 @@ class Scribe(RepairMixin, ReliableMixin, RootPathMixin):
             sl["creator"][st] = sl["rep_creator"][st]
             sl["active"][st] = True
             self._replicate(ctx, st, m["time"][take])
+            if self.params["reliable"]:  # issue 22: go on with the replicated stream
+                self._take_over_stream(ctx, st, m["dst"][take], m["time"][take])
         sl["active"][s[ok]] = True
         add = ok & remote
         self._adopt_children(ctx, s[add], m[add])
@@ -535,7 +548,10 @@ class Scribe(RepairMixin, ReliableMixin, RootPathMixin):
         ttl = self.params["rp_cache_ttl_us"]
         if ttl:  # a cached RP may have failed: rediscover it by routing now and then
             cached &= m["time"] - sl["rp_cache_time"][s] <= ttl
-        fields = {"a": m["a"], "b": m["b"], "c": m["time"], "origin": m["dst"]}
+        b = m["b"]
+        if self.params["reliable"]:  # issue 22: the source numbers and keeps its messages
+            b = self._source_number(ctx, m, s)
+        fields = {"a": m["a"], "b": b, "c": m["time"], "origin": m["dst"]}
         d = {k: v[cached] for k, v in fields.items()}
         self._send(ctx, m["dst"][cached], rp[cached], MCAST, m["time"][cached],
                    m["group"][cached], **d)
@@ -558,13 +574,17 @@ class Scribe(RepairMixin, ReliableMixin, RootPathMixin):
         self._refuse(ctx, m["group"][bad], m["origin"][bad], "multicast", m["time"][bad])
         ok = ~bad
         sub, s = m[ok], s[ok]
-        if routed:  # the source learns the RP's address and sends directly next time
+        if self.params["reliable"]:  # issue 22: each source's messages in source order;
+            sub, s = self._source_fifo(ctx, sub, s)   # acks (RP_ADDR) sent there
+        elif routed:  # the source learns the RP's address and sends directly next time
             far = sub["origin"] != sub["dst"]
             self._send(ctx, sub["dst"][far], sub["origin"][far], RP_ADDR, sub["time"][far],
                        sub["group"][far], a=sub["dst"][far])
         seqno = self._number_at_root(s) if self.params["reliable"] else sub["b"]
         self._disseminate(ctx, s, sub["dst"], sub["group"], sub["origin"], sub["c"], seqno,
                           sub["hops"].astype(np.int64), sub["time"])
+        if self.params["reliable"]:  # issue 22: replicas keep the numbered stream
+            self._replicate_data(ctx, s, sub["origin"], sub["c"], seqno, sub["b"], sub["time"])
 
     def _deliver_mcast(self, ctx, m):
         self._mcast_at_rp(ctx, m, routed=True)
@@ -577,6 +597,8 @@ class Scribe(RepairMixin, ReliableMixin, RootPathMixin):
         s = t.get_or_make(self._local(ctx, m["dst"]), m["group"])
         t.slots["rp_cache"][s] = m["a"]
         t.slots["rp_cache_time"][s] = m["time"]
+        if self.params["reliable"]:  # issue 22: RP_ADDR acknowledges up to source seqno b
+            self._ack_pending(self._local(ctx, m["dst"]), m["group"], m["b"])
 
     def _disseminate(self, ctx, s, nodes, group, source, publish, seqno, hops, now):
         """Members among slots s log a delivery; every slot sends one copy per child."""
@@ -708,7 +730,8 @@ class Scribe(RepairMixin, ReliableMixin, RootPathMixin):
         return {"tree": self.tree.state(), "collapsed": self.collapsed, "params": self.params,
                 "ticking": self.ticking.copy(), "ring": self.ring.state(),
                 "replicas_stale": self.replicas_stale.copy(),
-                "paths": None if self.paths is None else self.paths.state()}
+                "paths": None if self.paths is None else self.paths.state(),
+                "reliable": self._reliable_state()}
 
     def restore(self, state: dict):
         self.tree = TreeState.from_state(state["tree"])
@@ -718,6 +741,7 @@ class Scribe(RepairMixin, ReliableMixin, RootPathMixin):
         self.replicas_stale = state["replicas_stale"].copy()
         self.ring = MessageRing.from_state(state["ring"])
         self.paths = None if state.get("paths") is None else RootPaths.from_state(state["paths"])
+        self._reliable_restore(state.get("reliable"))
 
     _RECEIVE: ClassVar[dict] = {
         CREATE_REQ: _create_req, JOIN_REQ: _join_req, LEAVE_REQ: _leave_req,
@@ -728,5 +752,6 @@ class Scribe(RepairMixin, ReliableMixin, RootPathMixin):
         BN_SIBLING: _bn_sibling, BN_JOIN: _bn_join,
         TICK: RepairMixin._tick, HEARTBEAT: RepairMixin._heartbeat,
         REFRESH: RepairMixin._refresh, REPLICA: RepairMixin._replica,
+        REPLICA_DATA: ReliableMixin._replica_data,
     }
     _DELIVER: ClassVar[dict] = {CREATE: _deliver_create, JOIN: _deliver_join, MCAST: _deliver_mcast}

@@ -63,8 +63,10 @@ class RepairMixin:
                         b=sl["last_seq"][rs], c=np.ones(len(rs), np.int64),
                         origin=me[suspect])
         refresh = child_role & ~silent & (sl["parent"][s] >= 0)
+        # issue 22: with the reliable layer the refresh carries the child's last seqno (b)
+        pos = {"b": sl["last_seq"][s[refresh]]} if self.params["reliable"] else {}
         self._send(ctx, me[refresh], sl["parent"][s[refresh]], REFRESH, now[refresh],
-                   grp[refresh], a=sl["join_cred"][s[refresh]])
+                   grp[refresh], a=sl["join_cred"][s[refresh]], **pos)
         # 2. children that stopped refreshing expire
         ci, e = t.children_of(s)
         stale = now[ci] - t.entries["refresh"][e] > self.params["child_expiry_miss"] * period
@@ -86,6 +88,8 @@ class RepairMixin:
         stale = self.replicas_stale[nodes[qi]] & sl["root"][s] & sl["active"][s]
         self._replicate(ctx, s[stale], now[stale])
         self.replicas_stale[nodes] = False
+        if self.params["reliable"]:  # issue 22: sources re-route unacknowledged messages
+            self._retry_pending(ctx, nodes, now_n)
         # 5. reschedule while the node holds any tree state
         qi2, _ = t.slots_of_nodes(nodes)
         busy = np.zeros(len(nodes), bool)
@@ -128,22 +132,37 @@ class RepairMixin:
         s = t.find_active(self._local(ctx, m["dst"]), m["group"])
         live = s >= 0
         sub = m[live]
-        t.add_children(s[live], sub["src"], sub["a"], sub["time"])
+        new = t.add_children(s[live], sub["src"], sub["a"], sub["time"])
+        if self.params["reliable"] and new.any():
+            # issue 22: a child re-admitted here (its entry had expired, e.g. its first
+            # refresh came late over a long link) missed what was sent meanwhile and never
+            # noticed (it kept hearing from us): catch it up from its last seqno
+            self._retransmit(ctx, s[live][new], sub["src"][new], sub["b"][new],
+                             sub["time"][new])
         dead = m[~live]
         self._send(ctx, dead["dst"], dead["src"], REJOIN, dead["time"], dead["group"])
 
     # ---- RP replication -------------------------------------------------------------
-    def _replicate(self, ctx, slots, now):
-        """Send the RP record of root slots to the k nodes closest to the RP."""
+    def _replica_targets(self, ctx, slots):
+        """(rp, row, replica) per message from root slots to each of their k replicas (row
+        indexes slots); None when replication is off."""
         k = self.params["replicas"]
         if not k or not len(slots) or not hasattr(self.overlay, "replica_set"):
-            return
-        sl = self.tree.slots
-        rp = np.asarray(ctx.nodes)[sl["node"][slots]].astype(np.int64)
+            return None
+        rp = np.asarray(ctx.nodes)[self.tree.slots["node"][slots]].astype(np.int64)
         reps = np.asarray(self.overlay.replica_set(ctx, rp, k), np.int64).reshape(len(rp), -1)
         row, col = np.nonzero(reps >= 0)
+        return rp[row], row, reps[row, col]
+
+    def _replicate(self, ctx, slots, now):
+        """Send the RP record of root slots to the k nodes closest to the RP."""
+        tg = self._replica_targets(ctx, slots)
+        if tg is None:
+            return
+        sl = self.tree.slots
+        src, row, dst = tg
         s = slots[row]
-        self._send(ctx, rp[row], reps[row, col], REPLICA, np.asarray(now)[row],
+        self._send(ctx, src, dst, REPLICA, np.asarray(now)[row],
                    sl["group"][s], a=sl["acl"][s], b=sl["creator"][s])
 
     def _replica(self, ctx, m):

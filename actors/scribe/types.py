@@ -19,8 +19,9 @@ JOIN_REFUSE = 63   # a = refused credential
 LEAVE = 64         # child -> parent
 REJOIN = 65        # parent -> child: your branch was refused for another credential, join again
 MCAST = 66         # source -> RP (routed the first time, then direct); a = credential,
-                   # b = seqno, c = publish time
-RP_ADDR = 67       # RP -> source: cache my address (a = RP node)
+                   # b = seqno (reliable layer: the source's own seqno), c = publish time
+RP_ADDR = 67       # RP -> source: cache my address (a = RP node); reliable layer: sent for
+                   # every MCAST, b = the source's last seqno numbered (cumulative ack)
 DATA = 68          # tree dissemination; a = publish time, b = seqno, c = overlay hops so far
 COLLAPSE_WAVE = 70  # a = nearest kept ancestor, b = first removed node below it (-1: none)
 ADOPT = 71          # kept node -> its new parent; a = the removed child it replaces
@@ -31,6 +32,8 @@ TICK = 80           # per-node maintenance timer (heartbeats, refresh, expiry, s
 HEARTBEAT = 81      # parent -> child
 REFRESH = 82        # child -> parent: keep my children-table entry
 REPLICA = 83        # RP -> its k closest nodes: a = ACL token, b = creator
+REPLICA_DATA = 84   # reliable layer: RP -> its k closest nodes, each numbered message:
+                    # a = publish time, b = seqno, c = source seqno, origin = source
 
 TYPE_NAMES = {
     CREATE_REQ: "scribe_create_req",
@@ -55,6 +58,7 @@ TYPE_NAMES = {
     HEARTBEAT: "scribe_heartbeat",
     REFRESH: "scribe_refresh",
     REPLICA: "scribe_replica",
+    REPLICA_DATA: "scribe_replica_data",
 }
 
 SCRIBE_TYPES = tuple(sorted(TYPE_NAMES))
