@@ -1,19 +1,17 @@
-"""Event-log rows: columnar buffers per table, turned into Arrow tables and Parquet files.
+"""Event-log rows: columnar buffers per table, turned into Arrow tables.
 
 Handlers log whole columns at once (``ctx.log("delivery", group=..., member=...)``); a
 buffer keeps the column chunks and the phase they were logged in. ``take()`` turns them
-into one ``pyarrow.Table`` per table (with a ``phase`` column); ``write_parquet`` stores it
-under ``events/<table>/topo=<t>/`` -- the directory carries ``topo`` (hive partitioning),
-so the file does not repeat it, while the in-memory copies for RayDP get a ``topo`` column.
+into one ``pyarrow.Table`` per table (with a ``phase`` column); `emulator.storage.Storage`
+writes it under ``events/<table>/topo=<t>/`` -- the directory carries ``topo`` (hive
+partitioning), so the file does not repeat it, while the hand-off's tables get a ``topo``
+column (``with_topo``).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 
 class LogBuffer:
@@ -59,19 +57,6 @@ def _arrow(v: np.ndarray) -> pa.Array:
     if v.dtype == object or v.dtype.kind in "US":
         return pa.array(v.astype(str).tolist() if v.dtype.kind != "O" else list(v), pa.string())
     return pa.array(v)
-
-
-def write_parquet(table: pa.Table, events_dir: Path, name: str, topo: int, stem: str) -> Path:
-    """Write one file events/<name>/topo=<topo>/<stem>.parquet; never overwrites."""
-    d = Path(events_dir) / name / f"topo={int(topo)}"
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{stem}.parquet"
-    part = 0
-    while path.exists():
-        part += 1
-        path = d / f"{stem}-{part}.parquet"
-    pq.write_table(table, path)
-    return path
 
 
 def with_topo(table: pa.Table, topo: int) -> pa.Table:

@@ -22,9 +22,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 
+from emulator.logs import with_topo
 from emulator.storage import Storage, TableRef, ipc_bytes
 
 STORAGE_POINTER = "STORAGE"
@@ -61,10 +61,6 @@ def layout_for(run_cfg: dict, recorded: dict | None = None) -> Layout:
     return Layout(handoff, storage)
 
 
-def _topo_column(tbl: pa.Table, t: int) -> pa.Table:
-    return tbl.append_column("topo", pa.array(np.full(tbl.num_rows, t, np.int32)))
-
-
 class RunEvents:
     """A run's event logs in its layout (see the module docstring)."""
 
@@ -98,7 +94,7 @@ class RunEvents:
             self.files.write_parquet(tbl, table, t, f"{phase}-driver")
             return
         import ray
-        tbl = _topo_column(tbl, t)
+        tbl = with_topo(tbl, t)
         self.add({table: [TableRef(ray.put(ipc_bytes(tbl)), tbl.schema, n, t, phase)]})
 
     def add(self, tables: dict[str, list[TableRef]]) -> None:

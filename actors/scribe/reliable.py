@@ -232,13 +232,11 @@ class ReliableMixin:
         p = self.pend
         key = p["li"] * (1 << 32) + p["group"]
         ak = np.asarray(li, np.int64) * (1 << 32) + np.asarray(group, np.int64)
-        best = {}
-        for k, u in zip(ak.tolist(), np.asarray(upto, np.int64).tolist(), strict=True):
-            best[k] = max(best.get(k, -1), u)
-        bk = np.fromiter(best.keys(), np.int64, len(best))
-        bu = np.fromiter(best.values(), np.int64, len(best))
-        o = np.argsort(bk)
-        bk, bu = bk[o], bu[o]
+        # the highest acknowledgement per (node, group), keys sorted
+        o = np.argsort(ak, kind="stable")
+        ak, au = ak[o], np.asarray(upto, np.int64)[o]
+        starts = np.r_[0, np.flatnonzero(np.diff(ak)) + 1]
+        bk, bu = ak[starts], np.maximum.reduceat(au, starts)
         i = np.clip(np.searchsorted(bk, key), 0, len(bk) - 1)
         done = (bk[i] == key) & (p["seq"] <= bu[i])
         if done.any():
@@ -322,8 +320,17 @@ class ReliableMixin:
         s = t.get_or_make(self._local(ctx, m["dst"]), m["group"])
         self.rep_ring.put(s, m["b"], m["a"], m["origin"], np.zeros(len(s), np.int64))
         np.maximum.at(sl["rep_seq"], s, m["b"])
-        for si, src, q in zip(s.tolist(), m["origin"].tolist(), m["c"].tolist(), strict=True):
-            self.rep_src[(si, src)] = max(self.rep_src.get((si, src), 0), q + 1)
+        # each (slot, source)'s highest source seqno first (numpy), then one dict update per
+        # pair rather than per message
+        key = s.astype(np.int64) * (1 << 32) + np.asarray(m["origin"], np.int64)
+        o = np.argsort(key, kind="stable")
+        key, q = key[o], np.asarray(m["c"], np.int64)[o]
+        starts = np.r_[0, np.flatnonzero(np.diff(key)) + 1] if len(key) else key
+        if len(key):
+            top = np.maximum.reduceat(q, starts)
+            for k, qm in zip(key[starts].tolist(), top.tolist(), strict=True):
+                pair = (k >> 32, k & 0xFFFFFFFF)
+                self.rep_src[pair] = max(self.rep_src.get(pair, 0), qm + 1)
 
     def _take_over_stream(self, ctx, st, nodes, now):
         """A replica becomes the RP: re-disseminate the replicated messages past its own
