@@ -1,0 +1,60 @@
+"""Pastry's common API: the only thing an overlay application (Scribe) sees of the overlay.
+
+Castro et al., "Towards a common API for structured peer-to-peer overlays" (IPTPS 2003)
+and FreePastry's ``rice.p2p.commonapi`` split the overlay from its applications with two
+narrow interfaces; these are ours, vectorized (every call carries a whole sub-batch of one
+shard's nodes). An application module imports from here and from ``emulator`` only, never
+from ``actors.pastry``.
+
+Complexity: every call is O(len(batch)) work of the overlay, plus O(k) per node for
+``replica_set``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Protocol
+
+import numpy as np
+
+
+def key_of(text: str) -> tuple[int, int]:
+    """(hi, lo) of a 128-bit overlay key: the first 16 bytes of SHA-1(text), big-endian.
+
+    Node ids and group ids share this id space (SPEC 2, 3)."""
+    d = hashlib.sha1(text.encode()).digest()
+    return int.from_bytes(d[:8], "big"), int.from_bytes(d[8:16], "big")
+
+
+class Endpoint(Protocol):
+    """What the overlay offers an application (downcalls)."""
+
+    def route(self, ctx, src, key_hi, key_lo, type_code, sent, **fields) -> None:
+        """Route one message per row from node ``src`` towards key (key_hi, key_lo); it is
+        delivered (``Application.deliver``) at the live node numerically closest to the key,
+        and ``Application.forward`` runs at every node on the way."""
+
+    def send(self, ctx, src, dst, type_code, sent, **fields) -> None:
+        """Send one message per row directly from ``src`` to the known node ``dst``
+        (``Application.receive`` runs there)."""
+
+    def replica_set(self, ctx, nodes, k: int) -> np.ndarray:
+        """(len(nodes), k) global ids: the k nodes numerically closest to each node's id
+        that it knows (its leaf set), -1 where it knows fewer."""
+
+
+class Application(Protocol):
+    """What the overlay calls on its application (upcalls and lifecycle)."""
+
+    def bind(self, endpoint: Endpoint) -> None: ...
+    def setup(self, ctx) -> None: ...
+    def receive(self, ctx, batch) -> None: ...
+    def deliver(self, ctx, batch) -> None: ...
+    def forward(self, ctx, batch, next_hop) -> tuple:
+        """(batch, next_hop), possibly changed; next_hop -1 stops a message here."""
+    def new_leafs(self, ctx, local_idx) -> None: ...
+    def on_fail(self, ctx, local_idx) -> None: ...
+    def on_recover(self, ctx, local_idx) -> None: ...
+    def checkpoint(self) -> dict: ...
+    def restore(self, state: dict) -> None: ...
+    def dump(self, ctx, phase): ...
