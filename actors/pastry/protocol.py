@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from actors.common_api import Application
+
 from . import types as msg_types
 from .endpoint import OverlayEndpoint
 from .hop_acks import HopAcks
@@ -122,11 +124,12 @@ class NoApplication:
 class Pastry:
     TYPE_NAMES = msg_types.TYPE_NAMES
 
-    def __init__(self, app, params: dict):
-        """``app``: the application (common_api.Application), or None for Pastry alone;
-        ``params``: every Pastry parameter (see :func:`check_pastry_params`)."""
+    def __init__(self, app: Application | None, params: dict):
+        """``app``: the application, or None for Pastry alone; Pastry calls only the
+        ``Application`` methods of actors/common_api.py on it. ``params``: every Pastry
+        parameter (see :func:`check_pastry_params`)."""
         self.params = check_pastry_params(params)
-        self.app = NoApplication() if app is None else app
+        self.app: Application = NoApplication() if app is None else app
         self.nodes: PastryNodes | None = None
 
     # ---- engine interface ---------------------------------------------------------------
