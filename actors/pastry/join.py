@@ -24,7 +24,7 @@ Join of node X (SPEC 2), all on the virtual clock:
    to them. This closes the gaps left by joins that overlap in virtual time: the overlay
    converges to leaf sets equal to the true l/2 + l/2 closest ids.
 
-Steps 3's announcements and step 4 are leaf-set maintenance (:mod:`.maintenance`), which
+The handling of step 3's announcements and step 4 is leaf-set maintenance (:mod:`.maintenance`), which
 also runs the keep-alives and the leaf-set repair with the same LEAF_REQ / LEAF_REPLY
 exchange.
 """
