@@ -24,9 +24,9 @@ Join of node X (SPEC 2), all on the virtual clock:
    to them. This closes the gaps left by joins that overlap in virtual time: the overlay
    converges to leaf sets equal to the true l/2 + l/2 closest ids.
 
-The handling of step 3's announcements and step 4 is leaf-set maintenance (:mod:`.maintenance`), which
-also runs the keep-alives and the leaf-set repair with the same LEAF_REQ / LEAF_REPLY
-exchange.
+The receiving side of step 3's announcements and step 4 are leaf-set maintenance
+(:mod:`.maintenance`), which also runs the keep-alives and the leaf-set repair with the
+same LEAF_REQ / LEAF_REPLY exchange.
 """
 
 from __future__ import annotations
