@@ -49,7 +49,9 @@ def stack_params(n_nodes: int, seed: int, pastry: dict | None = None,
     A bad value fails here with the scenario's one-line error."""
     p_schema, p_extra = _split(dict(pastry or {}), PASTRY_EXTRA)
     s_schema, s_extra = _split(dict(scribe or {}), SCRIBE_EXTRA)
+    # phases: only the overlay's, so no phase rule of a scenario constrains the protocols
     cfg = build_config("protocol-test", {"run": {"nodes": int(n_nodes)},
+                                         "phases": {"order": ["bootstrap"]},
                                          "pastry": p_schema, "scribe": s_schema})
     return {**cfg.pastry_params(int(seed)), **p_extra}, {**cfg.scribe_params(), **s_extra}
 
@@ -280,3 +282,16 @@ def restore(world: World, blob: bytes) -> None:
     assert len(states) == len(world.emu.engines)
     for engine, st in zip(world.emu.engines, states, strict=True):
         engine.load_state(st)
+
+
+def protocol_message(src, dst, type_code: int, at: int, **fields) -> np.ndarray:
+    """One hand-made message record (for fault injection: a move the protocol would only
+    make under a rare race), to pass to :meth:`World.inject`."""
+    from emulator.batch import MSG_DTYPE
+
+    msg = np.zeros(1, MSG_DTYPE)
+    msg["src"], msg["dst"], msg["type"] = src, dst, type_code
+    msg["time"] = msg["sent"] = at
+    for name, value in fields.items():
+        msg[name] = value
+    return msg
