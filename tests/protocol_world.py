@@ -258,6 +258,11 @@ def scribe_new_leafs(world: World, node: int) -> None:
     app.new_leafs(ctx, ctx.local(np.array([node])))
 
 
+def pastry_joined(world: World) -> int:
+    """How many nodes Pastry counts as joined (able to route), over all shards."""
+    return sum(int(e.stack.joined.sum()) for e in world.emu.engines)
+
+
 def replica_set(world: World, node: int, k: int) -> np.ndarray:
     """The k replica holders Pastry names for ``node`` (its closest leaf-set members)."""
     engine = world.emu.engines[shard_of(world, node)]
@@ -284,12 +289,14 @@ def restore(world: World, blob: bytes) -> None:
         engine.load_state(st)
 
 
-def protocol_message(src, dst, type_code: int, at: int, **fields) -> np.ndarray:
-    """One hand-made message record (for fault injection: a move the protocol would only
-    make under a rare race), to pass to :meth:`World.inject`."""
+def protocol_message(src, dst, type_code: int, at, **fields) -> np.ndarray:
+    """Hand-made message records, one per ``src`` (scalars broadcast), to pass to
+    :meth:`World.inject`: for a test application's stimuli and for fault injection (a
+    move the protocol would only make under a rare race)."""
     from emulator.batch import MSG_DTYPE
 
-    msg = np.zeros(1, MSG_DTYPE)
+    src = np.atleast_1d(np.asarray(src, np.int64))
+    msg = np.zeros(len(src), MSG_DTYPE)
     msg["src"], msg["dst"], msg["type"] = src, dst, type_code
     msg["time"] = msg["sent"] = at
     for name, value in fields.items():
