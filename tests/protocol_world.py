@@ -17,6 +17,8 @@ protocols keep their state, so that a redesign of ``actors/`` changes only this 
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pyarrow as pa
 
@@ -216,9 +218,11 @@ def pastry_world(net: dict, app_factory, shards: int = 1, seed: int = 0,
 
 
 # ---- internal access --------------------------------------------------------------------
-# The only functions that reach into a stack's objects. They follow the current layout of
-# actors/ (a stack is a Pastry with its application as ``.app``; Scribe keeps its trees in
-# ``.tree``); a redesign of actors/ adapts them here.
+# The only functions that reach into a stack's objects (besides pastry_world's use of
+# ScribeStack(app, params) to carry a test application). They follow the current layout of
+# actors/ (a stack is a Pastry with its application as ``.app`` and a ``joined`` mask;
+# Scribe keeps its trees in ``.tree``: find, slots["rep_acl"]); a redesign of actors/
+# adapts them here.
 def application(world: World, shard: int):
     """The application object of shard ``shard``'s stack, and that shard's context."""
     engine = world.emu.engines[shard]
@@ -273,16 +277,12 @@ def replica_set(world: World, node: int, k: int) -> np.ndarray:
 def checkpoint(world: World) -> bytes:
     """Every shard's state (stack, queue, clocks), pickled as a checkpoint is written.
     Only between phases that ran to the end: nothing may be in flight between shards."""
-    import pickle
-
     assert all(len(e.queue) == 0 for e in world.emu.engines), "events still pending"
     return pickle.dumps([e.state() for e in world.emu.engines])
 
 
 def restore(world: World, blob: bytes) -> None:
     """Load a :func:`checkpoint` into a freshly built world of the same shape."""
-    import pickle
-
     states = pickle.loads(blob)
     assert len(states) == len(world.emu.engines)
     for engine, st in zip(world.emu.engines, states, strict=True):
