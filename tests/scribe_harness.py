@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from actors.scribe._engine import MSG_DTYPE, make_batch, msgs_of
+from actors.scribe.wire import MSG_DTYPE, msgs_of
+from emulator.batch import Batch as make_batch
 
 DELTA = 2000
 

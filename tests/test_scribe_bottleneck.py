@@ -80,8 +80,8 @@ def _looped_run(root_paths: bool):
     """Build trees with the remover and repair on, then make node X ask its own grandchild
     D to adopt it (the move a stale sibling list can cause under churn), multicast later.
     Returns (world, members, group table, credentials, group, X, D)."""
-    from actors.scribe._engine import MSG_DTYPE
     from actors.scribe.types import BN_JOIN
+    from emulator.batch import MSG_DTYPE
     hb = 200_000
     overlay = Overlay(N, seed=31)
     table, creators, creds, members = make_groups(seed=2)
