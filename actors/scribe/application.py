@@ -9,12 +9,14 @@ the network only through the endpoint it is bound to (``route``, ``send``,
 This class only wires the parts (built in ``setup``, each given what it uses) and sends
 each message type to the part that handles it:
 - ``GroupDirectory`` (groups.py): group keys, credential checks, group/refusal logs;
+- ``RendezvousPoints`` (rendezvous.py): CREATE, the group records at the RPs, their
+  copies on the k closest nodes and the take-over by a copy;
 - ``TreeState`` (tree.py): children tables, parents, RP records of this shard's nodes;
 - ``RootPathGuard`` (rootpath.py): parent links, root paths, loop breaking;
 - ``TreeJoins``/``TreeLeaves`` (membership.py): the CREATE/JOIN/LEAVE protocol;
 - ``Dissemination`` (multicast.py): MCAST to the RP, DATA down the tree;
-- ``TreeRepair`` (repair.py) and ``RpReplicas`` (replicas.py): heartbeats, refresh,
-  re-join, RP replication and take-over;
+- ``TreeRepair`` (repair.py): heartbeats, refresh, child expiry, parent suspicion and
+  re-join;
 - ``BottleneckRemover`` (bottleneck.py) and ``TreeCollapse`` (collapse.py): the
   tree-shaping policies;
 - ``OrderedDelivery`` (reliable.py) and ``ReliablePublishing`` (publishing.py): the
@@ -32,8 +34,8 @@ from .membership import TreeJoins, TreeLeaves
 from .multicast import Dissemination
 from .publishing import ReliablePublishing
 from .reliable import OrderedDelivery
+from .rendezvous import RendezvousPoints
 from .repair import TreeRepair
-from .replicas import RpReplicas
 from .rootpath import RootPathGuard, RootPaths
 from .tree import TreeState
 from .types import (
@@ -139,15 +141,15 @@ class Scribe:
             paths = (RootPaths.from_state(saved["paths"]) if saved.get("paths") is not None
                      else RootPaths(p["root_path_max"]))
         self.guard = RootPathGuard(tree, self.messenger, paths)
-        self.replicas = RpReplicas(tree, self.messenger, self.guard, p["replicas"],
-                                   saved.get("replicas_stale"))
+        self.rendezvous = RendezvousPoints(tree, self.groups, self.messenger, self.guard,
+                                           p["replicas"], saved.get("replicas_stale"))
         self.collapse = TreeCollapse(tree, self.messenger, bool(saved.get("collapsed", False)))
         self.ordered = self.publishing = None
         if p["reliable"]:
             self.ordered = OrderedDelivery(tree, self.messenger, p["reliable_buffer"],
                                            self.variant_label)
             self.publishing = ReliablePublishing(tree, self.messenger, self.ordered,
-                                                 self.replicas, p["reliable_buffer"],
+                                                 self.rendezvous, p["reliable_buffer"],
                                                  p["heartbeat_us"], p["heartbeat_miss"])
             if saved.get("reliable") is not None:
                 self.publishing.restore(saved["reliable"])
@@ -156,7 +158,7 @@ class Scribe:
             self.bottleneck = BottleneckRemover(tree, self.messenger, self.guard,
                                                 p["bottleneck_bound"])
         self.leaves = TreeLeaves(tree, self.messenger)
-        self.joins = TreeJoins(tree, self.groups, self.messenger, self.guard, self.replicas,
+        self.joins = TreeJoins(tree, self.groups, self.messenger, self.guard, self.rendezvous,
                                self.ordered, self.bottleneck, p["lazy_growth"],
                                p["bottleneck_bound"])
         if self.publishing is not None:  # issue 22: go on with the replicated stream
@@ -164,14 +166,14 @@ class Scribe:
         self.multicast = Dissemination(tree, self.groups, self.messenger, self.ordered,
                                        self.publishing, p["rp_cache_ttl_us"],
                                        p["max_tree_hops"], self.variant_label)
-        self.repair = TreeRepair(tree, self.messenger, self.guard, self.replicas, self.leaves,
+        self.repair = TreeRepair(tree, self.messenger, self.guard, self.rendezvous, self.leaves,
                                  self.ordered, self.publishing, p, saved.get("ticking"))
         self._make_dispatch_tables()
 
     def _make_dispatch_tables(self) -> None:
         j, mc, r = self.joins, self.multicast, self.repair
         self.on_receive = {
-            CREATE_REQ: j.on_create_req, JOIN_REQ: j.on_join_req,
+            CREATE_REQ: self.rendezvous.on_create_req, JOIN_REQ: j.on_join_req,
             LEAVE_REQ: self.leaves.on_leave_req, MCAST_REQ: mc.on_mcast_req,
             COLLAPSE_REQ: self.collapse.on_collapse_req,
             JOIN_ACK: j.on_join_ack, JOIN_REFUSE: j.on_join_refuse, LEAVE: self.leaves.on_leave,
@@ -179,13 +181,13 @@ class Scribe:
             DATA: mc.on_data, COLLAPSE_WAVE: self.collapse.on_collapse_wave,
             ADOPT: self.collapse.on_adopt, BN_JOIN: j.on_bn_join,
             TICK: r.on_tick, HEARTBEAT: r.on_heartbeat, REFRESH: r.on_refresh,
-            REPLICA: self.replicas.on_replica,
+            REPLICA: self.rendezvous.on_replica,
         }
         if self.bottleneck is not None:
             self.on_receive[BN_SIBLING] = self.bottleneck.on_bn_sibling
         if self.publishing is not None:
             self.on_receive[REPLICA_DATA] = self.publishing.on_replica_data
-        self.on_deliver = {CREATE: j.on_create, JOIN: j.on_join_at_rp,
+        self.on_deliver = {CREATE: self.rendezvous.on_create, JOIN: j.on_join_at_rp,
                            MCAST: mc.on_mcast_delivered}
 
     def variant_label(self) -> str:
@@ -196,14 +198,6 @@ class Scribe:
         if self.collapse.collapsed:
             return "collapsed"
         return "bottleneck" if self.params["bottleneck"] else "scribe"
-
-    @property
-    def variant(self) -> str:
-        return self.variant_label()
-
-    @property
-    def collapsed(self) -> bool:
-        return self.collapse.collapsed
 
     # ---- overlay upcalls ----------------------------------------------------------
     def receive(self, ctx, batch):
@@ -241,7 +235,7 @@ class Scribe:
         self.repair.start_ticks(ctx, m)
 
     def new_leafs(self, ctx, local_idx):
-        self.replicas.mark_stale(local_idx)
+        self.rendezvous.mark_stale(local_idx)
 
     # ---- stack calls --------------------------------------------------------------
     def on_fail(self, ctx, local_idx):
@@ -267,7 +261,7 @@ class Scribe:
     def checkpoint(self) -> dict:
         return {"tree": self.tree.state(), "collapsed": self.collapse.collapsed,
                 "params": self.params, "ticking": self.repair.ticking.copy(),
-                "replicas_stale": self.replicas.stale.copy(), "paths": self.guard.state(),
+                "replicas_stale": self.rendezvous.stale.copy(), "paths": self.guard.state(),
                 "reliable": None if self.publishing is None else self.publishing.state()}
 
     def restore(self, state: dict):

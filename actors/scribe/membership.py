@@ -1,4 +1,4 @@
-"""The tree-building protocol (SPEC 3): CREATE, JOIN and LEAVE.
+"""The tree-building protocol (SPEC 3): JOIN and LEAVE (CREATE: ``rendezvous.py``).
 
 A JOIN is routed towards the group's key; every node it passes adds the previous hop as a
 child, and a node that was not on the tree becomes a forwarder and sends the JOIN on as
@@ -17,10 +17,10 @@ import numpy as np
 
 from .groups import GroupDirectory, wrong_credential
 from .reliable import OrderedDelivery
-from .replicas import RpReplicas
+from .rendezvous import RendezvousPoints
 from .rootpath import RootPathGuard
 from .tree import TreeState, first_in_run
-from .types import CREATE, JOIN, JOIN_ACK, JOIN_REFUSE, LEAVE, REJOIN
+from .types import JOIN, JOIN_ACK, JOIN_REFUSE, LEAVE, REJOIN
 from .wire import Messenger
 
 
@@ -73,7 +73,7 @@ class TreeLeaves:
 
 
 class TreeJoins:
-    """CREATE and JOIN: RP records, children tables, parents, acknowledgements.
+    """JOIN: children tables, parents, acknowledgements, credential checks.
 
     ``ordered`` (the reliable layer, or None) catches repairing children up;
     ``shaper`` (the bottleneck remover, or None) runs after every adoption;
@@ -81,40 +81,19 @@ class TreeJoins:
     joiner itself."""
 
     def __init__(self, tree: TreeState, groups: GroupDirectory, messenger: Messenger,
-                 guard: RootPathGuard, replicas: RpReplicas, ordered: OrderedDelivery | None,
+                 guard: RootPathGuard, rendezvous: RendezvousPoints,
+                 ordered: OrderedDelivery | None,
                  shaper, lazy_growth: bool, bound: int):
         self.tree = tree
         self.groups = groups
         self.messenger = messenger
         self.guard = guard
-        self.replicas = replicas
+        self.rendezvous = rendezvous
         self.ordered = ordered
         self.shaper = shaper
         self.lazy_growth = lazy_growth
         self.bound = bound
         self.on_take_over = None   # (ctx, slots, nodes, now) after an RP take-over
-
-    # ---- CREATE -------------------------------------------------------------------
-    def on_create_req(self, ctx, m) -> None:
-        self.messenger.route(ctx, m["dst"], CREATE, m["time"], m["group"], a=m["a"],
-                             origin=m["dst"])
-
-    def on_create(self, ctx, m) -> None:
-        """CREATE at the RP: the first one makes the node the group's root (its credential
-        becomes the ACL); later ones are refused."""
-        t = self.tree
-        s = t.get_or_make(self.messenger.local(ctx, m["dst"]), m["group"])
-        had = t.slots["root"][s] & (t.slots["acl"][s] >= 0)
-        first = first_in_run(s) & ~had
-        dup = ~first
-        sf = s[first]
-        t.slots["active"][sf] = True
-        t.slots["root"][sf] = True
-        t.slots["acl"][sf] = m["a"][first]
-        t.slots["creator"][sf] = m["origin"][first]
-        self.groups.log_created(ctx, m["group"][first], m["dst"][first], m["origin"][first])
-        self.groups.refuse(ctx, m["group"][dup], m["origin"][dup], "create", m["time"][dup])
-        self.replicas.replicate(ctx, sf, m["time"][first])
 
     # ---- JOIN at the member and on the way -------------------------------------------
     def on_join_req(self, ctx, m) -> None:
@@ -268,7 +247,7 @@ class TreeJoins:
         take = ok & replica & first_of_slot_among(s, ok & replica)
         st = s[take]
         if len(st):
-            self.replicas.take_over(ctx, st, m["time"][take])
+            self.rendezvous.take_over(ctx, st, m["time"][take])
             if self.on_take_over is not None:
                 self.on_take_over(ctx, st, m["dst"][take], m["time"][take])
         sl["active"][s[ok]] = True

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .reliable import MessageRing, OrderedDelivery, numbered, seqno_ranges
-from .replicas import RpReplicas
+from .rendezvous import RendezvousPoints
 from .tree import TreeState
 from .types import MCAST, REPLICA_DATA, RP_ADDR
 from .wire import Messenger
@@ -41,11 +41,11 @@ class ReliablePublishing:
     """Source numbering and retries, the RP's per-source order, the replicated stream."""
 
     def __init__(self, tree: TreeState, messenger: Messenger, ordered: OrderedDelivery,
-                 replicas: RpReplicas, buffer: int, heartbeat_us, heartbeat_miss: int):
+                 rendezvous: RendezvousPoints, buffer: int, heartbeat_us, heartbeat_miss: int):
         self.tree = tree
         self.messenger = messenger
         self.ordered = ordered
-        self.replicas = replicas
+        self.rendezvous = rendezvous
         self.heartbeat_us = heartbeat_us
         self.heartbeat_miss = heartbeat_miss
         self.src_next: dict = {}    # (slot, source) -> next source seqno to number (RP)
@@ -167,7 +167,7 @@ class ReliablePublishing:
 
     def replicate_data(self, ctx, s, source, publish, seqno, srcseq, now) -> None:
         """The RP copies each numbered message to its replicas (REPLICA_DATA)."""
-        tg = self.replicas.targets(ctx, s)
+        tg = self.rendezvous.targets(ctx, s)
         if tg is None:
             return
         src, row, dst = tg

@@ -1,6 +1,6 @@
 """Scribe tree repair (SPEC 3): heartbeats, child refresh and expiry, parent suspicion
 and re-join; enabled when the ``heartbeat_us`` parameter is set. RP replication and
-take-over are ``replicas.RpReplicas``'s.
+take-over are ``rendezvous.RendezvousPoints``'s.
 
 Each node with tree state runs one periodic TICK timer (not one per group). On a tick a
 node, for each of its groups: re-joins if its parent has been silent for
@@ -17,7 +17,7 @@ import numpy as np
 from .membership import TreeLeaves
 from .publishing import ReliablePublishing
 from .reliable import OrderedDelivery
-from .replicas import RpReplicas
+from .rendezvous import RendezvousPoints
 from .rootpath import RootPathGuard
 from .tree import TreeState
 from .types import HEARTBEAT, JOIN, LEAVE, REFRESH, REJOIN, TICK
@@ -37,12 +37,13 @@ class TreeRepair:
     ``ordered``/``publishing``: the reliable layer's parts (None when it is off)."""
 
     def __init__(self, tree: TreeState, messenger: Messenger, guard: RootPathGuard,
-                 replicas: RpReplicas, leaves: TreeLeaves, ordered: OrderedDelivery | None,
+                 rendezvous: RendezvousPoints, leaves: TreeLeaves,
+                 ordered: OrderedDelivery | None,
                  publishing: ReliablePublishing | None, params: dict, ticking=None):
         self.tree = tree
         self.messenger = messenger
         self.guard = guard
-        self.replicas = replicas
+        self.rendezvous = rendezvous
         self.leaves = leaves
         self.ordered = ordered
         self.publishing = publishing
@@ -87,7 +88,7 @@ class TreeRepair:
         self._check_parents(ctx, s, now, me, grp)
         self._expire_children(ctx, s, now, me, grp)
         self._heartbeat_children(ctx, s, now, me, grp)
-        self.replicas.refresh_stale(ctx, nodes, qi, s, now)
+        self.rendezvous.refresh_stale(ctx, nodes, qi, s, now)
         if self.publishing is not None:  # issue 22: sources re-route unacknowledged messages
             self.publishing.retry_pending(ctx, nodes, now_n)
         # reschedule while the node holds any tree state

@@ -1,6 +1,8 @@
-"""RP replication and take-over (SPEC 3): the RP's group record lives on as copies.
+"""Rendezvous points (SPEC 3): the group records at the RPs, their copies, the take-over.
 
-The RP of a group sends its record (ACL token, creator) to the k nodes closest to it
+A CREATE is routed to the group's key; the node it reaches (the RP) keeps the group
+record (ACL token = the creator's credential, creator) and logs the ``group`` row. The RP
+of a group sends its record (ACL token, creator) to the k nodes closest to it
 (``Endpoint.replica_set``: its leaf set's core), again at its next tick when its leaf set
 changed. When the RP fails, Pastry routes the group's JOINs to one of those nodes, which
 finds the copy and takes over as the root.
@@ -10,23 +12,47 @@ from __future__ import annotations
 
 import numpy as np
 
+from .groups import GroupDirectory
 from .rootpath import RootPathGuard
-from .tree import TreeState
-from .types import REPLICA
+from .tree import TreeState, first_in_run
+from .types import CREATE, REPLICA
 from .wire import Messenger
 
 
-class RpReplicas:
-    """Copies of RP records and the take-over from them; ``replicas`` = k (0: off)."""
+class RendezvousPoints:
+    """Group records at their RPs: creation, copies on the k closest nodes (``replicas``
+    = k, 0: off) and the take-over from a copy."""
 
-    def __init__(self, tree: TreeState, messenger: Messenger, guard: RootPathGuard,
-                 replicas: int, stale=None):
+    def __init__(self, tree: TreeState, groups: GroupDirectory, messenger: Messenger,
+                 guard: RootPathGuard, replicas: int, stale=None):
         self.tree = tree
+        self.groups = groups
         self.messenger = messenger
         self.guard = guard
         self.k = replicas
         # local nodes whose leaf set changed since their last tick (RPs among them re-send)
         self.stale = np.zeros(tree.n_local, bool) if stale is None else stale
+
+    def on_create_req(self, ctx, m) -> None:
+        self.messenger.route(ctx, m["dst"], CREATE, m["time"], m["group"], a=m["a"],
+                             origin=m["dst"])
+
+    def on_create(self, ctx, m) -> None:
+        """CREATE at the RP: the first one makes the node the group's root (its credential
+        becomes the ACL); later ones are refused."""
+        t = self.tree
+        s = t.get_or_make(self.messenger.local(ctx, m["dst"]), m["group"])
+        had = t.slots["root"][s] & (t.slots["acl"][s] >= 0)
+        first = first_in_run(s) & ~had
+        dup = ~first
+        sf = s[first]
+        t.slots["active"][sf] = True
+        t.slots["root"][sf] = True
+        t.slots["acl"][sf] = m["a"][first]
+        t.slots["creator"][sf] = m["origin"][first]
+        self.groups.log_created(ctx, m["group"][first], m["dst"][first], m["origin"][first])
+        self.groups.refuse(ctx, m["group"][dup], m["origin"][dup], "create", m["time"][dup])
+        self.replicate(ctx, sf, m["time"][first])
 
     def targets(self, ctx, slots):
         """(rp, row, replica) per message from root slots to each of their k replicas (row
