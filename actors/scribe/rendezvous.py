@@ -60,10 +60,8 @@ class RendezvousPoints:
         if not self.k or not len(slots):
             return None
         rp = np.asarray(ctx.nodes)[self.tree.slots["node"][slots]].astype(np.int64)
-        reps = self.messenger.replica_set(ctx, rp, self.k)
-        if reps is None:
-            return None
-        reps = np.asarray(reps, np.int64).reshape(len(rp), -1)
+        reps = np.asarray(self.messenger.replica_set(ctx, rp, self.k), np.int64)
+        reps = reps.reshape(len(rp), -1)
         row, col = np.nonzero(reps >= 0)
         return rp[row], row, reps[row, col]
 

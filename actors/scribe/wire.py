@@ -63,8 +63,6 @@ class Messenger:
         hi, lo = self.groups.key(group)
         self.endpoint.route(ctx, src, hi, lo, type_code, sent, group=group, **fields)
 
-    def replica_set(self, ctx, nodes, k: int) -> np.ndarray | None:
-        """(len(nodes), k) closest nodes of each node; None when the overlay offers none."""
-        if not hasattr(self.endpoint, "replica_set"):
-            return None
+    def replica_set(self, ctx, nodes, k: int) -> np.ndarray:
+        """(len(nodes), k) global ids of the k nodes closest to each node, -1 padded."""
         return self.endpoint.replica_set(ctx, nodes, k)
