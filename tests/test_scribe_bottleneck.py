@@ -67,7 +67,6 @@ def _looped_run(root_paths: bool):
     D to adopt it (the move a stale sibling list can cause under churn), multicast later.
     Returns (world, members, group table, credentials, group, X, D)."""
     from actors.scribe.types import BN_JOIN
-    from emulator.batch import MSG_DTYPE
     hb = 200_000
     table, creators, creds, members = make_groups(seed=2)
     w = build(31, 2, table, creators, creds, members, until=2_000_000,
