@@ -58,3 +58,17 @@ def test_type_name_fallbacks():
     assert schema.type_name(3) == "engine_3"
     assert schema.type_name(201) == "type_201"
     assert schema.type_name(201, {201: "test_ping"}) == "test_ping"
+
+
+def test_event_tables_read_on_first_use():
+    """load.EventTables reads a table when a section first asks for it, once; unknown
+    names are refused (a typo must not become an empty table)."""
+    from analysis.load import EventTables
+    reads = []
+    tables = EventTables(lambda name: reads.append(name) or f"df:{name}")
+    assert reads == [] and len(tables) == len(schema.EVENT_TABLES)
+    assert tables["message"] == "df:message" and tables["message"] == "df:message"
+    assert reads == ["message"]
+    with pytest.raises(KeyError):
+        tables["messages"]
+    assert list(tables) == list(schema.EVENT_TABLES)
