@@ -90,7 +90,14 @@ class _Context:
         self.marks = marks     # the paper's figures drawn over ours, if it has some
         # group buckets of the grouped maps: a few per shuffle partition, so that hashing
         # (topo, bucket) keys onto partitions leaves no core idle
-        self.buckets = 4 * max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
+        partitions = max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
+        self.buckets = 4 * partitions
+        # link stress: every (topology, traffic, bucket) call returns one partial row per link
+        # its packets touch (the LAN links of its members, most core links), which Spark then
+        # sums: more buckets multiply those rows (~2 M for a 100k-node topology at 8). The
+        # (topology, traffic) pairs already give ~6 groups per topology, so one bucket per
+        # partition keeps the cores busy with a quarter of the rows.
+        self.link_buckets = partitions
         self.metrics, self.figs = run_dir / "metrics", run_dir / "figures"
 
 
@@ -227,7 +234,7 @@ def _node_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
 def _link_plan(c: _Context) -> dict[str, DataFrame]:
     return {"loads": link_stress.link_loads(c.ev["message"], c.ev["membership"],
                                             c.ev["group"], c.options.traffic, c.files,
-                                            c.meta, c.buckets)}
+                                            c.meta, c.link_buckets)}
 
 
 def _link_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
