@@ -94,9 +94,9 @@ class _Context:
         self.buckets = 4 * partitions
         # link stress: every (topology, traffic, bucket) call returns one partial row per link
         # its packets touch (the LAN links of its members, most core links), which Spark then
-        # sums: more buckets multiply those rows (~2 M for a 100k-node topology at 8). The
-        # (topology, traffic) pairs already give ~6 groups per topology, so one bucket per
-        # partition keeps the cores busy with a quarter of the rows.
+        # sums: more buckets multiply those rows (the core links most of all: every bucket
+        # touches most of them). The (topology, traffic) pairs already give ~6 groups per
+        # topology, so one bucket per partition keeps the cores busy with fewer rows.
         self.link_buckets = partitions
         self.metrics, self.figs = run_dir / "metrics", run_dir / "figures"
 
