@@ -22,6 +22,8 @@ are read by Spark itself (`s3://` as Hadoop's `s3a://`).
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pyarrow as pa
@@ -173,13 +175,39 @@ def _jvm_dataframe(spark: SparkSession, refs: list) -> DataFrame:
     return DataFrame(jdf, spark._wrapped if hasattr(spark, "_wrapped") else spark)
 
 
+class EventTables(Mapping):
+    """{table: DataFrame} of every event table of the schema, each read when first used
+    (a run analysed without churn never opens its churn tables; each read costs Spark a
+    file listing and a plan, seconds on a loaded machine). Reads happen on the driver's
+    thread that first asks, once."""
+
+    def __init__(self, read):
+        self._read, self._tables = read, {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, table: str) -> DataFrame:
+        if table not in EVENT_TABLES:
+            raise KeyError(table)
+        with self._lock:   # the sections build their plans from several threads
+            if table not in self._tables:
+                self._tables[table] = self._read(table)
+            return self._tables[table]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(EVENT_TABLES)
+
+    def __len__(self) -> int:
+        return len(EVENT_TABLES)
+
+
 def load_events(spark: SparkSession, run_dir: str | Path | None = None,
                 refs: dict[str, list] | None = None,
-                hand_over: bool = False) -> dict[str, DataFrame]:
+                hand_over: bool = False) -> EventTables:
     """All event tables, each from `refs[table]` (the hand-off's TableRefs) when given there,
     else from the Parquet logs under `run_dir` (a run directory or a storage URI).
 
-    Returns {table: DataFrame} for every table of the schema (empty ones included).
+    Returns {table: DataFrame} for every table of the schema (empty ones included), each
+    read on first use (`EventTables`).
     """
     if run_dir is None and refs is None:
         raise ValueError("load_events needs a run directory or object refs")
@@ -187,12 +215,12 @@ def load_events(spark: SparkSession, run_dir: str | Path | None = None,
     unknown = sorted(set(refs) - set(EVENT_TABLES))
     if unknown:
         raise EventLogError(f"unknown event table(s) in refs: {', '.join(unknown)}")
-    tables = {}
-    for table in EVENT_TABLES:
+
+    def read(table: str) -> DataFrame:
         if table in refs:
-            tables[table] = load_refs(spark, refs[table], table)
-        elif run_dir is not None:
-            tables[table] = load_parquet(spark, run_dir, table, hand_over)
-        else:
-            tables[table] = empty_table(spark, table)
-    return tables
+            return load_refs(spark, refs[table], table)
+        if run_dir is not None:
+            return load_parquet(spark, run_dir, table, hand_over)
+        return empty_table(spark, table)
+
+    return EventTables(read)

@@ -14,8 +14,6 @@ from pyspark.sql import functions as F
 
 from analysis.schema import type_name
 
-CREATE_TYPE = 60  # Scribe CREATE; analysis may not import actors/ (test_analysis_schema checks)
-
 
 def route_counts(route: DataFrame) -> DataFrame:
     """(topo, phase, type, hops, routes, path_us_sum): everything the route figures need."""
@@ -48,14 +46,10 @@ def group_table(groups: DataFrame, membership: DataFrame) -> DataFrame:
             .select("topo", "group", "rank", "size", "rp", "members"))
 
 
-def type_names_of(codes, logged: pd.DataFrame, names: dict[int, str] | None) -> list[str]:
-    """Readable names: the run's `message_type` table first (min name per code), then
-    `names`, the static copy in analysis.schema, then the code range ("pastry_24")."""
-    table = {}
-    if len(logged):
-        named = logged[logged["name"].notna()]
-        table = named.groupby("type")["name"].min().to_dict()
-    return [table.get(int(c)) or type_name(int(c), names) for c in codes]
+def type_names_of(codes, logged: dict[int, str], names: dict[int, str] | None) -> list[str]:
+    """Readable names: the run's `message_type` table first (`RunProtocol.names`), then
+    `names` (the caller's), then the code range ("pastry_24")."""
+    return [logged.get(int(c)) or type_name(int(c), names) for c in codes]
 
 
 def overlay_hops_histogram(routes: pd.DataFrame) -> pd.DataFrame:
@@ -64,7 +58,7 @@ def overlay_hops_histogram(routes: pd.DataFrame) -> pd.DataFrame:
         {"topo": "int64", "type": "int64", "hops": "int64", "routes": "int64"})
 
 
-def overlay_hops_summary(routes: pd.DataFrame, logged: pd.DataFrame,
+def overlay_hops_summary(routes: pd.DataFrame, logged: dict[int, str],
                          names: dict[int, str] | None) -> pd.DataFrame:
     """Per (topo, phase, type): routes, mean/max hops, mean overlay delay (exact sums)."""
     rows = []
@@ -84,7 +78,7 @@ def overlay_hops_summary(routes: pd.DataFrame, logged: pd.DataFrame,
     return out
 
 
-def messages_by_type(counts: pd.DataFrame, logged: pd.DataFrame,
+def messages_by_type(counts: pd.DataFrame, logged: dict[int, str],
                      names: dict[int, str] | None) -> pd.DataFrame:
     """messages_by_type.csv: topo, phase, type, type_name, messages."""
     out = counts[["topo", "phase", "type"]].astype({"topo": "int64", "type": "int64"})
@@ -102,13 +96,15 @@ def probes_per_join(probes: pd.DataFrame) -> pd.DataFrame:
     return out[["topo", "probes", "nodes_probing", "joins", "probes_per_join"]]
 
 
-def route_means(routes: pd.DataFrame) -> pd.DataFrame:
-    """Per topology: mean_hops_all, routes, mean_hops (CREATE routes), full_routes."""
+def route_means(routes: pd.DataFrame, create_code: int | None) -> pd.DataFrame:
+    """Per topology: mean_hops_all, routes, mean_hops (routes of type `create_code`, Scribe's
+    CREATE: routed to a random key, so their hops are a full Pastry route), full_routes."""
     rows = []
     for t, part in routes.groupby("topo", sort=True):
         n = part["routes"].to_numpy(np.int64)
         hops = part["hops"].to_numpy(np.int64)
-        full = (part["type"] == CREATE_TYPE).to_numpy()
+        full = (part["type"] == create_code).to_numpy() if create_code is not None \
+            else np.zeros(len(part), dtype=bool)
         n_full = int(n[full].sum())
         rows.append({"topo": int(t), "mean_hops_all": float(int((hops * n).sum())) / n.sum(),
                      "routes": int(n.sum()),

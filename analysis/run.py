@@ -23,9 +23,9 @@ from pyspark.sql import functions as F
 from analysis import churn, delay, figures, link_stress, node_stress, overlay, published, spread
 from analysis.load import load_events, logged_topologies, parquet_rows
 from analysis.output import write_frame, write_json
-from analysis.overlay import CREATE_TYPE  # noqa: F401  (re-exported; tests compare it with actors/)
 from analysis.physical import ship_topologies, topology_numbers, topology_path
-from analysis.schema import BASELINES, AnalysisOptions
+from analysis.protocol import SCRIBE_CREATE, RunProtocol, run_protocol
+from analysis.schema import BASELINES, AnalysisOptions, resolve_traffic
 from analysis.stats import exact_mean, with_topology_mean
 
 # Spark settings the analysis needs whatever session it is given (runtime-settable ones)
@@ -81,14 +81,23 @@ def _mean_rows(df: pd.DataFrame) -> pd.DataFrame:
 class _Context:
     """What every section needs: session, logs, topology handles, output folders."""
 
-    def __init__(self, spark, run_dir, refs, ev, files, meta, options, marks, events_root):
+    def __init__(self, spark, run_dir, refs, ev, files, meta, options, marks, events_root,
+                 protocol: RunProtocol):
         self.spark, self.run_dir, self.refs, self.ev, self.files = spark, run_dir, refs, ev, files
+        self.protocol = protocol   # the run's type table and pastry.b
         self.events_root = events_root     # where Parquet event logs are (run dir or storage)
         self.meta, self.options = meta, options
         self.marks = marks     # the paper's figures drawn over ours, if it has some
         # group buckets of the grouped maps: a few per shuffle partition, so that hashing
         # (topo, bucket) keys onto partitions leaves no core idle
-        self.buckets = 4 * max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
+        partitions = max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
+        self.buckets = 4 * partitions
+        # link stress: every (topology, traffic, bucket) call returns one partial row per link
+        # its packets touch (the LAN links of its members, most core links), which Spark then
+        # sums: more buckets multiply those rows (the core links most of all: every bucket
+        # touches most of them). The (topology, traffic) pairs already give ~6 groups per
+        # topology, so one bucket per partition keeps the cores busy with fewer rows.
+        self.link_buckets = partitions
         self.metrics, self.figs = run_dir / "metrics", run_dir / "figures"
 
 
@@ -122,9 +131,12 @@ def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list]
     named_storage = events is not None and Path(str(events)) != run_dir
     ev = load_events(spark, events_root, refs, hand_over=not (shared or named_storage))
     _check_logged_topologies(events_root, refs, ev, indices, run_dir)
+    protocol = run_protocol(run_dir, events_root, refs)
+    options = resolve_traffic(options, protocol)
     marks = published.figure_marks((scenario_meta or {}).get(
         "scenario", run_dir.name.rsplit("-", 1)[0]))
-    ctx = _Context(spark, run_dir, refs, ev, files, meta, options, marks, events_root)
+    ctx = _Context(spark, run_dir, refs, ev, files, meta, options, marks, events_root,
+                   protocol)
     results, timing = _run_sections(ctx)
     files.release()
     churn_summary = None
@@ -134,7 +146,8 @@ def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list]
         churn_summary = _churn(ctx)
         timing["churn"] = time.perf_counter() - t0
 
-    summary = _summary(run_dir, scenario_meta or {}, indices, meta, options, **results)
+    summary = _summary(run_dir, scenario_meta or {}, indices, meta, options,
+                       routing_base=protocol.routing_base, **results)
     if churn_summary is not None:
         summary["churn"] = churn_summary
     summary["spread"] = spread.add_spread(ctx.metrics)   # std, 95 % CI across topologies
@@ -221,7 +234,7 @@ def _node_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
 def _link_plan(c: _Context) -> dict[str, DataFrame]:
     return {"loads": link_stress.link_loads(c.ev["message"], c.ev["membership"],
                                             c.ev["group"], c.options.traffic, c.files,
-                                            c.meta, c.buckets)}
+                                            c.meta, c.link_buckets)}
 
 
 def _link_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
@@ -242,14 +255,14 @@ def _overlay_plan(c: _Context) -> dict[str, DataFrame]:
     ev = c.ev
     return {"routes": overlay.route_counts(ev["route"]),
             "counts": overlay.message_counts(ev["message"]),
-            "logged": ev["message_type"].select("type", "name"),
             "probes": overlay.probe_counts(ev["probe"], ev["membership"]),
             "groups": overlay.group_table(ev["group"], ev["membership"])}
 
 
 def _overlay_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
     names = c.options.type_names
-    routes, counts, logged, probes = got["routes"], got["counts"], got["logged"], got["probes"]
+    routes, counts, probes = got["routes"], got["counts"], got["probes"]
+    logged = c.protocol.names
     groups_pd = got["groups"].astype({"topo": "int64", "group": "int64", "members": "int64"})
     probes_pd = overlay.probes_per_join(probes)
     write_frame(overlay.overlay_hops_histogram(routes), c.metrics / "overlay_hops.csv",
@@ -263,7 +276,7 @@ def _overlay_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
     if len(groups_pd):
         figures.group_size_by_rank(groups_pd, c.figs / "group_size_by_rank.png")
     return {"groups_pd": groups_pd, "probes_pd": probes_pd,
-            "route_means": overlay.route_means(routes)}
+            "route_means": overlay.route_means(routes, c.protocol.code(SCRIBE_CREATE))}
 
 
 SECTIONS = (("delay_penalty", _delay_plan, _delay_section),
@@ -355,8 +368,8 @@ def _nullable_ints(df: pd.DataFrame) -> pd.DataFrame:
     return df.astype({c: "Int64" for c in df.columns if c in _INTEGER_COLUMNS})
 
 
-def _summary(run_dir, scenario_meta, indices, meta, options, *, groups_pd, dp_pd, rdp_pd,
-             ns_pd, ls_pd, route_means, probes_pd) -> dict:
+def _summary(run_dir, scenario_meta, indices, meta, options, *, routing_base, groups_pd, dp_pd,
+             rdp_pd, ns_pd, ls_pd, route_means, probes_pd) -> dict:
     nodes = max(int(m["n_hosts"]) for m in meta.values())
     n_groups = int(groups_pd.groupby("topo").size().max()) if len(groups_pd) else 0
     summary = {
@@ -370,7 +383,7 @@ def _summary(run_dir, scenario_meta, indices, meta, options, *, groups_pd, dp_pd
     summary["node_stress"] = _node_stress_summary(ns_pd)
     summary["node_stress_population"] = "all_nodes (zeros included); tree_nodes: forwarders"
     summary["link_stress"] = _link_stress_summary(ls_pd, options)
-    summary["overlay"] = _overlay_summary(route_means, probes_pd, nodes)
+    summary["overlay"] = _overlay_summary(route_means, probes_pd, nodes, routing_base)
     return summary
 
 
@@ -427,15 +440,20 @@ def _link_stress_summary(ls_pd: pd.DataFrame, options: AnalysisOptions) -> dict:
         order.index(k) if k in order else len(order), k))}
 
 
-def _overlay_summary(route_means: pd.DataFrame, probes_pd: pd.DataFrame, nodes: int) -> dict:
+def _overlay_summary(route_means: pd.DataFrame, probes_pd: pd.DataFrame, nodes: int,
+                     routing_base: int | None) -> dict:
+    """Hops per route against Pastry's bound: `log<2^b>_nodes_ceil` = ceil(log_{2^b} N) with
+    the run's own b (config.toml; left out when the run directory does not say b)."""
     any_routes = len(route_means) > 0
     overlay_ = {"mean_hops": exact_mean(route_means["mean_hops"].to_numpy(float))
                 if any_routes else None,
                 "mean_hops_routes": int(route_means["full_routes"].sum()) if any_routes else 0,
                 "mean_hops_all_routes": exact_mean(route_means["mean_hops_all"].to_numpy(float))
                 if any_routes else None,
-                "routes": int(route_means["routes"].sum()) if any_routes else 0,
-                "log16_nodes_ceil": math.ceil(math.log(max(nodes, 2), 16))}
+                "routes": int(route_means["routes"].sum()) if any_routes else 0}
+    if routing_base is not None:
+        overlay_[f"log{routing_base}_nodes_ceil"] = math.ceil(math.log(max(nodes, 2),
+                                                                       routing_base))
     if len(probes_pd) and probes_pd["probes"].sum() > 0:
         overlay_["probes_per_join"] = exact_mean(probes_pd["probes_per_join"].to_numpy(float))
     return overlay_

@@ -1,13 +1,16 @@
 """Event-log schema and analysis defaults, mirroring docs/ARCHITECTURE.md ("Event logs").
 
-`analysis/` never imports `actors/`, so the Scribe type codes that select multicast traffic
-are repeated here; scenarios may pass their own selections to `run_analysis`.
+`analysis/` never imports `actors/` and copies none of its constants: traffic is selected by
+type *name*, resolved to codes through the run's own type table (`analysis.protocol`);
+scenarios may pass their own selections to `run_analysis`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from analysis.protocol import SCRIBE_DATA, SCRIBE_JOIN, SCRIBE_MCAST, RunProtocol
 
 # Spark DDL type of every column, per event table (without `topo`, which the driver adds
 # as the partition column and which `load` always casts to int).
@@ -51,44 +54,16 @@ def table_ddl(table: str) -> str:
 ARROW_TYPES: dict[str, str] = {"string": "string", "bigint": "int64", "int": "int32",
                                "smallint": "int16"}
 
-# Scribe type codes (actors/scribe/types.py).
-SCRIBE_JOIN = 61
-SCRIBE_MCAST = 66   # source -> RP (no hop when the source is the RP, as in the experiments)
-SCRIBE_DATA = 68    # tree dissemination
-
-# Fallback names of message type codes when a run has no `message_type` table. Copied from
-# actors/pastry/types.py and actors/scribe/types.py (analysis may not import actors/);
-# test_analysis_schema.py checks the copy against the originals.
-PASTRY_TYPE_NAMES: dict[int, str] = {
-    10: "pastry_join_start", 11: "pastry_join_req", 12: "pastry_join", 13: "pastry_join_rows",
-    14: "pastry_join_leafs", 15: "pastry_join_nbrs", 16: "pastry_announce",
-    17: "pastry_join_done", 20: "pastry_keepalive", 21: "pastry_ka_timer",
-    22: "pastry_leaf_req", 23: "pastry_leaf_reply", 24: "pastry_row_req",
-    25: "pastry_row_reply", 26: "pastry_hop_ack", 27: "pastry_ack_timer",
-    28: "pastry_leaf_refresh", 29: "pastry_leaf_lookup", 30: "pastry_rows_req",
-    31: "pastry_rows_reply",
-}
-SCRIBE_TYPE_NAMES: dict[int, str] = {
-    50: "scribe_create_req", 51: "scribe_join_req", 52: "scribe_leave_req",
-    53: "scribe_mcast_req", 54: "scribe_collapse_req", 60: "scribe_create",
-    61: "scribe_join", 62: "scribe_join_ack", 63: "scribe_join_refuse", 64: "scribe_leave",
-    65: "scribe_rejoin", 66: "scribe_mcast", 67: "scribe_rp_addr", 68: "scribe_data",
-    70: "scribe_collapse_wave", 71: "scribe_adopt", 72: "scribe_bn_sibling",
-    73: "scribe_bn_join", 80: "scribe_tick", 81: "scribe_heartbeat", 82: "scribe_refresh",
-    83: "scribe_replica", 84: "scribe_replica_data",
-}
-TYPE_NAMES: dict[int, str] = {**PASTRY_TYPE_NAMES, **SCRIBE_TYPE_NAMES}
-
 # code ranges of docs/ARCHITECTURE.md, for codes no table names: (low, high, prefix)
 TYPE_RANGES: tuple[tuple[int, int, str], ...] = (
     (0, 9, "engine"), (10, 49, "pastry"), (50, 89, "scribe"), (90, 109, "reliable"))
 
 
 def type_name(code: int, names: dict[int, str] | None = None) -> str:
-    """Readable name of a message type code; unknown codes get a range-based name."""
-    table = {**TYPE_NAMES, **(names or {})}
-    if code in table:
-        return table[code]
+    """Readable name of a message type code: `names` (the run's type table, then the
+    caller's), else a name from the code's range in docs/ARCHITECTURE.md."""
+    if names and code in names:
+        return names[code]
     for low, high, prefix in TYPE_RANGES:
         if low <= code <= high:
             return f"{prefix}_{code}"
@@ -100,12 +75,14 @@ class Traffic:
     """A selection of `message` rows whose hops are one traffic pattern for link stress.
 
     label: name in the CSVs / summary (a Scribe variant such as "scribe", or "scribe_join");
-    phases: phase names the rows must have; types: message type codes.
+    phases: phase names the rows must have; types: message type names (resolved to this
+    run's codes through its `message_type` table; a name the run lacks selects nothing) or
+    codes.
     """
 
     label: str
     phases: tuple[str, ...]
-    types: tuple[int, ...]
+    types: tuple[int | str, ...]
 
 
 # Default selections: one message multicast to every group, per tree variant, each variant's
@@ -127,6 +104,7 @@ class AnalysisOptions:
     """What to select from the logs; scenarios override the defaults when they differ."""
 
     traffic: tuple[Traffic, ...] = DEFAULT_TRAFFIC
+    # names of type codes the run's message_type table lacks (the table wins)
     type_names: dict[int, str] = field(default_factory=dict)
     primary_variant: str = "scribe"   # the variant summary.json's top-level figures describe
     # churn metrics: phases of the publish/delivery rows of the multicast stream (None: all)
@@ -141,3 +119,9 @@ class AnalysisOptions:
     # None: yes on a one-node Ray cluster, else the driver hands them the event logs (Arrow
     # in the tasks) and the topology files (Spark broadcast variables).
     shared_storage: bool | None = None
+
+
+def resolve_traffic(options: AnalysisOptions, protocol: RunProtocol) -> AnalysisOptions:
+    """`options` with every traffic selection's type names replaced by this run's codes."""
+    return replace(options, traffic=tuple(replace(t, types=protocol.codes(t.types))
+                                          for t in options.traffic))

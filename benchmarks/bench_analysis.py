@@ -158,10 +158,12 @@ def build_run(run_dir: Path, n: int, n_groups: int, seed: int, churn_messages: i
     names = {10: "pastry_join_start", 11: "pastry_join_req", 12: "pastry_join",
              13: "pastry_join_rows", 14: "pastry_join_leafs", 15: "pastry_join_nbrs",
              16: "pastry_announce", 17: "pastry_join_done", 61: "scribe_join",
-             68: "scribe_data"}
+             66: "scribe_mcast", 68: "scribe_data"}
     write_table(run_dir, "message_type", "setup", {
         "type": np.array(list(names), np.int16), "name": np.array(list(names.values()),
                                                                   dtype=object)})
+    # the analysis takes the type codes from message_type and Pastry's b from config.toml
+    (run_dir / "config.toml").write_text("[pastry]\nb = 4\n")
     stream = 0
     if churn_messages:
         stream = build_churn(run_dir, topo, rng, group, rp, parent, member, delay,

@@ -694,14 +694,16 @@ def _analyse(cfg, run_dir: Path, state: _State, events: RunEvents, progress) -> 
     refs -- then the report. A lost executor restarts Spark and the analysis (run.retries)."""
     from analysis import run_analysis
     from analysis.report import write_report
-    from emulator.runtime import start_spark, stop_spark, watch_executors
+    from analysis.spark_daemon import worker_conf
+    from emulator.runtime import ray_is_local, start_spark, stop_spark, watch_executors
 
     retries = int(cfg.run["retries"])
     for attempt in range(retries + 1):
         progress.status("analysis: starting Spark (RayDP)")
         w0 = time.perf_counter()
         spark = start_spark(memory=cfg.analysis["executor_memory"],
-                            driver_memory=cfg.analysis["driver_memory"])
+                            driver_memory=cfg.analysis["driver_memory"],
+                            configs=worker_conf(local=ray_is_local()))
         state.add_time("spark_start", time.perf_counter() - w0)
         progress.status("analysis: computing metrics in Spark")
         try:

@@ -281,6 +281,29 @@ def test_latency_matrix_has_no_link_stress(spark, tmp_path):
 
 
 @pytestmark_spark
+def test_protocol_facts_come_from_the_run(spark, tmp_path, hand_run):
+    """Renumbered Scribe types and another b: the analysis reads both from the run (type
+    table, config.toml), so every traffic figure is the one of the usual numbering."""
+    from analysis import run_analysis
+
+    codes = {"scribe_create": 160, "scribe_join": 161, "scribe_join_ack": 162,
+             "scribe_mcast": 166, "scribe_data": 168}
+    run_dir = hand.write_hand_run(tmp_path / "renumbered-1", scribe_codes=codes, pastry_b=3)
+    summary = run_analysis(run_dir, spark, options=OPTIONS)
+    usual_dir, usual = hand_run
+    assert summary["link_stress"] == usual["link_stress"]
+    for key in ("mean_hops", "mean_hops_routes", "mean_hops_all_routes", "routes"):
+        assert summary["overlay"][key] == usual["overlay"][key]
+    assert summary["overlay"]["log8_nodes_ceil"] == 1           # ceil(log_8 6), b = 3
+    assert "log16_nodes_ceil" not in summary["overlay"]
+    assert usual["overlay"]["log16_nodes_ceil"] == 1            # ceil(log_16 6), b = 4
+    names = [(r["phase"], r["type_name"], r["messages"])
+             for r in read_csv(run_dir / "metrics/messages_by_type.csv")]
+    assert names == [(r["phase"], r["type_name"], r["messages"])
+                     for r in read_csv(usual_dir / "metrics/messages_by_type.csv")]
+
+
+@pytestmark_spark
 def test_bad_input_is_refused(spark, tmp_path):
     from analysis import run_analysis
 

@@ -105,12 +105,24 @@ def _write(run_dir: Path, table: str, phase: str, columns: dict, types: dict, to
 I8, I4, I2, S = pa.int64(), pa.int32(), pa.int16(), pa.string()
 
 
-def write_hand_run(run_dir: Path, has_paths: bool = True, topo: int = 0) -> Path:
-    """A run directory with the hand topology and its event logs (Parquet)."""
+# the Scribe type codes of actors/scribe/types.py, as the hand run's type table names them
+SCRIBE_CODES = {"scribe_create": 60, "scribe_join": 61, "scribe_join_ack": 62,
+                "scribe_mcast": 66, "scribe_data": 68}
+
+
+def write_hand_run(run_dir: Path, has_paths: bool = True, topo: int = 0,
+                   scribe_codes: dict[str, int] | None = None, pastry_b: int = 4) -> Path:
+    """A run directory with the hand topology and its event logs (Parquet).
+
+    scribe_codes: the codes the run's protocols gave the Scribe types (default
+    SCRIBE_CODES), written into the message and route rows and the type table; pastry_b:
+    `[pastry] b` of the run's config.toml."""
+    code = {**SCRIBE_CODES, **(scribe_codes or {})}
     (run_dir / "topology").mkdir(parents=True, exist_ok=True)
     HandTopology(EDGES, DELAYS, HOST_ROUTER, has_paths).save(
         run_dir / "topology" / f"topo-{topo}.npz")
-    (run_dir / "config.toml").write_text('scenario = "hand"\nnodes = 6\n')
+    (run_dir / "config.toml").write_text(
+        f'scenario = "hand"\nnodes = 6\n\n[pastry]\nb = {pastry_b}\n')
     def w(table, phase, cols, types):
         _write(run_dir, table, phase, cols, types, topo)
 
@@ -135,17 +147,20 @@ def write_hand_run(run_dir: Path, has_paths: bool = True, topo: int = 0) -> Path
     msg_types = {"time": I8, "arrival": I8, "type": I2, "src": I4, "dst": I4, "group": I4}
     data = [(g, p, c) for g, p, c in SCRIBE_TREE]
     w("message", "multicast", {
-        "time": [100] * 7, "arrival": [200] * 7, "type": [68] * 6 + [62],
+        "time": [100] * 7, "arrival": [200] * 7,
+        "type": [code["scribe_data"]] * 6 + [code["scribe_join_ack"]],
         "src": [p for _, p, _ in data] + [0], "dst": [c for _, _, c in data] + [5],
         "group": [g for g, _, _ in data] + [0]}, msg_types)
-    w("message", "join", {"time": [1], "arrival": [2], "type": [61], "src": [1], "dst": [0],
+    w("message", "join", {"time": [1], "arrival": [2], "type": [code["scribe_join"]],
+                          "src": [1], "dst": [0],
                           "group": [0]}, msg_types)
-    # maintenance hops: a test protocol's code named only by the run's message_type table,
-    # a Pastry code named by the static fallback, a reliable-range code named by its range
+    # maintenance hops: a test protocol's code and a Pastry code named by the run's
+    # message_type table, a reliable-range code the table lacks (named by its range)
     w("message", "maintenance", {"time": [1, 2, 3, 4], "arrival": [3, 4, 5, 6],
                                  "type": [201, 201, 24, 95], "src": [1, 2, 3, 4],
                                  "dst": [2, 3, 4, 5], "group": [-1] * 4}, msg_types)
-    w("message_type", "setup", {"type": [201, 68], "name": ["test_ping", "scribe_data"]},
+    names = {201: "test_ping", 24: "pastry_row_req", **{c: n for n, c in code.items()}}
+    w("message_type", "setup", {"type": sorted(names), "name": [names[c] for c in sorted(names)]},
       {"type": I2, "name": S})
     rows = [(g, m, PUBLISH[g] + d) for (g, m), d in SCRIBE_DELAY.items()]
     rows.append((0, 3, PUBLISH[0] + 999_999))            # late duplicate of the same message
@@ -157,7 +172,8 @@ def write_hand_run(run_dir: Path, has_paths: bool = True, topo: int = 0) -> Path
         "hops": [1] * len(rows), "seqno": [0] * len(rows), "variant": ["scribe"] * len(rows)},
       {"group": I4, "member": I4, "source": I4, "publish_time": I8, "time": I8, "hops": I2,
        "seqno": I8, "variant": S})
-    w("route", "join", {"origin": [1, 4, 5, 0], "root": [0, 0, 3, 0], "type": [61, 61, 61, 60],
+    w("route", "join", {"origin": [1, 4, 5, 0], "root": [0, 0, 3, 0],
+                        "type": [code["scribe_join"]] * 3 + [code["scribe_create"]],
                         "start": [0, 0, 0, 0], "end": [5, 5, 5, 5], "hops": [1, 2, 3, 0],
                         "path_us": [2000, 4000, 6000, 0]},
       {"origin": I4, "root": I4, "type": I2, "start": I8, "end": I8, "hops": I2, "path_us": I8})
