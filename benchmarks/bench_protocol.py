@@ -37,6 +37,7 @@ def build(nodes: int, seed: int):
 
     import numpy as np
 
+    from actors.messages import MSG_DTYPE
     from actors.pastry.protocol import Pastry
     from actors.pastry.synthetic import synthetic_network
     from emulator.engine import ShardEngine
@@ -46,15 +47,16 @@ def build(nodes: int, seed: int):
     lat = RouterLatency(net["host_router"], net["router_dist_us"], net["lan_us"])
     factory = functools.partial(Pastry, None, {"bootstrap": "oracle", "seed": seed})
     eng = ShardEngine(0, np.zeros(nodes, np.int32), lat, factory, seed=seed,
-                      delta_us=lat.min_latency_us(), shared=net)
+                      delta_us=lat.min_latency_us(), shared=net, message_dtype=MSG_DTYPE)
     return eng, net
 
 
 def make_batch(kind: str, k: int, eng, net, rng):
     import numpy as np
 
+    from actors.messages import MSG_DTYPE
     from actors.pastry import types as T
-    from emulator.batch import MSG_DTYPE, Batch, pack_rows
+    from emulator.batch import Batch, pack_rows
 
     st = eng.stack.state
     n = eng.n_nodes

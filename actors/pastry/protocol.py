@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from actors.messages import MSG_DTYPE  # the stack's message record
+from emulator.batch import Batch, take_rows
+
 from . import kernels
 from . import types as T
 from .join import JoinMixin
@@ -28,14 +31,6 @@ from .oracle import oracle_state
 from .repair import RepairMixin
 from .routing import next_hop
 from .state import PastryState, check_params
-
-try:  # the engine's definitions are the contract
-    from emulator.batch import MSG_DTYPE, Batch, take_rows  # type: ignore
-except ImportError:  # pragma: no cover - only before the engine lands
-    from actors.scribe._engine import MSG_DTYPE, Batch  # same documented dtype
-
-    def take_rows(m, idx):
-        return m[idx]
 
 DEFAULTS = {
     "bootstrap": "protocol",

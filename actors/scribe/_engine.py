@@ -1,30 +1,11 @@
-"""Access to the engine's message dtype and Batch class (emulator/batch.py).
-
-Until the engine lands, the dtype documented in docs/ARCHITECTURE.md is used directly so
-the Scribe code and its harness tests can run; once ``emulator.batch`` exists it wins.
-"""
+"""The stack's message record (actors/messages.py) and the engine's Batch class."""
 
 from __future__ import annotations
 
 import numpy as np
 
-try:  # the engine's definitions are the contract
-    from emulator.batch import MSG_DTYPE, Batch  # type: ignore
-except ImportError:  # pragma: no cover - only before the engine lands
-    MSG_DTYPE = np.dtype([
-        ("time", "i8"), ("sent", "i8"), ("src", "i4"), ("dst", "i4"), ("seq", "i8"),
-        ("type", "i2"), ("mode", "i1"), ("origin", "i4"), ("key_hi", "u8"), ("key_lo", "u8"),
-        ("group", "i4"), ("hops", "i2"), ("path_us", "i8"), ("a", "i8"), ("b", "i8"),
-        ("c", "i8"), ("pay_off", "i8"), ("pay_len", "i4")])
-
-    class Batch:  # minimal stand-in with the documented attributes
-        def __init__(self, msgs, payload=None):
-            self.msgs = msgs
-            self.payload = np.zeros(0, np.int32) if payload is None else payload
-
-        def __len__(self):
-            return len(self.msgs)
-
+from actors.messages import MSG_DTYPE  # noqa: F401 - re-exported: the stack's record
+from emulator.batch import Batch
 
 NO_PAYLOAD = np.zeros(0, np.int32)
 
