@@ -376,11 +376,10 @@ class Emulator:
             self._refs.setdefault(n, []).extend(rs)
         return new
 
-    def logs(self, table: str | None = None):
-        """The hand-off's refs: [TableRef] of `table`, or {table: [TableRef]}."""
-        if table is not None:
-            return list(self._refs.get(table, []))
-        return {k: list(v) for k, v in self._refs.items()}
+    def logs(self, table: str) -> list[TableRef]:
+        """The hand-off's refs of `table` so far (the runner takes the static
+        `message_type` table from here; `flush` returns the rest as it goes)."""
+        return list(self._refs.get(table, []))
 
     def counters(self) -> dict:
         per_shard = self._get([a.counters.remote() for a in self._actors], "counters")
