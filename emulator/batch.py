@@ -54,12 +54,17 @@ def message_dtype(*field_lists) -> np.dtype:
 
 ENGINE_DTYPE = message_dtype()   # the engine's fields alone (control messages, tests)
 _VALID_DTYPES: set = {ENGINE_DTYPE}
+_last_valid = ENGINE_DTYPE
 
 
 def check_message_dtype(dtype) -> np.dtype:
     """`dtype` if it is a message record (every engine field, with the engine's type)."""
+    global _last_valid
+    if dtype is _last_valid:        # the common case: every batch of a run has one record
+        return dtype
     dtype = np.dtype(dtype)
     if dtype in _VALID_DTYPES:
+        _last_valid = dtype
         return dtype
     names = dtype.names or ()
     wrong = [n for n, kind in ENGINE_FIELDS
@@ -68,6 +73,7 @@ def check_message_dtype(dtype) -> np.dtype:
         raise TypeError(f"not a message record (see emulator.batch.message_dtype): fields "
                         f"{wrong} missing or of another type in {dtype}")
     _VALID_DTYPES.add(dtype)
+    _last_valid = dtype
     return dtype
 
 
@@ -91,10 +97,17 @@ def as_messages(msgs, dtype) -> np.ndarray:
 NO_PAYLOAD = np.zeros(0, np.int32)
 
 
+_ROW_VIEWS: dict[int, np.dtype] = {}
+
+
 def _row_view(dtype: np.dtype) -> np.dtype:
-    # Rows moved as opaque records: numpy copies structured rows field by field (40x slower
-    # than moving the same bytes as one void item), and the engine moves rows a lot.
-    return np.dtype((np.void, dtype.itemsize))
+    """Rows moved as opaque records: numpy copies structured rows field by field (40x slower
+    than moving the same bytes as one void item), and the engine moves rows a lot. Cached
+    by record size: building the void dtype costs more than the copy of a small batch."""
+    row = _ROW_VIEWS.get(dtype.itemsize)
+    if row is None:
+        row = _ROW_VIEWS[dtype.itemsize] = np.dtype((np.void, dtype.itemsize))
+    return row
 
 
 def take_rows(msgs: np.ndarray, idx) -> np.ndarray:
@@ -152,7 +165,7 @@ class Batch:
             if not batches:
                 raise ValueError("Batch.concat of no batches needs the record dtype")
             dtype = batches[0].msgs.dtype
-        if any(b.msgs.dtype != dtype for b in batches):
+        if not all(b.msgs.dtype is dtype or b.msgs.dtype == dtype for b in batches):
             # rows are copied as raw bytes: another layout would be silently garbled
             raise TypeError(f"Batch.concat: batches of different message records "
                             f"{sorted({str(b.msgs.dtype) for b in batches})}")
