@@ -154,8 +154,10 @@ def test_same_log_for_any_shard_count_and_partition(topo, lat, tmp_path, ray_ses
         emu.shutdown()
     _, recv0, msg0 = results[0]
     assert len(recv0) == 8 * (3 ** 8 - 1) // 2
-    # the message log: the engine's columns and the one field the protocol asked for
-    assert list(msg0.columns) == ["time", "arrival", "type", "src", "dst", "hops", "phase"]
+    # the message log: the engine's columns and the one field the protocol asked for (and
+    # `topo`, the hive directory the Parquet files are read from)
+    assert list(msg0.columns) == ["time", "arrival", "type", "src", "dst", "hops", "phase",
+                                  "topo"]
     assert len(msg0) == len(recv0) - 8 and msg0.hops.max() == 7
     for name, recv, msg in results[1:]:
         assert recv.equals(recv0), name
