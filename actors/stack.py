@@ -15,13 +15,42 @@ from actors.scribe import TYPE_NAMES as SCRIBE_TYPE_NAMES
 from actors.scribe import Scribe
 
 
-class ScribeStack(Pastry):
-    """Pastry with Scribe bound as its application, plus the queries scenarios make through
-    ``emu.call(method, ...)`` (the engine passes the shard context first)."""
+class ScribeStack:
+    """Composes the shard's Pastry nodes and Scribe, their application: the engine's calls
+    go to Pastry (which drives Scribe through the common API's upcalls and lifecycle
+    calls), plus the queries scenarios make through ``emu.call(method, ...)`` (the engine
+    passes the shard context first)."""
 
+    def __init__(self, pastry_params: dict, scribe_params: dict):
+        self.scribe = Scribe(dict(scribe_params))
+        self.pastry = Pastry(self.scribe, dict(pastry_params))
+
+    # ---- engine interface -----------------------------------------------------------
+    def setup(self, ctx):
+        self.pastry.setup(ctx)
+
+    def handle(self, ctx, type_code, batch):
+        self.pastry.handle(ctx, type_code, batch)
+
+    def on_fail(self, ctx, local_idx):
+        self.pastry.on_fail(ctx, local_idx)
+
+    def on_recover(self, ctx, local_idx):
+        self.pastry.on_recover(ctx, local_idx)
+
+    def checkpoint(self) -> dict:
+        return self.pastry.checkpoint()
+
+    def restore(self, state: dict):
+        self.pastry.restore(state)
+
+    def dump(self, ctx, phase):
+        return self.scribe.dump(ctx, phase)
+
+    # ---- queries --------------------------------------------------------------------
     def overlay_state(self, ctx):
         """(global node ids, Pastry state dict) of this shard, for table-quality reports."""
-        return self.export_state()
+        return self.pastry.export_state()
 
     def clock(self, ctx) -> int:
         """Start of the last cell this shard processed (us). The maximum over shards is the
@@ -29,14 +58,10 @@ class ScribeStack(Pastry):
         depend on the number of shards, so scenarios schedule the next phase from it."""
         return int(ctx.now)
 
-    def alive_nodes(self, ctx):
-        """Global ids of this shard's live nodes."""
-        return self.nodes[ctx.alive].copy()
-
 
 def make_stack(pastry_params: dict, scribe_params: dict) -> ScribeStack:
-    """A new Pastry(Scribe) stack; Pastry binds Scribe as its application."""
-    return ScribeStack(Scribe(dict(scribe_params)), dict(pastry_params))
+    """A new stack: Pastry with Scribe as its application."""
+    return ScribeStack(pastry_params, scribe_params)
 
 
 def stack_factory(pastry_params: dict, scribe_params: dict):

@@ -37,7 +37,8 @@ def bench_routes(net, st, k):
     kh = rng.integers(0, 2**64, k, dtype=np.uint64)
     kl = rng.integers(0, 2**64, k, dtype=np.uint64)
     t = time.perf_counter()
-    _, hops, _ = route_paths(st, net["node_ids_hi"], net["node_ids_lo"], rng.integers(0, n, k), kh, kl)
+    _, hops, _ = route_paths(st, net["node_ids_hi"], net["node_ids_lo"], rng.integers(0, n, k),
+                             kh, kl)
     dt = time.perf_counter() - t
     print(f"routes N={n}: {k} routes, {hops.sum()} hops in {dt:.2f} s = "
           f"{hops.sum() / dt:,.0f} hops/s, mean hops {hops.mean():.2f}")
@@ -50,10 +51,12 @@ def bench_protocol(n, routers, rate, quality=True):
 
     from actors.pastry.protocol import Pastry
     from actors.pastry.quality import stack_states
+    from scenarios.config import protocol_params
     net = synthetic_network(n, routers, seed=2)
     rate = rate or n / 10.0
     t, c = time.perf_counter(), time.process_time()
-    w = World(net, lambda: Pastry(None, {"bootstrap": "protocol", "join_rate_per_s": rate}))
+    params, _ = protocol_params(n, pastry={"bootstrap": "protocol", "join_rate_per_s": rate})
+    w = World(net, lambda: Pastry(None, params))
     cells = w.run()
     dt, dc = time.perf_counter() - t, time.process_time() - c
     joined = w.counters.get("pastry_joined", 0) + 1

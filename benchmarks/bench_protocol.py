@@ -53,10 +53,12 @@ def build(nodes: int, seed: int):
     from actors.pastry.synthetic import synthetic_network
     from emulator.engine import ShardEngine
     from emulator.latency import RouterLatency
+    from scenarios.config import protocol_params
 
     net = synthetic_network(nodes, max(8, nodes // 20), seed, span_us=60_000)
     lat = RouterLatency(net["host_router"], net["router_dist_us"], net["lan_us"])
-    factory = functools.partial(Pastry, None, {"bootstrap": "oracle", "seed": seed})
+    params, _ = protocol_params(nodes, seed, pastry={"bootstrap": "oracle"})
+    factory = functools.partial(Pastry, None, params)
     eng = ShardEngine(0, np.zeros(nodes, np.int32), lat, factory, seed=seed,
                       delta_us=lat.min_latency_us(), shared=net, **stack_record()[1])
     return eng, net
@@ -65,12 +67,12 @@ def build(nodes: int, seed: int):
 def make_batch(kind: str, k: int, eng, net, rng):
     import numpy as np
 
-    from actors.pastry import types as T
+    from actors.pastry import types as msg_types
     from emulator.batch import Batch, pack_rows
 
     MSG_DTYPE = stack_record()[0]
 
-    st = eng.stack.state
+    st = eng.stack.nodes.tables()
     n = eng.n_nodes
     m = np.zeros(k, MSG_DTYPE)
     dst = rng.integers(0, n, k)
@@ -89,7 +91,7 @@ def make_batch(kind: str, k: int, eng, net, rng):
             m["key_lo"] = rng.integers(0, 2**63, k, dtype=np.uint64)
             m["origin"] = dst
         else:
-            m["type"] = T.JOIN
+            m["type"] = msg_types.JOIN
             m["key_hi"], m["key_lo"] = net["node_ids_hi"][x], net["node_ids_lo"][x]
             m["origin"] = m["a"] = x
         return Batch(m)
@@ -97,21 +99,21 @@ def make_batch(kind: str, k: int, eng, net, rng):
     if kind == "keepalive":  # from a member of the receiver's leaf set
         leaf = st.leaf[dst]
         m["src"] = np.where(leaf[:, 0] >= 0, leaf[:, 0], src)
-        m["type"] = T.KEEPALIVE
+        m["type"] = msg_types.KEEPALIVE
         return Batch(m)
     m["src"] = src
     if kind == "announce":
-        m["type"], m["a"] = T.ANNOUNCE, src
+        m["type"], m["a"] = msg_types.ANNOUNCE, src
     elif kind == "rows_req":
-        m["type"], m["a"] = T.ROWS_REQ, rng.integers(0, 2, k)
+        m["type"], m["a"] = msg_types.ROWS_REQ, rng.integers(0, 2, k)
     elif kind == "leaf_reply":
-        m["type"] = T.LEAF_REPLY
+        m["type"] = msg_types.LEAF_REPLY
         payload = pack_rows(np.concatenate([st.leaf[src], src[:, None]], axis=1))
     elif kind == "join_rows":
-        m["type"] = T.JOIN_ROWS
+        m["type"] = msg_types.JOIN_ROWS
         payload = pack_rows(st.rt[src, :2].reshape(k, -1))
     elif kind == "rows_reply":
-        m["type"], m["a"] = T.ROWS_REPLY, 1
+        m["type"], m["a"] = msg_types.ROWS_REPLY, 1
         payload = pack_rows(st.rt[src, 1])
     if payload is None:
         return Batch(m)

@@ -34,6 +34,7 @@ from actors.pastry.protocol import Pastry  # noqa: E402
 from actors.pastry.synthetic import synthetic_network  # noqa: E402
 from emulator.latency import RouterLatency  # noqa: E402
 from emulator.local import LocalEmulator  # noqa: E402
+from scenarios.config import protocol_params  # noqa: E402
 
 
 def make_pastry(params: dict) -> Pastry:
@@ -44,9 +45,9 @@ def run_workload(n_nodes: int = 600, shards: int = 1, seed: int = 3):
     """Run the workload; returns (LocalEmulator, seconds)."""
     net = synthetic_network(n_nodes, max(8, n_nodes // 10), seed, span_us=60_000)
     lat = RouterLatency(net["host_router"], net["router_dist_us"], net["lan_us"])
-    params = {"bootstrap": "protocol", "join_rate_per_s": n_nodes / 3.0, "seed": seed,
-              "keepalive_us": 1_000_000, "join_settle_us": 1_000_000,
-              "leaf_refresh_us": 1_000_000}
+    params, _ = protocol_params(n_nodes, seed, pastry={
+        "bootstrap": "protocol", "join_rate_per_s": n_nodes / 3.0, "keepalive_us": 1_000_000,
+        "join_settle_us": 1_000_000, "leaf_refresh_us": 1_000_000})
     emu = LocalEmulator(lat, functools.partial(make_pastry, params), shards=shards,
                         seed=seed, shared=net, message_dtype=MSG_DTYPE,
                         message_log_fields=MESSAGE_LOG_FIELDS)

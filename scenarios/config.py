@@ -26,8 +26,9 @@ class ScenarioError(ValueError):
 
 # ---- the schema ------------------------------------------------------------------------
 # Each section: key -> (type, default, check, help). Types: int, float, bool, str, list.
-# The Pastry/Scribe keys mirror the protocols' DEFAULTS; the protocols validate their
-# values again when the stack is built (their ValueError becomes a ScenarioError).
+# The [pastry] section is the one place of Pastry's defaults: the protocol takes complete
+# parameter dicts (ScenarioConfig.pastry_params, or protocol_params outside a scenario)
+# and checks them again when the stack is built (its ValueError becomes a ScenarioError).
 
 def _pos(v):
     return v > 0
@@ -48,6 +49,7 @@ GROUP_KINDS = ("zipf", "fixed")
 PLACEMENTS = ("uniform", "lan_slots")        # topologies.hosts.PLACEMENTS
 VOCABULARIES = ("groups", "pubsub")          # scenarios.vocabulary.TERMS
 BOOTSTRAPS = ("oracle", "protocol")
+HOP_ACK_MODES = ("auto", "on", "off")
 EVENT_LOG_LAYOUTS = ("auto", "object_store", "files")   # scenarios/event_logs.py
 
 SCHEMA: dict[str, dict[str, tuple]] = {
@@ -107,6 +109,13 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "join_exchange_rows": (int, 2, _nonneg, "protocol bootstrap: a joined node asks the "
                                "nodes of its top rows for theirs (second join stage; 0 = off)"),
         "dead_memory": (int, 8, _pos, "presumed-failed ids a node remembers"),
+        "join_start_us": (int, 0, _nonneg, "protocol bootstrap: time of the first arrival, us"),
+        "rejoin_timeout_us": (int, 1_000_000, _pos, "a recovering node tries its next "
+                              "contact after this, us"),
+        "hop_ack": (str, "auto", lambda v: v in HOP_ACK_MODES, "per-hop acks of routed "
+                    "messages: auto (on iff keep-alives are) | on | off"),
+        "ack_slack_us": (int, 0, _nonneg, "hop-ack deadline = sent + 2 x latency + this, us "
+                         "(0 = one cell)"),
     },
     "scribe": {
         "bottleneck": (bool, False, None, "run the bottleneck remover while joining"),
@@ -517,6 +526,19 @@ def load_scenario(name: str, *, nodes=None, groups=None, topologies=None, seed=N
     if bootstrap is not None:
         raw.setdefault("pastry", {})["bootstrap"] = bootstrap
     return build_config(sname, raw, where=str(path.name))
+
+
+def protocol_params(nodes: int = SCHEMA["run"]["nodes"][1], seed: int = 0, *,
+                    pastry: dict | None = None, scribe: dict | None = None) -> tuple[dict, dict]:
+    """The complete (pastry, scribe) parameter dicts the stack takes, outside a scenario
+    (tests, benchmarks): the schema's defaults with the keys of ``pastry`` / ``scribe``
+    replaced (checked as a scenario's are), for a run of ``nodes`` nodes whose join
+    schedule follows ``seed``. Raises ScenarioError (one line) on a bad key or value."""
+    merged = _merge({"run": {"nodes": nodes}, "pastry": dict(pastry or {}),
+                     "scribe": dict(scribe or {})}, "protocol parameters")
+    cfg = ScenarioConfig(name="protocol_params", description="", run=merged["run"],
+                         pastry=merged["pastry"], scribe=merged["scribe"])
+    return cfg.pastry_params(seed), cfg.scribe_params()
 
 
 def with_overrides(cfg: ScenarioConfig, **sections) -> ScenarioConfig:

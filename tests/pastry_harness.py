@@ -11,7 +11,7 @@ import heapq
 
 import numpy as np
 
-from actors.pastry.protocol import MSG_DTYPE, make_batch
+from actors.pastry.messages import MSG_DTYPE, make_batch
 from actors.pastry.synthetic import host_latency
 
 

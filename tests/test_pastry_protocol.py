@@ -6,12 +6,19 @@ import pytest
 from pastry_harness import World
 
 from actors.pastry import ids as I
+from actors.pastry.messages import msgs_of
 from actors.pastry.oracle import oracle_state
-from actors.pastry.protocol import Pastry, msgs_of
+from actors.pastry.protocol import Pastry
 from actors.pastry.quality import stack_states, table_quality
 from actors.pastry.synthetic import synthetic_network
+from scenarios.config import protocol_params
 
 APP_TYPE = 200
+
+
+def complete_pastry(app, params):
+    """Pastry with the scenario schema's defaults for the parameters not given."""
+    return Pastry(app, protocol_params(pastry=params)[0])
 
 
 class RecordingApp:
@@ -107,7 +114,7 @@ def net():
 
 
 def run_routes(net, shards, params, n_routes=600, seed=1):
-    w = World(net, lambda: Pastry(RecordingApp(), params), shards=shards)
+    w = World(net, lambda: complete_pastry(RecordingApp(), params), shards=shards)
     w.run()
     kh, kl, r = keys(n_routes, seed)
     start = r % w.n
@@ -130,7 +137,7 @@ def test_oracle_stack_delivers_at_closest_and_logs_routes(net):
 
 
 def test_forward_can_stop_and_redirect(net):
-    w = World(net, lambda: Pastry(RecordingApp(), {"bootstrap": "oracle"}), shards=1)
+    w = World(net, lambda: complete_pastry(RecordingApp(), {"bootstrap": "oracle"}), shards=1)
     kh, kl, r = keys(200, 5)
     start = r % w.n
     root = true_root(net, kh, kl)
@@ -158,8 +165,8 @@ def test_same_results_for_one_and_two_shards(net):
 
 
 def test_protocol_bootstrap_leaf_sets_are_exact_and_tables_good(net):
-    w = World(net, lambda: Pastry(None, {"bootstrap": "protocol", "join_rate_per_s": 300.0}),
-              shards=2)
+    params = {"bootstrap": "protocol", "join_rate_per_s": 300.0}
+    w = World(net, lambda: complete_pastry(None, params), shards=2)
     w.run()
     assert sum(int(st.joined.sum()) for st in w.stacks) == w.n
     g = gather(w)
@@ -179,7 +186,7 @@ def test_leaf_repair_after_concurrent_failures(net):
     # repaired; and a node listed by a neighbour it did not list got no keep-alives and
     # was presumed failed. Fixed by the half-ring side rule and keep-alive replies.
     params = {"bootstrap": "oracle", "keepalive_us": 200_000}
-    w = World(net, lambda: Pastry(RecordingApp(), params), shards=2)
+    w = World(net, lambda: complete_pastry(RecordingApp(), params), shards=2)
     w.run(until=500_000)
     hi, lo = net["node_ids_hi"], net["node_ids_lo"]
     order = I.sorted_order(hi, lo)
@@ -216,7 +223,7 @@ def test_routing_after_many_failures_reaches_live_root_and_repairs_tables(net):
     reaches the live node numerically closest; routing the same keys again meets far
     fewer dead entries (lazy repair); leaf sets are exact."""
     params = {"bootstrap": "oracle", "keepalive_us": 200_000}
-    w = World(net, lambda: Pastry(RecordingApp(), params), shards=2)
+    w = World(net, lambda: complete_pastry(RecordingApp(), params), shards=2)
     w.run(until=500_000)
     rng = np.random.default_rng(3)
     dead = rng.choice(w.n, size=int(0.15 * w.n), replace=False)
@@ -265,7 +272,7 @@ def recovery_runs():
     dead = np.unique(np.r_[order[50:55], order[300:305], rng.choice(600, 20, replace=False)])
     runs = {}
     for k in (1, 2):
-        w = World(small, lambda: Pastry(RecordingApp(), {"bootstrap": "oracle",
+        w = World(small, lambda: complete_pastry(RecordingApp(), {"bootstrap": "oracle",
                                                          "keepalive_us": 200_000}), shards=k)
         w.run(until=400_000)
         w.fail(dead)
@@ -320,7 +327,7 @@ def test_protocol_bootstrap_with_contacts_still_joining():
     sides claimed whole half rings. A now holds the request until it has joined."""
     slow = synthetic_network(250, 40, seed=11, span_us=1_000_000)   # one-way up to ~1.4 s
     params = {"bootstrap": "protocol", "join_rate_per_s": 400.0, "join_settle_us": 100_000}
-    w = World(slow, lambda: Pastry(None, params), shards=2)
+    w = World(slow, lambda: complete_pastry(None, params), shards=2)
     w.run()
     assert sum(int(st.joined.sum()) for st in w.stacks) == w.n
     g = gather(w)

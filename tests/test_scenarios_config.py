@@ -169,3 +169,28 @@ def test_list_scenarios():
     infos = {i.name: i for i in list_scenarios()}
     assert set(SHIPPED) <= set(infos)
     assert infos["paper_zipf_1500"].nodes == 100_000 and infos["quick"].groups == 40
+
+
+def test_protocol_params_are_the_schema_defaults_and_complete():
+    """The scenario schema is the one place of Pastry's defaults: outside a scenario,
+    protocol_params gives what a default scenario gives the stack, and Pastry takes only
+    complete parameter dicts (no defaults of its own)."""
+    from actors.pastry.protocol import PARAMETERS, Pastry
+    from scenarios.config import protocol_params
+
+    cfg = load_scenario("quick")
+    pastry, scribe = protocol_params(cfg.nodes, 7, pastry=cfg.pastry, scribe=cfg.scribe)
+    assert pastry == cfg.pastry_params(7) and scribe == cfg.scribe_params()
+    assert set(pastry) == set(PARAMETERS)
+    # the schema's join_rate_per_s = 0 means nodes / 10
+    assert protocol_params(3000)[0]["join_rate_per_s"] == 300.0
+    Pastry(None, pastry)
+    for bad, message in (({k: v for k, v in pastry.items() if k != "seed"}, "missing"),
+                         ({**pastry, "colour": 1}, "unknown"),
+                         ({**pastry, "hop_ack": True}, "hop_ack"),
+                         ({**pastry, "rejoin_timeout_us": 0}, "rejoin_timeout_us")):
+        with pytest.raises(ValueError, match=message) as err:
+            Pastry(None, bad)
+        assert "\n" not in str(err.value)
+    with pytest.raises(ScenarioError, match="pastry.hop_ack"):
+        protocol_params(pastry={"hop_ack": "sometimes"})

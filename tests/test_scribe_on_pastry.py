@@ -21,8 +21,14 @@ from actors.scribe import (
     leave_requests,
     multicast_requests,
 )
+from scenarios.config import protocol_params
 
 N, G = 1500, 30
+
+
+def complete_pastry(app, params):
+    """Pastry with the scenario schema's defaults for the parameters not given."""
+    return pastry_protocol.Pastry(app, protocol_params(pastry=params)[0])
 
 
 def route_path(state, net, node, key_hi, key_lo):
@@ -54,7 +60,7 @@ def scenario():
     leavers = [rng.choice(m, size=len(m) // 3, replace=False) for m in members]
     runs = {}
     for k in (1, 2):
-        w = World(net, lambda: pastry_protocol.Pastry(Scribe({}), {"bootstrap": "oracle"}),
+        w = World(net, lambda: complete_pastry(Scribe({}), {"bootstrap": "oracle"}),
                   shards=k)
         inject(w, create_requests(np.arange(G) * 11 % N, np.arange(G), 0, creds))
         w.run()
@@ -135,7 +141,7 @@ def test_repair_and_rp_takeover_on_real_pastry():
     creds = rng.integers(1, 10**9, g_n)
     net["groups"] = group_table([f"r{r}" for r in range(g_n)], ["x"] * g_n, creds)
     members = [np.sort(rng.choice(600, size=25, replace=False)) for _ in range(g_n)]
-    w = World(net, lambda: pastry_protocol.Pastry(
+    w = World(net, lambda: complete_pastry(
         Scribe({"heartbeat_us": 100_000}),
         {"bootstrap": "oracle", "keepalive_us": 100_000}), shards=2)
     inject(w, create_requests(np.arange(g_n), np.arange(g_n), 0, creds))

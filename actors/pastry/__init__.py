@@ -1,5 +1,6 @@
-"""Pastry overlay (SPEC 2): 128-bit ids, compact state, oracle bootstrap, vectorized
-routing, and the protocol stack (join, keep-alives, repair). See docs/pastry.md."""
+"""Pastry overlay (SPEC 2): 128-bit ids, compact per-part state, oracle bootstrap, compiled
+routing, and the protocol as composed parts (join, leaf-set maintenance, table repair,
+hop acks; see docs/ARCHITECTURE.md "Pastry's parts" and docs/pastry.md)."""
 
 from .ids import closest_node, node_ids, ring_dist, shared_prefix_len, sorted_order
 from .oracle import oracle_state

@@ -1,4 +1,5 @@
-"""The Pastry join protocol and leaf-set maintenance, as handlers of :class:`Pastry`.
+"""The Pastry join protocol (JOIN_START .. JOIN_LEAFS, the row exchange) and the rejoin of
+recovered nodes.
 
 Join of node X (SPEC 2), all on the virtual clock:
 
@@ -23,19 +24,17 @@ Join of node X (SPEC 2), all on the virtual clock:
    to them. This closes the gaps left by joins that overlap in virtual time: the overlay
    converges to leaf sets equal to the true l/2 + l/2 closest ids.
 
-Keep-alives and repair use the same LEAF_REQ / LEAF_REPLY exchange.
+The receiving side of step 3's announcements and step 4 are leaf-set maintenance
+(:mod:`.maintenance`), which also runs the keep-alives and the leaf-set repair with the
+same LEAF_REQ / LEAF_REPLY exchange.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from emulator.batch import pack_rows, payload_rows, take_rows
-
-from . import kernels
-from . import types as T
-from .ids import shared_prefix_len
-from .merge import group_rows
+from . import types as msg_types
+from .messages import msgs_of, payload_of, send_rows, sender_and_payload, take_rows
 
 CHUNK = 1024
 # an unjoined contact A holds a JOIN_REQ and looks again this much later, up to this many
@@ -83,48 +82,66 @@ def nearby_contacts(joiners, times, settle_us, host_router, router_dist) -> np.n
     return out
 
 
-def _padded(m, payload):
-    """Payload rows as a padded int64 matrix (-1 pads) plus each row's sender appended."""
-    return np.concatenate([payload_rows(m, payload), m["src"].astype(np.int64)[:, None]],
-                          axis=1)
+class JoinProtocol:
+    """The join of new and recovered nodes (see the module docstring).
 
+    Owns the per-node join progress: ``rows_got`` (JOIN_ROWS received), ``rows_expected``
+    (from JOIN_LEAFS: the route's node count; -1 before), ``nbrs_got`` (JOIN_NBRS
+    received), and ``rejoin_contacts`` int32[n, M + l] (a recovered node's candidate
+    contacts, nearest first; allocated on the first recovery)."""
 
-class JoinMixin:
-    """Join protocol, announcements, keep-alives and leaf-set repair (see module doc)."""
+    def __init__(self, nodes, router, maintenance, *, join_rate_per_s: float,
+                 join_start_us: int, join_settle_us: int, join_exchange_rows: int,
+                 rejoin_timeout_us: int, seed: int):
+        """``nodes`` :class:`~.nodes.PastryNodes`; ``router`` routes the JOINs;
+        ``maintenance`` :class:`~.maintenance.LeafSetMaintenance` (a joined node starts
+        its keep-alives and leaf refresh)."""
+        self.nodes = nodes
+        self.router = router
+        self.maintenance = maintenance
+        self.join_rate_per_s = join_rate_per_s
+        self.join_start_us = join_start_us
+        self.join_settle_us = join_settle_us
+        self.join_exchange_rows = join_exchange_rows
+        self.rejoin_timeout_us = rejoin_timeout_us
+        self.seed = seed
+        n = len(nodes)
+        self.rows_got = np.zeros(n, np.int64)
+        self.rows_expected = np.full(n, -1, np.int64)
+        self.nbrs_got = np.zeros(n, bool)
+        self.rejoin_contacts = None
 
-    # ---- setup / checkpoint ---------------------------------------------------------
-    def join_setup(self, ctx):
-        n = len(self.nodes)
-        self.jn_got = np.zeros(n, np.int64)       # JOIN_ROWS received
-        self.jn_expect = np.full(n, -1, np.int64)  # JOIN_ROWS expected (from JOIN_LEAFS)
-        self.jn_nbrs = np.zeros(n, bool)          # JOIN_NBRS received
-        self.jn_inc = np.zeros(n, np.int64)       # incarnation: bumped by each recovery
-        self.jn_cand = None                       # rejoin contacts (allocated on recovery)
-        self.refresh_until = -1                   # leaf refresh runs until then (bootstrap)
-        if self.params["bootstrap"] != "protocol" or n == 0:
+    def schedule_arrivals(self, ctx) -> None:
+        """Protocol bootstrap: a JOIN_START timer per local node at its arrival time, with
+        its contact; the leaf refresh stops after the last arrival + join_settle_us."""
+        nodes = self.nodes
+        if not len(nodes):
             return
-        p = self.params
-        times = join_schedule(ctx.n_nodes, p["join_rate_per_s"], p["join_start_us"], p["seed"])
+        times = join_schedule(ctx.n_nodes, self.join_rate_per_s, self.join_start_us,
+                              self.seed)
         times = times + int(getattr(ctx, "delta_us", 0) or 0) + 1
-        contact = nearby_contacts(self.nodes, times, p["join_settle_us"],
+        contact = nearby_contacts(nodes.global_ids, times, self.join_settle_us,
                                   ctx.shared("host_router"), ctx.shared("router_dist_us"))
-        ctx.timer(self.nodes, times[self.nodes], T.JOIN_START, a=contact)
-        self.refresh_until = int(times.max()) + int(p["join_settle_us"])
+        ctx.timer(nodes.global_ids, times[nodes.global_ids], msg_types.JOIN_START, a=contact)
+        self.maintenance.stop_refresh_at(int(times.max()) + int(self.join_settle_us))
 
-    def join_checkpoint(self) -> dict:
-        return {"got": self.jn_got.copy(), "expect": self.jn_expect.copy(),
-                "refresh_until": self.refresh_until,
-                "nbrs": self.jn_nbrs.copy(), "inc": self.jn_inc.copy(),
-                "cand": None if self.jn_cand is None else self.jn_cand.copy()}
+    def checkpoint(self) -> dict:
+        return {"rows_got": self.rows_got.copy(), "rows_expected": self.rows_expected.copy(),
+                "nbrs_got": self.nbrs_got.copy(),
+                "rejoin_contacts": None if self.rejoin_contacts is None
+                else self.rejoin_contacts.copy()}
 
-    def join_restore(self, d):
-        self.jn_got, self.jn_expect = d["got"].copy(), d["expect"].copy()
-        self.jn_nbrs, self.jn_inc = d["nbrs"].copy(), d["inc"].copy()
-        self.refresh_until = int(d.get("refresh_until", -1))
-        self.jn_cand = None if d["cand"] is None else d["cand"].copy()
+    def restore(self, d: dict) -> None:
+        self.rows_got, self.rows_expected = d["rows_got"].copy(), d["rows_expected"].copy()
+        self.nbrs_got = d["nbrs_got"].copy()
+        cand = d["rejoin_contacts"]
+        self.rejoin_contacts = None if cand is None else cand.copy()
+
+    def _restart(self, li) -> None:
+        self.rows_got[li], self.rows_expected[li], self.nbrs_got[li] = 0, -1, False
 
     # ---- recovery -------------------------------------------------------------------
-    def rejoin(self, ctx, li, now):
+    def rejoin(self, ctx, li, now) -> None:
         """Recovered nodes ``li`` drop their tables and join again with their own ids.
 
         Contacts: the nodes of the old neighbourhood set (nearest first), then of the old
@@ -132,228 +149,167 @@ class JoinMixin:
         ``rejoin_timeout_us`` (it may have failed too) is replaced by the next one. A new
         incarnation number invalidates the node's timers from before the crash.
         """
-        s = self.state
+        nodes = self.nodes
         li = np.asarray(li, np.int64)
-        if self.jn_cand is None:  # allocated on the first recovery only
-            self.jn_cand = np.full((len(self.nodes), s.nbr.shape[1] + s.l), -1, np.int32)
-        cand = np.concatenate([s.nbr[li], s.leaf[li]], axis=1)
+        if self.rejoin_contacts is None:  # allocated on the first recovery only
+            self.rejoin_contacts = np.full((len(nodes), nodes.nbrs.size + nodes.leaves.size),
+                                           -1, np.int32)
+        cand = np.concatenate([nodes.nbrs.members[li], nodes.leaves.members[li]], axis=1)
         # nearest first, duplicates out, packed to the left
         dup = np.zeros(cand.shape, bool)
         for j in range(1, cand.shape[1]):  # M + l columns, vectorized over nodes
             dup[:, j] = (cand[:, :j] == cand[:, j:j + 1]).any(axis=1)
         cand = np.where(dup, -1, cand)
         o = np.argsort(cand < 0, axis=1, kind="stable")
-        self.jn_cand[li] = np.take_along_axis(cand, o, axis=1)
-        self.jn_inc[li] += 1
-        s.rt[li] = -1
-        s.leaf[li] = -1
-        s.nbr[li] = -1
-        self.heard[li] = 0
-        self.dead[li] = -1
-        self.joined[li] = False
-        self.jn_got[li], self.jn_expect[li], self.jn_nbrs[li] = 0, -1, False
+        self.rejoin_contacts[li] = np.take_along_axis(cand, o, axis=1)
+        nodes.incarnation[li] += 1
+        nodes.reset(li)
+        self._restart(li)
         ctx.count("pastry_rejoins", len(li))
         t = np.full(len(li), now + max(int(getattr(ctx, "delta_us", 0) or 0), 1), np.int64)
         self._rejoin_attempt(ctx, li, np.zeros(len(li), np.int64), t)
 
-    def _rejoin_attempt(self, ctx, li, k, t):
+    def _rejoin_attempt(self, ctx, li, k, t) -> None:
         """JOIN_START of attempt ``k`` (b = k + 1 marks a rejoin; c = incarnation)."""
-        has = (k < self.jn_cand.shape[1])
-        has[has] = self.jn_cand[li[has], k[has]] >= 0
+        has = (k < self.rejoin_contacts.shape[1])
+        has[has] = self.rejoin_contacts[li[has], k[has]] >= 0
         if (~has).any():
             ctx.count("pastry_rejoin_gave_up", int((~has).sum()))
         li, k, t = li[has], k[has], t[has]
         if len(li):
-            ctx.timer(self.nodes[li], t, T.JOIN_START, a=self.jn_cand[li, k], b=k + 1,
-                      c=self.jn_inc[li])
-
-    def _li(self, ctx, nodes):
-        return np.asarray(ctx.local(np.asarray(nodes, np.int64)), np.int64)
-
-    def _send_payload(self, ctx, src, dst, type_code, sent, rows, **fields):
-        """Direct messages each carrying one row of ``rows`` (-1 entries dropped)."""
-        ctx.send(src, dst, type_code, sent, mode=0, **pack_rows(rows), **fields)
-
-    def _send_leaf_set(self, ctx, li, me, to, t):
-        """LEAF_REPLY from local nodes ``li`` (ids ``me``) to ``to``: leaf set + sender."""
-        rows = np.concatenate([self.state.leaf[li], np.asarray(me, np.int32)[:, None]], axis=1)
-        self._send_payload(ctx, me, to, T.LEAF_REPLY, t, rows)
+            ctx.timer(self.nodes.global_ids[li], t, msg_types.JOIN_START,
+                      a=self.rejoin_contacts[li, k], b=k + 1, c=self.nodes.incarnation[li])
 
     # ---- join -----------------------------------------------------------------------
-    def _join_start(self, ctx, batch):
-        m = self._msgs(batch)
+    def on_join_start(self, ctx, batch) -> None:
+        """JOIN_START: X asks its contact A (a) to route its join; no contact: X is the
+        first node and forms the overlay alone."""
+        m = msgs_of(batch)
+        nodes = self.nodes
         rj = m["b"] > 0
         if rj.any():  # rejoin attempts of recovered nodes
-            li = self._li(ctx, m["dst"][rj])
-            go = (m["c"][rj] == self.jn_inc[li]) & ~self.joined[li]
+            li = nodes.local(ctx, m["dst"][rj])
+            go = (m["c"][rj] == nodes.incarnation[li]) & ~nodes.joined[li]
             li, r = li[go], take_rows(take_rows(m, rj), go)
             if len(li):
                 # counts restart: pieces of an earlier attempt may still arrive, harmless
-                self.jn_got[li], self.jn_expect[li], self.jn_nbrs[li] = 0, -1, False
-                ctx.send(r["dst"], r["a"], T.JOIN_REQ, r["time"], a=r["dst"], mode=0)
-                self._rejoin_attempt(ctx, li, r["b"], r["time"] + self.params["rejoin_timeout_us"])
+                self._restart(li)
+                ctx.send(r["dst"], r["a"], msg_types.JOIN_REQ, r["time"], a=r["dst"], mode=0)
+                self._rejoin_attempt(ctx, li, r["b"], r["time"] + self.rejoin_timeout_us)
             m = take_rows(m, ~rj)
         x, a, t = m["dst"].astype(np.int64), m["a"], m["time"]
         alone = a < 0
         if alone.any():
-            li = self._li(ctx, x[alone])
-            self.joined[li] = True
-            self._start_keepalive(ctx, li, t[alone])
-            self._schedule_refresh(ctx, li, t[alone])
+            li = nodes.local(ctx, x[alone])
+            nodes.joined[li] = True
+            self.maintenance.start_keepalive(ctx, li, t[alone])
+            self.maintenance.schedule_refresh(ctx, li, t[alone])
         if (~alone).any():
-            ctx.send(x[~alone], a[~alone], T.JOIN_REQ, t[~alone], a=x[~alone], mode=0)
+            ctx.send(x[~alone], a[~alone], msg_types.JOIN_REQ, t[~alone], a=x[~alone], mode=0)
 
-    def _join_req(self, ctx, batch):
-        m = self._msgs(batch)
-        li = self._li(ctx, m["dst"])
+    def on_join_req(self, ctx, batch) -> None:
+        """JOIN_REQ at contact A: send X (a) the neighbourhood set, route X's JOIN."""
+        m = msgs_of(batch)
+        nodes = self.nodes
+        li = nodes.local(ctx, m["dst"])
         # a contact still joining has (nearly) empty tables: serving now would give X an
         # empty state and a JOIN delivered at A itself, so X's leaf set would never reach
         # its true neighbours (and short sides claim whole half rings: routing loops).
         # Hold the request until A has joined (retry timer; c counts the retries).
-        wait = ~self.joined[li] & (m["c"] < JOIN_REQ_MAX_RETRIES)
+        wait = ~nodes.joined[li] & (m["c"] < JOIN_REQ_MAX_RETRIES)
         if wait.any():
             w = take_rows(m, wait)
-            ctx.timer(w["dst"], w["time"] + JOIN_REQ_RETRY_US, T.JOIN_REQ, a=w["a"],
+            ctx.timer(w["dst"], w["time"] + JOIN_REQ_RETRY_US, msg_types.JOIN_REQ, a=w["a"],
                       c=w["c"] + 1, mode=0)
             m, li = take_rows(m, ~wait), li[~wait]
             if not len(m):
                 return
         a_nodes, x, t = m["dst"].astype(np.int64), m["a"], m["time"]
-        self._send_payload(ctx, a_nodes, x, T.JOIN_NBRS, t, self.state.nbr[li])
-        self.route(ctx, a_nodes, self.ids_hi[x], self.ids_lo[x], T.JOIN, t, origin=x, a=x)
+        send_rows(ctx, a_nodes, x, msg_types.JOIN_NBRS, t, nodes.nbrs.members[li])
+        self.router.route(ctx, a_nodes, nodes.ids_hi[x], nodes.ids_lo[x], msg_types.JOIN, t,
+                          origin=x, a=x)
 
-    def _send_rows(self, ctx, m):
+    def _send_rows(self, ctx, m) -> None:
         """Each route node Y sends X = m['a'] its rows 0..min(spl(Y, X), rows-1)."""
         y, x = m["dst"].astype(np.int64), m["a"]
-        li = self._li(ctx, y)
-        s = self.state
-        p = shared_prefix_len(self.ids_hi[y], self.ids_lo[y], self.ids_hi[x], self.ids_lo[x], s.b)
-        last = np.minimum(p, s.rows - 1)
-        rows = s.rt[li].reshape(len(li), -1).astype(np.int64)
-        width = 1 << s.b
-        rows[np.arange(rows.shape[1])[None, :] >= ((last + 1) * width)[:, None]] = -1
-        self._send_payload(ctx, y, x, T.JOIN_ROWS, m["time"], rows)
+        nodes = self.nodes
+        rows = nodes.table.rows_for(nodes.local(ctx, y), y, x, nodes.ids_hi, nodes.ids_lo)
+        send_rows(ctx, y, x, msg_types.JOIN_ROWS, m["time"], rows)
 
-    def _forward_own(self, ctx, m):
+    def forward(self, ctx, m) -> None:
+        """Pastry's own routed messages passing a node: JOINs collect its rows."""
         if len(m):
-            j = m["type"] == T.JOIN
+            j = m["type"] == msg_types.JOIN
             if j.any():
                 self._send_rows(ctx, take_rows(m, j))
 
-    def _deliver_own(self, ctx, m, rows=True):
-        look = (m["type"] == T.LEAF_LOOKUP) & (m["origin"] != m["dst"])
-        if look.any():  # the origin was unknown here: take it in, send it our leaf set
-            lk = take_rows(m, look)
-            li = self._li(ctx, lk["dst"])
-            self._learn(ctx, li, lk["origin"].astype(np.int64)[:, None], lk["time"])
-            self._send_leaf_set(ctx, li, lk["dst"], lk["origin"], lk["time"])
-        j = m["type"] == T.JOIN
+    def deliver(self, ctx, m, rows=True) -> None:
+        """JOINs at Z, the node numerically closest to X: Z's rows and leaf set (a = the
+        route's node count, so X knows how many JOIN_ROWS to wait for). ``rows`` False:
+        a JOIN re-routed after a lost hop, this node sent its rows already."""
+        j = m["type"] == msg_types.JOIN
         if not j.any():
             return
         m = take_rows(m, j)
-        if rows:  # a JOIN re-routed after a lost hop: this node sent its rows already
+        if rows:
             self._send_rows(ctx, m)
-        li = self._li(ctx, m["dst"])
-        self._send_payload(ctx, m["dst"], m["a"], T.JOIN_LEAFS, m["time"], self.state.leaf[li],
-                           a=m["hops"].astype(np.int64) + 1)
+        li = self.nodes.local(ctx, m["dst"])
+        send_rows(ctx, m["dst"], m["a"], msg_types.JOIN_LEAFS, m["time"],
+                  self.nodes.leaves.members[li], a=m["hops"].astype(np.int64) + 1)
 
-    def _learn(self, ctx, li, cand, t):
-        """Offer candidates to leaf sets and routing tables of local nodes ``li``."""
-        self._insert_table(ctx, li, cand)
-        return self._merge_leaves(ctx, li, cand, t)
-
-    def _join_rows(self, ctx, batch):
-        m = self._msgs(batch)
-        li = self._li(ctx, m["dst"])
-        self._learn(ctx, li, _padded(m, self._payload(batch)), m["time"])
-        np.add.at(self.jn_got, li, 1)
+    def on_join_rows(self, ctx, batch) -> None:
+        m = msgs_of(batch)
+        li = self.nodes.local(ctx, m["dst"])
+        self.nodes.learn(ctx, li, sender_and_payload(m, payload_of(batch)), m["time"])
+        np.add.at(self.rows_got, li, 1)
         self._maybe_joined(ctx, li, m["time"])
 
-    def _join_nbrs(self, ctx, batch):
-        m = self._msgs(batch)
-        li = self._li(ctx, m["dst"])
-        cand = _padded(m, self._payload(batch))
-        self._learn(ctx, li, cand, m["time"])
-        self._merge_nbrs(ctx, li, cand)
-        self.jn_nbrs[li] = True
+    def on_join_nbrs(self, ctx, batch) -> None:
+        m = msgs_of(batch)
+        li = self.nodes.local(ctx, m["dst"])
+        cand = sender_and_payload(m, payload_of(batch))
+        self.nodes.learn(ctx, li, cand, m["time"])
+        self.nodes.merge_nbrs(ctx, li, cand)
+        self.nbrs_got[li] = True
         self._maybe_joined(ctx, li, m["time"])
 
-    def _join_leafs(self, ctx, batch):
-        m = self._msgs(batch)
-        li = self._li(ctx, m["dst"])
-        self._learn(ctx, li, _padded(m, self._payload(batch)), m["time"])
-        self.jn_expect[li] = m["a"]
+    def on_join_leafs(self, ctx, batch) -> None:
+        m = msgs_of(batch)
+        li = self.nodes.local(ctx, m["dst"])
+        self.nodes.learn(ctx, li, sender_and_payload(m, payload_of(batch)), m["time"])
+        self.rows_expected[li] = m["a"]
         self._maybe_joined(ctx, li, m["time"])
 
-    def _merge_nbrs(self, ctx, li, cand):
-        s = self.state
-        li, cand, _ = group_rows(li, cand)
-        both = np.concatenate([s.nbr[li].astype(np.int64), cand], axis=1)
-        hr, rdist, lan = self._latency_tables(ctx)
-        s.nbr[li] = kernels.select_nearest(self.nodes[li], both, s.nbr.shape[1], self.dead[li],
-                                           hr, rdist, lan)
-
-    def _maybe_joined(self, ctx, li, t):
+    def _maybe_joined(self, ctx, li, t) -> None:
+        """Nodes with every piece in are joined: they announce themselves to every node
+        they know, start keep-alives and leaf refresh, and ask for better rows."""
+        nodes = self.nodes
         li, first = np.unique(li, return_index=True)
         t = np.asarray(t)[first]
-        done = (~self.joined[li]) & self.jn_nbrs[li] & (self.jn_expect[li] >= 0) & \
-            (self.jn_got[li] >= self.jn_expect[li])
+        done = (~nodes.joined[li]) & self.nbrs_got[li] & (self.rows_expected[li] >= 0) & \
+            (self.rows_got[li] >= self.rows_expected[li])
         if not done.any():
             return
         li, t = li[done], t[done]
-        self.joined[li] = True
+        nodes.joined[li] = True
         ctx.count("pastry_joined", len(li))
-        known = self.state.known(li).astype(np.int64)
+        self._announce(ctx, li, t)
+        self.maintenance.start_keepalive(ctx, li, t)
+        self.maintenance.schedule_refresh(ctx, li, t)
+        self._exchange_rows(ctx, li, t)
+
+    def _announce(self, ctx, li, t) -> None:
+        nodes = self.nodes
+        known = nodes.known(li).astype(np.int64)
         r, c = np.nonzero(known >= 0)
         pair = np.unique(np.stack([r, known[r, c]], axis=1), axis=0)
         if len(pair):
             # b = 1: "you are in my leaf set" -- such receivers always answer with theirs,
             # so a joiner that got a stale leaf set walks to its true neighbours
-            is_leaf = (self.state.leaf[li][pair[:, 0]] == pair[:, 1:2]).any(axis=1)
-            ctx.send(self.nodes[li][pair[:, 0]], pair[:, 1], T.ANNOUNCE, t[pair[:, 0]],
-                     a=self.nodes[li][pair[:, 0]], b=is_leaf.astype(np.int64), mode=0)
-        self._start_keepalive(ctx, li, t)
-        self._schedule_refresh(ctx, li, t)
-        self._exchange_rows(ctx, li, t)
-
-    def _announce(self, ctx, batch):
-        m = self._msgs(batch)
-        li = self._li(ctx, m["dst"])
-        self._forget_dead(li, m["src"])
-        cand = m["src"].astype(np.int64)[:, None]
-        uli, changed, _added = self._learn(ctx, li, cand, m["time"])
-        self._merge_nbrs(ctx, li, cand)
-        # the announcer now sits in our leaf set: tell it our leaf set
-        ch = np.zeros(len(self.nodes), bool)
-        ch[uli[changed]] = True
-        new_member = (self.state.leaf[li] == m["src"][:, None]).any(axis=1) & ch[li]
-        inleaf = new_member | (m["b"] == 1)
-        # and ask the new member for its leaf set: an announcer heard of through a third
-        # node (LEAF_REPLY) may know neighbours of ours that nobody else will tell us about
-        ask = new_member & (m["b"] == 1)
-        if ask.any():
-            ctx.send(m["dst"][ask], m["src"][ask], T.LEAF_REQ, m["time"][ask], mode=0)
-        if inleaf.any():
-            self._send_leaf_set(ctx, li[inleaf], m["dst"][inleaf], m["src"][inleaf],
-                                m["time"][inleaf])
-
-    def _leaf_reply(self, ctx, batch):
-        m = self._msgs(batch)
-        li = self._li(ctx, m["dst"])
-        self._forget_dead(li, m["src"])
-        uli, _changed, added = self._learn(ctx, li, _padded(m, self._payload(batch)), m["time"])
-        r, c = np.nonzero(added >= 0)
-        if len(r):
-            t_of = np.zeros(len(self.nodes), np.int64)
-            np.maximum.at(t_of, li, m["time"])
-            me = self.nodes[uli[r]]
-            ctx.send(me, added[r, c], T.ANNOUNCE, t_of[uli[r]], a=me, b=1, mode=0)
-
-    def _leaf_req(self, ctx, batch):
-        m = self._msgs(batch)
-        li = self._li(ctx, m["dst"])
-        self._forget_dead(li, m["src"])
-        self._send_leaf_set(ctx, li, m["dst"], m["src"], m["time"])
+            is_leaf = (nodes.leaves.members[li][pair[:, 0]] == pair[:, 1:2]).any(axis=1)
+            me = nodes.global_ids[li][pair[:, 0]]
+            ctx.send(me, pair[:, 1], msg_types.ANNOUNCE, t[pair[:, 0]], a=me,
+                     b=is_leaf.astype(np.int64), mode=0)
 
     # ---- second join stage: routing-table rows from the table's own nodes ------------------
     # The rows X got on its join route come from nodes near A's route, not near X; as in
@@ -361,140 +317,27 @@ class JoinMixin:
     # row r for that node's row r (same prefix, so every entry fits X's row r) and keeps any
     # closer entry (insert_table probes). Only the top join_exchange_rows rows: they have the
     # most candidates, so that is where the route-built choice is furthest from the nearest.
-    def _exchange_rows(self, ctx, li, t):
-        k = min(int(self.params["join_exchange_rows"]), self.state.rows)
+    def _exchange_rows(self, ctx, li, t) -> None:
+        table = self.nodes.table
+        k = min(int(self.join_exchange_rows), table.rows)
         if k <= 0 or not len(li):
             return
-        width = 1 << self.state.b
-        ent = self.state.rt[li, :k].reshape(len(li), -1).astype(np.int64)
+        ent = table.entries[li, :k].reshape(len(li), -1).astype(np.int64)
         r, c = np.nonzero(ent >= 0)
         if len(r):
-            ctx.send(self.nodes[li[r]], ent[r, c], T.ROWS_REQ, np.asarray(t)[r],
-                     a=c // width, mode=0)
+            ctx.send(self.nodes.global_ids[li[r]], ent[r, c], msg_types.ROWS_REQ,
+                     np.asarray(t)[r], a=c // table.width, mode=0)
 
-    def _rows_req(self, ctx, batch):
-        m = self._msgs(batch)
-        li = self._li(ctx, m["dst"])
-        row = self.state.rt[li, np.minimum(m["a"], self.state.rows - 1)]
-        self._send_payload(ctx, m["dst"], m["src"], T.ROWS_REPLY, m["time"], row, a=m["a"])
+    def on_rows_req(self, ctx, batch) -> None:
+        m = msgs_of(batch)
+        table = self.nodes.table
+        li = self.nodes.local(ctx, m["dst"])
+        row = table.entries[li, np.minimum(m["a"], table.rows - 1)]
+        send_rows(ctx, m["dst"], m["src"], msg_types.ROWS_REPLY, m["time"], row, a=m["a"])
 
-    def _rows_reply(self, ctx, batch):
-        m = self._msgs(batch)
-        li = self._li(ctx, m["dst"])
+    def on_rows_reply(self, ctx, batch) -> None:
+        m = msgs_of(batch)
+        li = self.nodes.local(ctx, m["dst"])
         # routing table only: a leaf member taken in silently would never be announced to
         # (the walk announces to members a LEAF_REPLY adds), so it would not learn of X
-        self._insert_table(ctx, li, _padded(m, self._payload(batch)))
-
-    # ---- leaf-set refresh during the protocol bootstrap ---------------------------------
-    # A node that joined early got its leaf set from a small network; nodes that arrive
-    # later between it and its leaves learn of it only if a route passes it, so without
-    # periodic exchange its leaf set stays stale and nobody near it knows it (seen at
-    # 20,000 nodes and 2,000 joins/s on ts5050: 85 wrong leaf sets, a few isolated nodes).
-    # Asking its own leaves is not enough: they are far away, and the announce walk
-    # towards the true neighbours moves ~l/2 ids per round trip (minutes on ts5050).
-    # So every leaf_refresh_us each joined node routes a LEAF_LOOKUP to its own id
-    # (randomized first hop, so the route does not start inside its own stale view): when
-    # it arrives at another node Z, X was unknown there, Z takes X into its state and
-    # answers with its leaf set, and the announce walk (_leaf_reply) closes the rest. It
-    # stops at the last arrival + join_settle_us, so the bootstrap still ends by itself.
-    def _schedule_refresh(self, ctx, li, t):
-        per = self.params["leaf_refresh_us"]
-        if not per or not len(li):
-            return
-        nxt = np.asarray(t, np.int64) + per
-        go = nxt <= self.refresh_until
-        if go.any():
-            ctx.timer(self.nodes[li[go]], nxt[go], T.LEAF_REFRESH, c=self.jn_inc[li[go]])
-
-    def _leaf_refresh(self, ctx, batch):
-        m = self._msgs(batch)
-        m = take_rows(m, m["c"] == self.jn_inc[self._li(ctx, m["dst"])])
-        li = self._li(ctx, m["dst"])
-        x = m["dst"].astype(np.int64)
-        self.route(ctx, x, self.ids_hi[x], self.ids_lo[x], T.LEAF_LOOKUP, m["time"],
-                   randomize=True, origin=x)
-        self._schedule_refresh(ctx, li, m["time"])
-
-    # ---- keep-alives and failure detection --------------------------------------------
-    def _start_keepalive(self, ctx, li, t):
-        per = self.params["keepalive_us"]
-        if per and len(li):
-            self.heard[li] = np.asarray(t)[:, None]
-            ctx.timer(self.nodes[li], np.asarray(t) + per, T.KA_TIMER, c=self.jn_inc[li])
-
-    def _timeout(self):
-        p = self.params
-        return p["fail_timeout_us"] or 3 * p["keepalive_us"]
-
-    def _ka_timer(self, ctx, batch):
-        m = self._msgs(batch)
-        # a timer set before a crash (c = old incarnation) is void after the recovery
-        m = take_rows(m, m["c"] == self.jn_inc[self._li(ctx, m["dst"])])
-        x, t = m["dst"].astype(np.int64), m["time"]
-        li = self._li(ctx, x)
-        s = self.state
-        leaf = s.leaf[li].astype(np.int64)
-        silent = (leaf >= 0) & (self.heard[li] < (t - self._timeout())[:, None])
-        r, c = np.nonzero(silent)
-        if len(r):
-            ctx.count("pastry_presumed_failed", len(r))
-            self._presume_dead(ctx, li[r], leaf[r, c], t[r])
-        # repair, repeated every period until full: a side short of l/2 members asks its
-        # farthest surviving member for its leaf set
-        half = s.half
-        for side in (slice(0, half), slice(half, 2 * half)):
-            part = s.leaf[li, side]
-            n_ok = (part >= 0).sum(axis=1)
-            far = part[np.arange(len(li)), np.maximum(n_ok - 1, 0)]
-            ask = (n_ok > 0) & (n_ok < half) & self.joined[li]
-            if ask.any():
-                ctx.send(x[ask], far[ask], T.LEAF_REQ, t[ask], mode=0)
-        leaf = s.leaf[li].astype(np.int64)
-        r, c = np.nonzero(leaf >= 0)
-        if len(r):
-            ctx.send(x[r], leaf[r, c], T.KEEPALIVE, t[r], mode=0)
-        ctx.timer(x, t + self.params["keepalive_us"], T.KA_TIMER, c=self.jn_inc[li])
-
-    def _keepalive(self, ctx, batch):
-        m = self._msgs(batch)
-        li = self._li(ctx, m["dst"])
-        self._forget_dead(li, m["src"])
-        hit = self.state.leaf[li] == m["src"][:, None]
-        r, c = np.nonzero(hit)
-        np.maximum.at(self.heard, (li[r], c), m["time"][r])
-        stranger = ~hit.any(axis=1)
-        if stranger.any():  # a node that lists us (e.g. recovered, or a repaired neighbour)
-            self._learn(ctx, li[stranger], m["src"][stranger, None].astype(np.int64),
-                        m["time"][stranger])
-            # Leaf sets are not symmetric while they converge: the sender lists us but we
-            # do not list it, so we send it no keep-alives and it would presume us failed
-            # (and then keep us out through its dead memory). Answer it (b = 1: a reply,
-            # which is never answered, so no ping-pong).
-            still = stranger & ~(self.state.leaf[li] == m["src"][:, None]).any(axis=1) & \
-                (m["b"] == 0)
-            if still.any():
-                ctx.send(m["dst"][still], m["src"][still], T.KEEPALIVE, m["time"][still], b=1,
-                         mode=0)
-
-    def _msgs(self, batch):
-        return batch.msgs if hasattr(batch, "msgs") else batch
-
-    def _payload(self, batch):
-        p = getattr(batch, "payload", None)
-        return np.zeros(0, np.int32) if p is None else np.asarray(p)
-
-    _HANDLERS = {
-        T.JOIN_START: _join_start,
-        T.JOIN_REQ: _join_req,
-        T.JOIN_ROWS: _join_rows,
-        T.JOIN_NBRS: _join_nbrs,
-        T.JOIN_LEAFS: _join_leafs,
-        T.ANNOUNCE: _announce,
-        T.LEAF_REQ: _leaf_req,
-        T.LEAF_REPLY: _leaf_reply,
-        T.KA_TIMER: _ka_timer,
-        T.LEAF_REFRESH: _leaf_refresh,
-        T.ROWS_REQ: _rows_req,
-        T.ROWS_REPLY: _rows_reply,
-        T.KEEPALIVE: _keepalive,
-    }
+        self.nodes.insert_table(ctx, li, sender_and_payload(m, payload_of(batch)))

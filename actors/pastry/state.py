@@ -1,4 +1,8 @@
-"""Compact per-shard Pastry state: routing tables, leaf sets, neighbourhood sets.
+"""Pastry's three tables as one value: routing tables, leaf sets, neighbourhood sets.
+
+A running Pastry keeps them in its parts (``RoutingTable.entries``, ``LeafSet.members``,
+``NeighbourhoodSet.members``; see nodes.py); this value carries them between the oracle
+bootstrap, the next-hop function, ``export_state`` and the table-quality report.
 
 All entries are global node ids (int32), -1 for an empty slot. For n local nodes:
 
@@ -69,7 +73,7 @@ class PastryState:
         return self.rt.shape[1]
 
     @property
-    def l(self) -> int:
+    def l(self) -> int:  # noqa: E743 -- Pastry's own name for the leaf-set size
         return self.leaf.shape[1]
 
     @property

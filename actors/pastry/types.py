@@ -3,7 +3,7 @@
 JOIN_START = 10    # timer: a node starts joining (a = nearby node A or -1)
 JOIN_REQ = 11      # X -> A direct: please route my join (a = X)
 JOIN = 12          # routed towards X's id (origin = X, a = the hop index)
-JOIN_ROWS = 13     # hop -> X: routing-table rows (payload: rows r0..r1 as 2^b ids each, b = r0, c = r1)
+JOIN_ROWS = 13     # route node -> X: its routing-table rows 0..spl (payload: 2^b ids per row)
 JOIN_LEAFS = 14    # Z -> X: Z's leaf set (payload) ; a = Z
 JOIN_NBRS = 15     # A -> X: A's neighbourhood set (payload)
 ANNOUNCE = 16      # X -> a node of its new state: "I joined" (receivers insert X)

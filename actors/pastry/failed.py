@@ -1,0 +1,42 @@
+"""Each local node's memory of the nodes it presumes failed: a ring buffer of the last
+``memory`` ids per node. Ids in it are kept out of the node's tables until the node hears
+from them directly (a node presumed failed by mistake, or recovered, is re-admitted).
+
+``ids`` int32[n, memory] (-1 empty), ``next_slot`` int64[n]: where the next id goes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class FailedNodes:
+    def __init__(self, n_local: int, memory: int):
+        self.ids = np.full((n_local, memory), -1, np.int32)
+        self.next_slot = np.zeros(n_local, np.int64)
+
+    def remember(self, li, dead_ids) -> None:
+        cols = self.next_slot[li] % self.ids.shape[1]
+        self.ids[li, cols] = dead_ids
+        np.add.at(self.next_slot, li, 1)
+
+    def forget(self, li, senders) -> None:
+        """Nodes ``li`` heard from ``senders`` directly: they are alive."""
+        li = np.asarray(li, np.int64)
+        if len(li):
+            hit = self.ids[li] == np.asarray(senders, np.int64)[:, None]
+            r, c = np.nonzero(hit)
+            self.ids[li[r], c] = -1
+
+    def knows(self, li, ids) -> np.ndarray:
+        """Whether node ``li[i]`` presumes ``ids[i]`` failed."""
+        return (self.ids[li] == np.asarray(ids)[:, None]).any(axis=1)
+
+    def clear(self, li) -> None:
+        self.ids[li] = -1
+
+    def checkpoint(self) -> dict:
+        return {"ids": self.ids.copy(), "next_slot": self.next_slot.copy()}
+
+    def restore(self, d: dict) -> None:
+        self.ids, self.next_slot = d["ids"].copy(), d["next_slot"].copy()

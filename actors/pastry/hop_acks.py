@@ -1,0 +1,146 @@
+"""Per-hop acknowledgements of routed messages (HOP_ACK, ACK_TIMER).
+
+The engine drops messages to dead nodes without telling the sender, so a node learns that
+a routed hop was lost only by a missing acknowledgement:
+
+- every routed hop X -> Y is acknowledged by Y (HOP_ACK, carrying the hop's identity:
+  origin, key, type, hops); X keeps a copy of the hop in a per-shard pending array and an
+  ACK_TIMER at ``sent + 2 * latency + slack``;
+- at the deadline an unacknowledged hop means Y is presumed failed (table repair); the
+  message is handed back to be routed on from X with the repaired tables, so a routed
+  message still reaches the live node numerically closest to its key.
+
+Acknowledgements are on when keep-alives are (failures are modelled), or with
+``hop_ack = "on"``; a stable overlay sends none.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import types as msg_types
+from .messages import MSG_DTYPE, msgs_of, take_rows
+
+MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def hop_hash(src, dst, origin, type_, hops, key_hi, key_lo) -> np.ndarray:
+    """64-bit identity of a routed hop (the fields both ends see). Collisions would need
+    two hops of one sender to one receiver with different keys to hash equal: ~2^-64."""
+    h = np.zeros(len(np.atleast_1d(src)), np.uint64)
+    with np.errstate(over="ignore"):
+        for v in (src, dst, origin, type_, hops, key_hi, key_lo):
+            h = (h ^ np.asarray(v).astype(np.int64).view(np.uint64)) * MIX
+            h ^= h >> np.uint64(29)
+    return h
+
+
+def _rank_in_runs(sorted_keys) -> np.ndarray:
+    """Position of each element within its run of equal (sorted) keys."""
+    n = len(sorted_keys)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    start = np.r_[True, sorted_keys[1:] != sorted_keys[:-1]]
+    idx = np.arange(n)
+    return idx - np.maximum.accumulate(np.where(start, idx, 0))
+
+
+class HopAcks:
+    def __init__(self, nodes, repair, enabled: bool, slack_us: int):
+        """``nodes`` :class:`~.nodes.PastryNodes`; ``repair``
+        :class:`~.table_repair.TableRepair` (presumes the silent next hops failed);
+        deadline = sent + 2 * latency + ``slack_us``."""
+        self.nodes = nodes
+        self.repair = repair
+        self.enabled = bool(enabled)
+        self.slack_us = int(slack_us)
+        self.pending = np.zeros(0, MSG_DTYPE)       # hops sent, awaiting HOP_ACK
+        self.deadline = np.zeros(0, np.int64)
+        self.identity = np.zeros(0, np.uint64)      # hop_hash of each pending hop
+
+    # ---- sending side ---------------------------------------------------------------
+    def expect(self, ctx, out, lat) -> None:
+        """Remember hops just sent (rows of ``out``: src = this node, dst = next hop)."""
+        if not self.enabled or not len(out):
+            return
+        dl = out["time"] + 2 * lat + self.slack_us
+        self.pending = np.concatenate([self.pending, out])
+        self.deadline = np.concatenate([self.deadline, dl])
+        self.identity = np.concatenate([self.identity, hop_hash(
+            out["src"], out["dst"], out["origin"], out["type"], out["hops"], out["key_hi"],
+            out["key_lo"])])
+        ctx.timer(out["src"], dl, msg_types.ACK_TIMER)
+
+    def forget_senders(self, li) -> None:
+        """Crashed nodes ``li`` no longer wait for their hops' acknowledgements."""
+        if len(li) and len(self.pending):
+            self._keep(~np.isin(self.pending["src"], self.nodes.global_ids[li]))
+
+    # ---- receiving side -------------------------------------------------------------
+    def acknowledge(self, ctx, m) -> None:
+        """Acknowledge routed messages that arrived over a hop (src != dst)."""
+        hop = m["src"] != m["dst"]
+        if hop.any():
+            a = take_rows(m, hop)
+            ctx.send(a["dst"], a["src"], msg_types.HOP_ACK, a["time"], origin=a["origin"],
+                     key_hi=a["key_hi"], key_lo=a["key_lo"], b=a["type"].astype(np.int64),
+                     c=a["hops"].astype(np.int64), mode=0)
+
+    def on_ack(self, ctx, batch) -> None:
+        """HOP_ACK: clear the acknowledged pending hops."""
+        m = msgs_of(batch)
+        self.nodes.heard_from(self.nodes.local(ctx, m["dst"]), m["src"])
+        if not len(self.pending):
+            return
+        h = hop_hash(m["dst"], m["src"], m["origin"], m["b"], m["c"], m["key_hi"], m["key_lo"])
+        # multiset matching: k acks with one identity clear k pending copies of it
+        uh, cnt = np.unique(h, return_counts=True)
+        o = np.argsort(self.identity, kind="stable")
+        ph = self.identity[o]
+        pos = np.searchsorted(uh, ph)
+        posc = np.minimum(pos, len(uh) - 1)
+        allowed = np.where(uh[posc] == ph, cnt[posc], 0)
+        drop = np.zeros(len(ph), bool)
+        drop[o] = _rank_in_runs(ph) < allowed
+        self._keep(~drop)
+
+    def on_timer(self, ctx, batch):
+        """ACK_TIMER: hops of these nodes past their deadline were lost. Their next hops
+        are presumed failed; returns the messages to route on from the sender (as if they
+        had waited there until the deadline), or None."""
+        m = msgs_of(batch)
+        if not len(self.pending):
+            return None
+        t_of = np.full(len(self.nodes), np.iinfo(np.int64).min, np.int64)
+        np.maximum.at(t_of, self.nodes.local(ctx, m["dst"]), m["time"])
+        due = self.deadline <= t_of[self.nodes.local(ctx, self.pending["src"])]
+        if not due.any():
+            return None
+        lost, dl = take_rows(self.pending, due), self.deadline[due]
+        self._keep(~due)
+        # per node in sending order (insertion order is per-node deterministic)
+        o = np.lexsort((dl, lost["src"]))
+        lost, dl = take_rows(lost, o), dl[o]
+        ctx.count("pastry_hop_timeouts", len(lost))
+        x = lost["src"].astype(np.int64)
+        self.repair.presume_failed(ctx, self.nodes.local(ctx, x), lost["dst"].astype(np.int64),
+                                   dl)
+        again = lost.copy()
+        lat = np.asarray(ctx.latency(x, lost["dst"]), np.int64)
+        again["path_us"] = lost["path_us"] - lat + (dl - lost["time"])
+        again["hops"] -= 1
+        again["dst"] = again["src"]
+        again["time"] = again["sent"] = dl
+        return again
+
+    def _keep(self, keep) -> None:
+        self.pending, self.deadline = take_rows(self.pending, keep), self.deadline[keep]
+        self.identity = self.identity[keep]
+
+    def checkpoint(self) -> dict:
+        return {"pending": self.pending.copy(), "deadline": self.deadline.copy(),
+                "identity": self.identity.copy()}
+
+    def restore(self, d: dict) -> None:
+        self.pending, self.deadline = d["pending"].copy(), d["deadline"].copy()
+        self.identity = d["identity"].copy()

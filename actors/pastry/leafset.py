@@ -1,0 +1,93 @@
+"""The leaf set of each local node: its l/2 numerically nearest smaller and l/2 nearest
+larger known ids (FreePastry's ``LeafSet``), with the keep-alive clock of every member.
+
+``members`` int32[n, l]: ``[:, :l/2]`` the smaller ids, nearest first; ``[:, l/2:]`` the
+larger ids, nearest first (wrap-around on the ring); -1 empty. ``heard`` int64[n, l]: when
+the member in that slot was last heard from; clocks move with their members.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import kernels
+from .merge import group_rows
+
+
+class LeafSet:
+    def __init__(self, members: np.ndarray):
+        self.members = members
+        self.heard = np.zeros(members.shape, np.int64)
+
+    @property
+    def half(self) -> int:
+        return self.members.shape[1] // 2
+
+    @property
+    def size(self) -> int:
+        return self.members.shape[1]
+
+    def sides(self):
+        """The column slices of the smaller and the larger side."""
+        return slice(0, self.half), slice(self.half, self.size)
+
+    def merge(self, li, cand, t, global_ids, ids_hi, ids_lo, failed_ids):
+        """Merge candidate ids (rows of one node are combined first) into the leaf sets of
+        local nodes ``li``; ids in ``failed_ids`` (rows per local node) stay out.
+        Returns (nodes' local indices, changed mask, members added). O(B c log c)."""
+        li, cand, t = group_rows(li, cand, t)
+        old = self.members[li]
+        new = kernels.select_leaves(global_ids[li], np.concatenate([old, cand], axis=1),
+                                    ids_hi, ids_lo, self.half, failed_ids[li])
+        changed, added, heard = kernels.leaf_changes(old, new, self.heard[li],
+                                                     np.ascontiguousarray(t, np.int64))
+        if changed.any():
+            # keep-alive clocks follow their nodes; newcomers count as just heard
+            self.heard[li] = heard
+            self.members[li] = new
+        return li, changed, added
+
+    def drop(self, li, dead_ids) -> None:
+        """Remove ``dead_ids[i]`` from the leaf set of node ``li[i]`` and close the holes
+        in each side (nearest first), moving the keep-alive clocks along."""
+        hit = self.members[li] == np.asarray(dead_ids)[:, None]
+        r, c = np.nonzero(hit)
+        self.members[li[r], c] = -1
+        ul = np.unique(li)
+        for side in self.sides():
+            part = self.members[ul, side]
+            o = np.argsort(part < 0, axis=1, kind="stable")
+            self.members[ul, side] = np.take_along_axis(part, o, axis=1)
+            self.heard[ul, side] = np.take_along_axis(self.heard[ul, side], o, axis=1)
+
+    def contains(self, li, ids) -> np.ndarray:
+        """Whether ``ids[i]`` is a member of node ``li[i]``'s leaf set."""
+        return (self.members[li] == np.asarray(ids)[:, None]).any(axis=1)
+
+    def farthest(self, li, side: slice):
+        """(member count, farthest member or the first slot's value) of one side."""
+        part = self.members[li, side]
+        n_ok = (part >= 0).sum(axis=1)
+        return n_ok, part[np.arange(len(li)), np.maximum(n_ok - 1, 0)]
+
+    def replica_set(self, li, k: int) -> np.ndarray:
+        """(len(li), k) ids: the k members nearest each node, alternating nearest smaller
+        and nearest larger (sides are ordered nearest first); -1 where fewer. O(len * l)."""
+        half = self.half
+        leaf = self.members[li]
+        out = np.full((len(li), k), -1, np.int32)
+        inter = np.stack([leaf[:, :half], leaf[:, half:]], axis=2).reshape(len(li), -1)
+        for row in range(len(li)):  # k and l are small; rows are the RPs of one request
+            got = inter[row][inter[row] >= 0][:k]
+            out[row, :len(got)] = got
+        return out
+
+    def clear(self, li) -> None:
+        self.members[li] = -1
+        self.heard[li] = 0
+
+    def checkpoint(self) -> dict:
+        return {"members": self.members.copy(), "heard": self.heard.copy()}
+
+    def restore(self, d: dict) -> None:
+        self.members, self.heard = d["members"].copy(), d["heard"].copy()

@@ -1,0 +1,133 @@
+"""One shard's Pastry nodes: who they are, the parts holding their state, and the state
+changes several protocols share (learning of nodes, forgetting presumed-failed ones).
+
+Parts (each owns its arrays, one row per local node):
+
+- :class:`~.leafset.LeafSet` ``leaves`` (members, keep-alive clocks);
+- :class:`~.routing_table.RoutingTable` ``table``;
+- :class:`~.neighbourhood.NeighbourhoodSet` ``nbrs``;
+- :class:`~.failed.FailedNodes` ``failed`` (ids presumed failed);
+- status: ``joined`` bool[n] (has its state, routes and serves), ``incarnation`` int64[n]
+  (bumped by each recovery: timers of an earlier life are void).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .failed import FailedNodes
+from .leafset import LeafSet
+from .neighbourhood import NeighbourhoodSet
+from .routing_table import RoutingTable
+from .state import PastryState
+
+
+class PastryNodes:
+    def __init__(self, app, global_ids, ids_hi, ids_lo, tables: PastryState, dead_memory: int,
+                 joined: bool):
+        """``app`` gets ``new_leafs`` upcalls; ``global_ids`` are the local nodes' ids in
+        the engine's numbering; ``ids_hi/ids_lo`` the 128-bit ids of all nodes;
+        ``tables`` the initial arrays (empty, or the oracle's)."""
+        self.app = app
+        self.global_ids = global_ids
+        self.ids_hi, self.ids_lo = ids_hi, ids_lo
+        n = len(global_ids)
+        self.leaves = LeafSet(tables.leaf)
+        self.table = RoutingTable(tables.rt, tables.b)
+        self.nbrs = NeighbourhoodSet(tables.nbr)
+        self.failed = FailedNodes(n, dead_memory)
+        self.joined = np.full(n, bool(joined))
+        self.incarnation = np.zeros(n, np.int64)
+        self._latency_tables = None
+
+    def __len__(self) -> int:
+        return len(self.global_ids)
+
+    @staticmethod
+    def local(ctx, nodes) -> np.ndarray:
+        """Local indices (int64) of global node ids of this shard."""
+        return np.asarray(ctx.local(np.asarray(nodes, np.int64)), np.int64)
+
+    def tables(self) -> PastryState:
+        """The three tables as one :class:`PastryState` (views, not copies): the form the
+        next-hop function and the table-quality report take."""
+        return PastryState(rt=self.table.entries, leaf=self.leaves.members,
+                           nbr=self.nbrs.members, b=self.table.b)
+
+    def known(self, li) -> np.ndarray:
+        """All ids nodes ``li`` know (leaf set, table, neighbourhood set), -1 padded."""
+        return self.tables().known(li)
+
+    def latency_tables(self, ctx):
+        """(host_router, router_dist_us, lan_us) of the engine's latency model, for the
+        kernels that probe delays (the model's arrays, or the same shared inputs)."""
+        if self._latency_tables is None:
+            tables = getattr(ctx, "latency_tables", None)
+            if tables is not None:
+                hr, rdist, lan = tables()
+            else:  # a context without the engine's model: the shared inputs it came from
+                hr, rdist, lan = (ctx.shared("host_router"), ctx.shared("router_dist_us"),
+                                  ctx.shared("lan_us"))
+            self._latency_tables = (np.ascontiguousarray(hr, np.int32),
+                                    np.ascontiguousarray(rdist, np.int32), int(lan))
+        return self._latency_tables
+
+    # ---- learning of nodes ----------------------------------------------------------
+    def learn(self, ctx, li, cand, t):
+        """Offer candidate ids to the routing tables and leaf sets of local nodes ``li``;
+        returns :meth:`merge_leaves`' result."""
+        self.insert_table(ctx, li, cand)
+        return self.merge_leaves(ctx, li, cand, t)
+
+    def insert_table(self, ctx, li, cand) -> None:
+        probes = self.table.insert(li, self.global_ids, cand, self.ids_hi, self.ids_lo,
+                                   self.latency_tables(ctx), self.failed.ids)
+        if probes:
+            ctx.count("pastry_probes", probes)
+
+    def merge_leaves(self, ctx, li, cand, t):
+        """Merge candidates into leaf sets; fires ``app.new_leafs`` for the changed ones.
+        Returns (nodes' local indices, changed mask, added members)."""
+        li, changed, added = self.leaves.merge(li, cand, t, self.global_ids, self.ids_hi,
+                                               self.ids_lo, self.failed.ids)
+        if changed.any():
+            self.app.new_leafs(ctx, li[changed])
+        return li, changed, added
+
+    def merge_nbrs(self, ctx, li, cand) -> None:
+        self.nbrs.merge(li, cand, self.global_ids, self.latency_tables(ctx), self.failed.ids)
+
+    # ---- forgetting of nodes --------------------------------------------------------
+    def remember_failed(self, li, dead_ids) -> None:
+        """Nodes ``li`` presume ``dead_ids`` failed: into the failed memory, out of all
+        tables."""
+        if not len(li):
+            return
+        self.failed.remember(li, dead_ids)
+        self.leaves.drop(li, dead_ids)
+        self.nbrs.drop(li, dead_ids)
+        self.table.drop(li, dead_ids)
+
+    def heard_from(self, li, senders) -> None:
+        """Nodes ``li`` got a message from ``senders`` directly: they are alive."""
+        self.failed.forget(li, senders)
+
+    def reset(self, li) -> None:
+        """Nodes ``li`` lose all state (a recovered node rejoins from nothing)."""
+        self.table.clear(li)
+        self.leaves.clear(li)
+        self.nbrs.clear(li)
+        self.failed.clear(li)
+        self.joined[li] = False
+
+    def checkpoint(self) -> dict:
+        return {"leaves": self.leaves.checkpoint(), "table": self.table.checkpoint(),
+                "nbrs": self.nbrs.checkpoint(), "failed": self.failed.checkpoint(),
+                "joined": self.joined.copy(), "incarnation": self.incarnation.copy()}
+
+    def restore(self, d: dict) -> None:
+        self.leaves.restore(d["leaves"])
+        self.table.restore(d["table"])
+        self.nbrs.restore(d["nbrs"])
+        self.failed.restore(d["failed"])
+        self.joined, self.incarnation = d["joined"].copy(), d["incarnation"].copy()

@@ -1,0 +1,145 @@
+"""The router: one routing step for routed messages (FreePastry's ``StandardRouter``).
+
+A routed message (``mode`` 1) travels hop by hop; at each node the router picks the next
+hop (:func:`.routing.next_hop` over the node's tables) and either delivers the message
+there (``deliver`` upcall, and a row in the ``route`` log) or, after the ``forward``
+upcall, sends it one hop on. Pastry's own routed messages (JOIN, LEAF_LOOKUP) go to the
+overlay's own deliver/forward callbacks instead of the application's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import types as msg_types
+from .messages import MSG_DTYPE, ROUTE_FIELDS, make_batch, msgs_of, take_rows
+from .routing import next_hop
+
+
+class Router:
+    def __init__(self, nodes, acks, app, deliver_own, forward_own):
+        """``nodes`` :class:`~.nodes.PastryNodes`; ``acks`` :class:`~.hop_acks.HopAcks`
+        (told of every hop sent); ``app`` the application (forward/deliver upcalls);
+        ``deliver_own(ctx, msgs, rows)`` / ``forward_own(ctx, msgs)``: Pastry's own
+        routed messages arriving at their key's node / passing a node."""
+        self.nodes = nodes
+        self.acks = acks
+        self.app = app
+        self.deliver_own = deliver_own
+        self.forward_own = forward_own
+
+    def route(self, ctx, src, key_hi, key_lo, type_code, sent, randomize=False, **fields):
+        """Route messages from local nodes ``src`` towards 128-bit keys (mode 1).
+
+        ``randomize``: the first hop is a node drawn uniformly from the sender's leaf set
+        and routing table (Pastry's randomized routing, used to step off a route that
+        loops or meets a faulty node); the route continues normally from there."""
+        src = np.atleast_1d(np.asarray(src, np.int64))
+        n = len(src)
+        if n == 0:
+            return
+        m = np.zeros(n, MSG_DTYPE)
+        m["src"] = m["dst"] = src
+        m["time"] = m["sent"] = sent
+        m["type"] = type_code
+        m["key_hi"], m["key_lo"] = key_hi, key_lo
+        m["origin"] = src
+        m["group"] = -1
+        for k, v in fields.items():
+            m[k] = v
+        m["mode"] = 1
+        if randomize:
+            first = self._random_known(ctx, src)
+            jump = first >= 0
+            self._send_hop(ctx, take_rows(m, jump), first[jump])
+            m = take_rows(m, ~jump)
+        self.step(ctx, m, None)
+
+    def receive(self, ctx, routed, payload) -> None:
+        """Routed messages that arrived at their ``dst``: acknowledge the hop, route on."""
+        if self.acks.enabled:
+            # a node still (re)joining has no tables to route with: it stays silent, so
+            # the sender presumes it failed and routes around it
+            routed = take_rows(routed, self.nodes.joined[ctx.local(routed["dst"])]
+                               | (routed["src"] == routed["dst"]))
+            self.acks.acknowledge(ctx, routed)
+        if len(routed):
+            self.step(ctx, routed, payload)  # routed is a copy
+
+    def step(self, ctx, m, payload, upcall=True) -> None:
+        """One routing step for messages now at ``m['dst']`` (local, alive). ``upcall``
+        False: a message re-routed after a lost hop; the node already ran ``forward``."""
+        nxt = self._next_hops(ctx, m)
+        own = (m["type"] >= 10) & (m["type"] <= 49)
+        here = nxt < 0
+        if here.any():
+            self._deliver(ctx, m, here, own, payload, upcall)
+        go_parts = []
+        if (~here & own).any():
+            sub = take_rows(m, ~here & own)
+            if upcall:
+                self.forward_own(ctx, sub)
+            go_parts.append((sub, nxt[~here & own]))
+        if (~here & ~own).any():
+            sub, nh = take_rows(m, ~here & ~own), nxt[~here & ~own]
+            if upcall:
+                forwarded, nh = self.app.forward(ctx, make_batch(sub, payload), nh)
+                sub = msgs_of(forwarded)
+            go_parts.append((sub, np.asarray(nh, np.int64)))
+        for sub, nh in go_parts:
+            go = nh >= 0
+            if go.any():
+                self._send_hop(ctx, take_rows(sub, go), nh[go])
+
+    def _next_hops(self, ctx, m) -> np.ndarray:
+        li = np.asarray(ctx.local(m["dst"]), np.int64)
+        if len(li) and li.min() < 0:
+            raise ValueError("Pastry: a routed message for another shard's node reached this shard")
+        # a node's lookup of its own id routes as if the node were absent (maintenance.py)
+        exclude = np.where(m["type"] == msg_types.LEAF_LOOKUP, m["origin"], -1)
+        nxt, _rule = next_hop(self.nodes.tables(), li, m["dst"], m["key_hi"], m["key_lo"],
+                              self.nodes.ids_hi, self.nodes.ids_lo, exclude=exclude)
+        return nxt
+
+    def _deliver(self, ctx, m, here, own, payload, upcall) -> None:
+        d = take_rows(m, here)
+        ctx.log("route", origin=d["origin"].astype(np.int32), root=d["dst"].astype(np.int32),
+                type=d["type"].astype(np.int16), start=(d["time"] - d["path_us"]).astype(np.int64),
+                end=d["time"].astype(np.int64), hops=d["hops"].astype(np.int16),
+                path_us=d["path_us"].astype(np.int64))
+        if (here & own).any():
+            self.deliver_own(ctx, take_rows(m, here & own), upcall)
+        if (here & ~own).any():
+            self.app.deliver(ctx, make_batch(take_rows(m, here & ~own), payload))
+
+    def _random_known(self, ctx, nodes) -> np.ndarray:
+        """A uniformly drawn non-empty leaf-set or routing-table entry per node (-1: none)."""
+        li = np.asarray(ctx.local(nodes), np.int64)
+        known = np.concatenate([self.nodes.leaves.members[li], self.nodes.table.flat(li)],
+                               axis=1)
+        valid = known >= 0
+        count = valid.sum(axis=1)
+        pick = np.floor(ctx.random(nodes) * np.maximum(count, 1)).astype(np.int64)
+        # the pick-th valid entry of each row
+        col = np.argmax(np.cumsum(valid, axis=1) > pick[:, None], axis=1)
+        return np.where(count > 0, known[np.arange(len(li)), col], -1)
+
+    def _send_hop(self, ctx, out, nh) -> None:
+        """Send routed messages ``out`` (now at out['dst']) one hop on to ``nh``."""
+        if not len(out):
+            return
+        out = out.copy()
+        out["src"] = out["dst"]
+        out["dst"] = nh
+        out["hops"] += 1
+        lat = np.asarray(ctx.latency(out["src"], nh), np.int64)
+        out["path_us"] += lat
+        if hasattr(ctx, "send_batch"):  # the same message as the send below, in one copy
+            hop = out.copy()
+            hop["sent"] = out["time"]
+            hop["seq"] = hop["pay_off"] = hop["pay_len"] = 0
+            ctx.send_batch(hop)
+        else:
+            ctx.send(out["src"], out["dst"], out["type"], out["time"],
+                     **{k: out[k] for k in ROUTE_FIELDS if k not in ("pay_off", "pay_len")})
+        self.acks.expect(ctx, out, lat)

@@ -1,0 +1,70 @@
+"""The routing table of each local node (FreePastry's ``RoutingTable``).
+
+``entries`` int32[n, rows, 2**b]: row r, column d holds a node sharing the first r digits
+with the local node whose digit r is d, chosen by proximity (the nearest by delay among
+those offered); -1 empty (the node's own column stays empty).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import kernels
+from .ids import shared_prefix_len
+
+
+class RoutingTable:
+    def __init__(self, entries: np.ndarray, b: int):
+        self.entries = entries
+        self.b = int(b)
+
+    @property
+    def rows(self) -> int:
+        return self.entries.shape[1]
+
+    @property
+    def width(self) -> int:
+        return 1 << self.b
+
+    def flat(self, li) -> np.ndarray:
+        """The tables of nodes ``li`` as rows of rows * 2^b entries (a copy)."""
+        return self.entries[li].reshape(len(li), -1)
+
+    def insert(self, li, global_ids, cand, ids_hi, ids_lo, latency_tables, failed_ids) -> int:
+        """Offer candidate ids (a padded matrix, one row per entry of ``li``) to the tables
+        of local nodes ``li``: a slot takes a candidate when empty or when the candidate is
+        nearer by delay (probed); ids in ``failed_ids`` stay out. Returns the probe count."""
+        li = np.ascontiguousarray(li, np.int64)
+        cand = np.ascontiguousarray(cand, np.int64)
+        hr, rdist, lan = latency_tables
+        return kernels.insert_table(self.entries, li, global_ids[li], cand, ids_hi, ids_lo,
+                                    self.b, hr, rdist, lan, failed_ids[li])
+
+    def slots_holding(self, li, ids):
+        """(i, row, column) of every slot of node ``li[i]`` holding ``ids[i]``."""
+        return np.nonzero(self.entries[li] == np.asarray(ids)[:, None, None])
+
+    def drop(self, li, dead_ids) -> None:
+        """Empty every slot of node ``li[i]`` holding ``dead_ids[i]``."""
+        flat = self.flat(li)
+        r, c = np.nonzero(flat == np.asarray(dead_ids)[:, None])
+        self.entries.reshape(len(self.entries), -1)[li[r], c] = -1
+
+    def rows_for(self, li, my_ids, their_ids, ids_hi, ids_lo) -> np.ndarray:
+        """Rows 0..min(spl(me, them), rows - 1) of each node's table as an int64 matrix of
+        rows * 2^b entries (later rows -1): what a join route node sends the joiner."""
+        p = shared_prefix_len(ids_hi[my_ids], ids_lo[my_ids], ids_hi[their_ids],
+                              ids_lo[their_ids], self.b)
+        last = np.minimum(p, self.rows - 1)
+        rows = self.flat(li).astype(np.int64)
+        rows[np.arange(rows.shape[1])[None, :] >= ((last + 1) * self.width)[:, None]] = -1
+        return rows
+
+    def clear(self, li) -> None:
+        self.entries[li] = -1
+
+    def checkpoint(self) -> dict:
+        return {"entries": self.entries.copy(), "b": self.b}
+
+    def restore(self, d: dict) -> None:
+        self.entries, self.b = d["entries"].copy(), int(d["b"])
