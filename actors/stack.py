@@ -15,15 +15,15 @@ from actors.scribe import TYPE_NAMES as SCRIBE_TYPE_NAMES
 from actors.scribe import Scribe
 
 
-class ScribeStack:
-    """Composes the shard's Pastry nodes and Scribe, their application: the engine's calls
-    go to Pastry (which drives Scribe through the common API's upcalls and lifecycle
+class OverlayStack:
+    """Composes the shard's Pastry nodes and their application: the engine's calls go to
+    Pastry (which drives the application through the common API's upcalls and lifecycle
     calls), plus the queries scenarios make through ``emu.call(method, ...)`` (the engine
-    passes the shard context first)."""
+    passes the shard context first). ``app`` None: Pastry alone."""
 
-    def __init__(self, pastry_params: dict, scribe_params: dict):
-        self.scribe = Scribe(dict(scribe_params))
-        self.pastry = Pastry(self.scribe, dict(pastry_params))
+    def __init__(self, pastry_params: dict, app=None):
+        self.app = app
+        self.pastry = Pastry(app, dict(pastry_params))
 
     # ---- engine interface -----------------------------------------------------------
     def setup(self, ctx):
@@ -45,7 +45,7 @@ class ScribeStack:
         self.pastry.restore(state)
 
     def dump(self, ctx, phase):
-        return self.scribe.dump(ctx, phase)
+        return self.pastry.dump(ctx, phase)
 
     # ---- queries --------------------------------------------------------------------
     def overlay_state(self, ctx):
@@ -57,6 +57,14 @@ class ScribeStack:
         time of the last event anywhere -- unlike the driver's window end, it does not
         depend on the number of shards, so scenarios schedule the next phase from it."""
         return int(ctx.now)
+
+
+class ScribeStack(OverlayStack):
+    """The product's stack: Pastry with Scribe as its application."""
+
+    def __init__(self, pastry_params: dict, scribe_params: dict):
+        super().__init__(pastry_params, Scribe(dict(scribe_params)))
+        self.scribe = self.app
 
 
 def make_stack(pastry_params: dict, scribe_params: dict) -> ScribeStack:

@@ -1,4 +1,4 @@
-"""Pastry benchmarks: oracle bootstrap time/memory, protocol bootstrap (harness engine),
+"""Pastry benchmarks: oracle bootstrap time/memory, protocol bootstrap (LocalEmulator),
 routed next-hop decisions per second. Usage:
     python benchmarks/bench_pastry.py --oracle 10000 50000 100000 --protocol 2000 --routes 200000
     python benchmarks/bench_pastry.py --oracle --protocol 2000 5000 10000 [--rate R] [--profile N]
@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from actors.pastry.oracle import oracle_state  # noqa: E402
 from actors.pastry.quality import route_paths, table_quality  # noqa: E402
@@ -37,35 +36,41 @@ def bench_routes(net, st, k):
     kh = rng.integers(0, 2**64, k, dtype=np.uint64)
     kl = rng.integers(0, 2**64, k, dtype=np.uint64)
     t = time.perf_counter()
-    _, hops, _ = route_paths(st, net["node_ids_hi"], net["node_ids_lo"], rng.integers(0, n, k),
-                             kh, kl)
+    _, hops, _ = route_paths(st, net["node_ids_hi"], net["node_ids_lo"],
+                             rng.integers(0, n, k), kh, kl)
     dt = time.perf_counter() - t
     print(f"routes N={n}: {k} routes, {hops.sum()} hops in {dt:.2f} s = "
           f"{hops.sum() / dt:,.0f} hops/s, mean hops {hops.mean():.2f}")
 
 
 def bench_protocol(n, routers, rate, quality=True):
-    """Protocol bootstrap on the harness engine: wall and CPU seconds, per joined node,
-    cells, messages; table quality against the oracle (optional: the oracle costs)."""
-    from pastry_harness import World
-
+    """Protocol bootstrap on the real engine in one process (LocalEmulator, one shard): wall
+    and CPU seconds, per joined node, cells, messages; table quality against the oracle
+    (optional: the oracle costs)."""
+    from actors.messages import MSG_DTYPE
     from actors.pastry.protocol import Pastry
     from actors.pastry.quality import stack_states
+    from emulator.latency import RouterLatency
+    from emulator.local import LocalEmulator
     from scenarios.config import protocol_params
     net = synthetic_network(n, routers, seed=2)
     rate = rate or n / 10.0
+    lat = RouterLatency(net["host_router"], net["router_dist_us"], net["lan_us"])
     t, c = time.perf_counter(), time.process_time()
     params, _ = protocol_params(n, pastry={"bootstrap": "protocol", "join_rate_per_s": rate})
-    w = World(net, lambda: Pastry(None, params))
-    cells = w.run()
+    emu = LocalEmulator(lat, lambda: Pastry(None, params), shared=net, log_messages=False,
+                        message_dtype=MSG_DTYPE)
+    emu.run("bootstrap")
     dt, dc = time.perf_counter() - t, time.process_time() - c
-    joined = w.counters.get("pastry_joined", 0) + 1
-    msgs = int(w.seq.sum())
+    counters = [e.counters() for e in emu.engines]
+    joined = sum(x["counts"].get("pastry_joined", 0) for x in counters) + 1
+    cells = sum(x["cells"] for x in counters)
+    msgs = sum(sum(x["sent_by_type"].values()) for x in counters)
     line = (f"protocol N={n} rate={rate:.0f}/s: {dt:.1f} s wall, {dc:.1f} s CPU, "
             f"{1e3 * dc / joined:.2f} ms CPU per joined node, {cells} cells, {msgs} messages "
             f"({msgs / joined:.0f} per node), {msgs / dc:,.0f} msg/s CPU")
     if quality:
-        g = stack_states([s.export_state() for s in w.stacks], n)
+        g = stack_states(emu.call("export_state"), n)
         q = table_quality(g, net["node_ids_hi"], net["node_ids_lo"], net["host_router"],
                           net["router_dist_us"], net["lan_us"])
         line += ", quality " + ", ".join(f"{k} {v:.3f}" for k, v in q.items())

@@ -1,32 +1,22 @@
-"""Pastry as a stack: oracle and protocol bootstrap, overlay API upcalls, shard counts,
-keep-alive failure detection and leaf-set repair (on the in-process harness engine)."""
+"""Pastry as a stack on the product's engine (LocalEmulator: K ShardEngines in-process):
+oracle and protocol bootstrap, overlay API upcalls, 1/2/3 shards, keep-alive failure
+detection and leaf-set repair."""
 
 import numpy as np
 import pytest
-from pastry_harness import World
+from protocol_world import network, pastry_joined, pastry_world, protocol_message, root_of
 
 from actors.pastry import ids as I
-from actors.pastry.messages import msgs_of
 from actors.pastry.oracle import oracle_state
-from actors.pastry.protocol import Pastry
-from actors.pastry.quality import stack_states, table_quality
-from actors.pastry.synthetic import synthetic_network
-from scenarios.config import protocol_params
+from actors.pastry.protocol import msgs_of
+from actors.pastry.quality import table_quality
 
 APP_TYPE = 200
 
 
-def complete_pastry(app, params):
-    """Pastry with the scenario schema's defaults for the parameters not given."""
-    return Pastry(app, protocol_params(pastry=params)[0])
-
-
 class RecordingApp:
-    """Routes keys on request; records deliveries; ``forward`` stops/redirects by field c."""
-
-    def __init__(self):
-        self.delivered = []
-        self.forwarded = 0
+    """Routes keys on request; logs deliveries ("app_delivery": route number a, root, hops,
+    path delay); ``forward`` stops/redirects by field c."""
 
     def bind(self, overlay):
         self.overlay = overlay
@@ -36,7 +26,6 @@ class RecordingApp:
 
     def forward(self, ctx, batch, next_hop):
         m = msgs_of(batch)
-        self.forwarded += len(m)
         nh = np.asarray(next_hop).copy()
         nh[m["c"] == 1] = -1           # stop
         redirect = m["c"] == 2
@@ -46,7 +35,8 @@ class RecordingApp:
 
     def deliver(self, ctx, batch):
         m = msgs_of(batch)
-        self.delivered.append(np.stack([m["a"], m["dst"], m["hops"], m["path_us"]], axis=1))
+        ctx.log("app_delivery", route=m["a"], root=m["dst"], hops=m["hops"],
+                path_us=m["path_us"])
 
     def receive(self, ctx, batch):
         m = msgs_of(batch)
@@ -73,33 +63,28 @@ class RecordingApp:
 
 
 def inject_routes(world, start, kh, kl, at, c=None, b=None):
-    """Self-messages asking node ``start[i]`` to route key i at time ``at``."""
-    for ctx in world.ctxs:
-        li = ctx.local(start)
-        mine = np.flatnonzero(li >= 0)
-        if len(mine):
-            ctx.timer(start[mine], np.full(len(mine), at), APP_TYPE, key_hi=kh[mine],
-                      key_lo=kl[mine], a=mine, c=0 if c is None else c[mine],
-                      b=0 if b is None else b[mine])
+    """Self-messages asking node ``start[i]`` to route key i (numbered i) at time ``at``."""
+    n = len(start)
+    world.inject(protocol_message(start, start, APP_TYPE, at, key_hi=kh, key_lo=kl,
+                                  a=np.arange(n), c=0 if c is None else c,
+                                  b=0 if b is None else b))
 
 
 def deliveries(world, n):
+    """(route number, root, hops, path delay) per route; -1 rows: never delivered."""
     got = np.full((n, 4), -1, np.int64)
-    for st in world.stacks:
-        for arr in st.app.delivered:
-            got[arr[:, 0]] = arr
+    d = world.table("app_delivery")
+    if d:
+        got[d["route"]] = np.stack([d["route"], d["root"], d["hops"], d["path_us"]], axis=1)
     return got
 
 
 def gather(world):
-    return stack_states([st.export_state() for st in world.stacks], world.n)
+    return world.overlay()
 
 
 def true_root(net, kh, kl, alive=None):
-    hi, lo = net["node_ids_hi"], net["node_ids_lo"]
-    nodes = np.arange(len(hi)) if alive is None else np.flatnonzero(alive)
-    o = nodes[I.sorted_order(hi[nodes], lo[nodes])]
-    return I.closest_node(hi[o], lo[o], o, kh, kl)
+    return root_of(net, kh, kl, alive)
 
 
 def keys(n, seed):
@@ -110,11 +95,11 @@ def keys(n, seed):
 
 @pytest.fixture(scope="module")
 def net():
-    return synthetic_network(1500, 150, seed=11)
+    return network(1500, 150, 11)
 
 
 def run_routes(net, shards, params, n_routes=600, seed=1):
-    w = World(net, lambda: complete_pastry(RecordingApp(), params), shards=shards)
+    w = pastry_world(net, RecordingApp, shards=shards, pastry=params)
     w.run()
     kh, kl, r = keys(n_routes, seed)
     start = r % w.n
@@ -128,16 +113,14 @@ def test_oracle_stack_delivers_at_closest_and_logs_routes(net):
     got = deliveries(w, len(start))
     assert (got[:, 1] == true_root(net, kh, kl)).all()
     assert got[:, 2].mean() < 3  # ceil(log16 1500) = 3
-    routes = w.logs["route"]
-    ends = np.concatenate([r["end"] for r in routes])
-    starts = np.concatenate([r["start"] for r in routes])
-    hops = np.concatenate([r["hops"] for r in routes])
+    routes = w.table("route")
+    ends, starts, hops = routes["end"], routes["start"], routes["hops"]
     assert len(ends) == len(start) and (ends - starts >= 0).all() and hops.max() >= 2
     assert w.counters.get("lost", 0) == 0
 
 
 def test_forward_can_stop_and_redirect(net):
-    w = World(net, lambda: complete_pastry(RecordingApp(), {"bootstrap": "oracle"}), shards=1)
+    w = pastry_world(net, RecordingApp, shards=1, pastry={"bootstrap": "oracle"})
     kh, kl, r = keys(200, 5)
     start = r % w.n
     root = true_root(net, kh, kl)
@@ -154,21 +137,26 @@ def test_forward_can_stop_and_redirect(net):
     assert (got[keep, 1] == root[keep]).all()
 
 
-def test_same_results_for_one_and_two_shards(net):
+def test_same_results_for_one_two_and_three_shards(net):
     params = {"bootstrap": "protocol", "join_rate_per_s": 500.0}
-    w1, s1, kh, kl = run_routes(net, 1, params, 300)
-    w2, s2, _, _ = run_routes(net, 2, params, 300)
-    g1, g2 = gather(w1), gather(w2)
-    assert (g1.rt == g2.rt).all() and (g1.leaf == g2.leaf).all() and (g1.nbr == g2.nbr).all()
-    assert (deliveries(w1, 300) == deliveries(w2, 300)).all()
-    assert w1.counters == w2.counters
+    w1, _, kh, kl = run_routes(net, 1, params, 300)
+    g1 = gather(w1)
+    assert (deliveries(w1, 300)[:, 1] == true_root(net, kh, kl)).all()
+    for k in (2, 3):
+        wk, _, _, _ = run_routes(net, k, params, 300)
+        assert wk.shards == k
+        gk = gather(wk)
+        assert (g1.rt == gk.rt).all() and (g1.leaf == gk.leaf).all()
+        assert (g1.nbr == gk.nbr).all()
+        assert (deliveries(w1, 300) == deliveries(wk, 300)).all()
+        assert w1.counters == wk.counters
 
 
 def test_protocol_bootstrap_leaf_sets_are_exact_and_tables_good(net):
-    params = {"bootstrap": "protocol", "join_rate_per_s": 300.0}
-    w = World(net, lambda: complete_pastry(None, params), shards=2)
+    w = pastry_world(net, None, shards=2,
+                     pastry={"bootstrap": "protocol", "join_rate_per_s": 300.0})
     w.run()
-    assert sum(int(st.joined.sum()) for st in w.stacks) == w.n
+    assert pastry_joined(w) == w.n
     g = gather(w)
     ora = oracle_state(np.arange(w.n), net["node_ids_hi"], net["node_ids_lo"],
                        net["host_router"], net["router_dist_us"], net["lan_us"])
@@ -186,7 +174,7 @@ def test_leaf_repair_after_concurrent_failures(net):
     # repaired; and a node listed by a neighbour it did not list got no keep-alives and
     # was presumed failed. Fixed by the half-ring side rule and keep-alive replies.
     params = {"bootstrap": "oracle", "keepalive_us": 200_000}
-    w = World(net, lambda: complete_pastry(RecordingApp(), params), shards=2)
+    w = pastry_world(net, RecordingApp, shards=2, pastry=params)
     w.run(until=500_000)
     hi, lo = net["node_ids_hi"], net["node_ids_lo"]
     order = I.sorted_order(hi, lo)
@@ -223,7 +211,7 @@ def test_routing_after_many_failures_reaches_live_root_and_repairs_tables(net):
     reaches the live node numerically closest; routing the same keys again meets far
     fewer dead entries (lazy repair); leaf sets are exact."""
     params = {"bootstrap": "oracle", "keepalive_us": 200_000}
-    w = World(net, lambda: complete_pastry(RecordingApp(), params), shards=2)
+    w = pastry_world(net, RecordingApp, shards=2, pastry=params)
     w.run(until=500_000)
     rng = np.random.default_rng(3)
     dead = rng.choice(w.n, size=int(0.15 * w.n), replace=False)
@@ -244,8 +232,7 @@ def test_routing_after_many_failures_reaches_live_root_and_repairs_tables(net):
     got = deliveries(w, len(start))
     assert (got[:, 1] == root).all()
     assert first["pastry_hop_timeouts"] > 0 and first["pastry_row_repairs"] > 0
-    for st in w.stacks:
-        st.app.delivered.clear()
+    w.forget("app_delivery")
     c1 = dict(w.counters)
     inject_routes(w, start, kh, kl, at=4_100_000)
     w.run(until=5_500_000)
@@ -265,15 +252,15 @@ def test_routing_after_many_failures_reaches_live_root_and_repairs_tables(net):
 def recovery_runs():
     """600 nodes, keep-alives; 30 nodes fail (two runs of 5 adjacent ones among them),
     neighbours repair, then they recover; one and two shards."""
-    small = synthetic_network(600, 80, seed=5)
+    small = network(600, 80, 5)
     hi, lo = small["node_ids_hi"], small["node_ids_lo"]
     order = I.sorted_order(hi, lo)
     rng = np.random.default_rng(5)
     dead = np.unique(np.r_[order[50:55], order[300:305], rng.choice(600, 20, replace=False)])
     runs = {}
-    for k in (1, 2):
-        w = World(small, lambda: complete_pastry(RecordingApp(), {"bootstrap": "oracle",
-                                                         "keepalive_us": 200_000}), shards=k)
+    for k in (1, 2, 3):
+        w = pastry_world(small, RecordingApp, shards=k,
+                         pastry={"bootstrap": "oracle", "keepalive_us": 200_000})
         w.run(until=400_000)
         w.fail(dead)
         w.run(until=2_400_000)
@@ -308,15 +295,19 @@ def test_recovered_nodes_rejoin_with_their_ids(recovery_runs):
     assert (got[:, 1] == root).all()
 
 
-def test_failures_and_recovery_same_for_one_and_two_shards(recovery_runs):
+def test_failures_and_recovery_same_for_one_two_and_three_shards(recovery_runs):
     _, _, runs = recovery_runs
-    (w1, m1, *_), (w2, m2, *_) = runs[1], runs[2]
-    g1, g2 = gather(w1), gather(w2)
-    for a, b in ((g1, g2), (m1, m2)):
-        assert (a.rt == b.rt).all() and (a.leaf == b.leaf).all() and (a.nbr == b.nbr).all()
-    assert (deliveries(w1, 400) == deliveries(w2, 400)).all()
-    assert w1.counters == w2.counters
+    w1, m1, *_ = runs[1]
+    g1 = gather(w1)
     assert w1.counters["pastry_hop_timeouts"] > 0
+    for k in (2, 3):
+        wk, mk, *_ = runs[k]
+        gk = gather(wk)
+        for a, b in ((g1, gk), (m1, mk)):
+            assert (a.rt == b.rt).all() and (a.leaf == b.leaf).all()
+            assert (a.nbr == b.nbr).all()
+        assert (deliveries(w1, 400) == deliveries(wk, 400)).all()
+        assert w1.counters == wk.counters
 
 
 def test_protocol_bootstrap_with_contacts_still_joining():
@@ -325,11 +316,11 @@ def test_protocol_bootstrap_with_contacts_still_joining():
     be joining. It served JOIN_REQs with its empty state (JOIN delivered at A, no rows, no
     leaf set), so the joiner knew ~1 node, nobody near it learned of it, and its short leaf
     sides claimed whole half rings. A now holds the request until it has joined."""
-    slow = synthetic_network(250, 40, seed=11, span_us=1_000_000)   # one-way up to ~1.4 s
+    slow = network(250, 40, 11, span_us=1_000_000)   # one-way up to ~1.4 s
     params = {"bootstrap": "protocol", "join_rate_per_s": 400.0, "join_settle_us": 100_000}
-    w = World(slow, lambda: complete_pastry(None, params), shards=2)
+    w = pastry_world(slow, None, shards=2, pastry=params)
     w.run()
-    assert sum(int(st.joined.sum()) for st in w.stacks) == w.n
+    assert pastry_joined(w) == w.n
     g = gather(w)
     hi, lo = slow["node_ids_hi"], slow["node_ids_lo"]
     ora = oracle_state(np.arange(w.n), hi, lo, slow["host_router"], slow["router_dist_us"],

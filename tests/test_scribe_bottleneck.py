@@ -1,28 +1,21 @@
-"""Bottleneck remover: children per node bounded, members stay connected, probes logged."""
+"""Bottleneck remover on the real stack (LocalEmulator): children per node bounded,
+members stay connected, probes logged, same results on 1, 2 and 3 shards; root paths
+break a loop the remover could close."""
 
 import numpy as np
-from scribe_harness import Overlay, World
-from test_scribe_tree import G, N, make_groups
+from protocol_world import protocol_message, root_of
+from test_scribe_tree import G, N, assert_members_reach_root, build, make_groups
 
-from actors.scribe import Scribe, create_requests, join_requests, multicast_requests
+from actors.scribe import multicast_requests
 
 BOUND = 6
 
 
 def run(shards, bound=BOUND):
-    overlay = Overlay(N, seed=31)
     table, creators, creds, members = make_groups(seed=2)
-    w = World(overlay, lambda: Scribe({"bottleneck": True, "bottleneck_bound": bound}),
-              shards=shards, shared={"groups": table})
-    w.inject(create_requests(creators, np.arange(G), 0, creds))
-    w.run()
-    mem = np.concatenate(members)
-    grp = np.concatenate([np.full(len(m), g) for g, m in enumerate(members)])
-    w.inject(join_requests(mem, grp, 100_000 + (np.arange(len(mem)) * 997) % 50_000, creds[grp]))
-    w.run()
-    gt = w.table("group")
-    rp = np.full(G, -1)
-    rp[gt["group"]] = gt["rp"]
+    w = build(31, shards, table, creators, creds, members,
+              scribe={"bottleneck": True, "bottleneck_bound": bound})
+    rp = w.rendezvous(G)
     w.inject(multicast_requests(rp, np.arange(G), 10_000_000, creds))
     w.run()
     w.dump()
@@ -40,15 +33,7 @@ def test_bound_holds_and_every_member_stays_connected():
         assert per_group.max() <= 1
     assert len(over) <= 2
     for g in range(G):
-        sel = te["group"] == g
-        parent = dict(zip(te["child"][sel].tolist(), te["parent"][sel].tolist()))
-        assert len(parent) == sel.sum()
-        for m in members[g]:
-            node, seen = int(m), set()
-            while node != rp[g]:
-                assert node not in seen, "loop"
-                seen.add(node)
-                node = parent[node]
+        assert_members_reach_root(w.tree_edges(g), members[g], rp[g])
     d = w.table("delivery")
     for g in range(G):
         assert np.array_equal(np.sort(d["member"][d["group"] == g]), members[g])
@@ -65,42 +50,33 @@ def test_without_remover_bound_is_exceeded():
 
 def test_bottleneck_identical_across_shards():
     outs = []
-    for k in (1, 2):
+    for k in (1, 2, 3):
         w, _, _ = run(k)
         te = w.table("tree_edge")
         p = w.table("probe")
         o = np.lexsort((te["child"], te["group"]))
         op = np.lexsort((p["target"], p["time"], p["node"]))
         outs.append((te["parent"][o], te["child"][o], p["node"][op], p["target"][op]))
-    for a, b in zip(*outs):
-        assert np.array_equal(a, b)
+    for other in outs[1:]:
+        for a, b in zip(outs[0], other, strict=True):
+            assert np.array_equal(a, b)
 
 
 def _looped_run(root_paths: bool):
     """Build trees with the remover and repair on, then make node X ask its own grandchild
     D to adopt it (the move a stale sibling list can cause under churn), multicast later.
     Returns (world, members, group table, credentials, group, X, D)."""
-    from actors.scribe._engine import MSG_DTYPE
     from actors.scribe.types import BN_JOIN
     hb = 200_000
-    overlay = Overlay(N, seed=31)
     table, creators, creds, members = make_groups(seed=2)
-    w = World(overlay, lambda: Scribe({"bottleneck": True, "bottleneck_bound": BOUND,
-                                       "heartbeat_us": hb, "root_paths": root_paths}),
-              shards=2, shared={"groups": table})
-    w.inject(create_requests(creators, np.arange(G), 0, creds))
-    w.run(until=50_000)
-    mem = np.concatenate(members)
-    grp = np.concatenate([np.full(len(m), g) for g, m in enumerate(members)])
-    w.inject(join_requests(mem, grp, 100_000 + (np.arange(len(mem)) * 997) % 50_000, creds[grp]))
-    w.run(until=2_000_000)
-    w.dump()
-    te = w.table("tree_edge")
-    w.logs.clear()
+    w = build(31, 2, table, creators, creds, members, until=2_000_000,
+              scribe={"bottleneck": True, "bottleneck_bound": BOUND, "heartbeat_us": hb,
+                      "root_paths": root_paths})
+    te = w.fresh_tree_edges()
     # a chain X -> C -> D in group 0 with X not the root
     g = 0
     sel = te["group"] == g
-    parent = dict(zip(te["child"][sel].tolist(), te["parent"][sel].tolist()))
+    parent = dict(zip(te["child"][sel].tolist(), te["parent"][sel].tolist(), strict=True))
     x = d = None
     for node, par in sorted(parent.items()):
         grand = parent.get(par)
@@ -108,11 +84,7 @@ def _looped_run(root_paths: bool):
             x, d = grand, node
             break
     assert x is not None, "no chain of depth 3 below the root"
-    msg = np.zeros(1, MSG_DTYPE)
-    msg["src"], msg["dst"], msg["type"], msg["group"] = x, d, BN_JOIN, g
-    msg["time"] = msg["sent"] = 2_100_000
-    msg["a"], msg["b"], msg["c"] = creds[g], -1, 1
-    w.inject(msg)
+    w.inject(protocol_message(x, d, BN_JOIN, 2_100_000, group=g, a=creds[g], b=-1, c=1))
     w.run(until=4_000_000)
     return w, members, table, creds, g, x, d
 
@@ -124,16 +96,14 @@ def test_root_paths_break_a_loop_the_remover_could_close():
     outcomes = {}
     for paths in (True, False):
         w, members, table, creds, g, x, d = _looped_run(paths)
-        rp = int(Overlay(N, seed=31).root(table["id_hi"][g:g + 1])[0])
+        rp = int(root_of(w.net, table["id_hi"][g], table["id_lo"][g])[0])
         w.inject(multicast_requests(np.array([rp]), np.array([g]), 4_100_000, creds[g:g + 1]))
         w.run(until=6_000_000)
-        w.logs.pop("tree_edge", None)
-        w.dump()
-        te = w.table("tree_edge")
+        te = w.fresh_tree_edges()
         sel = te["group"] == g
         children = te["child"][sel]
         assert len(np.unique(children)) == len(children), "a node with two parents"
-        parent = dict(zip(children.tolist(), te["parent"][sel].tolist()))
+        parent = dict(zip(children.tolist(), te["parent"][sel].tolist(), strict=True))
         reached = 0
         for m in members[g]:
             node, seen = int(m), set()

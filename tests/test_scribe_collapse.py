@@ -1,8 +1,8 @@
-"""Tree collapse: non-member forwarders with one child disappear, chains included."""
+"""Tree collapse on the real stack (LocalEmulator): exactly the non-member forwarders with
+one child disappear from trees built on real Pastry routes, chains included."""
 
 import numpy as np
-from scribe_harness import Overlay
-from test_scribe_tree import G, N, build, edges_of, make_groups, reference_tree, rp_of
+from test_scribe_tree import G, N, build, make_groups
 
 from actors.scribe import collapse_requests, multicast_requests
 
@@ -28,18 +28,17 @@ def collapse_reference(edges, members, root):
 
 
 def test_collapse_matches_reference_and_keeps_delivery():
-    overlay = Overlay(N, seed=21)
     table, creators, creds, members = make_groups(seed=4)
-    w = build(overlay, 2, table, creators, creds, members)
-    rp = rp_of(w)
+    w = build(21, 2, table, creators, creds, members)
+    rp = w.rendezvous(G)
     w.inject(collapse_requests(np.arange(N), 3_000_000))
     w.run()
     w.dump()
     removed_total = 0
     for g in range(G):
-        before = reference_tree(overlay, table, g, members[g])
+        before = w.route_tree(members[g], table["id_hi"][g], table["id_lo"][g])
         expect = collapse_reference(before, members[g], int(rp[g]))
-        got = edges_of(w, g)
+        got = w.tree_edges(g)
         assert got == expect
         fwd_before = {p for p, _ in before} - set(members[g].tolist())
         fwd_after = {p for p, _ in got} - set(members[g].tolist())
@@ -59,17 +58,16 @@ def test_collapse_matches_reference_and_keeps_delivery():
 
 def test_collapse_handles_long_chains():
     # a group of two far-apart members creates chains of single-child forwarders
-    overlay = Overlay(N, seed=22)
     table, creators, creds, members = make_groups(seed=8)
     members = [m[:2] for m in members]
-    w = build(overlay, 1, table, creators, creds, members)
-    rp = rp_of(w)
+    w = build(22, 1, table, creators, creds, members)
+    rp = w.rendezvous(G)
     w.inject(collapse_requests(rp, 3_000_000))  # requests at the roots suffice
     w.run()
     w.dump()
     for g in range(G):
-        before = reference_tree(overlay, table, g, members[g])
-        got = edges_of(w, g)
+        before = w.route_tree(members[g], table["id_hi"][g], table["id_lo"][g])
+        got = w.tree_edges(g)
         assert got == collapse_reference(before, members[g], int(rp[g]))
         assert set(members[g].tolist()) - {int(rp[g])} <= {c for _, c in got}
         fanout = {}

@@ -149,7 +149,8 @@ class Pastry:
             self.maintenance.start_keepalive_all(ctx)
         else:
             self.join.schedule_arrivals(ctx)
-        self.app.bind(OverlayEndpoint(self.router, self.nodes))
+        self.endpoint = OverlayEndpoint(self.router, self.nodes)
+        self.app.bind(self.endpoint)
         self.app.setup(ctx)
 
     def _initial_tables(self, ctx, global_ids, ids_hi, ids_lo) -> PastryState:

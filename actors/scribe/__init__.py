@@ -1,25 +1,26 @@
-"""Scribe multicast on Pastry: groups, trees, multicast, collapse (see docs/scribe.md)."""
+"""Scribe multicast on the overlay's common API: groups, trees, multicast, repair,
+tree-shaping policies, reliable delivery (see docs/scribe.md and docs/scribe-structure.md)."""
 
-from .groups import group_table, sha1_id128
-from .protocol import Scribe, ScribeError
+from .application import Scribe
+from .groups import group_table
 from .requests import (
-                       collapse_requests,
-                       create_requests,
-                       join_requests,
-                       leave_requests,
-                       multicast_requests,
+    collapse_requests,
+    create_requests,
+    join_requests,
+    leave_requests,
+    multicast_requests,
 )
 from .types import TYPE_NAMES
+from .wire import ScribeError
 
 __all__ = [
-                       "TYPE_NAMES",
-                       "Scribe",
-                       "ScribeError",
-                       "collapse_requests",
-                       "create_requests",
-                       "group_table",
-                       "join_requests",
-                       "leave_requests",
-                       "multicast_requests",
-                       "sha1_id128",
+    "TYPE_NAMES",
+    "Scribe",
+    "ScribeError",
+    "collapse_requests",
+    "create_requests",
+    "group_table",
+    "join_requests",
+    "leave_requests",
+    "multicast_requests",
 ]

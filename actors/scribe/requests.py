@@ -1,16 +1,19 @@
 """Build the application requests a scenario injects (``emu.inject``) as self-messages.
 
 Each request is a message with src = dst = origin = the node, due at the given virtual
-time; Scribe handles it at that node (Pastry hands direct messages to ``app.receive``).
-All builders are vectorized, O(n) for n requests, and validate their input.
+time; Scribe handles it at that node. A request is not sent through the overlay, so it
+sets none of the overlay's own fields: the overlay treats a record that its ``route`` did
+not mark as a direct message and hands it to ``Application.receive`` (the zeroed record
+is the overlay's "direct"). All builders are vectorized, O(n) for n requests, and
+validate their input.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._engine import MSG_DTYPE, make_batch
 from .types import COLLAPSE_REQ, CREATE_REQ, JOIN_REQ, LEAVE_REQ, MCAST_REQ
+from .wire import Batch, new_messages
 
 
 def _self_messages(kind, type_code, nodes, times, groups=None, credentials=None, b=None):
@@ -28,15 +31,8 @@ def _self_messages(kind, type_code, nodes, times, groups=None, credentials=None,
         raise ValueError(f"{kind}: node indices must be >= 0")
     if n and times.min() < 0:
         raise ValueError(f"{kind}: times must be >= 0 (virtual microseconds)")
-    msgs = np.zeros(n, dtype=MSG_DTYPE)
-    msgs["time"] = times
-    msgs["sent"] = times
-    msgs["src"] = nodes
-    msgs["dst"] = nodes
-    msgs["origin"] = nodes
-    msgs["type"] = type_code
-    msgs["mode"] = 0
-    msgs["group"] = -1
+    msgs = new_messages(n, time=times, sent=times, src=nodes, dst=nodes, origin=nodes,
+                        type=type_code, group=-1)
     if groups is not None:
         groups = col(groups, "groups", np.int64)
         if n and groups.min() < 0:
@@ -54,7 +50,7 @@ def _self_messages(kind, type_code, nodes, times, groups=None, credentials=None,
     run_start = np.repeat(starts, np.diff(np.r_[starts, n])) if n else starts
     seq[order] = np.arange(n) - run_start
     msgs["seq"] = seq
-    return make_batch(msgs)
+    return Batch(msgs)
 
 
 def create_requests(creators, groups, times, credentials):

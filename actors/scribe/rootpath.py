@@ -6,6 +6,10 @@ from the RP down to itself) to its children, on the JOIN_ACK and on heartbeats, 
 at once whenever it changes; a node that finds itself in the path it receives, or gets a
 JOIN from a node on its own root path, re-joins by a randomized Pastry route.
 
+``RootPathGuard`` is the part of Scribe that keeps them; every other part goes through
+its ``lose_parent`` when a slot leaves its parent (the path is then unknown). With root
+paths off it still does that, and its checks find nothing.
+
 A slot's path is stored as a fixed-width int32 row (-1 padded) plus a length: -1 means
 unknown (the node is between parents), 0 the RP itself. Paths longer than the width are
 treated like loops (no Scribe tree on 10^5-10^6 nodes is that deep unless it loops).
@@ -17,10 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.batch import pack_rows, payload_rows
-
-from .tree import first_in_run
+from .tree import TreeState, first_in_run
 from .types import HEARTBEAT, JOIN, LEAVE
+from .wire import Messenger, pack_rows, payload_rows
 
 UNKNOWN = -1
 
@@ -114,29 +117,37 @@ def decode(m: np.ndarray, payload: np.ndarray, width: int) -> np.ndarray:
     return payload_rows(m, payload, width)
 
 
-class RootPathMixin:
-    """The Scribe side of root paths (uses ``self.paths``: a RootPaths or None)."""
+class RootPathGuard:
+    """Parent links and their root paths: loses parents, passes paths down, breaks loops.
 
-    def _lose_parent(self, s) -> None:
+    ``paths`` is a RootPaths, or None when root paths are off."""
+
+    def __init__(self, tree: TreeState, messenger: Messenger, paths: RootPaths | None):
+        self.tree = tree
+        self.messenger = messenger
+        self.paths = paths
+
+    def lose_parent(self, s) -> None:
+        """Slots s are between parents: no parent, root path unknown until the next ack."""
         self.tree.slots["parent"][s] = -1
         if self.paths is not None:
             self.paths.forget(s)
 
-    def _path_fields(self, s, me) -> dict:
+    def path_fields(self, s, me) -> dict:
         """Message fields telling children the root path of slots s (one row per message)."""
         if self.paths is None:
             return {}
         rows, lens = self.paths.outgoing(s, me, self.tree.slots["root"][s])
         return encode(rows, lens)
 
-    def _take_path(self, ctx, m, s) -> None:
+    def take_path(self, ctx, m, s) -> None:
         """Messages m come from the current parents of slots s and carry their root paths:
         store them; a node on its own path (or past the width) re-joins at random; nodes
         whose path changed tell their children at once. O(n x width)."""
         if self.paths is None or not len(s):
             return
         w = self.paths.width
-        rows = decode(m, self._payload, w)
+        rows = decode(m, self.messenger.payload, w)
         lens = m["c"].astype(np.int64)
         me = m["dst"].astype(np.int64)
         loop = (lens > w) | (rows == me[:, None]).any(axis=1)
@@ -144,7 +155,7 @@ class RootPathMixin:
         changed = self.paths.store(s[keep], rows[keep], np.where(lens[keep] > w, -1, lens[keep]))
         push = changed & (lens[keep] >= 0)
         self._push_paths(ctx, s[keep][push], me[keep][push], m["time"][keep][push])
-        self._rejoin_randomized(ctx, s[loop], me[loop], m["time"][loop], "scribe_loops_path")
+        self.rejoin_randomized(ctx, s[loop], me[loop], m["time"][loop], "scribe_loops_path")
 
     def _push_paths(self, ctx, s, me, now) -> None:
         """Heartbeats carrying the new root path to every child of slots s."""
@@ -155,17 +166,17 @@ class RootPathMixin:
         qi, e = self.tree.children_of(s)
         if not len(e):
             return
-        self._send(ctx, me[qi], self.tree.entries["child"][e], HEARTBEAT, now[qi],
-                   self.tree.slots["group"][s][qi], **self._path_fields(s[qi], me[qi]))
+        self.messenger.send(ctx, me[qi], self.tree.entries["child"][e], HEARTBEAT, now[qi],
+                            self.tree.slots["group"][s][qi], **self.path_fields(s[qi], me[qi]))
         self.tree.slots["last_sent"][s] = now
 
-    def _on_own_path(self, s, nodes) -> np.ndarray:
+    def on_own_path(self, s, nodes) -> np.ndarray:
         """Rows whose sender is on the receiving slot's root path (a JOIN that would loop)."""
         if self.paths is None or not len(s):
             return np.zeros(len(s), bool)
         return self.paths.contains(s, nodes)
 
-    def _rejoin_randomized(self, ctx, s, me, now, counter: str) -> None:
+    def rejoin_randomized(self, ctx, s, me, now, counter: str) -> None:
         """Break a loop: leave the current parent and re-join by a randomized Pastry route
         (a random first hop, so the JOIN does not retrace the looping route)."""
         if not len(s):
@@ -176,9 +187,11 @@ class RootPathMixin:
         ctx.count(counter, len(s))
         old = sl["parent"][s].astype(np.int64)
         had = old >= 0
-        self._send(ctx, me[had], old[had], LEAVE, now[had], sl["group"][s[had]])
-        self._lose_parent(s)
+        self.messenger.send(ctx, me[had], old[had], LEAVE, now[had], sl["group"][s[had]])
+        self.lose_parent(s)
         cred = np.where(sl["member"][s], sl["my_cred"][s], sl["join_cred"][s])
-        self._route(ctx, me, JOIN, now, sl["group"][s], a=cred, b=sl["last_seq"][s],
-                    c=np.ones(len(s), np.int64), origin=me, randomize=True)
+        self.messenger.route(ctx, me, JOIN, now, sl["group"][s], a=cred, b=sl["last_seq"][s],
+                             c=np.ones(len(s), np.int64), origin=me, randomize=True)
 
+    def state(self):
+        return None if self.paths is None else self.paths.state()

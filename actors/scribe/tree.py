@@ -1,4 +1,5 @@
-"""Per-shard Scribe tree state in compact arrays.
+"""Per-shard Scribe tree state in compact arrays: the part every other part of Scribe
+reads and writes (children tables, parents, group records as known to each node).
 
 A *slot* is one (local node, group) pair the node has state for: forwarder/member/root
 flags, its parent, the group's ACL as known to the node, counters. Slots are found by the
@@ -118,6 +119,23 @@ class TreeState:
         for name in ("parent", "acl", "creator", "my_cred", "join_cred", "last_seq",
                      "last_heard", "last_sent"):
             sl[name][slots] = _SLOT_COLS[name][1]
+
+    def heard_from_parent(self, local_idx, groups, senders, times) -> np.ndarray:
+        """Messages from the current parent (heartbeats, data) reset the suspicion clock.
+        Returns the mask of rows that came from the receiving slot's parent."""
+        s = self.find_active(local_idx, groups)
+        ok = s >= 0
+        ok[ok] = self.slots["parent"][s[ok]] == senders[ok]
+        self.slots["last_heard"][s[ok]] = times[ok]
+        return ok
+
+    def drop_nodes(self, local_idx) -> None:
+        """Crashed nodes lose all their tree state (children, records, RP cache)."""
+        act = self.active_slots()
+        gone = act[np.isin(self.slots["node"][act], local_idx)]
+        self.clear_children(gone)
+        self.reset(gone)
+        self.slots["rp_cache"][gone] = -1
 
     # ---- children ---------------------------------------------------------------
     def add_children(self, slots, children, creds, now) -> np.ndarray:

@@ -1,0 +1,272 @@
+"""Scribe (Castro et al., JSAC 2002) as an application on the overlay's common API.
+
+``Scribe(params)`` implements ``actors.common_api.Application``: the overlay calls
+``forward``/``deliver``/``receive``/``new_leafs`` on it and passes on the stack calls
+``setup``/``on_fail``/``on_recover``/``checkpoint``/``restore``/``dump``. Scribe reaches
+the network only through the endpoint it is bound to (``route``, ``send``,
+``replica_set``).
+
+This class only wires the parts (built in ``setup``, each given what it uses) and sends
+each message type to the part that handles it:
+- ``GroupDirectory`` (groups.py): group keys, credential checks, group/refusal logs;
+- ``RendezvousPoints`` (rendezvous.py): CREATE, the group records at the RPs, their
+  copies on the k closest nodes and the take-over by a copy;
+- ``TreeState`` (tree.py): children tables, parents, RP records of this shard's nodes;
+- ``RootPathGuard`` (rootpath.py): parent links, root paths, loop breaking;
+- ``TreeJoins``/``TreeLeaves`` (membership.py): the CREATE/JOIN/LEAVE protocol;
+- ``Dissemination`` (multicast.py): MCAST to the RP, DATA down the tree;
+- ``TreeRepair`` (repair.py): heartbeats, refresh, child expiry, parent suspicion and
+  re-join;
+- ``BottleneckRemover`` (bottleneck.py) and ``TreeCollapse`` (collapse.py): the
+  tree-shaping policies;
+- ``OrderedDelivery`` (reliable.py) and ``ReliablePublishing`` (publishing.py): the
+  reliable ordered delivery layer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .bottleneck import BottleneckRemover
+from .collapse import TreeCollapse
+from .groups import GroupDirectory
+from .membership import TreeJoins, TreeLeaves
+from .multicast import Dissemination
+from .publishing import ReliablePublishing
+from .reliable import OrderedDelivery
+from .rendezvous import RendezvousPoints
+from .repair import TreeRepair
+from .rootpath import RootPathGuard, RootPaths
+from .tree import TreeState
+from .types import (
+    ADOPT,
+    BN_JOIN,
+    BN_SIBLING,
+    COLLAPSE_REQ,
+    COLLAPSE_WAVE,
+    CREATE,
+    CREATE_REQ,
+    DATA,
+    HEARTBEAT,
+    JOIN,
+    JOIN_ACK,
+    JOIN_REFUSE,
+    JOIN_REQ,
+    LEAVE,
+    LEAVE_REQ,
+    MCAST,
+    MCAST_REQ,
+    REFRESH,
+    REJOIN,
+    REPLICA,
+    REPLICA_DATA,
+    RP_ADDR,
+    TICK,
+    TYPE_NAMES,
+)
+from .wire import NO_PAYLOAD, Messenger, ScribeError, msgs_of
+
+DEFAULTS = {
+    "variant": None,          # label for delivery / tree_edge rows; None: derived
+    "groups_key": "groups",   # name of the shared group table (ctx.shared)
+    "bottleneck": False,      # run the bottleneck remover
+    "bottleneck_bound": 64,   # bound on the total children of a node (all groups)
+    "heartbeat_us": None,     # tree maintenance period; None disables repair
+    "heartbeat_miss": 3,      # periods without parent news before re-joining
+    "child_expiry_miss": 3,   # periods without refresh before a child entry expires
+    "replicas": 5,            # RP record copies on the k closest nodes (0: none)
+    "rp_cache_ttl_us": None,  # sources re-route to the RP after this; None: 3 periods
+    "reliable": False,        # ordered reliable delivery layer (root numbering, buffers)
+    "reliable_buffer": 256,   # messages buffered per (node, group)
+    "max_tree_hops": 255,     # DATA copies beyond this many hops are dropped (loop guard)
+    "root_paths": None,       # pass root paths down the trees to detect loops (SPEC 3);
+                              # None: on with the bottleneck remover
+    "root_path_max": 32,      # longest root path kept; deeper counts as a loop
+    "lazy_growth": False,     # variant: a JOIN stops at the first tree node, which adopts
+                              # the joiner itself unless it has bottleneck_bound children
+}
+
+
+def checked_params(params: dict | None) -> dict:
+    """DEFAULTS overridden by params, validated (one clear line per error)."""
+    params = dict(params or {})
+    unknown = set(params) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"Scribe: unknown parameter(s) {sorted(unknown)}")
+    params = {**DEFAULTS, **params}
+    bound = params["bottleneck_bound"]
+    if not isinstance(bound, (int, np.integer)) or bound < 1:
+        raise ValueError(f"Scribe: bottleneck_bound must be a positive integer, got {bound!r}")
+    hb = params["heartbeat_us"]
+    if hb is not None and (not isinstance(hb, (int, np.integer)) or hb <= 0):
+        raise ValueError(f"Scribe: heartbeat_us must be a positive integer or None, got {hb!r}")
+    if params["rp_cache_ttl_us"] is None and hb:
+        params["rp_cache_ttl_us"] = params["heartbeat_miss"] * hb
+    return params
+
+
+class Scribe:
+    TYPE_NAMES = TYPE_NAMES
+
+    def __init__(self, params: dict | None = None):
+        self.params = checked_params(params)
+        self.endpoint = None
+        self.groups: GroupDirectory | None = None
+        self.tree: TreeState | None = None
+
+    # ---- wiring -----------------------------------------------------------------
+    def bind(self, endpoint):
+        """Attach the overlay endpoint that offers ``route``, ``send``, ``replica_set``."""
+        self.endpoint = endpoint
+        return self
+
+    def setup(self, ctx):
+        if self.endpoint is None:
+            raise ScribeError("Scribe.setup: no overlay bound (call scribe.bind(pastry))")
+        table = ctx.shared(self.params["groups_key"])
+        if table is None or "id_hi" not in table:
+            raise ScribeError("Scribe.setup: shared group table missing (see groups.group_table)")
+        self.groups = GroupDirectory(table)
+        self._build(TreeState(len(ctx.nodes), ctx.n_nodes, len(self.groups)))
+
+    def _build(self, tree: TreeState, saved: dict | None = None) -> None:
+        """Make the parts around ``tree`` (from a checkpoint's ``saved`` state if given)
+        and the message-type dispatch tables."""
+        p, saved = self.params, saved or {}
+        self.tree = tree
+        self.messenger = Messenger(self.endpoint, self.groups)
+        use_paths = p["bottleneck"] if p["root_paths"] is None else p["root_paths"]
+        paths = None
+        if use_paths:
+            paths = (RootPaths.from_state(saved["paths"]) if saved.get("paths") is not None
+                     else RootPaths(p["root_path_max"]))
+        self.guard = RootPathGuard(tree, self.messenger, paths)
+        self.rendezvous = RendezvousPoints(tree, self.groups, self.messenger, self.guard,
+                                           p["replicas"], saved.get("replicas_stale"))
+        self.collapse = TreeCollapse(tree, self.messenger, bool(saved.get("collapsed", False)))
+        self.ordered = self.publishing = None
+        if p["reliable"]:
+            self.ordered = OrderedDelivery(tree, self.messenger, p["reliable_buffer"],
+                                           self.variant_label)
+            self.publishing = ReliablePublishing(tree, self.messenger, self.ordered,
+                                                 self.rendezvous, p["reliable_buffer"],
+                                                 p["heartbeat_us"], p["heartbeat_miss"])
+            if saved.get("reliable") is not None:
+                self.publishing.restore(saved["reliable"])
+        self.bottleneck = None
+        if p["bottleneck"]:
+            self.bottleneck = BottleneckRemover(tree, self.messenger, self.guard,
+                                                p["bottleneck_bound"])
+        self.leaves = TreeLeaves(tree, self.messenger)
+        self.joins = TreeJoins(tree, self.groups, self.messenger, self.guard, self.rendezvous,
+                               self.ordered, self.bottleneck, p["lazy_growth"],
+                               p["bottleneck_bound"])
+        if self.publishing is not None:  # issue 22: go on with the replicated stream
+            self.joins.on_take_over = self.publishing.take_over_stream
+        self.multicast = Dissemination(tree, self.groups, self.messenger, self.ordered,
+                                       self.publishing, p["rp_cache_ttl_us"],
+                                       p["max_tree_hops"], self.variant_label)
+        self.repair = TreeRepair(tree, self.messenger, self.guard, self.rendezvous, self.leaves,
+                                 self.ordered, self.publishing, p, saved.get("ticking"))
+        self._make_dispatch_tables()
+
+    def _make_dispatch_tables(self) -> None:
+        j, mc, r = self.joins, self.multicast, self.repair
+        self.on_receive = {
+            CREATE_REQ: self.rendezvous.on_create_req, JOIN_REQ: j.on_join_req,
+            LEAVE_REQ: self.leaves.on_leave_req, MCAST_REQ: mc.on_mcast_req,
+            COLLAPSE_REQ: self.collapse.on_collapse_req,
+            JOIN_ACK: j.on_join_ack, JOIN_REFUSE: j.on_join_refuse, LEAVE: self.leaves.on_leave,
+            REJOIN: j.on_rejoin, MCAST: mc.on_mcast_received, RP_ADDR: mc.on_rp_addr,
+            DATA: mc.on_data, COLLAPSE_WAVE: self.collapse.on_collapse_wave,
+            ADOPT: self.collapse.on_adopt, BN_JOIN: j.on_bn_join,
+            TICK: r.on_tick, HEARTBEAT: r.on_heartbeat, REFRESH: r.on_refresh,
+            REPLICA: self.rendezvous.on_replica,
+        }
+        if self.bottleneck is not None:
+            self.on_receive[BN_SIBLING] = self.bottleneck.on_bn_sibling
+        if self.publishing is not None:
+            self.on_receive[REPLICA_DATA] = self.publishing.on_replica_data
+        self.on_deliver = {CREATE: self.rendezvous.on_create, JOIN: j.on_join_at_rp,
+                           MCAST: mc.on_mcast_delivered}
+
+    def variant_label(self) -> str:
+        """Label of the delivery and tree_edge rows: the configured one, else what the
+        trees are (collapsed, bottleneck-bounded, or plain Scribe)."""
+        if self.params["variant"]:
+            return self.params["variant"]
+        if self.collapse.collapsed:
+            return "collapsed"
+        return "bottleneck" if self.params["bottleneck"] else "scribe"
+
+    # ---- overlay upcalls ----------------------------------------------------------
+    def receive(self, ctx, batch):
+        """Direct messages (and self-messages: requests, timers)."""
+        payload = getattr(batch, "payload", None)
+        self.messenger.payload = NO_PAYLOAD if payload is None else payload
+        self._dispatch(ctx, msgs_of(batch), self.on_receive)
+
+    def deliver(self, ctx, batch):
+        """Routed messages at the live node closest to their key (the RP)."""
+        self._dispatch(ctx, msgs_of(batch), self.on_deliver)
+
+    def forward(self, ctx, batch, next_hop):
+        """Routed messages passing a node: JOINs build the tree here (SPEC 3)."""
+        m = msgs_of(batch)
+        next_hop = np.asarray(next_hop).copy()
+        is_join = (m["type"] == JOIN) & (m["src"] != m["dst"])  # not the origin's own call
+        if is_join.any():
+            rows = np.flatnonzero(is_join)
+            self.joins.forward(ctx, m, rows, next_hop)
+            if not self.params["lazy_growth"]:  # a lazy JOIN makes no new forwarders
+                self.repair.start_ticks(ctx, m[rows])
+        return batch, next_hop
+
+    def _dispatch(self, ctx, m, table):
+        if not len(m):
+            return
+        for t in np.unique(m["type"]):  # ascending type code, order within a type preserved
+            handler = table.get(int(t))
+            sub = m[m["type"] == t]
+            if handler is None:
+                ctx.count("scribe_unhandled", len(sub))
+                continue
+            handler(ctx, sub)
+        self.repair.start_ticks(ctx, m)
+
+    def new_leafs(self, ctx, local_idx):
+        self.rendezvous.mark_stale(local_idx)
+
+    # ---- stack calls --------------------------------------------------------------
+    def on_fail(self, ctx, local_idx):
+        """A crashed node loses its Scribe state."""
+        li = np.atleast_1d(np.asarray(local_idx, np.int64))
+        self.tree.drop_nodes(li)
+        self.repair.forget_nodes(li)
+
+    def on_recover(self, ctx, local_idx):
+        return None
+
+    def dump(self, ctx, phase):
+        """Log every tree edge (parent, child) of the shard's active children tables."""
+        t = self.tree
+        act = t.active_slots()
+        qi, e = t.children_of(act)
+        n = len(e)
+        ctx.log("tree_edge", group=t.slots["group"][act][qi].astype(np.int32),
+                parent=np.asarray(ctx.nodes)[t.slots["node"][act][qi]].astype(np.int32),
+                child=t.entries["child"][e].astype(np.int32),
+                variant=np.full(n, self.variant_label(), dtype=object))
+
+    def checkpoint(self) -> dict:
+        return {"tree": self.tree.state(), "collapsed": self.collapse.collapsed,
+                "params": self.params, "ticking": self.repair.ticking.copy(),
+                "replicas_stale": self.rendezvous.stale.copy(), "paths": self.guard.state(),
+                "reliable": None if self.publishing is None else self.publishing.state()}
+
+    def restore(self, state: dict):
+        """Continue from a checkpoint (after ``setup`` on the same shard)."""
+        self.params = dict(state["params"])
+        saved = {**state, "ticking": state["ticking"].copy(),
+                 "replicas_stale": state["replicas_stale"].copy()}
+        self._build(TreeState.from_state(state["tree"]), saved)

@@ -1,0 +1,317 @@
+"""The tree-building protocol (SPEC 3): JOIN and LEAVE (CREATE: ``rendezvous.py``).
+
+A JOIN is routed towards the group's key; every node it passes adds the previous hop as a
+child, and a node that was not on the tree becomes a forwarder and sends the JOIN on as
+its own; the RP (the node closest to the key) checks the credential against the ACL. A
+node left with no child and no member leaves its parent (LEAVE), and so on up.
+
+Every handler works on the whole sub-batch of one message type in one call (numpy, no
+per-message Python work) and gives the same result as handling the messages one by one
+in (time, src, seq) order: where several messages of a batch touch the same
+(node, group) state, the first one in that order is the one that changes it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .groups import GroupDirectory, wrong_credential
+from .reliable import OrderedDelivery
+from .rendezvous import RendezvousPoints
+from .rootpath import RootPathGuard
+from .tree import TreeState, first_in_run
+from .types import JOIN, JOIN_ACK, JOIN_REFUSE, LEAVE, REJOIN
+from .wire import Messenger
+
+
+def first_of_slot_among(s, among) -> np.ndarray:
+    """Rows that are the first row of their slot among the rows of mask ``among`` (rows
+    outside it get distinct negative keys, so they never hide a later row)."""
+    return first_in_run(np.where(among, s, -1 - np.arange(len(s))))
+
+
+class TreeLeaves:
+    """LEAVE: members leave, children go, empty forwarders leave their parent."""
+
+    def __init__(self, tree: TreeState, messenger: Messenger):
+        self.tree = tree
+        self.messenger = messenger
+
+    def on_leave_req(self, ctx, m) -> None:
+        t, sl = self.tree, self.tree.slots
+        s = t.find_active(self.messenger.local(ctx, m["dst"]), m["group"])
+        hit = s >= 0
+        hit[hit] = sl["member"][s[hit]]
+        ctx.count("scribe_leave_not_member", int((~hit).sum()))
+        sl["member"][s[hit]] = False
+        self.prune(ctx, s[hit], m[hit])
+
+    def on_leave(self, ctx, m) -> None:
+        t = self.tree
+        s = t.find_active(self.messenger.local(ctx, m["dst"]), m["group"])
+        hit = s >= 0
+        t.remove_children(s[hit], m["src"][hit])
+        self.prune(ctx, s[hit], m[hit])
+
+    def prune(self, ctx, s, m) -> None:
+        """Slots left with no child and no member leave their parent (once per slot);
+        m holds each row's (dst, group, time)."""
+        t, sl = self.tree, self.tree.slots
+        last = np.zeros(len(s), bool)
+        if len(s):  # evaluate after all the batch's removals: the last row per slot decides
+            _, idx = np.unique(s[::-1], return_index=True)
+            last[len(s) - 1 - idx] = True
+        empty = last & sl["active"][s] & ~sl["member"][s] & ~sl["root"][s] \
+            & (sl["n_children"][s] == 0)
+        se = s[empty]
+        par = sl["parent"][se]
+        has_parent = par >= 0
+        sub = m[empty]
+        self.messenger.send(ctx, sub["dst"][has_parent], par[has_parent], LEAVE,
+                            sub["time"][has_parent], sub["group"][has_parent])
+        t.reset(se)
+
+
+class TreeJoins:
+    """JOIN: children tables, parents, acknowledgements, credential checks.
+
+    ``ordered`` (the reliable layer, or None) catches repairing children up;
+    ``shaper`` (the bottleneck remover, or None) runs after every adoption;
+    ``lazy_growth``: a JOIN stops at the first tree node with room, which adopts the
+    joiner itself."""
+
+    def __init__(self, tree: TreeState, groups: GroupDirectory, messenger: Messenger,
+                 guard: RootPathGuard, rendezvous: RendezvousPoints,
+                 ordered: OrderedDelivery | None,
+                 shaper, lazy_growth: bool, bound: int):
+        self.tree = tree
+        self.groups = groups
+        self.messenger = messenger
+        self.guard = guard
+        self.rendezvous = rendezvous
+        self.ordered = ordered
+        self.shaper = shaper
+        self.lazy_growth = lazy_growth
+        self.bound = bound
+        self.on_take_over = None   # (ctx, slots, nodes, now) after an RP take-over
+
+    # ---- JOIN at the member and on the way -------------------------------------------
+    def on_join_req(self, ctx, m) -> None:
+        """A local member joins: checked at once where the ACL is known; a node not yet on
+        the tree becomes a tree node and sends its JOIN."""
+        t = self.tree
+        s = t.get_or_make(self.messenger.local(ctx, m["dst"]), m["group"])
+        sl = t.slots
+        active = sl["active"][s]
+        bad = active & wrong_credential(sl["acl"][s], m["a"])
+        self.groups.refuse(ctx, m["group"][bad], m["dst"][bad], "join", m["time"][bad])
+        ok = ~bad
+        sl["member"][s[ok]] = True
+        sl["my_cred"][s[ok]] = m["a"][ok]
+        # first request for the pair only; later ones in the same cell find it active
+        start = ok & ~active & first_in_run(s)
+        self._send_own_join(ctx, s[start], m[start])
+
+    def _activate(self, s, cred) -> None:
+        """Slots s join the tree as forwarders (no parent yet) with JOIN credential cred."""
+        sl = self.tree.slots
+        sl["active"][s] = True
+        self.guard.lose_parent(s)
+        sl["join_cred"][s] = cred
+
+    def _send_own_join(self, ctx, s, sub) -> None:
+        """Slots s (rows sub) become tree nodes and route their own JOIN to the RP."""
+        self._activate(s, sub["a"])
+        self.messenger.route(ctx, sub["dst"], JOIN, sub["time"], sub["group"], a=sub["a"],
+                             b=self.tree.slots["last_seq"][s], origin=sub["dst"])
+
+    def _refuse_join(self, ctx, sub, bad, refused, told) -> None:
+        """Log the refusal of the rows ``bad`` (of joiner ``refused``) and send JOIN_REFUSE
+        to ``told`` (the previous hop)."""
+        self.groups.refuse(ctx, sub["group"][bad], refused[bad], "join", sub["time"][bad])
+        self.messenger.send(ctx, sub["dst"][bad], told[bad], JOIN_REFUSE, sub["time"][bad],
+                            sub["group"][bad], a=sub["a"][bad])
+
+    def forward(self, ctx, m, rows, next_hop) -> None:
+        """JOINs (rows of m) passing a node; next_hop is set to -1 where they stop."""
+        if self.lazy_growth:
+            self._forward_lazy(ctx, m, rows, next_hop)
+        else:
+            self._forward(ctx, m, rows, next_hop)
+
+    def _forward_lazy(self, ctx, m, rows, next_hop) -> None:
+        """Lazy growth: nodes off the tree pass the JOIN on untouched; the first tree node
+        with room adopts the joiner (the JOIN's origin) directly and stops it."""
+        t, sl = self.tree, self.tree.slots
+        sub = m[rows].copy()
+        s = t.find_active(self.messenger.local(ctx, sub["dst"]), sub["group"])
+        on_tree = s >= 0
+        room = on_tree.copy()
+        room[on_tree] = t.node_children[sl["node"][s[on_tree]]] < self.bound
+        bad = room & wrong_credential(sl["acl"][np.maximum(s, 0)], sub["a"])
+        self._refuse_join(ctx, sub, bad, sub["origin"], sub["origin"])
+        take = room & ~bad
+        sub["src"] = sub["origin"]  # the joiner itself becomes the child
+        self.adopt_children(ctx, s[take], sub[take])
+        next_hop[rows[room]] = -1
+
+    def _forward(self, ctx, m, rows, next_hop) -> None:
+        """JOIN at an intermediate node y from the previous hop p = src (SPEC 3):
+        y adds p as a child; if y was not on the tree it becomes a forwarder and the
+        JOIN continues as y's own JOIN, otherwise it stops here."""
+        t, sl = self.tree, self.tree.slots
+        sub = m[rows]
+        s = t.get_or_make(self.messenger.local(ctx, sub["dst"]), sub["group"])
+        was_active = sl["active"][s].copy()
+        bad = was_active & wrong_credential(sl["acl"][s], sub["a"])
+        # a JOIN from the node's own parent would close a loop: stop it, the sender
+        # will learn its place from the ack it gets elsewhere
+        loop = was_active & (sl["parent"][s] == sub["src"])
+        ok = ~bad & ~loop
+        self._refuse_join(ctx, sub, bad, sub["origin"], sub["src"])
+        cont = ok & ~was_active & first_of_slot_among(s, ok)
+        self._activate(s[cont], sub["a"][cont])
+        if self.ordered is not None:
+            # issue 22: a node that becomes a forwarder for a repair JOIN (c = 1) starts at
+            # the repairing child's position (b), not at its new parent's (the JOIN_ACK):
+            # its JOIN carries b on, so the parent retransmits b+1.. and the child's gap is
+            # filled; synced at the parent's position it dropped them as old and the child
+            # stalled for good
+            rj = cont & (sub["c"] == 1) & (sub["b"] >= 0)
+            sl["last_seq"][s[rj]] = sub["b"][rj]
+            sl["synced"][s[rj]] = True
+        self.adopt_children(ctx, s[ok], sub[ok])
+        looped = ok & was_active & self.guard.on_own_path(s, sub["src"])
+        self.guard.rejoin_randomized(ctx, s[looped], sub["dst"][looped], sub["time"][looped],
+                                     "scribe_loops_join")
+        next_hop[rows[~cont]] = -1
+        # the continuing JOIN becomes this node's own JOIN
+        r = rows[cont]
+        m["origin"][r] = m["dst"][r]
+        m["hops"][r] = 0
+        m["path_us"][r] = 0
+
+    def adopt_children(self, ctx, s, sub) -> None:
+        """Add sub['src'] as children of slots s and acknowledge (ACL token, seqno)."""
+        if not len(s):
+            return
+        self.tree.add_children(s, sub["src"], sub["a"], sub["time"])
+        sl = self.tree.slots
+        self.messenger.send(ctx, sub["dst"], sub["src"], JOIN_ACK, sub["time"], sub["group"],
+                            a=sl["acl"][s], b=sl["last_seq"][s],
+                            **self.guard.path_fields(s, sub["dst"]))
+        if self.ordered is not None:  # joinHandler: catch a repairing child up
+            rp = sub["c"] == 1
+            self.ordered.retransmit(ctx, s[rp], sub["src"][rp], sub["b"][rp], sub["time"][rp])
+        if self.shaper is not None:
+            self.shaper.after_adopt(ctx, sl["node"][s].astype(np.int64), sub["time"])
+
+    def on_bn_join(self, ctx, m) -> None:
+        """A child dropped by the bottleneck remover asks this node (its former sibling) to
+        adopt it: a JOIN that stops here."""
+        t, sl = self.tree, self.tree.slots
+        s = t.get_or_make(self.messenger.local(ctx, m["dst"]), m["group"])
+        was_active = sl["active"][s].copy()
+        bad = was_active & wrong_credential(sl["acl"][s], m["a"])
+        self._refuse_join(ctx, m, bad, m["src"], m["src"])
+        ok = ~bad
+        # the sibling left the tree meanwhile: it becomes a forwarder again
+        start = ok & ~was_active & first_of_slot_among(s, ok)
+        self._send_own_join(ctx, s[start], m[start])
+        self.adopt_children(ctx, s[ok], m[ok])
+        looped = ok & was_active & self.guard.on_own_path(s, m["src"])
+        self.guard.rejoin_randomized(ctx, s[looped], m["dst"][looped], m["time"][looped],
+                                     "scribe_loops_join")
+
+    # ---- JOIN at the RP and the answers -------------------------------------------
+    def on_join_at_rp(self, ctx, m) -> None:
+        """JOIN delivered at the RP: checked against the ACL (or the replica of the record,
+        which then takes over as the root); accepted joiners become children."""
+        t, sl = self.tree, self.tree.slots
+        if self.lazy_growth:  # the RP deals with the joiner itself
+            m = m.copy()
+            m["src"] = m["origin"]
+        s = t.get_or_make(self.messenger.local(ctx, m["dst"]), m["group"])
+        was_root = sl["root"][s] & (sl["acl"][s] >= 0)
+        replica = ~was_root & (sl["rep_acl"][s] >= 0)
+        acl = np.where(was_root, sl["acl"][s], sl["rep_acl"][s])
+        bad = ~(was_root | replica) | (m["a"] != acl)
+        remote = m["src"] != m["dst"]
+        self.groups.refuse(ctx, m["group"][bad], m["origin"][bad], "join", m["time"][bad])
+        rb = bad & remote
+        self.messenger.send(ctx, m["dst"][rb], m["src"][rb], JOIN_REFUSE, m["time"][rb],
+                            m["group"][rb], a=m["a"][rb])
+        # the RP itself asked to join with a bad credential: it is no member
+        sl["member"][s[bad & ~remote]] = False
+        ok = ~bad
+        take = ok & replica & first_of_slot_among(s, ok & replica)
+        st = s[take]
+        if len(st):
+            self.rendezvous.take_over(ctx, st, m["time"][take])
+            if self.on_take_over is not None:
+                self.on_take_over(ctx, st, m["dst"][take], m["time"][take])
+        sl["active"][s[ok]] = True
+        add = ok & remote
+        self.adopt_children(ctx, s[add], m[add])
+
+    def on_join_ack(self, ctx, m) -> None:
+        """The parent accepted: link to it, learn the ACL, the root path and (reliable
+        layer) the starting position; a node that left meanwhile tells it to drop it."""
+        t, sl = self.tree, self.tree.slots
+        s = t.find(self.messenger.local(ctx, m["dst"]), m["group"])
+        live = s >= 0
+        live[live] = sl["active"][s[live]]
+        sa = s[live]
+        sl["parent"][sa] = m["src"][live]
+        sl["last_heard"][sa] = m["time"][live]
+        self.guard.take_path(ctx, m[live], sa)
+        if self.ordered is not None:  # a fresh joiner starts at its parent's position
+            start = ~sl["synced"][sa] & (m["b"][live] >= 0)
+            sl["last_seq"][sa[start]] = m["b"][live][start]
+            sl["synced"][sa[start]] = True
+        known = m["a"][live] >= 0
+        sl["acl"][sa[known]] = m["a"][live][known]
+        stale = ~live
+        self.messenger.send(ctx, m["dst"][stale], m["src"][stale], LEAVE, m["time"][stale],
+                            m["group"][stale])
+
+    def on_join_refuse(self, ctx, m) -> None:
+        """Our JOIN (carrying credential a) was refused upstream: pass the refusal to the
+        children that joined with that credential, make the others join again."""
+        t, sl = self.tree, self.tree.slots
+        s = t.find_active(self.messenger.local(ctx, m["dst"]), m["group"])
+        hit = s >= 0
+        sub, s = m[hit], s[hit]
+        if not len(s):
+            return
+        qi, e = t.clear_children(s)
+        ch = t.entries["child"][e]
+        same = t.entries["cred"][e] == sub["a"][qi]
+        r = qi[same]
+        self.messenger.send(ctx, sub["dst"][r], ch[same], JOIN_REFUSE, sub["time"][r],
+                            sub["group"][r], a=sub["a"][r])
+        r = qi[~same]
+        self.messenger.send(ctx, sub["dst"][r], ch[~same], REJOIN, sub["time"][r],
+                            sub["group"][r])
+        lost = sl["member"][s] & (sl["my_cred"][s] == sub["a"])
+        sl["member"][s[lost]] = False
+        again = sl["member"][s] & ~sl["root"][s]
+        self.guard.lose_parent(s)
+        sa = s[again]
+        sl["join_cred"][sa] = sl["my_cred"][sa]
+        self.messenger.route(ctx, sub["dst"][again], JOIN, sub["time"][again],
+                             sub["group"][again], a=sl["my_cred"][sa], b=sl["last_seq"][sa],
+                             origin=sub["dst"][again])
+        gone = ~again & ~sl["root"][s]
+        t.reset(s[gone])
+
+    def on_rejoin(self, ctx, m) -> None:
+        """The parent lost its place (or state) for us: join again (a repair JOIN)."""
+        t, sl = self.tree, self.tree.slots
+        s = t.find_active(self.messenger.local(ctx, m["dst"]), m["group"])
+        hit = (s >= 0) & first_in_run(s)
+        sub, s = m[hit], s[hit]
+        self.guard.lose_parent(s)
+        self.messenger.route(ctx, sub["dst"], JOIN, sub["time"], sub["group"],
+                             a=sl["join_cred"][s], b=sl["last_seq"][s],
+                             c=np.ones(len(s), np.int64), origin=sub["dst"])

@@ -1,0 +1,140 @@
+"""Multicast dissemination (SPEC 3): source -> RP -> down the tree.
+
+A source sends MCAST to the group's RP (routed the first time, then directly once the RP
+has told it its address with RP_ADDR); the RP checks the credential and sends one DATA
+copy per child, and every tree node does the same; members log a ``delivery``. With the
+reliable layer, numbering, buffering and ordered release are ``reliable.OrderedDelivery``'s
+and the source/RP side is ``publishing.ReliablePublishing``'s.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .groups import GroupDirectory
+from .publishing import ReliablePublishing
+from .reliable import OrderedDelivery
+from .tree import TreeState
+from .types import DATA, MCAST, RP_ADDR
+from .wire import Messenger
+
+
+class Dissemination:
+    """``ordered``/``publishing``: the reliable layer's parts, both None when it is off.
+    ``variant_of()`` gives the label of the delivery rows."""
+
+    def __init__(self, tree: TreeState, groups: GroupDirectory, messenger: Messenger,
+                 ordered: OrderedDelivery | None, publishing: ReliablePublishing | None,
+                 rp_cache_ttl_us, max_tree_hops: int, variant_of):
+        self.tree = tree
+        self.groups = groups
+        self.messenger = messenger
+        self.ordered = ordered
+        self.publishing = publishing
+        self.rp_cache_ttl_us = rp_cache_ttl_us
+        self.max_tree_hops = max_tree_hops
+        self.variant_of = variant_of
+
+    def on_mcast_req(self, ctx, m) -> None:
+        """A local source publishes: directly to the cached RP, else routed."""
+        t, sl = self.tree, self.tree.slots
+        s = t.get_or_make(self.messenger.local(ctx, m["dst"]), m["group"])
+        rp = sl["rp_cache"][s]
+        cached = rp >= 0
+        ttl = self.rp_cache_ttl_us
+        if ttl:  # a cached RP may have failed: rediscover it by routing now and then
+            cached &= m["time"] - sl["rp_cache_time"][s] <= ttl
+        b = m["b"]
+        if self.publishing is not None:  # issue 22: the source numbers and keeps its messages
+            b = self.publishing.number_at_source(ctx, m, s)
+        fields = {"a": m["a"], "b": b, "c": m["time"], "origin": m["dst"]}
+        d = {k: v[cached] for k, v in fields.items()}
+        self.messenger.send(ctx, m["dst"][cached], rp[cached], MCAST, m["time"][cached],
+                            m["group"][cached], **d)
+        r = {k: v[~cached] for k, v in fields.items()}
+        self.messenger.route(ctx, m["dst"][~cached], MCAST, m["time"][~cached],
+                             m["group"][~cached], **r)
+
+    def on_mcast_delivered(self, ctx, m) -> None:
+        """MCAST routed to the RP."""
+        self._mcast_at_rp(ctx, m, routed=True)
+
+    def on_mcast_received(self, ctx, m) -> None:
+        """MCAST sent directly to a cached RP address."""
+        self._mcast_at_rp(ctx, m, routed=False)
+
+    def _mcast_at_rp(self, ctx, m, routed: bool) -> None:
+        t, sl = self.tree, self.tree.slots
+        s = t.find(self.messenger.local(ctx, m["dst"]), m["group"])
+        is_rp = s >= 0
+        is_rp[is_rp] = sl["root"][s[is_rp]] & sl["active"][s[is_rp]]
+        if not routed:  # stale cache: this node is not the RP (any more); route on
+            lost = ~is_rp
+            sub = m[lost]
+            self.messenger.route(ctx, sub["dst"], MCAST, sub["time"], sub["group"],
+                                 a=sub["a"], b=sub["b"], c=sub["c"], origin=sub["origin"])
+            m, s, is_rp = m[~lost], s[~lost], is_rp[~lost]
+        bad = ~is_rp | (m["a"] != sl["acl"][np.maximum(s, 0)])
+        self.groups.refuse(ctx, m["group"][bad], m["origin"][bad], "multicast", m["time"][bad])
+        ok = ~bad
+        sub, s = m[ok], s[ok]
+        if self.publishing is not None:  # issue 22: each source's messages in source order;
+            sub, s = self.publishing.source_fifo(ctx, sub, s)   # acks (RP_ADDR) sent there
+        elif routed:  # the source learns the RP's address and sends directly next time
+            far = sub["origin"] != sub["dst"]
+            self.messenger.send(ctx, sub["dst"][far], sub["origin"][far], RP_ADDR,
+                                sub["time"][far], sub["group"][far], a=sub["dst"][far])
+        seqno = self.ordered.number_at_root(s) if self.ordered is not None else sub["b"]
+        self.disseminate(ctx, s, sub["dst"], sub["group"], sub["origin"], sub["c"], seqno,
+                         sub["hops"].astype(np.int64), sub["time"])
+        if self.publishing is not None:  # issue 22: replicas keep the numbered stream
+            self.publishing.replicate_data(ctx, s, sub["origin"], sub["c"], seqno, sub["b"],
+                                           sub["time"])
+
+    def on_rp_addr(self, ctx, m) -> None:
+        """The RP told this source its address (and, reliable layer, acknowledged up to
+        source seqno b)."""
+        t = self.tree
+        s = t.get_or_make(self.messenger.local(ctx, m["dst"]), m["group"])
+        t.slots["rp_cache"][s] = m["a"]
+        t.slots["rp_cache_time"][s] = m["time"]
+        if self.publishing is not None:
+            self.publishing.acknowledge(self.messenger.local(ctx, m["dst"]), m["group"], m["b"])
+
+    def disseminate(self, ctx, s, nodes, group, source, publish, seqno, hops, now) -> None:
+        """Members among slots s log a delivery; every slot sends one copy per child."""
+        if self.ordered is not None:
+            self.ordered.disseminate(ctx, s, nodes, group, source, publish, seqno, hops, now)
+            return
+        sl = self.tree.slots
+        sl["last_seq"][s] = np.maximum(sl["last_seq"][s], seqno)
+        mem = sl["member"][s]
+        n = int(mem.sum())
+        if n:
+            ctx.log("delivery", group=group[mem].astype(np.int32),
+                    member=nodes[mem].astype(np.int32), source=source[mem].astype(np.int32),
+                    publish_time=publish[mem].astype(np.int64), time=now[mem].astype(np.int64),
+                    hops=hops[mem].astype(np.int16), seqno=seqno[mem].astype(np.int64),
+                    variant=np.full(n, self.variant_of(), dtype=object))
+        qi, e = self.tree.children_of(s)
+        if len(e):
+            sl["last_sent"][s[qi]] = now[qi]
+            self.messenger.send(ctx, nodes[qi], self.tree.entries["child"][e], DATA, now[qi],
+                                group[qi], origin=source[qi], a=publish[qi], b=seqno[qi],
+                                c=hops[qi] + 1)
+
+    def on_data(self, ctx, m) -> None:
+        """A DATA copy from the parent: pass it on (and deliver it where a member)."""
+        li = self.messenger.local(ctx, m["dst"])
+        s = self.tree.find_active(li, m["group"])
+        hit = s >= 0
+        ctx.count("scribe_data_no_state", int((~hit).sum()))
+        self.tree.heard_from_parent(li, m["group"], m["src"], m["time"])
+        # a copy that went round more tree hops than any tree is deep is in a loop
+        # (possible only under failures): drop it rather than circulate forever
+        looping = hit & (m["c"] > self.max_tree_hops)
+        ctx.count("scribe_data_hop_limit", int(looping.sum()))
+        hit &= ~looping
+        sub = m[hit]
+        self.disseminate(ctx, s[hit], sub["dst"], sub["group"], sub["origin"], sub["a"],
+                         sub["b"], sub["c"], sub["time"])

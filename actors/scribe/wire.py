@@ -1,0 +1,75 @@
+"""How Scribe's parts talk to the network: the engine's message record and the overlay.
+
+This is the one module of the package that imports the engine's definitions
+(``emulator.batch``); the other modules take them from here. ``Messenger`` wraps the
+overlay endpoint (``actors.common_api.Endpoint``): every Scribe message carries its
+group index and the group's key, so the parts pass a group and never a key.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from actors.messages import MSG_DTYPE  # the stack's message record
+from emulator import batch as engine_batch
+from emulator.batch import NO_PAYLOAD, Batch, pack_rows, payload_rows
+
+from .types import TYPE_NAMES
+
+# message records of the stack's record (the engine's default has the engine's fields only)
+new_messages = functools.partial(engine_batch.new_messages, dtype=MSG_DTYPE)
+
+__all__ = ["MSG_DTYPE", "NO_PAYLOAD", "Batch", "Messenger", "ScribeError", "msgs_of",
+           "new_messages", "pack_rows", "payload_rows"]
+
+
+class ScribeError(RuntimeError):
+    """Scribe was used outside its contract (e.g. not bound to an overlay)."""
+
+
+def msgs_of(batch) -> np.ndarray:
+    """The structured message array of a Batch (or of a bare structured array)."""
+    return batch.msgs if hasattr(batch, "msgs") else batch
+
+
+class Messenger:
+    """Sends and routes Scribe messages through the overlay endpoint, and maps the global
+    node ids of incoming messages to this shard's local indices.
+
+    ``payload`` is the payload of the batch being handled (root paths ride in it); the
+    application sets it before it dispatches a batch of direct messages."""
+
+    def __init__(self, endpoint, groups):
+        self.endpoint = endpoint
+        self.groups = groups
+        self.payload = NO_PAYLOAD
+
+    def local(self, ctx, nodes) -> np.ndarray:
+        li = np.asarray(ctx.local(nodes), dtype=np.int64)
+        if len(li) and li.min() < 0:
+            raise ScribeError("Scribe: a message for a node of another shard reached this shard")
+        return li
+
+    def send(self, ctx, src, dst, type_code, sent, group, **fields) -> None:
+        """One direct message per row from ``src`` to the known node ``dst``."""
+        if len(np.atleast_1d(src)) == 0:
+            return
+        if np.min(dst) < 0:  # a bug upstream, never a network event: fail loudly
+            raise ScribeError(f"Scribe: {TYPE_NAMES[type_code]} addressed to node -1")
+        hi, lo = self.groups.key(group)
+        self.endpoint.send(ctx, src, dst, type_code, sent, group=group, key_hi=hi, key_lo=lo,
+                           **fields)
+
+    def route(self, ctx, src, type_code, sent, group, **fields) -> None:
+        """One message per row from ``src``, routed to the group's RP (the node whose id is
+        numerically closest to the group's key)."""
+        if len(np.atleast_1d(src)) == 0:
+            return
+        hi, lo = self.groups.key(group)
+        self.endpoint.route(ctx, src, hi, lo, type_code, sent, group=group, **fields)
+
+    def replica_set(self, ctx, nodes, k: int) -> np.ndarray:
+        """(len(nodes), k) global ids of the k nodes closest to each node, -1 padded."""
+        return self.endpoint.replica_set(ctx, nodes, k)
