@@ -37,9 +37,6 @@ def test_lazy_growth_trees_hold_only_members_and_deliver_once(lazy_run):
         assert np.array_equal(np.sort(d["member"][d["group"] == g]), members[g])
 
 
-@pytest.mark.xfail(strict=True, reason="protocol bug found on the real stack: a tree node "
-                   "checks its room once per batch (Scribe._forward_join_lazy), so joins "
-                   "reaching it in one cell are all adopted; node 284 ends with 9 > 8")
 def test_lazy_growth_bound_caps_children_except_at_the_rp(lazy_run):
     w, *_ = lazy_run
     rp = w.rendezvous(G)

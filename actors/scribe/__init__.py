@@ -1,5 +1,6 @@
 """Scribe multicast on the overlay's common API: groups, trees, multicast, repair,
-tree-shaping policies, reliable delivery (see docs/scribe.md and docs/scribe-structure.md)."""
+tree-shaping policies, reliable delivery (see docs/scribe.md, and docs/ARCHITECTURE.md
+"Scribe's parts")."""
 
 from .application import Scribe
 from .groups import group_table

@@ -30,6 +30,21 @@ def first_of_slot_among(s, among) -> np.ndarray:
     return first_in_run(np.where(among, s, -1 - np.arange(len(s))))
 
 
+
+def count_earlier(keys: np.ndarray, flags: np.ndarray) -> np.ndarray:
+    """For each row, how many earlier rows (in the given order) with the same key have
+    their flag set. O(n log n)."""
+    order = np.argsort(keys, kind="stable")
+    k, f = keys[order], flags[order].astype(np.int64)
+    before = np.cumsum(f) - f
+    if len(k):
+        starts = np.r_[0, np.flatnonzero(np.diff(k)) + 1]
+        run = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(k)]))
+        before -= before[starts][run]
+    out = np.empty_like(before)
+    out[order] = before
+    return out
+
 class TreeLeaves:
     """LEAVE: members leave, children go, empty forwarders leave their parent."""
 
@@ -146,9 +161,13 @@ class TreeJoins:
         sub = m[rows].copy()
         s = t.find_active(self.messenger.local(ctx, sub["dst"]), sub["group"])
         on_tree = s >= 0
-        room = on_tree.copy()
-        room[on_tree] = t.node_children[sl["node"][s[on_tree]]] < self.bound
-        bad = room & wrong_credential(sl["acl"][np.maximum(s, 0)], sub["a"])
+        node = sl["node"][np.maximum(s, 0)]
+        wrong = wrong_credential(sl["acl"][np.maximum(s, 0)], sub["a"])
+        # joins reaching one node in the same cell take its room in turn (row order): the
+        # adoptions earlier in the batch count against the bound of the later ones
+        taken_before = count_earlier(np.where(on_tree, node, -1), on_tree & ~wrong)
+        room = on_tree & (t.node_children[node] + taken_before < self.bound)
+        bad = room & wrong
         self._refuse_join(ctx, sub, bad, sub["origin"], sub["origin"])
         take = room & ~bad
         sub["src"] = sub["origin"]  # the joiner itself becomes the child
