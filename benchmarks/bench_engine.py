@@ -25,7 +25,7 @@ sys.path[:0] = [str(_ROOT), str(_ROOT / "tests")]
 os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), str(_ROOT / "tests"),
                                             os.environ.get("PYTHONPATH", "")])
 
-from emu_protocols import PING, TYPE_NAMES, Flood  # noqa: E402
+from emu_protocols import FLOOD_DTYPE, PING, TYPE_NAMES, Flood  # noqa: E402
 
 from emulator import Emulator, RouterLatency, new_messages  # noqa: E402
 from emulator.runtime import start_ray  # noqa: E402
@@ -52,10 +52,11 @@ def main():
                 ns = None if part == "round-robin" else \
                     partition_routers(topo, k)[topo.host_router]
                 emu = Emulator(a.nodes, lat, functools.partial(Flood, a.fanout, hops), shards=k,
-                               node_shard=ns, seed=1, type_names=TYPE_NAMES, log_messages=False)
+                               node_shard=ns, seed=1, type_names=TYPE_NAMES, log_messages=False,
+                               message_dtype=FLOOD_DTYPE)
                 src = np.arange(seeds) * (a.nodes // seeds)
-                emu.inject(new_messages(seeds, time=src % 1000, src=src, dst=src, type=PING,
-                                        group=-1))
+                emu.inject(new_messages(seeds, FLOOD_DTYPE, time=src % 1000, src=src, dst=src,
+                                        type=PING))
                 t0 = time.perf_counter()
                 st = emu.run("bench")
                 wall = time.perf_counter() - t0

@@ -47,6 +47,7 @@ def bench_protocol(n, routers, rate, quality=True):
     """Protocol bootstrap on the real engine in one process (LocalEmulator, one shard): wall
     and CPU seconds, per joined node, cells, messages; table quality against the oracle
     (optional: the oracle costs)."""
+    from actors.messages import MSG_DTYPE
     from actors.pastry.protocol import Pastry
     from actors.pastry.quality import stack_states
     from emulator.latency import RouterLatency
@@ -57,7 +58,8 @@ def bench_protocol(n, routers, rate, quality=True):
     lat = RouterLatency(net["host_router"], net["router_dist_us"], net["lan_us"])
     t, c = time.perf_counter(), time.process_time()
     params, _ = protocol_params(n, pastry={"bootstrap": "protocol", "join_rate_per_s": rate})
-    emu = LocalEmulator(lat, lambda: Pastry(None, params), shared=net, log_messages=False)
+    emu = LocalEmulator(lat, lambda: Pastry(None, params), shared=net, log_messages=False,
+                        message_dtype=MSG_DTYPE)
     emu.run("bootstrap")
     dt, dc = time.perf_counter() - t, time.process_time() - c
     counters = [e.counters() for e in emu.engines]

@@ -32,6 +32,18 @@ TYPES = ("route", "join", "announce", "leaf_reply", "join_rows", "keepalive", "r
          "rows_reply")
 
 
+def stack_record():
+    """(message record, ShardEngine keywords) of the checkout being measured: the stack's
+    own record, or for code from before the protocols declared their columns (``--src``)
+    the engine's MSG_DTYPE, which the engine then took for granted."""
+    try:
+        from actors.messages import MSG_DTYPE
+    except ImportError:
+        from emulator.batch import MSG_DTYPE
+        return MSG_DTYPE, {}
+    return MSG_DTYPE, {"message_dtype": MSG_DTYPE}
+
+
 def build(nodes: int, seed: int):
     import functools
 
@@ -48,7 +60,7 @@ def build(nodes: int, seed: int):
     params, _ = protocol_params(nodes, seed, pastry={"bootstrap": "oracle"})
     factory = functools.partial(Pastry, None, params)
     eng = ShardEngine(0, np.zeros(nodes, np.int32), lat, factory, seed=seed,
-                      delta_us=lat.min_latency_us(), shared=net)
+                      delta_us=lat.min_latency_us(), shared=net, **stack_record()[1])
     return eng, net
 
 
@@ -56,7 +68,9 @@ def make_batch(kind: str, k: int, eng, net, rng):
     import numpy as np
 
     from actors.pastry import types as msg_types
-    from emulator.batch import MSG_DTYPE, Batch, pack_rows
+    from emulator.batch import Batch, pack_rows
+
+    MSG_DTYPE = stack_record()[0]
 
     st = eng.stack.nodes.tables()
     n = eng.n_nodes

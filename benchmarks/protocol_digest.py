@@ -29,6 +29,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from actors.messages import MESSAGE_LOG_FIELDS, MSG_DTYPE  # noqa: E402
 from actors.pastry.protocol import Pastry  # noqa: E402
 from actors.pastry.synthetic import synthetic_network  # noqa: E402
 from emulator.latency import RouterLatency  # noqa: E402
@@ -48,7 +49,8 @@ def run_workload(n_nodes: int = 600, shards: int = 1, seed: int = 3):
         "bootstrap": "protocol", "join_rate_per_s": n_nodes / 3.0, "keepalive_us": 1_000_000,
         "join_settle_us": 1_000_000, "leaf_refresh_us": 1_000_000})
     emu = LocalEmulator(lat, functools.partial(make_pastry, params), shards=shards,
-                        seed=seed, shared=net)
+                        seed=seed, shared=net, message_dtype=MSG_DTYPE,
+                        message_log_fields=MESSAGE_LOG_FIELDS)
     rng = np.random.default_rng(seed + 1)
     crash = np.sort(rng.choice(np.arange(1, n_nodes), size=max(1, n_nodes // 20),
                                replace=False))

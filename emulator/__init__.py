@@ -1,8 +1,9 @@
 """The engine: virtual clock, global cell grid, message batches, shards, the driver.
 
-No protocol logic lives here: protocols plug in as stacks of handlers (docs/ARCHITECTURE.md).
+No protocol logic lives here: protocols plug in as stacks of handlers and declare their
+message columns (`message_dtype`; docs/ARCHITECTURE.md).
 """
-from .batch import MSG_DTYPE, Batch, new_messages, rank_within
+from .batch import ENGINE_DTYPE, Batch, message_dtype, new_messages, rank_within
 from .latency import RouterLatency
 
 
@@ -13,5 +14,5 @@ def __getattr__(name):  # the driver imports Ray; keep `import emulator.batch` l
     raise AttributeError(name)
 
 
-__all__ = ["MSG_DTYPE", "Batch", "EmulationError", "Emulator", "RouterLatency", "ShardLostError",
-           "new_messages", "rank_within", "round_robin"]
+__all__ = ["ENGINE_DTYPE", "Batch", "EmulationError", "Emulator", "RouterLatency",
+           "ShardLostError", "message_dtype", "new_messages", "rank_within", "round_robin"]

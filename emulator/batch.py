@@ -1,9 +1,13 @@
 """Message batches: one numpy structured array per batch, plus an optional CSR payload.
 
-Every message the engine moves is a row of ``MSG_DTYPE`` (docs/ARCHITECTURE.md lists the
-fields). Variable-length data (Pastry table rows, leaf sets) rides in ``Batch.payload``, a
-flat int32 array indexed by the rows' ``pay_off``/``pay_len``; taking a subset of rows
-compacts it so batches never drag along payload that no row references.
+The engine needs only a few columns of a message (``ENGINE_FIELDS``: when it is due, who
+sent it to whom, its type, the sender's sequence number and where its payload is); every
+other column belongs to a protocol. Protocols declare their columns as field lists and the
+stack composes one record with :func:`message_dtype`, which it hands to the engine
+(``Emulator(message_dtype=...)``); the engine moves those records without reading a
+protocol column by name. Variable-length data (Pastry table rows, leaf sets) rides in
+``Batch.payload``, a flat int32 array indexed by the rows' ``pay_off``/``pay_len``; taking
+a subset of rows compacts it so batches never drag along payload that no row references.
 """
 
 from __future__ import annotations
@@ -12,34 +16,115 @@ import numpy as np
 
 from . import kernels
 
-MSG_DTYPE = np.dtype([
-    ("time", "i8"), ("sent", "i8"), ("src", "i4"), ("dst", "i4"), ("seq", "i8"),
-    ("type", "i2"), ("mode", "i1"), ("origin", "i4"), ("key_hi", "u8"), ("key_lo", "u8"),
-    ("group", "i4"), ("hops", "i2"), ("path_us", "i8"), ("a", "i8"), ("b", "i8"),
-    ("c", "i8"), ("pay_off", "i8"), ("pay_len", "i4"),
-])
+# The engine's columns. The payload reference closes the record so that a stack's record
+# keeps the engine's head, then the protocols' columns in the order they were declared.
+ENGINE_HEAD_FIELDS = [("time", "i8"), ("sent", "i8"), ("src", "i4"), ("dst", "i4"),
+                      ("seq", "i8"), ("type", "i2")]
+PAYLOAD_FIELDS = [("pay_off", "i8"), ("pay_len", "i4")]
+ENGINE_FIELDS = ENGINE_HEAD_FIELDS + PAYLOAD_FIELDS
+ENGINE_FIELD_NAMES = frozenset(name for name, _ in ENGINE_FIELDS)
+
+
+def message_dtype(*field_lists) -> np.dtype:
+    """The message record of a stack: the engine's fields plus every protocol's declared
+    ``[(name, numpy type), ...]``, merged by name (a protocol may declare a field another
+    declared, or an engine field, with the same type; a different type is an error)."""
+    fields: dict[str, np.dtype] = {}
+
+    def add(name, kind, owner):
+        kind = np.dtype(kind)
+        have = fields.setdefault(name, kind)
+        if have != kind:
+            raise ValueError(f"message field {name!r} declared as {have} and as {kind} "
+                             f"({owner})")
+
+    for name, kind in ENGINE_HEAD_FIELDS:
+        add(name, kind, "engine")
+    for i, field_list in enumerate(field_lists):
+        for name, kind in field_list:
+            add(name, kind, f"field list {i}")
+    for name, kind in PAYLOAD_FIELDS:
+        if name in fields:
+            add(name, kind, "engine")
+        else:
+            fields[name] = np.dtype(kind)
+    head = [n for n in fields if n not in ("pay_off", "pay_len")]
+    return np.dtype([(n, fields[n]) for n in [*head, "pay_off", "pay_len"]])
+
+
+ENGINE_DTYPE = message_dtype()   # the engine's fields alone (control messages, tests)
+_VALID_DTYPES: set = {ENGINE_DTYPE}
+_last_valid = ENGINE_DTYPE
+
+
+def check_message_dtype(dtype) -> np.dtype:
+    """`dtype` if it is a message record (every engine field, with the engine's type)."""
+    global _last_valid
+    if dtype is _last_valid:        # the common case: every batch of a run has one record
+        return dtype
+    dtype = np.dtype(dtype)
+    if dtype in _VALID_DTYPES:
+        _last_valid = dtype
+        return dtype
+    names = dtype.names or ()
+    wrong = [n for n, kind in ENGINE_FIELDS
+             if n not in names or dtype.fields[n][0] != np.dtype(kind)]
+    if wrong:
+        raise TypeError(f"not a message record (see emulator.batch.message_dtype): fields "
+                        f"{wrong} missing or of another type in {dtype}")
+    _VALID_DTYPES.add(dtype)
+    _last_valid = dtype
+    return dtype
+
+
+def as_messages(msgs, dtype) -> np.ndarray:
+    """`msgs` as records of `dtype`: the array itself if it has that dtype, else a copy with
+    its columns matched by name (columns it lacks are zero; a column `dtype` lacks is an
+    error, never dropped silently)."""
+    msgs = np.asarray(msgs)
+    if msgs.dtype == dtype:
+        return msgs
+    extra = [n for n in (msgs.dtype.names or ()) if n not in dtype.names]
+    if msgs.dtype.names is None or extra:
+        raise TypeError(f"messages with fields {msgs.dtype.names} do not fit the message "
+                        f"record {dtype.names} (unknown: {extra})")
+    out = np.zeros(len(msgs), dtype)
+    for name in msgs.dtype.names:
+        out[name] = msgs[name]
+    return out
+
 
 NO_PAYLOAD = np.zeros(0, np.int32)
-# Rows moved as opaque records: numpy copies structured rows field by field (40x slower
-# than moving the same bytes as one void item), and the engine moves rows a lot.
-_ROW = np.dtype((np.void, MSG_DTYPE.itemsize))
+
+
+_ROW_VIEWS: dict[int, np.dtype] = {}
+
+
+def _row_view(dtype: np.dtype) -> np.dtype:
+    """Rows moved as opaque records: numpy copies structured rows field by field (40x slower
+    than moving the same bytes as one void item), and the engine moves rows a lot. Cached
+    by record size: building the void dtype costs more than the copy of a small batch."""
+    row = _ROW_VIEWS.get(dtype.itemsize)
+    if row is None:
+        row = _ROW_VIEWS[dtype.itemsize] = np.dtype((np.void, dtype.itemsize))
+    return row
 
 
 def take_rows(msgs: np.ndarray, idx) -> np.ndarray:
     """msgs[idx] as a new array, copied as whole records."""
     if isinstance(idx, slice):
         return msgs[idx].copy()
-    return msgs.view(_ROW)[idx].view(MSG_DTYPE)
+    return msgs.view(_row_view(msgs.dtype))[idx].view(msgs.dtype)
 
 
 class Batch:
-    """Rows of MSG_DTYPE and the flat payload they index. Cheap to slice (views)."""
+    """Message records (any :func:`message_dtype`) and the flat payload they index.
+    Cheap to slice (views)."""
 
     __slots__ = ("msgs", "payload")
 
     def __init__(self, msgs: np.ndarray, payload: np.ndarray | None = None):
-        if msgs.dtype != MSG_DTYPE:
-            raise TypeError(f"Batch needs MSG_DTYPE rows, got {msgs.dtype}")
+        check_message_dtype(msgs.dtype)
         self.msgs = msgs
         self.payload = NO_PAYLOAD if payload is None else np.asarray(payload, np.int32)
 
@@ -50,8 +135,8 @@ class Batch:
         return f"Batch({len(self.msgs)} msgs, {len(self.payload)} payload ints)"
 
     @classmethod
-    def empty(cls) -> Batch:
-        return cls(np.zeros(0, MSG_DTYPE))
+    def empty(cls, dtype=ENGINE_DTYPE) -> Batch:
+        return cls(np.zeros(0, dtype))
 
     @property
     def has_payload(self) -> bool:
@@ -71,14 +156,25 @@ class Batch:
         return self.payload[o:o + n]
 
     @staticmethod
-    def concat(batches) -> Batch:
-        """One batch of all rows, payload offsets shifted; O(total rows + payload)."""
+    def concat(batches, dtype=None) -> Batch:
+        """One batch of all rows, payload offsets shifted; O(total rows + payload). The
+        batches share one record `dtype` (default: the first batch's), which an empty
+        result also has."""
+        batches = list(batches)
+        if dtype is None:
+            if not batches:
+                raise ValueError("Batch.concat of no batches needs the record dtype")
+            dtype = batches[0].msgs.dtype
+        if not all(b.msgs.dtype is dtype or b.msgs.dtype == dtype for b in batches):
+            # rows are copied as raw bytes: another layout would be silently garbled
+            raise TypeError(f"Batch.concat: batches of different message records "
+                            f"{sorted({str(b.msgs.dtype) for b in batches})}")
         batches = [b for b in batches if len(b)]
         if not batches:
-            return Batch.empty()
+            return Batch.empty(dtype)
         if len(batches) == 1:
             return batches[0]
-        out = np.empty(sum(len(b) for b in batches), MSG_DTYPE)
+        out = np.empty(sum(len(b) for b in batches), dtype)
         if not any(b.has_payload for b in batches):
             _fill(out, [b.msgs for b in batches])
             return Batch(out)
@@ -97,10 +193,11 @@ class Batch:
 def _fill(out: np.ndarray, parts) -> None:
     # slice assignment of equal dtypes is a memcpy; np.concatenate of structured arrays
     # re-derives the common dtype field by field, which dominates for many small parts
-    raw = out.view(_ROW)
+    row = _row_view(out.dtype)
+    raw = out.view(row)
     pos = 0
     for p in parts:
-        raw[pos:pos + len(p)] = p.view(_ROW) if p.flags.c_contiguous else p.copy().view(_ROW)
+        raw[pos:pos + len(p)] = p.view(row) if p.flags.c_contiguous else p.copy().view(row)
         pos += len(p)
 
 
@@ -128,9 +225,9 @@ def payload_rows(msgs: np.ndarray, payload: np.ndarray, width: int | None = None
     return np.where(ok, np.asarray(payload, np.int64)[idx] if len(payload) else -1, -1)
 
 
-def new_messages(n: int, **fields) -> np.ndarray:
-    """A zeroed MSG_DTYPE array of n rows with `fields` set (broadcast)."""
-    m = np.zeros(n, MSG_DTYPE)
+def new_messages(n: int, dtype=ENGINE_DTYPE, **fields) -> np.ndarray:
+    """A zeroed array of n message records of `dtype` with `fields` set (broadcast)."""
+    m = np.zeros(n, dtype)
     for name, value in fields.items():
         m[name] = value
     return m

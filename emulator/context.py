@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernels
-from .batch import MSG_DTYPE, Batch, new_messages, rank_within
+from .batch import Batch, as_messages, new_messages, rank_within
 from .rng import node_uniform
 
 
@@ -22,6 +22,7 @@ class ShardContext:
         self.nodes = engine.nodes
         self.alive = engine.alive
         self.delta_us = engine.delta_us
+        self.message_dtype = engine.message_dtype   # the stack's message record
 
     @property
     def phase(self) -> str:
@@ -46,19 +47,21 @@ class ShardContext:
         n = max(src.size, np.size(dst), np.size(sent))
         if n == 0:
             return
-        m = new_messages(n, src=src, dst=dst, type=type, sent=sent, **fields)
+        m = new_messages(n, self.message_dtype, src=src, dst=dst, type=type, sent=sent,
+                         **fields)
         m["time"] = m["sent"] + self._e.latency.latency(m["src"], m["dst"])
         self._e.emit(Batch(m, payload))
 
     def send_batch(self, batch) -> None:
-        """Like send, for a prepared Batch (or MSG_DTYPE array); `time` is computed here."""
-        if not isinstance(batch, Batch):
-            batch = Batch(np.asarray(batch, MSG_DTYPE))
-        if not len(batch):
+        """Like send, for a prepared Batch (or array of message records); `time` is
+        computed here."""
+        msgs, payload = (batch.msgs, batch.payload) if isinstance(batch, Batch) else (batch, None)
+        if not len(msgs):
             return
-        m = batch.msgs.copy()
+        m = as_messages(msgs, self.message_dtype)
+        m = m.copy() if m is msgs else m
         m["time"] = m["sent"] + self._e.latency.latency(m["src"], m["dst"])
-        self._e.emit(Batch(m, batch.payload))
+        self._e.emit(Batch(m, payload))
 
     def timer(self, node, at, type, **fields) -> None:
         """Self-messages due at `at` (us) at `node`; dropped if the node is dead then."""
@@ -66,7 +69,7 @@ class ShardContext:
         n = max(node.size, np.size(at))
         if n == 0:
             return
-        m = new_messages(n, src=node, dst=node, type=type, **fields)
+        m = new_messages(n, self.message_dtype, src=node, dst=node, type=type, **fields)
         m["time"] = at
         m["sent"] = m["time"]
         self._e.emit(Batch(m))
@@ -102,4 +105,4 @@ class ShardContext:
         return self._e.shared(name)
 
 
-__all__ = ["ShardContext", "MSG_DTYPE"]
+__all__ = ["ShardContext"]

@@ -10,9 +10,10 @@ of hops, no earlier than ``T_i + R_ij`` with R the min-plus closure of L (its di
 the shortest round trip: j's own messages can come back to j). Shard j may therefore
 process every cell before ``E_j = floor(min_i (T_i + R_ij) / Δ)·Δ`` (YAWNS-style per-pair
 bounds, capped at ``window_cap_us`` past the global earliest event); a shard with nothing
-due before its bound is not called at all. Per window the driver makes one small call per shard that has
-work and fetches one small tuple from each; idle stretches cost nothing, as T jumps to the
-next event. Results never depend on the windows: cells are global and message times exact.
+due before its bound is not called at all. Per window the driver makes one small call per
+shard that has work and fetches one small tuple from each; idle stretches cost nothing, as
+T jumps to the next event. Results never depend on the windows: cells are global and
+message times exact.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import ray
 
-from .batch import MSG_DTYPE, Batch
-from .engine import CONTROL_NAMES, FAIL, RECOVER
+from .batch import ENGINE_DTYPE, Batch, as_messages, check_message_dtype
+from .engine import CONTROL_NAMES, FAIL, RECOVER, check_log_fields
 from .queue import NEVER
 from .shard_actor import SHARD_CONCURRENCY, ShardActor
 from .storage import Storage, TableRef, ipc_bytes
@@ -46,14 +47,14 @@ def round_robin(n_nodes: int, shards: int) -> np.ndarray:
     return (np.arange(n_nodes) % shards).astype(np.int32)
 
 
-def control_messages(nodes, at_us: int, code: int) -> np.ndarray:
-    """Engine control stimuli (FAIL / RECOVER) for `nodes` at `at_us`, ready to inject."""
+def control_messages(nodes, at_us: int, code: int, dtype=ENGINE_DTYPE) -> np.ndarray:
+    """Engine control stimuli (FAIL / RECOVER) for `nodes` at `at_us`, ready to inject:
+    records of `dtype` (the stack's), protocol columns zero -- the engine handles them."""
     nodes = np.atleast_1d(np.asarray(nodes, np.int64))
-    m = np.zeros(len(nodes), MSG_DTYPE)
+    m = np.zeros(len(nodes), dtype)
     m["src"] = m["dst"] = nodes
     m["time"] = m["sent"] = at_us
     m["type"] = code
-    m["group"] = -1
     return m
 
 
@@ -101,10 +102,14 @@ class Emulator:
                  seed: int = 0, shared: dict | None = None, run_dir=None, topo_index: int = 0,
                  type_names: dict | None = None, log_messages: bool = True,
                  window_cap_us: int = 200_000, actor_options: dict | None = None,
-                 storage=None, handoff: bool = False):
+                 storage=None, handoff: bool = False, message_dtype=ENGINE_DTYPE,
+                 message_log_fields=()):
         if not ray.is_initialized():
             raise EmulationError("Ray is not initialised: call emulator.runtime.start_ray() first")
         self.n_nodes = int(n_nodes)
+        # the stack's message record and the protocol columns its message log keeps
+        self.message_dtype = check_message_dtype(message_dtype)
+        self.message_log_fields = check_log_fields(self.message_dtype, message_log_fields)
         if self.n_nodes < 1:
             raise ValueError(f"n_nodes must be >= 1, got {n_nodes}")
         if len(latency.host_router) != self.n_nodes:
@@ -160,7 +165,8 @@ class Emulator:
                                   "scheduling_strategy": "SPREAD",  # over a cluster's nodes
                                   **(actor_options[k] or {})}).remote(
                 k, ns_ref, lat_ref, stack_factory, self.seed, self.delta_us, shared_refs,
-                log_messages, self.storage, self.topo_index, self.handoff)
+                log_messages, self.storage, self.topo_index, self.handoff,
+                self.message_dtype, self.message_log_fields)
             for k in range(self.shards)]
         # stacks may schedule timers in setup (joins, keep-alives): the first event times
         try:
@@ -241,11 +247,14 @@ class Emulator:
 
     # ---- stimuli ----------------------------------------------------------------------
     def inject(self, msgs) -> None:
-        """External stimuli (requests, scheduled events) due at their `time`."""
-        b = msgs if isinstance(msgs, Batch) else Batch(np.asarray(msgs, MSG_DTYPE))
-        if not len(b):
+        """External stimuli (requests, scheduled events) due at their `time`: a Batch or
+        array of message records (columns matched by name to the stack's record)."""
+        msgs, payload = (msgs.msgs, msgs.payload) if isinstance(msgs, Batch) else (msgs, None)
+        if not len(msgs):
             return
-        m = b.msgs = b.msgs.copy()
+        m = as_messages(msgs, self.message_dtype)
+        b = Batch(m.copy() if m is msgs else m, payload)
+        m = b.msgs
         if (m["time"] < self.now).any():
             raise ValueError(f"inject: message due at {int(m['time'].min())} us, before the "
                              f"current virtual time {self.now} us")
@@ -260,7 +269,7 @@ class Emulator:
             self._next_at[k] = min(self._next_at[k], int(part.msgs["time"].min()))
 
     def _control(self, nodes, at, code):
-        self.inject(control_messages(nodes, at, code))
+        self.inject(control_messages(nodes, at, code, self.message_dtype))
 
     def fail(self, nodes, at_us) -> None:
         """Crash `nodes` at the cell holding `at_us`: their messages and timers are dropped."""
@@ -341,11 +350,11 @@ class Emulator:
         return self._next == NEVER
 
     # ---- stack calls, logs ------------------------------------------------------------
-    def call(self, method: str, *args) -> list:
-        return self._get([a.call.remote(method, *args) for a in self._actors], f"call {method}")
-
-    def dump(self, phase: str) -> list:
-        return self.call("dump", phase)
+    def call(self, method: str, *args, phase: str | None = None) -> list:
+        """stack.<method>(ctx, *args) on every shard, results in shard order. `phase`
+        names the phase the rows it logs belong to (e.g. end-of-phase snapshots)."""
+        return self._get([a.call.remote(method, *args, phase=phase) for a in self._actors],
+                         f"call {method}")
 
     def flush(self, phase: str) -> dict[str, list[TableRef]]:
         """Every shard's buffered log rows: written as Parquet under the storage, or (hand-off)
@@ -367,11 +376,10 @@ class Emulator:
             self._refs.setdefault(n, []).extend(rs)
         return new
 
-    def logs(self, table: str | None = None):
-        """The hand-off's refs: [TableRef] of `table`, or {table: [TableRef]}."""
-        if table is not None:
-            return list(self._refs.get(table, []))
-        return {k: list(v) for k, v in self._refs.items()}
+    def logs(self, table: str) -> list[TableRef]:
+        """The hand-off's refs of `table` so far (the runner takes the static
+        `message_type` table from here; `flush` returns the rest as it goes)."""
+        return list(self._refs.get(table, []))
 
     def counters(self) -> dict:
         per_shard = self._get([a.counters.remote() for a in self._actors], "counters")

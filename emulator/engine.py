@@ -7,6 +7,10 @@ one type at a time. A message created while a cell is processed is due in a late
 (every latency between distinct hosts is >= Δ), except self-messages with no delay, which
 get a further pass of the same cell. Messages for other shards wait in outboxes until the
 window ends; the lookahead guarantees none of them is due before then.
+
+The engine reads only its own message fields (emulator.batch.ENGINE_FIELDS); the stack's
+record (`message_dtype`) and the protocol columns the message log keeps
+(`message_log_fields`) are given to it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import time as _time
 import numpy as np
 
 from . import kernels
-from .batch import Batch, dispatch_order, take_rows
+from .batch import ENGINE_DTYPE, Batch, check_message_dtype, dispatch_order, take_rows
 from .context import ShardContext
 from .logs import LogBuffer
 from .queue import NEVER, EventQueue
@@ -25,12 +29,29 @@ from .queue import NEVER, EventQueue
 FAIL = 1
 RECOVER = 2
 CONTROL_NAMES = {FAIL: "engine.fail", RECOVER: "engine.recover"}
+# the engine's columns of the `message` log, one row per hop (time is the send time)
+MESSAGE_LOG_COLUMNS = ("time", "arrival", "type", "src", "dst")
+
+
+def check_log_fields(message_dtype, log_fields) -> tuple[str, ...]:
+    """The protocol columns the message log keeps, checked against the record."""
+    log_fields = tuple(log_fields)
+    unknown = [f for f in log_fields if f not in message_dtype.names]
+    if unknown:
+        raise ValueError(f"message log fields {unknown} are not fields of the message record "
+                         f"{message_dtype.names}")
+    taken = [f for f in log_fields if f in MESSAGE_LOG_COLUMNS]
+    if taken:
+        raise ValueError(f"message log fields {taken} clash with the engine's log columns "
+                         f"{MESSAGE_LOG_COLUMNS}")
+    return log_fields
 
 
 class ShardEngine:
     def __init__(self, shard_id: int, node_shard: np.ndarray, latency, stack_factory,
                  seed: int, delta_us: int, shared: dict | None = None, resolve=None,
-                 log_messages: bool = True):
+                 log_messages: bool = True, message_dtype=ENGINE_DTYPE,
+                 message_log_fields=()):
         self.shard_id = int(shard_id)
         node_shard = np.asarray(node_shard, np.int32)
         self.node_shard = node_shard
@@ -45,12 +66,14 @@ class ShardEngine:
         self._shared = dict(shared or {})
         self._resolve = resolve or (lambda x: x)
         self.log_messages = log_messages
+        self.message_dtype = check_message_dtype(message_dtype)
+        self.message_log_fields = check_log_fields(self.message_dtype, message_log_fields)
 
         n = len(self.nodes)
         self.alive = np.ones(n, bool)
         self.seq = np.zeros(n, np.int64)
         self.draws = np.zeros(n, np.int64)
-        self.queue = EventQueue(self.delta_us)
+        self.queue = EventQueue(self.delta_us, self.message_dtype)
         self.outbox: list[list[Batch]] = [[] for _ in range(self.n_shards)]
         self.logs = LogBuffer()
         self.counts: dict[str, int] = {}
@@ -106,7 +129,8 @@ class ShardEngine:
             h = take_rows(m, hop)  # whole records: a structured mask copy is field-wise
             self.logs.add("message", self.phase, {
                 "time": h["sent"], "arrival": h["time"], "type": h["type"],
-                "src": h["src"], "dst": h["dst"], "group": h["group"]})
+                "src": h["src"], "dst": h["dst"],
+                **{f: h[f] for f in self.message_log_fields}})
         if self.n_shards == 1:
             self.queue.push(batch)
             return
@@ -153,7 +177,7 @@ class ShardEngine:
         out = []
         out_min = NEVER
         for s in range(self.n_shards):
-            b = Batch.concat(self.outbox[s])
+            b = Batch.concat(self.outbox[s], self.message_dtype)
             self.outbox[s] = []
             if len(b):
                 out_min = min(out_min, int(b.msgs["time"].min()))
@@ -196,8 +220,11 @@ class ShardEngine:
             self.stack.handle(self.ctx, ty, sub)
 
     # ---- phase ends, logs, counters, checkpoints --------------------------------------
-    def call(self, method: str, *args):
-        self.phase = args[0] if method == "dump" and args else self.phase
+    def call(self, method: str, *args, phase: str | None = None):
+        """stack.<method>(ctx, *args). `phase`: the phase its log rows belong to (a shard
+        that had nothing to do in a phase was never told its name)."""
+        if phase is not None:
+            self.phase = phase
         fn = getattr(self.stack, method, None)
         if fn is None:
             raise AttributeError(f"stack {type(self.stack).__name__} has no method {method!r}")
@@ -222,6 +249,10 @@ class ShardEngine:
                 "cells": self.cells, "phase": self.phase, "done_until": self.done_until}
 
     def load_state(self, st: dict) -> None:
+        if st["queue"].msgs.dtype != self.message_dtype:
+            raise ValueError(f"shard {self.shard_id}: the checkpoint's message record "
+                             f"{st['queue'].msgs.dtype} is not this engine's "
+                             f"{self.message_dtype}")
         if hasattr(self.stack, "restore"):
             self.stack.restore(st["stack"])
         else:

@@ -1,20 +1,20 @@
 """LocalEmulator: K ShardEngines in one process, advanced in conservative windows.
 
 The same per-shard bounds as the Ray driver (:func:`.driver.window_ends`: shard j may run
-to ``min_i (T_i + R[i, j])`` on the grid, R the closure of the lookahead matrix, and only shards with an event before their bound
-are advanced), with the same ``ShardEngine`` objects run one after the other in the calling
-process and their outboxes passed by hand. Results do not depend on the windows. No Ray,
-no files: for protocol tests, determinism digests and microbenchmarks, where starting
-actors would cost more than the emulation itself.
+to ``min_i (T_i + R[i, j])`` on the grid, R the closure of the lookahead matrix, and only
+shards with an event before their bound are advanced), with the same ``ShardEngine``
+objects run one after the other in the calling process and their outboxes passed by hand.
+Results do not depend on the windows. No Ray, no files: for protocol tests, determinism
+digests and microbenchmarks, where starting actors would cost more than the emulation
+itself.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .batch import MSG_DTYPE, Batch
-from .driver import (INJECT_SEQ_BASE, control_messages, reach_matrix, round_robin,
-                     window_ends)
+from .batch import ENGINE_DTYPE, Batch, as_messages
+from .driver import INJECT_SEQ_BASE, control_messages, reach_matrix, round_robin, window_ends
 from .engine import FAIL, RECOVER, ShardEngine
 from .queue import NEVER
 
@@ -24,7 +24,8 @@ class LocalEmulator:
 
     def __init__(self, latency, stack_factory, shards: int = 1, node_shard=None, seed: int = 0,
                  shared: dict | None = None, log_messages: bool = True,
-                 window_cap_us: int = 200_000):
+                 window_cap_us: int = 200_000, message_dtype=ENGINE_DTYPE,
+                 message_log_fields=()):
         n = int(latency.n_hosts)
         if node_shard is None:
             node_shard = round_robin(n, int(shards))
@@ -38,8 +39,11 @@ class LocalEmulator:
         self.reach = reach_matrix(self.lookahead)
         self.window_cap_us = max(int(window_cap_us), self.delta_us)
         self.engines = [ShardEngine(k, self.node_shard, latency, stack_factory, seed,
-                                    self.delta_us, shared=shared, log_messages=log_messages)
+                                    self.delta_us, shared=shared, log_messages=log_messages,
+                                    message_dtype=message_dtype,
+                                    message_log_fields=message_log_fields)
                         for k in range(self.shards)]
+        self.message_dtype = self.engines[0].message_dtype
         self.now = 0
         self._inject_seq = 0
         # T_i: each shard's earliest pending event, its queue or a batch in its inbox
@@ -50,9 +54,10 @@ class LocalEmulator:
 
     def inject(self, msgs) -> None:
         """External stimuli, numbered as the Ray driver numbers them."""
-        m = np.array(msgs, MSG_DTYPE, copy=True)
-        if not len(m):
+        if not len(msgs):
             return
+        m = as_messages(msgs, self.message_dtype)
+        m = m.copy() if m is msgs else m
         m["seq"] = INJECT_SEQ_BASE + self._inject_seq + np.arange(len(m))
         self._inject_seq += len(m)
         shard = self.node_shard[m["dst"]]
@@ -62,7 +67,7 @@ class LocalEmulator:
             self._next_at[k] = min(self._next_at[k], int(part["time"].min()))
 
     def control(self, nodes, at_us: int, code: int) -> None:
-        self.inject(control_messages(nodes, at_us, code))
+        self.inject(control_messages(nodes, at_us, code, self.message_dtype))
 
     def fail(self, nodes, at_us: int) -> None:
         self.control(nodes, at_us, FAIL)
@@ -99,5 +104,5 @@ class LocalEmulator:
             self.now = max(self.now, limit)
         return events
 
-    def call(self, method: str, *args) -> list:
-        return [e.call(method, *args) for e in self.engines]
+    def call(self, method: str, *args, phase: str | None = None) -> list:
+        return [e.call(method, *args, phase=phase) for e in self.engines]

@@ -31,12 +31,6 @@ class LogBuffer:
         cols = {k: (np.full(n, v[()]) if v.ndim == 0 else v.copy()) for k, v in arrays.items()}
         self._chunks.setdefault(table, []).append((phase, cols))
 
-    def __bool__(self) -> bool:
-        return bool(self._chunks)
-
-    def rows(self, table: str) -> int:
-        return sum(len(next(iter(c.values()))) for _, c in self._chunks.get(table, []))
-
     def take(self) -> dict[str, pa.Table]:
         """All buffered rows as Arrow tables (column order of the first chunk); clears."""
         out = {}

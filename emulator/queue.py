@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernels
-from .batch import Batch
+from .batch import ENGINE_DTYPE, Batch
 
 NEVER = np.iinfo(np.int64).max
 
@@ -31,8 +31,9 @@ class _Run:
 
 
 class EventQueue:
-    def __init__(self, delta_us: int):
+    def __init__(self, delta_us: int, message_dtype=ENGINE_DTYPE):
         self.delta = int(delta_us)
+        self.dtype = message_dtype       # the record of every batch it holds (and returns)
         self._runs: list[_Run] = []
         # batches pushed since the last look at the queue: handlers send many small
         # batches per cell, and sorting them in one go costs one merge instead of one each
@@ -52,7 +53,7 @@ class EventQueue:
     def _settle(self) -> None:
         if not self._staged:
             return
-        batch = Batch.concat(self._staged)
+        batch = Batch.concat(self._staged, self.dtype)
         self._staged = []
         self._insert(batch)
 
@@ -93,12 +94,12 @@ class EventQueue:
             elif k < len(r):
                 keep.append(_Run(Batch(r.batch.msgs[k:], r.batch.payload), r.times[k:]))
         self._runs = keep
-        return Batch.concat(taken)
+        return Batch.concat(taken, self.dtype)
 
     def snapshot(self) -> Batch:
         """All pending messages as one batch (for checkpoints); the queue is unchanged."""
         self._settle()
-        return Batch.concat([r.batch for r in self._runs])
+        return Batch.concat([r.batch for r in self._runs], self.dtype)
 
     def clear(self) -> None:
         self._runs = []

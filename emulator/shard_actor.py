@@ -42,9 +42,11 @@ def _resolve(value):
 @ray.remote
 class ShardActor:
     def __init__(self, shard_id, node_shard, latency, stack_factory, seed, delta_us, shared,
-                 log_messages, storage, topo_index, handoff=False):
+                 log_messages, storage, topo_index, handoff, message_dtype, message_log_fields):
         self.engine = ShardEngine(shard_id, node_shard, latency, stack_factory, seed, delta_us,
-                                  shared=shared, resolve=_resolve, log_messages=log_messages)
+                                  shared=shared, resolve=_resolve, log_messages=log_messages,
+                                  message_dtype=message_dtype,
+                                  message_log_fields=message_log_fields)
         self.storage = storage          # a Storage, or None: nothing written by the shard
         self.handoff = bool(handoff)    # keep log tables for the driver (object store)
         self.topo_index = int(topo_index)
@@ -96,8 +98,8 @@ class ShardActor:
         return self.engine.queue.next_time()
 
     # ---- stack calls, logs, checkpoints -------------------------------------------------
-    def call(self, method, *args):
-        return self.engine.call(method, *args)
+    def call(self, method, *args, phase=None):
+        return self.engine.call(method, *args, phase=phase)
 
     def flush(self, phase_stem: str) -> list[tuple]:
         """Take the buffered log rows: Parquet under the storage, and for the hand-off the

@@ -13,7 +13,7 @@ an `Emulator` of Pastry+Scribe shards and drives the configured phases:
   churn                a stream of multicasts while nodes fail and recover (`publish` and
                        `node_event` rows written by the runner)
 
-At the end of every phase: ``emu.dump`` (tree snapshots), ``emu.flush`` (Parquet, or refs),
+At the end of every phase: the stacks' ``dump`` (tree snapshots), ``emu.flush`` (Parquet, or refs),
 ``emu.checkpoint``; `state.json` records the completed phases, so ``--resume`` restores the
 last checkpoint and continues with identical results. Files are written in an order that
 never makes a half-done run look complete: `COMPLETE` comes last.
@@ -543,6 +543,7 @@ def _run_topology(cfg, run_dir, t, state: _State, events, progress) -> None:
 
 def _start_emulator(cfg, t: int, inputs: _TopologyInputs, events, progress):
     """The shard actors of topology t (the Emulator), logging in the run's layout."""
+    from actors.messages import MESSAGE_LOG_FIELDS, MSG_DTYPE
     from actors.stack import stack_factory, type_names
     from emulator import Emulator
 
@@ -552,7 +553,8 @@ def _start_emulator(cfg, t: int, inputs: _TopologyInputs, events, progress):
                    stack_factory=stack_factory(cfg.pastry_params(seed_t), cfg.scribe_params()),
                    shards=cfg.shards, node_shard=_node_shard(cfg, inputs.topo), seed=seed_t,
                    shared=inputs.shared, run_dir=events.run_dir, topo_index=t,
-                   type_names=type_names(), **events.emulator_options())
+                   type_names=type_names(), message_dtype=MSG_DTYPE,
+                   message_log_fields=MESSAGE_LOG_FIELDS, **events.emulator_options())
     events.add_emulator(emu)
     log.info("topology %d: %d routers, %d hosts, delta %d us, lookahead %s us, %d shards",
              t, inputs.topo.n_routers, cfg.nodes, emu.delta_us, emu.lookahead_us, emu.shards)
@@ -611,7 +613,7 @@ def _complete_phase(topo_run: _TopologyRun, phase: str, state: _State, done: lis
     w0 = time.perf_counter()
     stats = _run_phase(topo_run, phase, progress)
     topo_run.phase_end = _phase_end(topo_run, stats["until"])
-    emu.dump(phase)
+    emu.call("dump", phase, phase=phase)    # end-of-phase rows (tree edges) of this phase
     topo_run.events.add(emu.flush(phase))
     if phase == "create":
         topo_run.rp = _load_rps(topo_run)

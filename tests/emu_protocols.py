@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from emulator.batch import message_dtype
+
 PING = 200
 TICK = 201
 BOOM = 202
 TYPE_NAMES = {PING: "test.ping", TICK: "test.tick", BOOM: "test.boom"}
+# the one column Flood adds to the engine's: how many hops a ping has made
+FLOOD_MESSAGE_FIELDS = [("hops", "i2")]
+FLOOD_DTYPE = message_dtype(FLOOD_MESSAGE_FIELDS)
 
 
 class Flood:
@@ -41,7 +46,7 @@ class Flood:
                 r = ctx.random(src)
                 dst = (r * ctx.n_nodes).astype(np.int64)
                 ctx.send(src, dst, PING, np.repeat(go["time"], self.fanout),
-                         hops=np.repeat(go["hops"] + 1, self.fanout), group=-1)
+                         hops=np.repeat(go["hops"] + 1, self.fanout))
         elif type_code == TICK:
             ctx.log("tick", node=m["dst"], time=m["time"], cell=np.full(len(m), ctx.now))
             nxt = m["time"] + self.period_us

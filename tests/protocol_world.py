@@ -22,6 +22,7 @@ import pickle
 import numpy as np
 import pyarrow as pa
 
+from actors.messages import MSG_DTYPE
 from actors.pastry import ids as pastry_ids
 from actors.pastry.quality import route_paths, stack_states
 from actors.pastry.synthetic import synthetic_network
@@ -89,7 +90,7 @@ class World:
         latency = RouterLatency(net["host_router"], net["router_dist_us"], net["lan_us"])
         # the per-hop message log is the engine's, not a protocol's: off, it only costs here
         self.emu = LocalEmulator(latency, stack_factory, shards=shards, seed=seed,
-                                 shared=net, log_messages=False)
+                                 shared=net, log_messages=False, message_dtype=MSG_DTYPE)
         self._logs: dict[str, list[pa.Table]] = {}
 
     @property
@@ -292,8 +293,6 @@ def protocol_message(src, dst, type_code: int, at, **fields) -> np.ndarray:
     """Hand-made message records, one per ``src`` (scalars broadcast), to pass to
     :meth:`World.inject`: for a test application's stimuli and for fault injection (a
     move the protocol would only make under a rare race)."""
-    from emulator.batch import MSG_DTYPE
-
     src = np.atleast_1d(np.asarray(src, np.int64))
     msg = np.zeros(len(src), MSG_DTYPE)
     msg["src"], msg["dst"], msg["type"] = src, dst, type_code

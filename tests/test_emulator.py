@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import ast
 import functools
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from emu_protocols import BOOM, PING, TICK, TYPE_NAMES, Flood
+from emu_protocols import BOOM, FLOOD_DTYPE, PING, TICK, TYPE_NAMES, Flood
 
-from emulator import Batch, RouterLatency, new_messages, rank_within
-from emulator.batch import MSG_DTYPE
+from emulator import ENGINE_DTYPE, Batch, RouterLatency, message_dtype, new_messages, rank_within
+from emulator.batch import as_messages
 from emulator.engine import ShardEngine
 from emulator.queue import NEVER, EventQueue
 from emulator.rng import node_uniform
@@ -88,16 +90,19 @@ def test_lookahead_matches_brute_force(topo, lat):
 def test_engine_alone_processes_cells_causally(lat):
     n = lat.n_hosts
     e = ShardEngine(0, np.zeros(n, np.int32), lat, functools.partial(Flood, 2, 5), seed=1,
-                    delta_us=lat.min_latency_us())
-    e.accept([Batch(new_messages(4, time=[0, 10, 20, 30], src=[1, 2, 3, 4], dst=[1, 2, 3, 4],
-                                 type=PING, group=-1))])
+                    delta_us=lat.min_latency_us(), message_dtype=FLOOD_DTYPE)
+    e.accept([Batch(new_messages(4, FLOOD_DTYPE, time=[0, 10, 20, 30], src=[1, 2, 3, 4],
+                                 dst=[1, 2, 3, 4], type=PING))])
     nxt, out, stats = e.advance(NEVER, "p", [])
     assert nxt == NEVER and stats["events"] == 4 * (2 ** 6 - 1)
-    rows = e.take_logs()["recv"].to_pandas()
+    logs = e.take_logs()
+    rows = logs["recv"].to_pandas()
     d = lat.min_latency_us()
     assert ((rows.time >= rows.cell) & (rows.time < rows.cell + d)).all()
     hop = rows.hops > 0
     assert (rows.time[hop] == rows.sent[hop] + lat.latency(rows.src[hop], rows.node[hop])).all()
+    # no message log fields declared: the engine's columns only
+    assert logs["message"].column_names == ["time", "arrival", "type", "src", "dst", "phase"]
 
 
 # ---- on Ray ------------------------------------------------------------------------------
@@ -114,10 +119,10 @@ def _flood(lat, tmp_path, ray, shards=1, node_shard=None, seed=5, phase="p", han
     from emulator import Emulator
     emu = Emulator(lat.n_hosts, lat, functools.partial(Flood, 3, 7, **kw), shards=shards,
                    node_shard=node_shard, seed=seed, run_dir=tmp_path, type_names=TYPE_NAMES,
-                   handoff=handoff)
+                   handoff=handoff, message_dtype=FLOOD_DTYPE, message_log_fields=("hops",))
     starts = np.arange(8)
-    emu.inject(new_messages(8, time=starts * 3000, src=starts * 100, dst=starts * 100,
-                            type=PING, group=-1))
+    emu.inject(new_messages(8, FLOOD_DTYPE, time=starts * 3000, src=starts * 100,
+                            dst=starts * 100, type=PING))
     return emu
 
 
@@ -143,12 +148,18 @@ def test_same_log_for_any_shard_count_and_partition(topo, lat, tmp_path, ray_ses
         emu = _flood(lat, tmp_path / name, ray, **kw)
         stats = emu.run("p")
         windows[name] = (stats["windows"], emu.lookahead_us)
-        emu.dump("p")
+        emu.call("dump", "p", phase="p")
         emu.flush("p")
         results.append((name, _table(ray, emu, "recv"), _table(ray, emu, "message")))
         emu.shutdown()
     _, recv0, msg0 = results[0]
     assert len(recv0) == 8 * (3 ** 8 - 1) // 2
+    # the message log: the engine's columns and the one field the protocol asked for (and
+    # `topo`, the hive directory the Parquet files are read from)
+    assert list(msg0.columns) == ["time", "arrival", "type", "src", "dst", "hops", "phase",
+                                  "topo"]
+    # one row per hop between two nodes (pings a node sent itself are not hops)
+    assert len(msg0) == (recv0.src != recv0.node).sum() and msg0.hops.max() == 7
     for name, recv, msg in results[1:]:
         assert recv.equals(recv0), name
         assert msg.equals(msg0), name
@@ -167,7 +178,8 @@ def test_timers_idle_jumps_and_failures(lat, tmp_path, ray_session):
     n = lat.n_hosts
     emu = Emulator(n, lat, functools.partial(Flood, 1, 0, period_us=1_000_000,
                                              stop_us=5_000_000_000),
-                   shards=2, seed=1, run_dir=tmp_path, type_names=TYPE_NAMES)
+                   shards=2, seed=1, run_dir=tmp_path, type_names=TYPE_NAMES,
+                   message_dtype=FLOOD_DTYPE)
     assert emu.idle is False  # the timers set up by the stack are known to the driver
     emu.fail([3, 4], 2_500_000)
     emu.recover([3], 3_500_000)
@@ -193,8 +205,9 @@ def test_timers_idle_jumps_and_failures(lat, tmp_path, ray_session):
 def test_handler_crash_names_shard_and_time(lat, tmp_path, ray_session):
     from emulator import EmulationError, Emulator
     emu = Emulator(lat.n_hosts, lat, functools.partial(Flood, 1, 1), shards=2, seed=1,
-                   run_dir=tmp_path, type_names=TYPE_NAMES)
-    emu.inject(new_messages(1, time=40_000, src=7, dst=7, type=BOOM, group=-1))
+                   run_dir=tmp_path, type_names=TYPE_NAMES, message_dtype=FLOOD_DTYPE)
+    # an engine-only record is widened to the stack's by field name
+    emu.inject(new_messages(1, time=40_000, src=7, dst=7, type=BOOM))
     with pytest.raises(EmulationError, match=r"shard 1 failed .* at virtual time 40000 us.*boom"):
         emu.run("x")
     emu.shutdown()
@@ -205,12 +218,12 @@ def test_checkpoint_resume_gives_identical_results(lat, tmp_path, ray_session):
     ray = ray_session
 
     def second_phase(emu):
-        emu.inject(new_messages(5, time=emu.now + np.arange(5) * 7000, src=np.arange(5) * 11,
-                                dst=np.arange(5) * 11, type=PING, group=-1))
+        emu.inject(new_messages(5, FLOOD_DTYPE, time=emu.now + np.arange(5) * 7000,
+                                src=np.arange(5) * 11, dst=np.arange(5) * 11, type=PING))
         emu.run("b")
         emu.flush("b")
         rows = _table(ray, emu, "recv")
-        return rows[rows.phase == "b"].reset_index(drop=True), emu.call("dump", "b")
+        return rows[rows.phase == "b"].reset_index(drop=True), emu.call("dump", "b", phase="b")
 
     # the hand-off: the shards send their checkpoint state to the driver (run_dir)
     emu = _flood(lat, tmp_path / "a", ray, shards=2, period_us=0, handoff=True)
@@ -248,9 +261,9 @@ def test_runs_on_a_two_node_cluster(lat, tmp_path):
                      [{"resources": {"node_a": 0.01}}, {"resources": {"node_b": 0.01}}]):
             emu = Emulator(lat.n_hosts, lat, functools.partial(Flood, 3, 6), shards=2, seed=9,
                            run_dir=None, type_names=TYPE_NAMES, actor_options=opts,
-                           handoff=True)
-            emu.inject(new_messages(3, time=[0, 5, 9], src=[1, 2, 3], dst=[1, 2, 3], type=PING,
-                                    group=-1))
+                           handoff=True, message_dtype=FLOOD_DTYPE)
+            emu.inject(new_messages(3, FLOOD_DTYPE, time=[0, 5, 9], src=[1, 2, 3],
+                                    dst=[1, 2, 3], type=PING))
             emu.run("c")
             emu.flush("c")
             res.append(_table(ray, emu, "recv"))
@@ -263,6 +276,56 @@ def test_runs_on_a_two_node_cluster(lat, tmp_path):
         cluster.shutdown()
 
 
-def test_message_dtype_is_the_documented_one():
-    assert MSG_DTYPE.names[:6] == ("time", "sent", "src", "dst", "seq", "type")
+def test_engine_record_holds_only_engine_fields():
+    assert ENGINE_DTYPE.names == ("time", "sent", "src", "dst", "seq", "type", "pay_off",
+                                  "pay_len")
     assert TICK in TYPE_NAMES
+
+
+def test_message_dtype_merges_declared_fields_by_name():
+    d = message_dtype([("mode", "i1"), ("group", "i4")], [("group", "i4"), ("a", "i8")])
+    assert d.names == ("time", "sent", "src", "dst", "seq", "type", "mode", "group", "a",
+                       "pay_off", "pay_len")
+    assert d.fields["group"][0] == np.dtype("i4")
+    with pytest.raises(ValueError, match=r"'group' declared as int32 and as int64"):
+        message_dtype([("group", "i4")], [("group", "i8")])
+    with pytest.raises(ValueError, match=r"'time' declared as int64 and as int32"):
+        message_dtype([("time", "i4")])
+    with pytest.raises(TypeError, match="not a message record"):
+        Batch(np.zeros(2, [("time", "i8"), ("src", "i4")]))
+
+
+def test_records_convert_by_name_and_never_mix_in_a_batch():
+    small = new_messages(2, time=[5, 6], src=[1, 2], dst=[3, 4], type=PING)
+    wide = as_messages(small, FLOOD_DTYPE)
+    assert wide.dtype == FLOOD_DTYPE and wide["dst"].tolist() == [3, 4]
+    assert wide["hops"].tolist() == [0, 0]
+    with pytest.raises(TypeError, match=r"unknown: \['hops'\]"):
+        as_messages(wide, ENGINE_DTYPE)         # would drop a protocol column
+    with pytest.raises(TypeError, match="different message records"):
+        Batch.concat([Batch(small), Batch(wide)])   # rows are copied as raw bytes
+    assert Batch.concat([], FLOOD_DTYPE).msgs.dtype == FLOOD_DTYPE
+
+
+def test_engine_checks_its_log_fields(lat):
+    def engine(fields):
+        return ShardEngine(0, np.zeros(lat.n_hosts, np.int32), lat, Flood, seed=1,
+                           delta_us=lat.min_latency_us(), message_dtype=FLOOD_DTYPE,
+                           message_log_fields=fields)
+    assert engine(("hops",)).message_log_fields == ("hops",)
+    with pytest.raises(ValueError, match="not fields of the message record"):
+        engine(("group",))
+    with pytest.raises(ValueError, match="clash with the engine's log columns"):
+        engine(("src",))
+
+
+def test_emulator_imports_nothing_from_actors():
+    for path in sorted((Path(__file__).resolve().parents[1] / "emulator").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            assert not any(n == "actors" or n.startswith("actors.") for n in names), path

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.batch import MSG_DTYPE, Batch, pack_rows, payload_rows, take_rows
+from actors.messages import MSG_DTYPE  # the stack's message record
+from emulator.batch import Batch, pack_rows, payload_rows, take_rows
 
 __all__ = ["MSG_DTYPE", "ROUTE_FIELDS", "Batch", "make_batch", "msgs_of", "payload_of",
            "send_rows", "sender_and_payload", "take_rows"]

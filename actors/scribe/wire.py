@@ -8,11 +8,18 @@ group index and the group's key, so the parts pass a group and never a key.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from emulator.batch import MSG_DTYPE, NO_PAYLOAD, Batch, new_messages, pack_rows, payload_rows
+from actors.messages import MSG_DTYPE  # the stack's message record
+from emulator import batch as engine_batch
+from emulator.batch import NO_PAYLOAD, Batch, pack_rows, payload_rows
 
 from .types import TYPE_NAMES
+
+# message records of the stack's record (the engine's default has the engine's fields only)
+new_messages = functools.partial(engine_batch.new_messages, dtype=MSG_DTYPE)
 
 __all__ = ["MSG_DTYPE", "NO_PAYLOAD", "Batch", "Messenger", "ScribeError", "msgs_of",
            "new_messages", "pack_rows", "payload_rows"]
