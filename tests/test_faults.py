@@ -8,7 +8,8 @@
 - Ctrl-C stops cleanly (no Ray or Java process left), printing the resume command;
 - a checkpoint write failing with ENOSPC stops the run with one line, keeps the completed
   phases, and `--resume` continues once the write works again;
-- (skipped, not survived yet) a Spark executor killed during the analysis.
+- a Spark executor SIGKILLed during the analysis: a fresh Spark session reruns it, with
+  every CSV as an unharmed run's; past run.retries one line names `cli.py analyze`.
 
 Slow: small `quick` runs (300 nodes, 10 groups, 2 shards)."""
 
@@ -272,25 +273,79 @@ def test_full_disk_stops_with_one_line_and_resume_continues(reference, tmp_path,
 
 # ---- Spark loses an executor ------------------------------------------------------------------
 
-@pytest.mark.skip(reason="not survived yet: after its executor JVM is SIGKILLed, RayDP gives "
-                  "Spark no new executor and the analysis waited > 2.5 min without an error; "
-                  "the executor watchdog did not fire in that time (docs/faults.md)")
+def executor_actors() -> dict[str, tuple[str, int]]:
+    """{actor id: (state, pid)} of RayDP's executor actors (Ray's GCS actor table)."""
+    import ray._private.state
+    return {aid: (a["State"], a.get("Pid") or 0) for aid, a in ray._private.state.actors().items()
+            if str(a.get("Name", "")).startswith("raydp-executor-")}
+
+
 def test_lost_spark_executor_reruns_the_analysis(reference, tmp_path, monkeypatch):
+    """SIGKILL the executor JVM while Spark runs the analysis' jobs: RayDP's restarted
+    executor never comes back, the watch cancels the jobs after the grace time, the runner
+    starts a fresh Spark session and reruns the analysis: every CSV as the unharmed run's."""
+    import threading
+
     import analysis
     real = analysis.run_analysis
     killed = []
 
-    def kill_executor_first(*args, **kwargs):
-        if not killed:
-            execs = [p for p in run_processes() if name(p) == "java"
-                     and any("DefaultWorker" in a for a in p.cmdline())]
-            assert execs, "no RayDP executor JVM found"
-            for p in execs:
-                p.kill()
-                killed.append(p.pid)
-        return real(*args, **kwargs)
+    def kill_executor_mid_analysis(spark):
+        tracker = spark.sparkContext.statusTracker()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 300 and not killed:
+            alive = [pid for state, pid in executor_actors().values()
+                     if state == "ALIVE" and pid]
+            if alive and tracker.getActiveJobsIds():      # the analysis' jobs are running
+                os.kill(alive[0], signal.SIGKILL)
+                killed.append(alive[0])
+            time.sleep(0.2)
 
-    monkeypatch.setattr(analysis, "run_analysis", kill_executor_first)
+    def run_analysis_with_a_kill(run_dir, spark, **kwargs):
+        if not killed:
+            threading.Thread(target=kill_executor_mid_analysis, args=(spark,),
+                             daemon=True).start()
+        return real(run_dir, spark, **kwargs)
+
+    monkeypatch.setattr(analysis, "run_analysis", run_analysis_with_a_kill)
+    monkeypatch.setattr(runner_mod, "EXECUTOR_GRACE_S", 10.0)
     out = run_scenario(cfg(), out=tmp_path / "run", progress=False)
-    assert killed
+    assert killed, "no executor was killed during the analysis"
+    log = (out / "run.log").read_text()
+    assert "analysis: Spark lost an executor" in log and "retry 1 of 2" in log, log[-3000:]
     assert_same_results(out, reference)
+    assert_same_csvs(out, reference)
+
+
+def test_lost_spark_executor_past_the_retries_names_the_analyze_command(
+        reference, tmp_path, monkeypatch):
+    """Every try loses its executor: one line naming `cli.py analyze RUN_DIR`, the
+    emulation kept (every phase completed), no COMPLETE."""
+    import analysis
+    from emulator import runtime
+
+    tries = []
+
+    def executor_lost(run_dir, spark, **kwargs):
+        tries.append(1)
+        raise RuntimeError("Job aborted: ExecutorLostFailure (executor 0 exited)")
+
+    monkeypatch.setattr(analysis, "run_analysis", executor_lost)
+    out = tmp_path / "run"
+    with pytest.raises(runner_mod.RunStopped) as e:
+        run_scenario(cfg("run.retries=1"), out=out, progress=False)
+    msg = str(e.value)
+    assert len(tries) == 2 and "\n" not in msg
+    assert "Spark lost an executor during the analysis" in msg and "run.retries = 1" in msg
+    assert f"rerun the analysis with: python cli.py analyze {out}" in msg
+    assert completed(out) == cfg().phase_order and not (out / "COMPLETE").exists()
+    assert runtime._state["spark"] is None          # the broken session was stopped
+
+
+def assert_same_csvs(run_dir: Path, ref: Path) -> None:
+    """Every metrics CSV of `run_dir` equals the reference run's, byte for byte."""
+    names = sorted(p.relative_to(ref).as_posix() for p in ref.rglob("*.csv"))
+    assert names and names == sorted(p.relative_to(run_dir).as_posix()
+                                     for p in run_dir.rglob("*.csv"))
+    for name in names:
+        assert (run_dir / name).read_bytes() == (ref / name).read_bytes(), name
