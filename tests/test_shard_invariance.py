@@ -3,11 +3,12 @@
 A small `quick` scenario with the protocol bootstrap (so Pastry's join protocol, Scribe's
 joins, multicasts and the tree collapse all run) is run end to end -- emulation, Spark
 analysis, summary -- on 1 shard, and again on 2, 3 and 8 shards with both
-`topology.partition` values. Every CSV must equal the 1-shard run's byte for byte and
-every summary.json figure to the last bit (what `same-results` compares: timing, shard
-counts, run and engine statistics aside). The event logs themselves are compared row for
-row across shard counts in test_scale_out.py; this test covers what the analysis makes of
-logs split over a different number of files and partitions.
+`topology.partition` values (locality at 2 and 8, random at 3 and 8). Every CSV must
+equal the 1-shard run's byte for byte, and every summary.json figure to the last bit
+(what `same-results` compares: timing, shard counts, run and engine statistics aside).
+The event logs themselves are compared row for row across shard counts in
+test_scale_out.py; this test covers what the analysis makes of logs split over other
+numbers of files and partitions.
 
 All runs share the module's Ray and Spark session. Slow: ~10-15 s a run on a quiet 2-core
 machine.
@@ -85,9 +86,10 @@ def test_the_comparisons_see_a_difference(one_shard, tmp_path):
     assert len(list(one_shard.rglob("*.csv"))) >= 10
 
 
+# every shard count once, both partitions where the split is finest (the whole cross
+# product would add two runs, ~25 s, to CI's budget for no case these do not cover)
 @pytest.mark.parametrize("shards, partition", [
-    (2, "locality"), (3, "locality"), (8, "locality"),
-    (2, "random"), (3, "random"), (8, "random")])
+    (2, "locality"), (3, "random"), (8, "locality"), (8, "random")])
 def test_every_csv_and_figure_is_identical(one_shard, tmp_path, shards, partition):
     out = run(tmp_path, shards, partition)
     assert csv_differences(out, one_shard) == []
