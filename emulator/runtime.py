@@ -442,6 +442,8 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     with contextlib.suppress(Exception):
         import ray.util.client
         client = bool(ray.util.client.ray.is_connected())
+    # the executor actors this session will create are the ones not listed now
+    _state["executors_before"] = set(_executor_actor_states())
     try:
         # the driver JVM inherits fd 2: its Ray core worker's INFO lines go to Ray's logs
         with _stderr_to_file(_console_log_path()):
@@ -497,8 +499,10 @@ def watch_executors(spark, grace_s: float = 30.0, poll_s: float = 2.0) -> Iterat
     fired: dict = {"lost": None}
     stop = threading.Event()
     sc = spark.sparkContext
-    # executors of earlier Spark sessions are DEAD in the actor table for good: not ours
-    earlier = {aid for aid, state in _executor_actor_states().items() if state == "DEAD"}
+    # executor actors that existed before this session (earlier sessions', other jobs'
+    # on a shared cluster) are not watched
+    earlier = _state.get("executors_before", set()) | {
+        aid for aid, state in _executor_actor_states().items() if state == "DEAD"}
 
     def spark_executors() -> int:
         # the block managers Spark knows: the executors' and the driver's own
@@ -509,9 +513,9 @@ def watch_executors(spark, grace_s: float = 30.0, poll_s: float = 2.0) -> Iterat
         while not stop.wait(poll_s):
             try:
                 n = spark_executors()
-                states = {a: s for a, s in _executor_actor_states().items() if a not in earlier}
-            except Exception:  # noqa: BLE001 - Spark or Ray stopping under us: nothing to watch
+            except Exception:  # noqa: BLE001 - Spark stopping under us: nothing to watch
                 return
+            states = {a: s for a, s in _executor_actor_states().items() if a not in earlier}
             now = time.monotonic()
             seen = seen or n > 0
             none_since = None if (n > 0 or not seen) else (none_since or now)
@@ -541,10 +545,15 @@ def watch_executors(spark, grace_s: float = 30.0, poll_s: float = 2.0) -> Iterat
 
 
 def _executor_actor_states() -> dict[str, str]:
-    """{actor id: state} of RayDP's executor actors in the Ray cluster's actor table.
-    Ray's state API needs the dashboard (off here); its GCS actor table does not."""
+    """{actor id: state} of RayDP's executor actors in the Ray cluster's actor table, or
+    {} when it cannot be read (e.g. under Ray Client: Spark's own executor count then
+    serves alone). Ray's state API needs the dashboard (off here); the GCS table does not."""
     import ray._private.state
-    return {aid: a.get("State", "") for aid, a in ray._private.state.actors().items()
+    try:
+        actors = ray._private.state.actors()
+    except Exception:  # noqa: BLE001 - whatever Ray raises, there is nothing to read
+        return {}
+    return {aid: a.get("State", "") for aid, a in actors.items()
             if str(a.get("Name", "")).startswith("raydp-executor-")}
 
 
@@ -580,7 +589,12 @@ def _release_spark_actors(app_name: str, timeout_s: float) -> None:
 
     import ray
     worker = ray._private.worker.global_worker
-    for aid, state in _executor_actor_states().items():
+    before = _state.get("executors_before", set())   # not this session's: left alone
+
+    def ours() -> dict[str, str]:
+        return {a: s for a, s in _executor_actor_states().items() if a not in before}
+
+    for aid, state in ours().items():
         if state != "DEAD":
             with contextlib.suppress(Exception):   # gone meanwhile
                 worker.core_worker.kill_actor(ray.ActorID.from_hex(aid), True)
@@ -590,8 +604,11 @@ def _release_spark_actors(app_name: str, timeout_s: float) -> None:
         try:
             handle = ray.get_actor(master)
         except ValueError:                      # the name is free
-            return
-        if not killed and time.monotonic() - t0 >= timeout_s:
+            # and the executors dead: the next session's watch takes none of them for its own
+            if all(s == "DEAD" for s in ours().values()):
+                return
+            handle = None
+        if handle is not None and not killed and time.monotonic() - t0 >= timeout_s:
             ray.kill(handle, no_restart=True)
             killed = True
         time.sleep(0.5)
