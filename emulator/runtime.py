@@ -486,10 +486,11 @@ def watch_executors(spark, grace_s: float = 30.0, poll_s: float = 2.0) -> Iterat
     session, the step again) instead of a wait with no end.
 
     What a SIGKILLed executor JVM does (RayDP 1.6, tried): Ray restarts its actor (RayDP
-    creates executors with restarts allowed), but the restarted executor exits again
-    while re-registering, and the actor cycles through RESTARTING for as long as one
-    waits; Spark never gets an executor back, its jobs stay queued, and no error ever
-    reaches the driver. So the watch reads the executors' actor states from Ray's GCS
+    creates executors with restarts allowed); the new executor may rejoin (Spark then
+    reruns the lost tasks), or exit again while re-registering, the actor cycling through
+    RESTARTING for as long as one waits (seen when the kill came before the executor had
+    registered with the driver); then Spark's jobs stay queued and no error ever reaches
+    the driver. So the watch reads the executors' actor states from Ray's GCS
     (`raydp-executor-*` actors created after the watch began or alive then): one that is
     not ALIVE for `grace_s` s, or Spark listing no executor for `grace_s` s after it had
     one, is a loss. Yields a dict whose ``"lost"`` names the loss once it fired."""

@@ -717,8 +717,8 @@ def _analyse(cfg, run_dir: Path, state: _State, events: RunEvents, progress) -> 
 
 
 # How long an executor may be gone (its Ray actor restarting, or Spark listing none) before
-# the analysis step is abandoned and retried: a restarted RayDP executor never comes back
-# (emulator.runtime.watch_executors), and a healthy one starts within seconds.
+# the analysis step is abandoned and retried: a restarted RayDP executor that rejoins does
+# so within seconds, one that does not never will (emulator.runtime.watch_executors).
 EXECUTOR_GRACE_S = 30.0
 
 
