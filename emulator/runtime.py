@@ -442,6 +442,8 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     with contextlib.suppress(Exception):
         import ray.util.client
         client = bool(ray.util.client.ray.is_connected())
+    # the executor actors this session will create are the ones not listed now
+    _state["executors_before"] = set(_executor_actor_states())
     try:
         # the driver JVM inherits fd 2: its Ray core worker's INFO lines go to Ray's logs
         with _stderr_to_file(_console_log_path()):
@@ -455,6 +457,7 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
         _ship_project_code(spark)
     _state["spark"] = spark
     _state["spark_ray"] = _ray_session()
+    _state["spark_app"] = app_name
     return spark
 
 
@@ -478,38 +481,57 @@ def _ship_project_code(spark) -> None:
 
 @contextlib.contextmanager
 def watch_executors(spark, grace_s: float = 30.0, poll_s: float = 2.0) -> Iterator[dict]:
-    """Cancel Spark's jobs once it has had no live executor for `grace_s` seconds.
+    """Cancel Spark's jobs once an executor of this Spark session is lost for `grace_s`
+    seconds, so that a lost executor becomes an error the caller can answer (a new Spark
+    session, the step again) instead of a wait with no end.
 
-    When an executor's process dies, RayDP does not always give Spark a new one, and Spark
-    then waits for resources forever; cancelling turns that wait into an error the caller
-    can answer (a new Spark session, the step again). Yields a dict whose ``"lost"`` is
-    True once it fired. The clock starts only after an executor was seen, so a slow start
-    is never taken for a loss."""
+    What a SIGKILLed executor JVM does (RayDP 1.6, tried): Ray restarts its actor (RayDP
+    creates executors with restarts allowed); the new executor may rejoin (Spark then
+    reruns the lost tasks), or exit again while re-registering, the actor cycling through
+    RESTARTING for as long as one waits (seen when the kill came before the executor had
+    registered with the driver); then Spark's jobs stay queued and no error ever reaches
+    the driver. So the watch reads the executors' actor states from Ray's GCS
+    (`raydp-executor-*` actors created after the watch began or alive then): one that is
+    not ALIVE for `grace_s` s, or Spark listing no executor for `grace_s` s after it had
+    one, is a loss. Yields a dict whose ``"lost"`` names the loss once it fired."""
     import threading
     import time
 
-    fired = {"lost": False}
+    fired: dict = {"lost": None}
     stop = threading.Event()
     sc = spark.sparkContext
+    # executor actors that existed before this session (earlier sessions', other jobs'
+    # on a shared cluster) are not watched
+    earlier = _state.get("executors_before", set()) | {
+        aid for aid, state in _executor_actor_states().items() if state == "DEAD"}
 
-    def live_executors() -> int:
+    def spark_executors() -> int:
         # the block managers Spark knows: the executors' and the driver's own
         return int(sc._jsc.sc().getExecutorMemoryStatus().size()) - 1
 
     def watch() -> None:
-        seen, since = False, None
+        seen, none_since, down_since = False, None, {}
         while not stop.wait(poll_s):
             try:
-                n = live_executors()
+                n = spark_executors()
             except Exception:  # noqa: BLE001 - Spark stopping under us: nothing to watch
                 return
+            states = {a: s for a, s in _executor_actor_states().items() if a not in earlier}
+            now = time.monotonic()
             seen = seen or n > 0
-            if n > 0 or not seen:
-                since = None
-                continue
-            since = since if since is not None else time.monotonic()
-            if time.monotonic() - since >= grace_s:
-                fired["lost"] = True
+            none_since = None if (n > 0 or not seen) else (none_since or now)
+            # PENDING_CREATION: still starting (slow under load), not lost
+            down = {a for a, s in states.items() if s in ("RESTARTING", "DEAD")}
+            down_since = {a: down_since.get(a, now) for a in down}
+            lost = None
+            if none_since is not None and now - none_since >= grace_s:
+                lost = f"Spark has had no executor for {grace_s:.0f} s"
+            elif any(now - t >= grace_s for t in down_since.values()):
+                worst = min(down_since, key=down_since.get)
+                lost = (f"a Spark executor's Ray actor has been {states[worst]} "
+                        f"for {grace_s:.0f} s (its process died)")
+            if lost:
+                fired["lost"] = lost
                 with contextlib.suppress(Exception):
                     sc.cancelAllJobs()
                 return
@@ -523,6 +545,19 @@ def watch_executors(spark, grace_s: float = 30.0, poll_s: float = 2.0) -> Iterat
         thread.join(timeout=poll_s + 5)
 
 
+def _executor_actor_states() -> dict[str, str]:
+    """{actor id: state} of RayDP's executor actors in the Ray cluster's actor table, or
+    {} when it cannot be read (e.g. under Ray Client: Spark's own executor count then
+    serves alone). Ray's state API needs the dashboard (off here); the GCS table does not."""
+    import ray._private.state
+    try:
+        actors = ray._private.state.actors()
+    except Exception:  # noqa: BLE001 - whatever Ray raises, there is nothing to read
+        return {}
+    return {aid: a.get("State", "") for aid, a in actors.items()
+            if str(a.get("Name", "")).startswith("raydp-executor-")}
+
+
 def _ray_session() -> str | None:
     """Identity of the Ray cluster this process is connected to (None when not connected)."""
     import ray
@@ -531,8 +566,14 @@ def _ray_session() -> str | None:
     return ray.get_runtime_context().gcs_address
 
 
-def stop_spark() -> None:
-    """Stop the RayDP Spark cluster started by start_spark (no-op when none)."""
+def stop_spark(release: bool = False, timeout_s: float = 60.0) -> None:
+    """Stop the RayDP Spark cluster started by start_spark (no-op when none).
+
+    release: also make sure its Ray actors are gone before returning, so that a new
+    session can start at once (after an executor was lost). raydp.stop_spark only asks
+    the master actor to exit (its name stays taken until it has) and leaves a lost
+    executor's actor restarting, holding its CPUs: the master is waited for (killed
+    after `timeout_s` s) and every executor actor not dead yet is killed."""
     if _state["spark"] is None:
         return
     import raydp
@@ -540,6 +581,38 @@ def stop_spark() -> None:
         raydp.stop_spark()
     finally:
         _state["spark"] = None
+        if release:
+            _release_spark_actors(_state.get("spark_app", "scribe-emu"), timeout_s)
+
+
+def _release_spark_actors(app_name: str, timeout_s: float) -> None:
+    import time
+
+    import ray
+    worker = ray._private.worker.global_worker
+    before = _state.get("executors_before", set())   # not this session's: left alone
+
+    def ours() -> dict[str, str]:
+        return {a: s for a, s in _executor_actor_states().items() if a not in before}
+
+    for aid, state in ours().items():
+        if state != "DEAD":
+            with contextlib.suppress(Exception):   # gone meanwhile
+                worker.core_worker.kill_actor(ray.ActorID.from_hex(aid), True)
+    master = f"{app_name}_SPARK_MASTER"          # raydp.spark.ray_cluster's naming
+    t0, killed = time.monotonic(), False
+    while time.monotonic() - t0 < 2 * timeout_s:   # then init_spark says the name is taken
+        try:
+            handle = ray.get_actor(master)
+        except ValueError:                      # the name is free
+            # and the executors dead: the next session's watch takes none of them for its own
+            if all(s == "DEAD" for s in ours().values()):
+                return
+            handle = None
+        if handle is not None and not killed and time.monotonic() - t0 >= timeout_s:
+            ray.kill(handle, no_restart=True)
+            killed = True
+        time.sleep(0.5)
 
 
 def stop_ray() -> None:

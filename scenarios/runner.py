@@ -21,7 +21,6 @@ never makes a half-done run look complete: `COMPLETE` comes last.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import json
@@ -48,10 +47,10 @@ class RunStopped(RuntimeError):
     run.retries allows, a full or read-only disk). Completed phases are kept; the message
     (one line) ends with the command that resumes the run."""
 
-    def __init__(self, message: str, run_dir: Path):
+    def __init__(self, message: str, run_dir: Path, remedy: str | None = None):
         self.run_dir = Path(run_dir)
-        super().__init__(f"{message}; completed phases are kept, resume with: "
-                         f"{resume_command(run_dir)}")
+        remedy = remedy or f"resume with: {resume_command(run_dir)}"
+        super().__init__(f"{message}; completed phases are kept, {remedy}")
 
 
 def resume_command(run_dir: Path) -> str:
@@ -693,37 +692,82 @@ def _scenario_meta(cfg: ScenarioConfig) -> dict:
 
 def _analyse(cfg, run_dir: Path, state: _State, events: RunEvents, progress) -> dict:
     """Spark (RayDP) over the run's event logs -- Parquet files, or the hand-off's object
-    refs -- then the report. A lost executor restarts Spark and the analysis (run.retries)."""
-    from analysis import run_analysis
+    refs -- then the report. A lost executor stops Spark, starts a fresh session and runs
+    the analysis again (it only reads the logs and rewrites its CSVs), up to run.retries
+    times; past them RunStopped names the command that reruns it."""
     from analysis.report import write_report
-    from analysis.spark_daemon import worker_conf
-    from emulator.runtime import ray_is_local, start_spark, stop_spark, watch_executors
 
     retries = int(cfg.run["retries"])
     for attempt in range(retries + 1):
-        progress.status("analysis: starting Spark (RayDP)")
-        w0 = time.perf_counter()
-        spark = start_spark(memory=cfg.analysis["executor_memory"],
-                            driver_memory=cfg.analysis["driver_memory"],
-                            configs=worker_conf(local=ray_is_local()))
-        state.add_time("spark_start", time.perf_counter() - w0)
-        progress.status("analysis: computing metrics in Spark")
         try:
-            with watch_executors(spark) as watch:
-                summary = run_analysis(run_dir, spark, refs=events.refs(),
-                                       events=events.root(), scenario_meta=_scenario_meta(cfg),
-                                       extra=_summary_extra(cfg, state),
-                                       options=_analysis_options(cfg))
+            summary = _analyse_once(cfg, run_dir, state, events, progress)
             break
         except Exception as e:   # noqa: BLE001 - only a lost executor is retried
-            if not (watch["lost"] or spark_lost(e)) or attempt == retries:
+            lost = getattr(e, "spark_lost", None) or (_first_line(e) if spark_lost(e) else None)
+            if lost is None:
                 raise
-            _warn(f"analysis: Spark lost an executor ({_first_line(e)}); restarting Spark "
-                  f"and the analysis (retry {attempt + 1} of {retries})")
-            with contextlib.suppress(Exception):
-                stop_spark()
+            _stop_spark_quietly()      # a session with a lost executor never recovers
+            if attempt == retries:
+                raise RunStopped(f"Spark lost an executor during the analysis ({lost}; "
+                                 f"restarted {retries} time(s) already; run.retries = "
+                                 f"{retries})", run_dir, remedy=_rerun_analysis_command(
+                                     run_dir, events)) from e
+            _warn(f"analysis: Spark lost an executor ({lost}); restarting Spark and the "
+                  f"analysis (retry {attempt + 1} of {retries})")
     write_report(run_dir)
     return summary
+
+
+# How long an executor may be gone (its Ray actor restarting, or Spark listing none) before
+# the analysis step is abandoned and retried: a restarted RayDP executor that rejoins does
+# so within seconds, one that does not never will (emulator.runtime.watch_executors).
+EXECUTOR_GRACE_S = 30.0
+
+
+def _analyse_once(cfg, run_dir: Path, state: _State, events: RunEvents, progress) -> dict:
+    """One try of the analysis on the running (or a new) Spark session; an error while
+    the executor watch saw an executor lost carries that as ``spark_lost``."""
+    from analysis import run_analysis
+    from analysis.spark_daemon import worker_conf
+    from emulator.runtime import ray_is_local, start_spark, watch_executors
+
+    progress.status("analysis: starting Spark (RayDP)")
+    w0 = time.perf_counter()
+    # the worker daemon imports the analysis once before Spark forks its Python workers
+    spark = start_spark(memory=cfg.analysis["executor_memory"],
+                        driver_memory=cfg.analysis["driver_memory"],
+                        configs=worker_conf(local=ray_is_local()))
+    state.add_time("spark_start", time.perf_counter() - w0)
+    progress.status("analysis: computing metrics in Spark")
+    with watch_executors(spark, grace_s=EXECUTOR_GRACE_S) as watch:
+        try:
+            return run_analysis(run_dir, spark, refs=events.refs(), events=events.root(),
+                                scenario_meta=_scenario_meta(cfg),
+                                extra=_summary_extra(cfg, state),
+                                options=_analysis_options(cfg))
+        except Exception as e:
+            if watch["lost"]:
+                e.spark_lost = watch["lost"]
+            raise
+
+
+def _stop_spark_quietly() -> None:
+    """raydp.stop_spark on a session that lost an executor: whatever it raises (the dead
+    actor, a broken Py4J link) the next try starts a new session anyway."""
+    from emulator.runtime import stop_spark
+    try:
+        stop_spark(release=True)
+    except Exception:  # noqa: BLE001 - see above
+        log.warning("stopping the broken Spark session failed", exc_info=True)
+
+
+def _rerun_analysis_command(run_dir: Path, events: RunEvents) -> str:
+    """What reruns the analysis alone: `analyze` reads kept Parquet logs; a hand-off run
+    kept none, only --resume (which emulates again) can."""
+    if events.layout.handoff:
+        return f"resume with: {resume_command(run_dir)}"
+    return (f"rerun the analysis with: python cli.py analyze {run_dir} "
+            f"(or {resume_command(run_dir)})")
 
 
 # What Spark and RayDP say when an executor (a Ray actor) or the driver's link to it died;

@@ -138,3 +138,57 @@ def test_spark_executor_loss_is_recognised():
     wrapped.__cause__ = lost
     assert runner_mod.spark_lost(wrapped)
     assert not runner_mod.spark_lost(KeyError("rad"))
+
+
+class FakeSpark:
+    """What watch_executors reads of a SparkSession: Spark's executor count (block
+    managers, the driver's included) and cancelAllJobs."""
+
+    def __init__(self, executors: int):
+        self.executors, self.cancelled = executors, 0
+        status = type("S", (), {"size": lambda _: self.executors + 1})()
+        scala_sc = type("SC", (), {"getExecutorMemoryStatus": lambda _: status})()
+        jsc = type("JSC", (), {"sc": lambda _: scala_sc})()
+        outer = self
+        self.sparkContext = type("Ctx", (), {
+            "_jsc": jsc, "cancelAllJobs": lambda _: setattr(outer, "cancelled",
+                                                             outer.cancelled + 1)})()
+
+
+def watch_for(spark: FakeSpark, seconds: float) -> dict:
+    with runtime.watch_executors(spark, grace_s=0.3, poll_s=0.05) as fired:
+        time.sleep(seconds)
+    return fired
+
+
+def test_executor_watch_fires_on_a_restarting_executor_actor(monkeypatch):
+    states = {"old": "DEAD", "a1": "ALIVE"}
+    monkeypatch.setattr(runtime, "_executor_actor_states", lambda: dict(states))
+    monkeypatch.setitem(runtime._state, "executors_before", set())
+    spark = FakeSpark(1)
+    assert watch_for(spark, 0.6)["lost"] is None and spark.cancelled == 0
+    states["a1"] = "PENDING_CREATION"            # a slow start is not a loss
+    assert watch_for(spark, 0.6)["lost"] is None
+    states["a1"] = "RESTARTING"                  # what a SIGKILLed executor JVM leaves
+    fired = watch_for(spark, 0.8)
+    assert "RESTARTING" in fired["lost"] and spark.cancelled == 1
+
+
+def test_executor_watch_leaves_other_sessions_executors_alone(monkeypatch):
+    monkeypatch.setattr(runtime, "_executor_actor_states", lambda: {"theirs": "RESTARTING"})
+    monkeypatch.setitem(runtime._state, "executors_before", {"theirs"})
+    spark = FakeSpark(1)
+    assert watch_for(spark, 0.8)["lost"] is None and spark.cancelled == 0
+
+
+def test_executor_watch_fires_when_spark_lists_no_executor_any_more(monkeypatch):
+    monkeypatch.setattr(runtime, "_executor_actor_states", dict)
+    monkeypatch.setitem(runtime._state, "executors_before", set())
+    spark = FakeSpark(0)
+    assert watch_for(spark, 0.6)["lost"] is None      # none yet: still starting
+    spark = FakeSpark(1)
+    with runtime.watch_executors(spark, grace_s=0.3, poll_s=0.05) as fired:
+        time.sleep(0.2)
+        spark.executors = 0
+        time.sleep(0.8)
+    assert "no executor" in fired["lost"] and spark.cancelled == 1
