@@ -537,8 +537,11 @@ def analyze(
     settings = analysis_settings(run_dir / "config.toml", sets)
     options = AnalysisOptions(shared_storage=True if settings["shared_storage"] else None)
     started = time.perf_counter()
+    from analysis.spark_daemon import worker_conf
+    embedded = not (address or os.environ.get("RAY_ADDRESS"))
     with runtime.session(address=address, memory=settings["executor_memory"],
-                         driver_memory=settings["driver_memory"]) as spark:
+                         driver_memory=settings["driver_memory"],
+                         configs=worker_conf(local=embedded)) as spark:
         # this analysis' Spark start replaces the run's in summary.json, like its sections
         spark_start = {"spark_start": round(time.perf_counter() - started, 3)}
         run_analysis(run_dir, spark, scenario_meta=meta, options=options,
