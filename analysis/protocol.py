@@ -76,6 +76,11 @@ def type_table(events_root, refs: dict[str, list] | None) -> dict[int, str]:
         store = _storage(events_root)
         tables = [pq.read_table(p, columns=["type", "name"], filesystem=store.filesystem)
                   for p in parquet_files(store, "message_type")]
+    if not tables:
+        # without it no traffic could be selected by name: every Scribe figure would be
+        # silently empty (the emulator writes this table in every run)
+        raise ValueError(f"{events_root}: the run has no message_type table (the type codes "
+                         "of its protocols); it was not written by this emulator's runs")
     names: dict[int, str] = {}
     for tbl in tables:
         for code, name in zip(tbl.column("type").to_pylist(), tbl.column("name").to_pylist(),

@@ -75,6 +75,9 @@ def build_run(run_dir):
         "time": i8([publish] * len(edges)), "arrival": i8([publish + 1] * len(edges)),
         "type": pa.array([68] * len(edges), pa.int16()), "src": i4([p for _, p, _ in edges]),
         "dst": i4([c for _, _, c in edges]), "group": i4([g for g, _, _ in edges])})
+    # the type table a real run writes (emulator): the analysis resolves "scribe_data" here
+    _write(run_dir, "message_type", "setup", {"type": pa.array([68], pa.int16()),
+                                              "name": pa.array(["scribe_data"], pa.string())})
     _write(run_dir, "tree_edge", "multicast", {
         "group": i4([g for g, _, _ in edges]), "parent": i4([p for _, p, _ in edges]),
         "child": i4([c for _, _, c in edges]), "variant": pa.array(["scribe"] * len(edges))})
