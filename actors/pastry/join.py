@@ -397,14 +397,25 @@ class JoinMixin:
     # it arrives at another node Z, X was unknown there, Z takes X into its state and
     # answers with its leaf set, and the announce walk (_leaf_reply) closes the rest. It
     # stops at the last arrival + join_settle_us, so the bootstrap still ends by itself.
-    def _schedule_refresh(self, ctx, li, t):
+    # With arrivals spread over a long span (a fixed rate at any size), refreshing until the
+    # last arrival would cost every early node span / leaf_refresh_us lookups; the gaps the
+    # refresh closes come from joins overlapping the node's own, so leaf_refresh_rounds > 0
+    # stops a node's lookups after that many (timer field b counts them; 0: no bound).
+    def _schedule_refresh(self, ctx, li, t, done=None):
         per = self.params["leaf_refresh_us"]
         if not per or not len(li):
             return
+        done = np.zeros(len(li), np.int64) if done is None else np.asarray(done, np.int64)
         nxt = np.asarray(t, np.int64) + per
         go = nxt <= self.refresh_until
+        rounds = int(self.params["leaf_refresh_rounds"])
+        count = {}
+        if rounds > 0:  # (without a bound the timers stay as they were: b = 0)
+            go &= done < rounds
+            count = {"b": done[go]}
         if go.any():
-            ctx.timer(self.nodes[li[go]], nxt[go], T.LEAF_REFRESH, c=self.jn_inc[li[go]])
+            ctx.timer(self.nodes[li[go]], nxt[go], T.LEAF_REFRESH, c=self.jn_inc[li[go]],
+                      **count)
 
     def _leaf_refresh(self, ctx, batch):
         m = self._msgs(batch)
@@ -413,7 +424,7 @@ class JoinMixin:
         x = m["dst"].astype(np.int64)
         self.route(ctx, x, self.ids_hi[x], self.ids_lo[x], T.LEAF_LOOKUP, m["time"],
                    randomize=True, origin=x)
-        self._schedule_refresh(ctx, li, m["time"])
+        self._schedule_refresh(ctx, li, m["time"], m["b"].astype(np.int64) + 1)
 
     # ---- keep-alives and failure detection --------------------------------------------
     def _start_keepalive(self, ctx, li, t):

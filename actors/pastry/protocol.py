@@ -50,6 +50,7 @@ DEFAULTS = {
     "leaf_refresh_us": 2_000_000,  # protocol bootstrap: joined nodes look up their own id
                                    # (LEAF_LOOKUP) this often, until the last
                                    # arrival + join_settle_us (0: never)
+    "leaf_refresh_rounds": 0,      # at most this many lookups per node (0: no bound)
     "join_exchange_rows": 2,       # second join stage: ask the nodes of table rows
                                    # 0..n-1 for their row and keep closer entries (0: off)
     "seed": 0,
