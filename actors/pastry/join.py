@@ -200,6 +200,7 @@ class JoinMixin:
             self.joined[li] = True
             self._start_keepalive(ctx, li, t[alone])
             self._schedule_refresh(ctx, li, t[alone])
+            self._schedule_maintenance(ctx, li, t[alone])
         if (~alone).any():
             ctx.send(x[~alone], a[~alone], T.JOIN_REQ, t[~alone], a=x[~alone], mode=0)
 
@@ -314,6 +315,7 @@ class JoinMixin:
                      a=self.nodes[li][pair[:, 0]], b=is_leaf.astype(np.int64), mode=0)
         self._start_keepalive(ctx, li, t)
         self._schedule_refresh(ctx, li, t)
+        self._schedule_maintenance(ctx, li, t)
         self._exchange_rows(ctx, li, t)
 
     def _announce(self, ctx, batch):
@@ -420,11 +422,45 @@ class JoinMixin:
     def _leaf_refresh(self, ctx, batch):
         m = self._msgs(batch)
         m = take_rows(m, m["c"] == self.jn_inc[self._li(ctx, m["dst"])])
+        tick = m["a"] == 1  # the same timer type carries the table-maintenance ticks
+        if tick.any():
+            self._maintain_table(ctx, take_rows(m, tick))
+            m = take_rows(m, ~tick)
         li = self._li(ctx, m["dst"])
         x = m["dst"].astype(np.int64)
         self.route(ctx, x, self.ids_hi[x], self.ids_lo[x], T.LEAF_LOOKUP, m["time"],
                    randomize=True, origin=x)
         self._schedule_refresh(ctx, li, m["time"], m["b"].astype(np.int64) + 1)
+
+    # ---- periodic routing-table maintenance (Castro et al. 2002) ------------------------
+    # Rows a node got at its join reflect the overlay of that moment; nodes that arrive
+    # later and sit closer only enter its table if they announce to it or a reply carries
+    # them. So every table_maintenance_us (0: off) a joined node picks one random entry of
+    # each non-empty row r and asks it for its row r (ROWS_REQ, the second stage's
+    # message), keeping closer entries by probing. Ticks stop at the last arrival +
+    # join_settle_us, like the leaf refresh, so the bootstrap still ends by itself.
+    def _schedule_maintenance(self, ctx, li, t):
+        per = int(self.params["table_maintenance_us"])
+        if not per or not len(li):
+            return
+        nxt = np.asarray(t, np.int64) + per
+        go = nxt <= self.refresh_until
+        if go.any():
+            ctx.timer(self.nodes[li[go]], nxt[go], T.LEAF_REFRESH, a=1, c=self.jn_inc[li[go]])
+
+    def _maintain_table(self, ctx, m):
+        li = self._li(ctx, m["dst"])
+        rt = self.state.rt[li].astype(np.int64)          # [n, rows, 2^b]
+        valid = rt >= 0
+        count = valid.sum(axis=2)
+        r_node, r_row = np.nonzero(count > 0)
+        if len(r_node):
+            me = self.nodes[li[r_node]]
+            pick = np.floor(ctx.random(me) * count[r_node, r_row]).astype(np.int64)
+            col = np.argmax(np.cumsum(valid[r_node, r_row], axis=1) > pick[:, None], axis=1)
+            ctx.send(me, rt[r_node, r_row, col], T.ROWS_REQ, m["time"][r_node], a=r_row,
+                     mode=0)
+        self._schedule_maintenance(ctx, li, m["time"])
 
     # ---- keep-alives and failure detection --------------------------------------------
     def _start_keepalive(self, ctx, li, t):

@@ -51,6 +51,8 @@ DEFAULTS = {
                                    # (LEAF_LOOKUP) this often, until the last
                                    # arrival + join_settle_us (0: never)
     "leaf_refresh_rounds": 0,      # at most this many lookups per node (0: no bound)
+    "table_maintenance_us": 0,     # routing-table maintenance period: one random entry
+                                   # of each row is asked for its row (0: off)
     "join_exchange_rows": 2,       # second join stage: ask the nodes of table rows
                                    # 0..n-1 for their row and keep closer entries (0: off)
     "seed": 0,
