@@ -169,3 +169,23 @@ def test_list_scenarios():
     infos = {i.name: i for i in list_scenarios()}
     assert set(SHIPPED) <= set(infos)
     assert infos["paper_zipf_1500"].nodes == 100_000 and infos["quick"].groups == 40
+
+
+def test_join_arrivals_keep_their_rate_at_any_size():
+    """The protocol bootstrap's arrivals are a fixed Poisson rate, not squeezed into a fixed
+    span: 100k nodes arrive no faster than 2k (the old 0 = nodes / 10 default gave 10^4/s)."""
+    from actors.pastry.join import join_schedule
+    small = load_scenario("paper_zipf_1500", nodes=2000, groups=60, bootstrap="protocol")
+    big = load_scenario("paper_zipf_1500", bootstrap="protocol")
+    rates = [c.pastry_params(1)["join_rate_per_s"] for c in (small, big)]
+    assert rates[0] == rates[1] == 10.0
+    t = join_schedule(big.nodes, rates[1], 0, 1)
+    # Poisson: the span is n / rate within a few percent, not 10 s
+    assert abs(t[-1] / 1e6 - big.nodes / rates[1]) < 0.02 * big.nodes / rates[1]
+    # a flash crowd is asked for explicitly
+    crowd = load_scenario("paper_zipf_1500", sets=["pastry.join_rate_per_s=10000"])
+    assert crowd.pastry_params(1)["join_rate_per_s"] == 10000.0
+    with pytest.raises(ScenarioError, match=r"pastry\.join_rate_per_s = 0\.0 is out of range"):
+        load_scenario("paper_zipf_1500", sets=["pastry.join_rate_per_s=0"])
+    # the bounded leaf refresh and the table maintenance are off unless asked for
+    assert big.pastry["leaf_refresh_rounds"] == 0 and big.pastry["table_maintenance_us"] == 0
