@@ -55,11 +55,19 @@ def join_schedule(n: int, rate_per_s: float, start_us: int, seed: int) -> np.nda
     return int(start_us) + np.cumsum(np.ceil(gaps)).astype(np.int64)
 
 
-def nearby_contacts(joiners, times, settle_us, host_router, router_dist) -> np.ndarray:
+def nearby_contacts(joiners, times, settle_us, host_router, router_dist,
+                    fallback="first") -> np.ndarray:
     """Contact A for each joiner (see the module docstring); -1 for node 0 (the first).
 
+    A joiner that finds no node settled for ``settle_us`` takes node 0 (``fallback =
+    "first"``) or the nearest node that arrived before it (``"nearest"``; its JOIN_REQ is
+    held there until that node has joined): in a flash crowd "first" makes node 0 the
+    contact, and so the first route hop and a table entry, of every early joiner.
     O(len(joiners) * R) in chunks, R = routers hosting a node.
     """
+    if fallback not in ("first", "nearest"):
+        raise ValueError(f"Pastry: join_contact_fallback must be 'first' or 'nearest', "
+                         f"got {fallback!r}")
     joiners = np.asarray(joiners, np.int64)
     host_router = np.asarray(host_router, np.int64)
     n = len(times)
@@ -71,6 +79,8 @@ def nearby_contacts(joiners, times, settle_us, host_router, router_dist) -> np.n
     o = np.argsort(first_host, kind="stable")
     routers, first_host = routers[o], first_host[o]
     avail = np.searchsorted(times + settle_us, times[joiners], side="right")  # nodes < avail
+    if fallback == "nearest":  # nobody settled: any node that arrived earlier (index < i)
+        avail = np.where(avail == 0, joiners, avail)
     cnt = np.searchsorted(first_host, avail, side="left")  # candidate columns per joiner
     big = np.iinfo(np.int64).max
     for c0 in range(0, len(joiners), CHUNK):
@@ -107,7 +117,8 @@ class JoinMixin:
         times = join_schedule(ctx.n_nodes, p["join_rate_per_s"], p["join_start_us"], p["seed"])
         times = times + int(getattr(ctx, "delta_us", 0) or 0) + 1
         contact = nearby_contacts(self.nodes, times, p["join_settle_us"],
-                                  ctx.shared("host_router"), ctx.shared("router_dist_us"))
+                                  ctx.shared("host_router"), ctx.shared("router_dist_us"),
+                                  p["join_contact_fallback"])
         ctx.timer(self.nodes, times[self.nodes], T.JOIN_START, a=contact)
         self.refresh_until = int(times.max()) + int(p["join_settle_us"])
 

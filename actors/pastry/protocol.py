@@ -47,6 +47,7 @@ DEFAULTS = {
     "join_rate_per_s": 100.0,      # protocol bootstrap: mean node arrivals per second
     "join_start_us": 0,
     "join_settle_us": 2_000_000,   # a node is used as contact A this long after it joined
+    "join_contact_fallback": "first",  # no contact settled yet: node 0 | "nearest" earlier
     "leaf_refresh_us": 2_000_000,  # protocol bootstrap: joined nodes look up their own id
                                    # (LEAF_LOOKUP) this often, until the last
                                    # arrival + join_settle_us (0: never)
