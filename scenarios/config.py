@@ -106,6 +106,10 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "join_rate_per_s": (float, 10.0, _pos, "protocol bootstrap: node arrivals per "
                             "second, Poisson, the same at any size (> 0; a flash crowd is "
                             "a high rate, e.g. nodes / 10)"),
+        "join_contact_fallback": (str, "first", lambda v: v in ("first", "nearest"),
+                                  "protocol bootstrap: contact of a joiner that finds no "
+                                  "settled node: first (node 0) | nearest (nearest earlier "
+                                  "arrival)"),
         "join_settle_us": (int, 2_000_000, _nonneg, "protocol bootstrap: a node serves as a "
                            "contact this long after joining"),
         "leaf_refresh_us": (int, 2_000_000, _nonneg, "protocol bootstrap: joined nodes look "

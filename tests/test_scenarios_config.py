@@ -189,3 +189,8 @@ def test_join_arrivals_keep_their_rate_at_any_size():
         load_scenario("paper_zipf_1500", sets=["pastry.join_rate_per_s=0"])
     # the bounded leaf refresh and the table maintenance are off unless asked for
     assert big.pastry["leaf_refresh_rounds"] == 0 and big.pastry["table_maintenance_us"] == 0
+    assert big.pastry["join_contact_fallback"] == "first"
+    assert load_scenario("paper_zipf_1500", sets=["pastry.join_contact_fallback=nearest"]
+                         ).pastry_params(1)["join_contact_fallback"] == "nearest"
+    with pytest.raises(ScenarioError, match=r"pastry\.join_contact_fallback = 'node0'"):
+        load_scenario("paper_zipf_1500", sets=["pastry.join_contact_fallback=node0"])
