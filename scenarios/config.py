@@ -98,8 +98,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "fail_timeout_us": (int, 0, _nonneg, "silence before a leaf is presumed failed "
                             "(0 = 3 keep-alive periods)"),
         # A fixed rate, whatever the size: a deployment does not see its nodes arrive
-        # faster because there are more of them. At 10/s about 40 joins are in flight on
-        # ts5050 (a join lasts ~4 s there), ~0.4 % of a 10k overlay, so concurrent joiners
+        # faster because there are more of them. At 10/s about 20 joins are in flight on
+        # ts5050 (a join lasts ~2 s there), ~0.2 % of a 10k overlay, so concurrent joiners
         # rarely touch the same leaf sets or serve as each other's contact (docs/pastry.md,
         # "Arrival process"). A flash crowd is asked for, e.g. nodes / 10 for everyone
         # within 10 s (the old default, which gave 10^4 joins/s at 10^5 nodes).
