@@ -145,6 +145,11 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "reliable_buffer": (int, 256, _pos, "messages buffered per (node, group)"),
         "max_tree_hops": (int, 255, _pos, "DATA hop limit (loop guard)"),
         "lazy_growth": (bool, False, None, "lazy-growth variant"),
+        "root_paths": (str, "auto", lambda v: v in HOP_ACK_MODES, "pass root paths down the "
+                       "trees to detect loops: auto (on with the bottleneck remover) | on | "
+                       "off"),
+        "root_path_max": (int, 32, lambda v: v >= 2, "longest root path kept; deeper counts "
+                          "as a loop"),
     },
     "phases": {
         "order": (list, ["bootstrap", "create", "join", "multicast"], None,
@@ -263,6 +268,7 @@ class ScenarioConfig:
         s = dict(self.scribe)
         s["heartbeat_us"] = s["heartbeat_us"] or None
         s["rp_cache_ttl_us"] = s["rp_cache_ttl_us"] or None
+        s["root_paths"] = {"auto": None, "on": True, "off": False}[s["root_paths"]]
         return s
 
     @property
