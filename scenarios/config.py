@@ -99,13 +99,29 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "keepalive_us": (int, 0, _nonneg, "leaf-set keep-alive period, us (0 = off)"),
         "fail_timeout_us": (int, 0, _nonneg, "silence before a leaf is presumed failed "
                             "(0 = 3 keep-alive periods)"),
-        "join_rate_per_s": (float, 0.0, _nonneg, "protocol bootstrap: node arrivals per "
-                            "second (0 = nodes / 10: every node arrives within 10 s)"),
+        # A fixed rate, whatever the size: a deployment does not see its nodes arrive
+        # faster because there are more of them. At 10/s about 20 joins are in flight on
+        # ts5050 (a join lasts ~2 s there), ~0.2 % of a 10k overlay, so concurrent joiners
+        # rarely touch the same leaf sets or serve as each other's contact (docs/pastry.md,
+        # "Arrival process"). A flash crowd is asked for, e.g. nodes / 10 for everyone
+        # within 10 s (the old default, which gave 10^4 joins/s at 10^5 nodes).
+        "join_rate_per_s": (float, 10.0, _pos, "protocol bootstrap: node arrivals per "
+                            "second, Poisson, the same at any size (> 0; a flash crowd is "
+                            "a high rate, e.g. nodes / 10)"),
+        "join_contact_fallback": (str, "first", lambda v: v in ("first", "nearest"),
+                                  "protocol bootstrap: contact of a joiner that finds no "
+                                  "settled node: first (node 0) | nearest (nearest earlier "
+                                  "arrival)"),
         "join_settle_us": (int, 2_000_000, _nonneg, "protocol bootstrap: a node serves as a "
                            "contact this long after joining"),
         "leaf_refresh_us": (int, 2_000_000, _nonneg, "protocol bootstrap: joined nodes look "
                             "up their own id this often until the last arrival + "
                             "join_settle_us, us (0 = never)"),
+        "leaf_refresh_rounds": (int, 0, _nonneg, "protocol bootstrap: at most this many "
+                                "leaf refreshes per node after its join (0 = no bound)"),
+        "table_maintenance_us": (int, 0, _nonneg, "protocol bootstrap: routing-table "
+                                 "maintenance period; a node asks one random entry of each "
+                                 "row for its row, us (0 = off)"),
         "join_exchange_rows": (int, 2, _nonneg, "protocol bootstrap: a joined node asks the "
                                "nodes of its top rows for theirs (second join stage; 0 = off)"),
         "dead_memory": (int, 8, _pos, "presumed-failed ids a node remembers"),
@@ -129,6 +145,11 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "reliable_buffer": (int, 256, _pos, "messages buffered per (node, group)"),
         "max_tree_hops": (int, 255, _pos, "DATA hop limit (loop guard)"),
         "lazy_growth": (bool, False, None, "lazy-growth variant"),
+        "root_paths": (str, "auto", lambda v: v in HOP_ACK_MODES, "pass root paths down the "
+                       "trees to detect loops: auto (on with the bottleneck remover) | on | "
+                       "off"),
+        "root_path_max": (int, 32, lambda v: v >= 2, "longest root path kept; deeper counts "
+                          "as a loop"),
     },
     "phases": {
         "order": (list, ["bootstrap", "create", "join", "multicast"], None,
@@ -240,9 +261,6 @@ class ScenarioConfig:
         """Parameters for `Pastry(app, params)`; its join schedule follows the topology seed."""
         p = dict(self.pastry)
         p["seed"] = int(topo_seed)
-        # a fixed rate would make the bootstrap of 10^5 nodes last ~10^3 s of virtual time
-        # (and ~10^5 windows); by default the arrivals span 10 s at any size
-        p["join_rate_per_s"] = p["join_rate_per_s"] or self.nodes / 10.0
         return p
 
     def scribe_params(self) -> dict:
@@ -250,6 +268,7 @@ class ScenarioConfig:
         s = dict(self.scribe)
         s["heartbeat_us"] = s["heartbeat_us"] or None
         s["rp_cache_ttl_us"] = s["rp_cache_ttl_us"] or None
+        s["root_paths"] = {"auto": None, "on": True, "off": False}[s["root_paths"]]
         return s
 
     @property

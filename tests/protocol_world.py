@@ -154,6 +154,16 @@ class World:
         out["lost"] = lost
         return out
 
+    @property
+    def sent(self) -> dict[int, int]:
+        """Messages and timers emitted so far by type code, summed over shards (a routed
+        message counts once per hop)."""
+        out: dict[int, int] = {}
+        for engine in self.emu.engines:
+            for t, v in engine.counters()["sent_by_type"].items():
+                out[int(t)] = out.get(int(t), 0) + int(v)
+        return out
+
     # ---- Pastry state and routes ------------------------------------------------------
     def overlay(self):
         """The global Pastry state (routing tables, leaf sets, neighbourhood sets)."""
@@ -274,6 +284,14 @@ def replica_set(world: World, node: int, k: int) -> np.ndarray:
 
 
 # ---- checkpoints ------------------------------------------------------------------------
+def pending(world: World, type_code: int) -> np.ndarray:
+    """The message records of type ``type_code`` waiting in the shards' queues (e.g. the
+    JOIN_START timers the protocol bootstrap sets at setup, with their contact in ``a``)."""
+    parts = [engine.queue.snapshot().msgs for engine in world.emu.engines]
+    m = np.concatenate(parts) if parts else np.zeros(0, MSG_DTYPE)
+    return m[m["type"] == type_code]
+
+
 def checkpoint(world: World) -> bytes:
     """Every shard's state (stack, queue, clocks), pickled as a checkpoint is written.
     Only between phases that ran to the end: nothing may be in flight between shards."""

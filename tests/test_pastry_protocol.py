@@ -4,9 +4,10 @@ detection and leaf-set repair."""
 
 import numpy as np
 import pytest
-from protocol_world import network, pastry_joined, pastry_world, protocol_message, root_of
+from protocol_world import network, pastry_joined, pastry_world, pending, protocol_message, root_of
 
 from actors.pastry import ids as I
+from actors.pastry import types as T
 from actors.pastry.oracle import oracle_state
 from actors.pastry.protocol import msgs_of
 from actors.pastry.quality import table_quality
@@ -329,3 +330,86 @@ def test_protocol_bootstrap_with_contacts_still_joining():
     q = table_quality(g, hi, lo, slow["host_router"], slow["router_dist_us"], slow["lan_us"],
                       oracle=ora, n_routes=1000)
     assert q["looping_routes"] == 0.0 and q["correct"] == 1.0 and q["leaf_sets_exact"] == 1.0
+
+
+# ---- the join options of the fixed-rate arrivals (all off by default) --------------------
+@pytest.fixture(scope="module")
+def small():
+    net = network(200, 40, 5)
+    ora = oracle_state(np.arange(200), net["node_ids_hi"], net["node_ids_lo"],
+                       net["host_router"], net["router_dist_us"], net["lan_us"])
+    return net, ora
+
+
+def bootstrap(small, **pastry):
+    """A protocol bootstrap of the small world run to its end: (world, state, quality)."""
+    net, ora = small
+    w = pastry_world(net, None, shards=1, pastry={"bootstrap": "protocol", **pastry})
+    w.run()
+    assert pastry_joined(w) == w.n
+    g = gather(w)
+    assert (g.leaf == ora.leaf).all()
+    q = table_quality(g, net["node_ids_hi"], net["node_ids_lo"], net["host_router"],
+                      net["router_dist_us"], net["lan_us"], oracle=ora, n_routes=500)
+    assert q["correct"] == 1.0
+    return w, g, q
+
+
+def test_leaf_refresh_rounds_cap_the_refreshes_per_node(small):
+    """leaf_refresh_rounds = k: at most k LEAF_REFRESH ticks (so k own-id lookups) per
+    node, counted in the timer's b; 0 (default): until the last arrival + join_settle_us."""
+    free, _, _ = bootstrap(small, join_rate_per_s=20.0)   # 10 s of arrivals, 2 s period
+    capped, _, _ = bootstrap(small, join_rate_per_s=20.0, leaf_refresh_rounds=2)
+    n = free.n
+    f, c = free.sent, capped.sent
+    assert c[T.LEAF_REFRESH] <= 2 * n < f[T.LEAF_REFRESH]
+    assert c[T.LEAF_LOOKUP] < f[T.LEAF_LOOKUP]
+    assert c.get(T.ROWS_REQ) == f.get(T.ROWS_REQ)  # nothing else changes by itself
+
+
+def test_table_maintenance_asks_rows_periodically_and_improves_tables(small):
+    """table_maintenance_us > 0: every period a joined node asks one random entry of each
+    non-empty row for its row (ROWS_REQ); the ticks stop at the last arrival +
+    join_settle_us (the run ends by itself) and the tables get closer to the optimum."""
+    base, _, q0 = bootstrap(small, join_rate_per_s=20.0)
+    kept, _, q1 = bootstrap(small, join_rate_per_s=20.0, table_maintenance_us=1_000_000)
+    b, k = base.sent, kept.sent
+    # the ticks ride on LEAF_REFRESH (a = 1): about one per node and second of the bootstrap
+    ticks = k[T.LEAF_REFRESH] - b[T.LEAF_REFRESH]
+    span_s = (kept.now - 2_000_000) / 1e6
+    assert 0.3 * kept.n * span_s < ticks < kept.n * span_s
+    assert k[T.ROWS_REQ] > b[T.ROWS_REQ] + ticks  # at least one row asked per tick
+    assert abs(kept.now - base.now) < 1_000_000   # stopped with the bootstrap
+    assert q1["fraction_optimal"] > q0["fraction_optimal"] + 0.01
+
+
+def test_join_contact_fallback_nearest_spreads_a_crowd_off_node_0(small):
+    """Arrivals crowded within join_settle_us: with 'first' (default) every joiner takes
+    node 0 as contact A; with 'nearest' each takes the nearest (by router delay) node that
+    arrived before it, so node 0 is only the contact of joiners it is nearest to, and the
+    overlay still converges (with closer tables)."""
+    net, _ = small
+    hr, dist = net["host_router"], net["router_dist_us"]
+    crowd = {"join_rate_per_s": 2000.0}    # 200 arrivals in ~0.1 s < join_settle_us
+    contacts = {}
+    for fallback in ("first", "nearest"):
+        w = pastry_world(net, None, shards=2, pastry={"bootstrap": "protocol",
+                                                      "join_contact_fallback": fallback,
+                                                      **crowd})
+        st = pending(w, T.JOIN_START)
+        c = np.full(w.n, -2, np.int64)
+        c[st["dst"]] = st["a"]
+        contacts[fallback] = c
+    first, nearest = contacts["first"], contacts["nearest"]
+    assert first[0] == nearest[0] == -1
+    assert (first[1:] == 0).all()
+    x = np.arange(1, len(nearest))
+    assert (nearest[1:] >= 0).all() and (nearest[1:] < x).all()  # an earlier arrival
+    # the nearest one: no earlier arrival's router is closer
+    d = dist[hr[x][:, None], hr[None, :]].astype(np.int64)
+    d[np.arange(len(nearest))[None, :] >= x[:, None]] = np.iinfo(np.int64).max
+    assert (dist[hr[x], hr[nearest[1:]]] == d.min(axis=1)).all()
+    assert (nearest[1:] == 0).sum() < 0.2 * len(x)
+    _, _, q_first = bootstrap(small, **crowd)
+    _, _, q_near = bootstrap(small, join_contact_fallback="nearest", **crowd)
+    assert q_near["fraction_optimal"] > q_first["fraction_optimal"]

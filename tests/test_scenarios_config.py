@@ -182,15 +182,47 @@ def test_protocol_params_are_the_schema_defaults_and_complete():
     pastry, scribe = protocol_params(cfg.nodes, 7, pastry=cfg.pastry, scribe=cfg.scribe)
     assert pastry == cfg.pastry_params(7) and scribe == cfg.scribe_params()
     assert set(pastry) == set(PARAMETERS)
-    # the schema's join_rate_per_s = 0 means nodes / 10
-    assert protocol_params(3000)[0]["join_rate_per_s"] == 300.0
+    # a fixed arrival rate, whatever the size (no nodes / 10 fallback)
+    assert protocol_params(3000)[0]["join_rate_per_s"] == 10.0
+    assert protocol_params(3000, pastry={"join_rate_per_s": 300.0})[0]["join_rate_per_s"] \
+        == 300.0
     Pastry(None, pastry)
     for bad, message in (({k: v for k, v in pastry.items() if k != "seed"}, "missing"),
                          ({**pastry, "colour": 1}, "unknown"),
                          ({**pastry, "hop_ack": True}, "hop_ack"),
-                         ({**pastry, "rejoin_timeout_us": 0}, "rejoin_timeout_us")):
+                         ({**pastry, "rejoin_timeout_us": 0}, "rejoin_timeout_us"),
+                         ({**pastry, "join_rate_per_s": 0.0}, "join_rate_per_s"),
+                         ({**pastry, "join_contact_fallback": "node0"},
+                          "join_contact_fallback"),
+                         ({**pastry, "leaf_refresh_rounds": -1}, "leaf_refresh_rounds"),
+                         ({**pastry, "table_maintenance_us": -1}, "table_maintenance_us")):
         with pytest.raises(ValueError, match=message) as err:
             Pastry(None, bad)
         assert "\n" not in str(err.value)
     with pytest.raises(ScenarioError, match="pastry.hop_ack"):
         protocol_params(pastry={"hop_ack": "sometimes"})
+
+
+def test_join_arrivals_keep_their_rate_at_any_size():
+    """The protocol bootstrap's arrivals are a fixed Poisson rate, not squeezed into a fixed
+    span: 100k nodes arrive no faster than 2k (the old 0 = nodes / 10 default gave 10^4/s)."""
+    from actors.pastry.join import join_schedule
+    small = load_scenario("paper_zipf_1500", nodes=2000, groups=60, bootstrap="protocol")
+    big = load_scenario("paper_zipf_1500", bootstrap="protocol")
+    rates = [c.pastry_params(1)["join_rate_per_s"] for c in (small, big)]
+    assert rates[0] == rates[1] == 10.0
+    t = join_schedule(big.nodes, rates[1], 0, 1)
+    # Poisson: the span is n / rate within a few percent, not 10 s
+    assert abs(t[-1] / 1e6 - big.nodes / rates[1]) < 0.02 * big.nodes / rates[1]
+    # a flash crowd is asked for explicitly
+    crowd = load_scenario("paper_zipf_1500", sets=["pastry.join_rate_per_s=10000"])
+    assert crowd.pastry_params(1)["join_rate_per_s"] == 10000.0
+    with pytest.raises(ScenarioError, match=r"pastry\.join_rate_per_s = 0\.0 is out of range"):
+        load_scenario("paper_zipf_1500", sets=["pastry.join_rate_per_s=0"])
+    # the bounded leaf refresh and the table maintenance are off unless asked for
+    assert big.pastry["leaf_refresh_rounds"] == 0 and big.pastry["table_maintenance_us"] == 0
+    assert big.pastry["join_contact_fallback"] == "first"
+    assert load_scenario("paper_zipf_1500", sets=["pastry.join_contact_fallback=nearest"]
+                         ).pastry_params(1)["join_contact_fallback"] == "nearest"
+    with pytest.raises(ScenarioError, match=r"pastry\.join_contact_fallback = 'node0'"):
+        load_scenario("paper_zipf_1500", sets=["pastry.join_contact_fallback=node0"])

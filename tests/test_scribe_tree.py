@@ -13,6 +13,7 @@ from actors.scribe import (
     leave_requests,
     multicast_requests,
 )
+from scenarios.config import protocol_params
 
 N = 500
 G = 12
@@ -191,10 +192,13 @@ def test_checkpoint_restore_continues_identically():
 
 
 def test_bad_input_is_refused_with_clear_errors():
+    _, complete = protocol_params(100)
     with pytest.raises(ValueError, match="bottleneck_bound"):
-        Scribe({"bottleneck": True, "bottleneck_bound": 0})
+        Scribe({**complete, "bottleneck": True, "bottleneck_bound": 0})
     with pytest.raises(ValueError, match="unknown parameter"):
-        Scribe({"bogus": 1})
+        Scribe({**complete, "bogus": 1})
+    with pytest.raises(ValueError, match=r"missing parameter\(s\) \['replicas'\]"):
+        Scribe({k: v for k, v in complete.items() if k != "replicas"})
     with pytest.raises(ValueError, match="same length"):
         group_table(["a", "b"], ["x"], [1, 2])
     with pytest.raises(ValueError, match="unique"):

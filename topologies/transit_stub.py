@@ -5,7 +5,7 @@ from one numpy Generator seeded with `seed`, in the order GT-ITM makes them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -142,6 +142,137 @@ def flat_random_graph(rng: np.random.Generator, params: GeoParams, scale: int):
                         f"(alpha {params.alpha} too small?)")
 
 
+@dataclass
+class _Placement:
+    """Routers placed so far, domain by domain, and the edges inside the domains (lists of
+    per-domain arrays; an edge list's length entry None means "Euclidean, computed later")."""
+    xy: list = field(default_factory=list)
+    domain: list = field(default_factory=list)
+    is_transit: list = field(default_factory=list)
+    region: list = field(default_factory=list)
+    eu: list = field(default_factory=list)
+    ev: list = field(default_factory=list)
+    elen: list = field(default_factory=list)
+    ecls: list = field(default_factory=list)
+    transit_ids: list = field(default_factory=list)   # per domain: its transit routers
+    stub_of: list = field(default_factory=list)       # per stub: (transit id, first id, size)
+    n_routers: int = 0
+    n_stub_domains: int = 0
+    transit_diam: int = 0
+    stub_diam: int = 0
+
+    def add_nodes(self, xy, domain, is_transit, region) -> int:
+        """Append routers; returns the global id of the first."""
+        first = self.n_routers
+        self.xy.append(xy)
+        self.domain.append(np.full(len(xy), domain, np.int32))
+        self.is_transit.append(np.full(len(xy), is_transit, bool))
+        self.region.append(np.full(len(xy), region, np.int32))
+        self.n_routers += len(xy)
+        return first
+
+    def add_edges(self, u, v, length, edge_class) -> None:
+        self.eu.append(np.asarray(u, np.int64))
+        self.ev.append(np.asarray(v, np.int64))
+        self.elen.append(length)
+        self.ecls.append(np.full(len(u), edge_class, np.int8))
+
+
+def _place_transit_domain(rng, spec, place, dom, top_xy, size, glob, tscale, sscale) -> None:
+    """Transit domain ``dom`` (``size`` routers) near its top-level point, then the stub
+    domains of each of its transit routers. O(sum of n^2 over the domains placed)."""
+    xoff, yoff = top_xy[dom] - tscale // 2
+    xoff = min(max(xoff, 0), glob - tscale)
+    yoff = min(max(yoff, 0), glob - tscale)
+    txy, u, v, ln = flat_random_graph(rng, replace(spec.transit, n=int(size)), tscale)
+    place.transit_diam = max(place.transit_diam, hop_diameter(len(txy), u, v))
+    txy = txy + np.array([xoff, yoff])
+    n_stubs = randomize_sizes(rng, len(txy), spec.stubs_per_transit, RANDMULT * len(txy))
+    first_t = place.add_nodes(txy, dom, True, dom)
+    place.transit_ids.append(np.arange(first_t, first_t + len(txy)))
+    place.add_edges(u + first_t, v + first_t, ln, INTRA_TRANSIT)
+    for k in range(len(txy)):
+        _place_stub_domains(rng, spec, place, dom, first_t + k, txy[k], int(n_stubs[k]),
+                            glob, sscale)
+
+
+def _place_stub_domains(rng, spec, place, dom, transit_id, txy, count, glob, sscale) -> None:
+    """``count`` stub domains hanging off transit router ``transit_id`` at ``txy``."""
+    tx, ty = txy
+    minx, miny = max(tx - sscale, 0), max(ty - sscale, 0)
+    maxx = tx if tx + sscale <= glob else glob - sscale
+    maxy = ty if ty + sscale <= glob else glob - sscale
+    stub_sizes = randomize_sizes(rng, count, spec.stub.n, RANDMULT * count)
+    for size in stub_sizes:
+        sxy, su, sv, sln = flat_random_graph(rng, replace(spec.stub, n=int(size)), sscale)
+        gx = minx + (rng.integers(maxx - minx) if maxx > minx else 0)
+        gy = miny + (rng.integers(maxy - miny) if maxy > miny else 0)
+        place.stub_diam = max(place.stub_diam, hop_diameter(len(sxy), su, sv))
+        # stub domain ids follow the transit domains' (0..T-1)
+        first_s = place.add_nodes(sxy + np.array([gx, gy]), spec.top.n + place.n_stub_domains,
+                                  False, dom)
+        place.n_stub_domains += 1
+        place.add_edges(su + first_s, sv + first_s, sln, INTRA_STUB)
+        place.stub_of.append((transit_id, first_s, len(sxy)))
+
+
+def _add_inter_domain_edges(rng, spec, place, tu, tv, is_transit, domain) -> None:
+    """The edges between domains, drawn in GT-ITM's order: stub attachments, transit-
+    transit links along the top-level edges, extra transit-stub and stub-stub edges."""
+    n_top, base = spec.top.n, place.n_routers
+    # stub attachment: one edge from the transit router to a random router of the stub
+    att = np.array(place.stub_of, np.int64).reshape(-1, 3)
+    picks = rng.integers(0, 2 ** 62, size=len(att)) % att[:, 2]
+    place.add_edges(att[:, 0], att[:, 1] + picks, None, TRANSIT_STUB)
+    # inter-domain links: each top-level edge visited from both of its ends
+    adj_from = np.concatenate([tu, tv])
+    adj_to = np.concatenate([tv, tu])
+    order = np.argsort(adj_from, kind="stable")
+    ia, ib = [], []
+    for a, b in zip(adj_from[order], adj_to[order], strict=True):
+        ia.append(place.transit_ids[a][rng.integers(len(place.transit_ids[a]))])
+        ib.append(place.transit_ids[b][rng.integers(len(place.transit_ids[b]))])
+    place.add_edges(np.array(ia, np.int64), np.array(ib, np.int64), None, TRANSIT_TRANSIT)
+    # extra transit-stub edges: a random transit router and a stub router not under it
+    stub_parent = np.full(base, -1, np.int64)
+    for t, f, s in place.stub_of:
+        stub_parent[f:f + s] = t
+    xa, xb = [], []
+    for _ in range(spec.extra_ts):
+        d = rng.integers(n_top)
+        t = place.transit_ids[d][rng.integers(len(place.transit_ids[d]))]
+        for _ in range(MAX_TRIES):
+            s = rng.integers(base)
+            if not is_transit[s] and stub_parent[s] != t:
+                break
+        else:
+            raise TopologyError("no stub router available for an extra transit-stub edge")
+        xa.append(t)
+        xb.append(s)
+    place.add_edges(np.array(xa, np.int64), np.array(xb, np.int64), None, TRANSIT_STUB)
+    # extra stub-stub edges between different stub domains
+    ya, yb = [], []
+    for _ in range(spec.extra_ss):
+        for _ in range(MAX_TRIES):
+            a, b = rng.integers(base), rng.integers(base)
+            if not is_transit[a] and not is_transit[b] and domain[a] != domain[b]:
+                break
+        else:
+            raise TopologyError("no stub router pair available for an extra stub-stub edge")
+        ya.append(a)
+        yb.append(b)
+    place.add_edges(np.array(ya, np.int64), np.array(yb, np.int64), None, STUB_STUB)
+
+
+def policy_weights(top_diam: int, transit_diam: int, stub_diam: int) -> tuple[int, int, int]:
+    """GT-ITM's routing-policy weights (transit-transit, transit-stub, stub-stub) from the
+    hop diameters: large enough that a route never crosses a stub domain as transit."""
+    w_tt = transit_diam // 2 + 1
+    w_ts = (top_diam * w_tt) // 2 + 1 + ((top_diam + 1) * transit_diam) // 2 + 1
+    w_ss = stub_diam + 2 * w_ts
+    return w_tt, w_ts, w_ss
+
+
 def generate_transit_stub(preset: str | None = None, seed: int = 0,
                           spec: TransitStubSpec | None = None) -> RouterGraph:
     """Generate a GT-ITM transit-stub router graph (delay in ms = edge length).
@@ -163,130 +294,36 @@ def generate_transit_stub(preset: str | None = None, seed: int = 0,
     top_xy, tu, tv, _ = flat_random_graph(rng, spec.top, glob)
     top_diam = hop_diameter(n_top, tu, tv)
     domain_sizes = randomize_sizes(rng, n_top, spec.transit.n, RANDMULT * n_top)
-
-    xy_parts, dom_parts, transit_parts, region_parts = [], [], [], []
-    eu, ev, elen, ecls = [], [], [], []
-    transit_ids = []          # per domain: global ids of its transit routers
-    stub_of = []              # per stub: (transit router id, first id, size)
-    base = 0
-    next_stub_domain = n_top
-    transit_diam = stub_diam = 0
-
-    def add_nodes(xy, domain, is_transit, region):
-        nonlocal base
-        first = base
-        xy_parts.append(xy)
-        dom_parts.append(np.full(len(xy), domain, np.int32))
-        transit_parts.append(np.full(len(xy), is_transit, bool))
-        region_parts.append(np.full(len(xy), region, np.int32))
-        base += len(xy)
-        return first
-
+    place = _Placement()
     for dom in range(n_top):
-        xoff, yoff = top_xy[dom] - tscale // 2
-        xoff = min(max(xoff, 0), glob - tscale)
-        yoff = min(max(yoff, 0), glob - tscale)
-        txy, u, v, ln = flat_random_graph(rng, replace(spec.transit, n=int(domain_sizes[dom])),
-                                          tscale)
-        transit_diam = max(transit_diam, hop_diameter(len(txy), u, v))
-        txy = txy + np.array([xoff, yoff])
-        n_stubs = randomize_sizes(rng, len(txy), spec.stubs_per_transit, RANDMULT * len(txy))
-        first_t = add_nodes(txy, dom, True, dom)
-        transit_ids.append(np.arange(first_t, first_t + len(txy)))
-        eu.append(u + first_t); ev.append(v + first_t); elen.append(ln)
-        ecls.append(np.full(len(u), INTRA_TRANSIT, np.int8))
-        for k in range(len(txy)):
-            tx, ty = txy[k]
-            minx, miny = max(tx - sscale, 0), max(ty - sscale, 0)
-            maxx = tx if tx + sscale <= glob else glob - sscale
-            maxy = ty if ty + sscale <= glob else glob - sscale
-            stub_sizes = randomize_sizes(rng, int(n_stubs[k]), spec.stub.n,
-                                         RANDMULT * int(n_stubs[k]))
-            for size in stub_sizes:
-                sxy, su, sv, sln = flat_random_graph(rng, replace(spec.stub, n=int(size)), sscale)
-                gx = minx + (rng.integers(maxx - minx) if maxx > minx else 0)
-                gy = miny + (rng.integers(maxy - miny) if maxy > miny else 0)
-                stub_diam = max(stub_diam, hop_diameter(len(sxy), su, sv))
-                first_s = add_nodes(sxy + np.array([gx, gy]), next_stub_domain, False, dom)
-                next_stub_domain += 1
-                eu.append(su + first_s); ev.append(sv + first_s); elen.append(sln)
-                ecls.append(np.full(len(su), INTRA_STUB, np.int8))
-                stub_of.append((first_t + k, first_s, len(sxy)))
-
+        _place_transit_domain(rng, spec, place, dom, top_xy, domain_sizes[dom], glob, tscale,
+                              sscale)
+    base = place.n_routers
     if base != spec.n_routers:
         raise TopologyError(f"internal: placed {base} routers, expected {spec.n_routers}")
-    xy = np.concatenate(xy_parts)
-    domain = np.concatenate(dom_parts)
-    is_transit = np.concatenate(transit_parts)
-    region = np.concatenate(region_parts)
+    xy = np.concatenate(place.xy)
+    domain = np.concatenate(place.domain)
+    is_transit = np.concatenate(place.is_transit)
+    region = np.concatenate(place.region)
+    w_tt, w_ts, w_ss = policy_weights(top_diam, place.transit_diam, place.stub_diam)
+    _add_inter_domain_edges(rng, spec, place, tu, tv, is_transit, domain)
 
-    w_tt = transit_diam // 2 + 1
-    w_ts = (top_diam * w_tt) // 2 + 1 + ((top_diam + 1) * transit_diam) // 2 + 1
-    w_ss = stub_diam + 2 * w_ts
-
-    # stub attachment: one edge from the transit router to a random router of the stub
-    att = np.array(stub_of, np.int64).reshape(-1, 3)
-    picks = rng.integers(0, 2 ** 62, size=len(att)) % att[:, 2]
-    eu.append(att[:, 0]); ev.append(att[:, 1] + picks)
-    ecls.append(np.full(len(att), TRANSIT_STUB, np.int8))
-    elen.append(None)
-    # inter-domain links: each top-level edge visited from both of its ends
-    adj_from = np.concatenate([tu, tv])
-    adj_to = np.concatenate([tv, tu])
-    order = np.argsort(adj_from, kind="stable")
-    ia, ib = [], []
-    for a, b in zip(adj_from[order], adj_to[order]):
-        ia.append(transit_ids[a][rng.integers(len(transit_ids[a]))])
-        ib.append(transit_ids[b][rng.integers(len(transit_ids[b]))])
-    eu.append(np.array(ia, np.int64)); ev.append(np.array(ib, np.int64))
-    ecls.append(np.full(len(ia), TRANSIT_TRANSIT, np.int8)); elen.append(None)
-    # extra transit-stub edges: a random transit router and a stub router not under it
-    stub_parent = np.full(base, -1, np.int64)
-    for t, f, s in stub_of:
-        stub_parent[f:f + s] = t
-    all_transit = np.flatnonzero(is_transit)
-    xa, xb = [], []
-    for _ in range(spec.extra_ts):
-        d = rng.integers(n_top)
-        t = transit_ids[d][rng.integers(len(transit_ids[d]))]
-        for _ in range(MAX_TRIES):
-            s = rng.integers(base)
-            if not is_transit[s] and stub_parent[s] != t:
-                break
-        else:
-            raise TopologyError("no stub router available for an extra transit-stub edge")
-        xa.append(t); xb.append(s)
-    del all_transit
-    eu.append(np.array(xa, np.int64)); ev.append(np.array(xb, np.int64))
-    ecls.append(np.full(len(xa), TRANSIT_STUB, np.int8)); elen.append(None)
-    # extra stub-stub edges between different stub domains
-    ya, yb = [], []
-    for _ in range(spec.extra_ss):
-        for _ in range(MAX_TRIES):
-            a, b = rng.integers(base), rng.integers(base)
-            if not is_transit[a] and not is_transit[b] and domain[a] != domain[b]:
-                break
-        else:
-            raise TopologyError("no stub router pair available for an extra stub-stub edge")
-        ya.append(a); yb.append(b)
-    eu.append(np.array(ya, np.int64)); ev.append(np.array(yb, np.int64))
-    ecls.append(np.full(len(ya), STUB_STUB, np.int8)); elen.append(None)
-
-    u = np.concatenate(eu).astype(np.int64)
-    v = np.concatenate(ev).astype(np.int64)
-    cls = np.concatenate(ecls)
+    u = np.concatenate(place.eu).astype(np.int64)
+    v = np.concatenate(place.ev).astype(np.int64)
+    cls = np.concatenate(place.ecls)
     # cross-domain lengths: rounded Euclidean distance in the global plane
     length = np.concatenate([ln if ln is not None else
                              np.rint(np.hypot(*(xy[a] - xy[b]).T.astype(float))).astype(np.int64)
-                             for ln, a, b in zip(elen, eu, ev)])
+                             for ln, a, b in zip(place.elen, place.eu, place.ev, strict=True)])
     policy = np.select([cls == TRANSIT_TRANSIT, cls == TRANSIT_STUB, cls == STUB_STUB],
                        [w_tt, w_ts, w_ss], 1)
     # a zero-length cross-domain edge (coinciding points) keeps a 1 us delay
     delay_us = np.maximum(length * 1000, 1)
     meta = dict(generator="gt-itm-ts", seed=int(seed), preset=preset,
-                scales=[glob, tscale, sscale], top_diam=top_diam, transit_diam=transit_diam,
-                stub_diam=stub_diam, w_tt=int(w_tt), w_ts=int(w_ts), w_ss=int(w_ss),
-                n_transit_domains=n_top, n_stub_domains=int(next_stub_domain - n_top))
+                scales=[glob, tscale, sscale], top_diam=top_diam,
+                transit_diam=place.transit_diam, stub_diam=place.stub_diam, w_tt=int(w_tt),
+                w_ts=int(w_ts), w_ss=int(w_ss), n_transit_domains=n_top,
+                n_stub_domains=int(place.n_stub_domains))
     return RouterGraph(base, u, v, delay_us, edge_policy=policy, edge_class=cls,
                        router_domain=domain, router_is_transit=is_transit,
                        router_region=region, router_xy=xy.astype(np.float64),

@@ -8,7 +8,9 @@ Join of node X (SPEC 2), all on the virtual clock:
    that arrived at least ``join_settle_us`` earlier. A is found per router: the earliest
    settled host of every router is a candidate, and X takes the candidate router nearest
    to its own (a stand-in for an expanding-ring search; ties: earliest host). The first
-   node has no contact and forms the overlay alone.
+   node has no contact and forms the overlay alone. A joiner that finds no settled node
+   takes node 0 (``join_contact_fallback = "first"``) or the nearest node that arrived
+   before it (``"nearest"``; its JOIN_REQ is held there until that node has joined).
 2. JOIN_REQ X -> A: once A itself has joined (a contact still joining holds the request;
    it arrived ``join_settle_us`` earlier but on a slow network may not be done yet),
    A sends X its neighbourhood set (JOIN_NBRS) and routes a JOIN with key X; every node
@@ -54,11 +56,19 @@ def join_schedule(n: int, rate_per_s: float, start_us: int, seed: int) -> np.nda
     return int(start_us) + np.cumsum(np.ceil(gaps)).astype(np.int64)
 
 
-def nearby_contacts(joiners, times, settle_us, host_router, router_dist) -> np.ndarray:
+def nearby_contacts(joiners, times, settle_us, host_router, router_dist,
+                    fallback="first") -> np.ndarray:
     """Contact A for each joiner (see the module docstring); -1 for node 0 (the first).
 
+    A joiner that finds no node settled for ``settle_us`` takes node 0 (``fallback =
+    "first"``) or the nearest node that arrived before it (``"nearest"``; its JOIN_REQ is
+    held there until that node has joined): in a flash crowd "first" makes node 0 the
+    contact, and so the first route hop and a table entry, of every early joiner.
     O(len(joiners) * R) in chunks, R = routers hosting a node.
     """
+    if fallback not in ("first", "nearest"):
+        raise ValueError(f"Pastry: join_contact_fallback must be 'first' or 'nearest', "
+                         f"got {fallback!r}")
     joiners = np.asarray(joiners, np.int64)
     host_router = np.asarray(host_router, np.int64)
     n = len(times)
@@ -70,6 +80,8 @@ def nearby_contacts(joiners, times, settle_us, host_router, router_dist) -> np.n
     o = np.argsort(first_host, kind="stable")
     routers, first_host = routers[o], first_host[o]
     avail = np.searchsorted(times + settle_us, times[joiners], side="right")  # nodes < avail
+    if fallback == "nearest":  # nobody settled: any node that arrived earlier (index < i)
+        avail = np.where(avail == 0, joiners, avail)
     cnt = np.searchsorted(first_host, avail, side="left")  # candidate columns per joiner
     big = np.iinfo(np.int64).max
     for c0 in range(0, len(joiners), CHUNK):
@@ -92,7 +104,7 @@ class JoinProtocol:
 
     def __init__(self, nodes, router, maintenance, *, join_rate_per_s: float,
                  join_start_us: int, join_settle_us: int, join_exchange_rows: int,
-                 rejoin_timeout_us: int, seed: int):
+                 rejoin_timeout_us: int, seed: int, join_contact_fallback: str):
         """``nodes`` :class:`~.nodes.PastryNodes`; ``router`` routes the JOINs;
         ``maintenance`` :class:`~.maintenance.LeafSetMaintenance` (a joined node starts
         its keep-alives and leaf refresh)."""
@@ -102,6 +114,7 @@ class JoinProtocol:
         self.join_rate_per_s = join_rate_per_s
         self.join_start_us = join_start_us
         self.join_settle_us = join_settle_us
+        self.join_contact_fallback = join_contact_fallback
         self.join_exchange_rows = join_exchange_rows
         self.rejoin_timeout_us = rejoin_timeout_us
         self.seed = seed
@@ -121,7 +134,8 @@ class JoinProtocol:
                               self.seed)
         times = times + int(getattr(ctx, "delta_us", 0) or 0) + 1
         contact = nearby_contacts(nodes.global_ids, times, self.join_settle_us,
-                                  ctx.shared("host_router"), ctx.shared("router_dist_us"))
+                                  ctx.shared("host_router"), ctx.shared("router_dist_us"),
+                                  self.join_contact_fallback)
         ctx.timer(nodes.global_ids, times[nodes.global_ids], msg_types.JOIN_START, a=contact)
         self.maintenance.stop_refresh_at(int(times.max()) + int(self.join_settle_us))
 
@@ -204,6 +218,7 @@ class JoinProtocol:
             nodes.joined[li] = True
             self.maintenance.start_keepalive(ctx, li, t[alone])
             self.maintenance.schedule_refresh(ctx, li, t[alone])
+            self.maintenance.schedule_table_maintenance(ctx, li, t[alone])
         if (~alone).any():
             ctx.send(x[~alone], a[~alone], msg_types.JOIN_REQ, t[~alone], a=x[~alone], mode=0)
 
@@ -296,6 +311,7 @@ class JoinProtocol:
         self._announce(ctx, li, t)
         self.maintenance.start_keepalive(ctx, li, t)
         self.maintenance.schedule_refresh(ctx, li, t)
+        self.maintenance.schedule_table_maintenance(ctx, li, t)
         self._exchange_rows(ctx, li, t)
 
     def _announce(self, ctx, li, t) -> None:

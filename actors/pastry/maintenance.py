@@ -11,7 +11,11 @@ keep-alives, failure detection, leaf-set repair, the announce walk and the leaf 
   announcer into its leaf set answers with its leaf set; a node that gains members from a
   LEAF_REPLY announces itself to them.
 - LEAF_REFRESH (protocol bootstrap): a joined node routes a LEAF_LOOKUP to its own id; the
-  node it reaches takes it in and answers with its leaf set.
+  node it reaches takes it in and answers with its leaf set (at most
+  ``leaf_refresh_rounds`` times per node when > 0; the timer's ``b`` counts them).
+- LEAF_REFRESH with ``a = 1`` (protocol bootstrap, ``table_maintenance_us`` > 0): the
+  periodic routing-table maintenance tick: the node asks one random entry of each
+  non-empty row for its row (ROWS_REQ; the reply is merged by the join's ROWS_REPLY).
 """
 
 from __future__ import annotations
@@ -24,16 +28,19 @@ from .messages import msgs_of, payload_of, send_rows, sender_and_payload, take_r
 
 class LeafSetMaintenance:
     def __init__(self, nodes, router, repair, keepalive_us: int, fail_timeout_us: int,
-                 leaf_refresh_us: int):
+                 leaf_refresh_us: int, leaf_refresh_rounds: int, table_maintenance_us: int):
         """``nodes`` :class:`~.nodes.PastryNodes`; ``router`` routes the LEAF_LOOKUPs;
         ``repair`` :class:`~.table_repair.TableRepair` presumes silent leaves failed.
-        ``fail_timeout_us`` 0: three keep-alive periods."""
+        ``fail_timeout_us`` 0: three keep-alive periods; ``leaf_refresh_rounds`` 0: no
+        bound; ``table_maintenance_us`` 0: no routing-table maintenance."""
         self.nodes = nodes
         self.router = router
         self.repair = repair
         self.keepalive_us = int(keepalive_us)
         self.timeout_us = int(fail_timeout_us) or 3 * self.keepalive_us
         self.leaf_refresh_us = int(leaf_refresh_us)
+        self.leaf_refresh_rounds = int(leaf_refresh_rounds)
+        self.table_maintenance_us = int(table_maintenance_us)
         self.refresh_until = -1  # leaf refresh runs until then (protocol bootstrap)
 
     def send_leaf_set(self, ctx, li, me, to, t) -> None:
@@ -161,28 +168,77 @@ class LeafSetMaintenance:
     # it arrives at another node Z, X was unknown there, Z takes X into its state and
     # answers with its leaf set, and the announce walk (on_leaf_reply) closes the rest. It
     # stops at the last arrival + join_settle_us, so the bootstrap still ends by itself.
+    # With arrivals spread over a long span (a fixed rate at any size), refreshing until the
+    # last arrival would cost every early node span / leaf_refresh_us lookups; the gaps the
+    # refresh closes come from joins overlapping the node's own, so leaf_refresh_rounds > 0
+    # stops a node's lookups after that many (timer field b counts them; 0: no bound).
     def stop_refresh_at(self, t_us: int) -> None:
         self.refresh_until = int(t_us)
 
-    def schedule_refresh(self, ctx, li, t) -> None:
+    def schedule_refresh(self, ctx, li, t, done=None) -> None:
+        """Next LEAF_REFRESH of local nodes ``li`` after ``t``; ``done``: the lookups each
+        has made so far (None: 0)."""
         per = self.leaf_refresh_us
         if not per or not len(li):
             return
+        done = np.zeros(len(li), np.int64) if done is None else np.asarray(done, np.int64)
         nxt = np.asarray(t, np.int64) + per
         go = nxt <= self.refresh_until
+        count = {}
+        if self.leaf_refresh_rounds > 0:  # (no bound: the timers stay as before, b = 0)
+            go &= done < self.leaf_refresh_rounds
+            count = {"b": done[go]}
         if go.any():
             ctx.timer(self.nodes.global_ids[li[go]], nxt[go], msg_types.LEAF_REFRESH,
-                      c=self.nodes.incarnation[li[go]])
+                      c=self.nodes.incarnation[li[go]], **count)
 
     def on_leaf_refresh(self, ctx, batch) -> None:
         m = msgs_of(batch)
         nodes = self.nodes
         m = take_rows(m, m["c"] == nodes.incarnation[nodes.local(ctx, m["dst"])])
+        tick = m["a"] == 1  # the same timer type carries the table-maintenance ticks
+        if tick.any():
+            self.maintain_table(ctx, take_rows(m, tick))
+            m = take_rows(m, ~tick)
         li = nodes.local(ctx, m["dst"])
         x = m["dst"].astype(np.int64)
         self.router.route(ctx, x, nodes.ids_hi[x], nodes.ids_lo[x], msg_types.LEAF_LOOKUP,
                           m["time"], randomize=True, origin=x)
-        self.schedule_refresh(ctx, li, m["time"])
+        self.schedule_refresh(ctx, li, m["time"], m["b"].astype(np.int64) + 1)
+
+    # ---- periodic routing-table maintenance (Castro et al. 2002) ------------------------
+    # Rows a node got at its join reflect the overlay of that moment; nodes that arrive
+    # later and sit closer only enter its table if they announce to it or a reply carries
+    # them. So every table_maintenance_us (0: off) a joined node picks one random entry of
+    # each non-empty row r and asks it for its row r (ROWS_REQ, the join's second-stage
+    # message, answered and merged by JoinProtocol), keeping closer entries by probing.
+    # Ticks ride on the LEAF_REFRESH timer with a = 1 and stop at the last arrival +
+    # join_settle_us, like the leaf refresh, so the bootstrap still ends by itself.
+    def schedule_table_maintenance(self, ctx, li, t) -> None:
+        per = self.table_maintenance_us
+        if not per or not len(li):
+            return
+        nxt = np.asarray(t, np.int64) + per
+        go = nxt <= self.refresh_until
+        if go.any():
+            ctx.timer(self.nodes.global_ids[li[go]], nxt[go], msg_types.LEAF_REFRESH, a=1,
+                      c=self.nodes.incarnation[li[go]])
+
+    def maintain_table(self, ctx, m) -> None:
+        """Table-maintenance ticks ``m`` (LEAF_REFRESH rows with a = 1)."""
+        nodes = self.nodes
+        li = nodes.local(ctx, m["dst"])
+        rt = nodes.table.entries[li].astype(np.int64)          # [n, rows, 2^b]
+        valid = rt >= 0
+        count = valid.sum(axis=2)
+        r_node, r_row = np.nonzero(count > 0)
+        if len(r_node):
+            me = nodes.global_ids[li[r_node]]
+            pick = np.floor(ctx.random(me) * count[r_node, r_row]).astype(np.int64)
+            col = np.argmax(np.cumsum(valid[r_node, r_row], axis=1) > pick[:, None], axis=1)
+            ctx.send(me, rt[r_node, r_row, col], msg_types.ROWS_REQ, m["time"][r_node],
+                     a=r_row, mode=0)
+        self.schedule_table_maintenance(ctx, li, m["time"])
 
     def deliver_lookup(self, ctx, m) -> None:
         """LEAF_LOOKUPs that reached their key's node: where that is not the origin, the

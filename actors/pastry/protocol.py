@@ -39,22 +39,27 @@ from .state import PastryState, check_params
 from .table_repair import TableRepair
 
 BOOTSTRAPS = ("oracle", "protocol")
+CONTACT_FALLBACKS = ("first", "nearest")  # no settled contact: node 0 | nearest earlier
 HOP_ACK_MODES = ("auto", "on", "off")  # auto: on iff keep-alives are
-# parameter -> (lowest allowed value, what it is); bootstrap, b, l, m, hop_ack are
-# checked on their own
+# parameter -> (lowest allowed value, what it is); bootstrap, b, l, m, hop_ack,
+# join_rate_per_s, join_contact_fallback are checked on their own
 RANGES = {
     "keepalive_us": (0, "leaf-set keep-alive period, us (0 = off)"),
     "fail_timeout_us": (0, "silence before a leaf is presumed failed, us (0 = 3 periods)"),
     "join_start_us": (0, "protocol bootstrap: time of the first arrival, us"),
     "join_settle_us": (0, "a node serves as a join contact this long after joining, us"),
     "leaf_refresh_us": (0, "period of the own-id lookup during the bootstrap, us (0 = off)"),
+    "leaf_refresh_rounds": (0, "own-id lookups per node after its join (0 = no bound)"),
+    "table_maintenance_us": (0, "period of the routing-table maintenance during the "
+                             "bootstrap, us (0 = off)"),
     "join_exchange_rows": (0, "top table rows a joined node asks its row nodes for"),
     "seed": (0, "seed of the join schedule"),
     "dead_memory": (1, "presumed-failed ids a node remembers"),
     "ack_slack_us": (0, "hop-ack deadline slack, us (0 = one cell)"),
     "rejoin_timeout_us": (1, "a recovering node tries its next contact after this, us"),
 }
-PARAMETERS = ("bootstrap", "b", "l", "m", "join_rate_per_s", "hop_ack", *RANGES)
+PARAMETERS = ("bootstrap", "b", "l", "m", "join_rate_per_s", "join_contact_fallback",
+              "hop_ack", *RANGES)
 
 
 def check_pastry_params(params: dict) -> dict:
@@ -71,6 +76,9 @@ def check_pastry_params(params: dict) -> dict:
         raise ValueError(f"Pastry: bootstrap must be one of {BOOTSTRAPS}, got {p['bootstrap']!r}")
     if p["hop_ack"] not in HOP_ACK_MODES:
         raise ValueError(f"Pastry: hop_ack must be one of {HOP_ACK_MODES}, got {p['hop_ack']!r}")
+    if p["join_contact_fallback"] not in CONTACT_FALLBACKS:
+        raise ValueError(f"Pastry: join_contact_fallback must be one of {CONTACT_FALLBACKS}, "
+                         f"got {p['join_contact_fallback']!r}")
     check_params(p["b"], p["l"], p["m"])
     rate = p["join_rate_per_s"]
     if isinstance(rate, bool) or not isinstance(rate, (int, float, np.integer, np.floating)) \
@@ -172,11 +180,14 @@ class Pastry:
                              self._forward_own)
         self.maintenance = LeafSetMaintenance(self.nodes, self.router, self.repair,
                                               p["keepalive_us"], p["fail_timeout_us"],
-                                              p["leaf_refresh_us"])
+                                              p["leaf_refresh_us"],
+                                              p["leaf_refresh_rounds"],
+                                              p["table_maintenance_us"])
         self.join = JoinProtocol(self.nodes, self.router, self.maintenance,
                                  join_rate_per_s=p["join_rate_per_s"],
                                  join_start_us=p["join_start_us"],
                                  join_settle_us=p["join_settle_us"],
+                                 join_contact_fallback=p["join_contact_fallback"],
                                  join_exchange_rows=p["join_exchange_rows"],
                                  rejoin_timeout_us=p["rejoin_timeout_us"], seed=p["seed"])
         j, lm, r, a = self.join, self.maintenance, self.repair, self.acks

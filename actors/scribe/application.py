@@ -66,34 +66,47 @@ from .types import (
 )
 from .wire import NO_PAYLOAD, Messenger, ScribeError, msgs_of
 
-DEFAULTS = {
+# Wiring, not configuration: set by the scenario runner per variant, never by a user.
+WIRING = {
     "variant": None,          # label for delivery / tree_edge rows; None: derived
     "groups_key": "groups",   # name of the shared group table (ctx.shared)
-    "bottleneck": False,      # run the bottleneck remover
-    "bottleneck_bound": 64,   # bound on the total children of a node (all groups)
-    "heartbeat_us": None,     # tree maintenance period; None disables repair
-    "heartbeat_miss": 3,      # periods without parent news before re-joining
-    "child_expiry_miss": 3,   # periods without refresh before a child entry expires
-    "replicas": 5,            # RP record copies on the k closest nodes (0: none)
-    "rp_cache_ttl_us": None,  # sources re-route to the RP after this; None: 3 periods
-    "reliable": False,        # ordered reliable delivery layer (root numbering, buffers)
-    "reliable_buffer": 256,   # messages buffered per (node, group)
-    "max_tree_hops": 255,     # DATA copies beyond this many hops are dropped (loop guard)
-    "root_paths": None,       # pass root paths down the trees to detect loops (SPEC 3);
-                              # None: on with the bottleneck remover
-    "root_path_max": 32,      # longest root path kept; deeper counts as a loop
-    "lazy_growth": False,     # variant: a JOIN stops at the first tree node, which adopts
-                              # the joiner itself unless it has bottleneck_bound children
+}
+
+# Every configuration parameter, with its meaning. The values come complete from the
+# scenario schema's [scribe] section (scenarios/config.py, the one home of the defaults;
+# `protocol_params()` outside a scenario).
+PARAMETERS = {
+    "bottleneck": "run the bottleneck remover",
+    "bottleneck_bound": "bound on the total children of a node (all groups)",
+    "heartbeat_us": "tree maintenance period, us; None disables repair",
+    "heartbeat_miss": "periods without parent news before re-joining",
+    "child_expiry_miss": "periods without refresh before a child entry expires",
+    "replicas": "RP record copies on the k closest nodes (0: none)",
+    "rp_cache_ttl_us": "sources re-route to the RP after this; None: heartbeat_miss periods",
+    "reliable": "ordered reliable delivery layer (root numbering, buffers)",
+    "reliable_buffer": "messages buffered per (node, group)",
+    "max_tree_hops": "DATA copies beyond this many hops are dropped (loop guard)",
+    "root_paths": "pass root paths down the trees to detect loops (SPEC 3); None: on with "
+                  "the bottleneck remover",
+    "root_path_max": "longest root path kept; deeper counts as a loop",
+    "lazy_growth": "variant: a JOIN stops at the first tree node, which adopts the joiner "
+                   "itself unless it has bottleneck_bound children",
 }
 
 
 def checked_params(params: dict | None) -> dict:
-    """DEFAULTS overridden by params, validated (one clear line per error)."""
+    """Every parameter of PARAMETERS given (plus optional WIRING), validated (one clear
+    line per error); holds no default values of its own."""
     params = dict(params or {})
-    unknown = set(params) - set(DEFAULTS)
+    unknown = set(params) - set(PARAMETERS) - set(WIRING)
     if unknown:
         raise ValueError(f"Scribe: unknown parameter(s) {sorted(unknown)}")
-    params = {**DEFAULTS, **params}
+    missing = set(PARAMETERS) - set(params)
+    if missing:
+        raise ValueError(f"Scribe: missing parameter(s) {sorted(missing)} (complete "
+                         "parameters come from the scenario schema: "
+                         "scenarios.config.protocol_params)")
+    params = {**WIRING, **params}
     bound = params["bottleneck_bound"]
     if not isinstance(bound, (int, np.integer)) or bound < 1:
         raise ValueError(f"Scribe: bottleneck_bound must be a positive integer, got {bound!r}")
