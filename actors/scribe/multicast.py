@@ -14,8 +14,8 @@ import numpy as np
 from .groups import GroupDirectory
 from .publishing import ReliablePublishing
 from .reliable import OrderedDelivery
-from .tree import TreeState
-from .types import DATA, MCAST, RP_ADDR
+from .tree import TreeState, send_data_to_children
+from .types import MCAST, RP_ADDR
 from .wire import Messenger
 
 
@@ -116,12 +116,8 @@ class Dissemination:
                     publish_time=publish[mem].astype(np.int64), time=now[mem].astype(np.int64),
                     hops=hops[mem].astype(np.int16), seqno=seqno[mem].astype(np.int64),
                     variant=np.full(n, self.variant_of(), dtype=object))
-        qi, e = self.tree.children_of(s)
-        if len(e):
-            sl["last_sent"][s[qi]] = now[qi]
-            self.messenger.send(ctx, nodes[qi], self.tree.entries["child"][e], DATA, now[qi],
-                                group[qi], origin=source[qi], a=publish[qi], b=seqno[qi],
-                                c=hops[qi] + 1)
+        send_data_to_children(self.tree, self.messenger, ctx, s, nodes, group, source, publish,
+                              seqno, hops, now)
 
     def on_data(self, ctx, m) -> None:
         """A DATA copy from the parent: pass it on (and deliver it where a member)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .keyindex import KeyIndex
-from .tree import TreeState
+from .tree import TreeState, send_data_to_children
 from .types import DATA
 from .wire import Messenger
 
@@ -118,12 +118,8 @@ class OrderedDelivery:
             return
         ring.put(s, seqno, publish, source, hops)
         # forwardHandler: each new message goes on to every child once, in seqno order
-        qi, e = self.tree.children_of(s)
-        if len(e):
-            sl["last_sent"][s[qi]] = now[qi]
-            self.messenger.send(ctx, nodes[qi], self.tree.entries["child"][e], DATA, now[qi],
-                                group[qi], origin=source[qi], a=publish[qi], b=seqno[qi],
-                                c=hops[qi] + 1)
+        send_data_to_children(self.tree, self.messenger, ctx, s, nodes, group, source, publish,
+                              seqno, hops, now)
         touched, first = np.unique(s, return_index=True)
         last = np.r_[first[1:], len(s)] - 1
         self._release_in_order(ctx, touched, now[last], nodes[first], group[first])

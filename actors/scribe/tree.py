@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .keyindex import KeyIndex
+from .types import DATA
 
 _SLOT_COLS = {
     "node": ("i4", -1),        # local index of the node
@@ -233,3 +234,15 @@ class TreeState:
             t.entries[k][: len(v)] = v
         t.node_children = st["node_children"].copy()
         return t
+
+
+def send_data_to_children(tree: TreeState, messenger, ctx, s, nodes, group, source, publish,
+                          seqno, hops, now) -> None:
+    """The forwarding step of dissemination: each slot of ``s`` (rows: its node, group and
+    message) sends one DATA copy to every child, and remembers when it last sent (the
+    copies count as heartbeats). O(children of the slots)."""
+    qi, e = tree.children_of(s)
+    if len(e):
+        tree.slots["last_sent"][s[qi]] = now[qi]
+        messenger.send(ctx, nodes[qi], tree.entries["child"][e], DATA, now[qi], group[qi],
+                       origin=source[qi], a=publish[qi], b=seqno[qi], c=hops[qi] + 1)
