@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from analysis.protocol import RunProtocol, pastry_b
 from analysis.schema import ARROW_TYPES, EVENT_TABLES, table_ddl
 
 
@@ -224,3 +225,34 @@ def load_events(spark: SparkSession, run_dir: str | Path | None = None,
         return empty_table(spark, table)
 
     return EventTables(read)
+
+
+def type_table(events_root, refs: dict[str, list] | None) -> dict[int, str]:
+    """{code: name} of the run's `message_type` rows (hand-off refs or Parquet; a tiny
+    table, read on the driver)."""
+    tables: list[pa.Table] = []
+    if refs and "message_type" in refs:
+        tables = [r.table() for r in refs["message_type"] if r.rows]
+    else:
+        store = _storage(events_root)
+        tables = [pq.read_table(p, columns=["type", "name"], filesystem=store.filesystem)
+                  for p in parquet_files(store, "message_type")]
+    if not tables:
+        # without it no traffic could be selected by name: every Scribe figure would be
+        # silently empty (the emulator writes this table in every run)
+        raise ValueError(f"{events_root}: the run has no message_type table (the type codes "
+                         "of its protocols); it was not written by this emulator's runs")
+    names: dict[int, str] = {}
+    for tbl in tables:
+        for code, name in zip(tbl.column("type").to_pylist(), tbl.column("name").to_pylist(),
+                              strict=True):
+            if code is None or name is None:
+                continue
+            code = int(code)
+            names[code] = min(names[code], name) if code in names else name
+    return names
+
+
+def run_protocol(run_dir: str | Path, events_root, refs: dict[str, list] | None) -> RunProtocol:
+    """The protocol facts of a run directory (its type table and config.toml)."""
+    return RunProtocol(names=type_table(events_root, refs), pastry_b=pastry_b(run_dir))

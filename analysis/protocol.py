@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 # names of the Scribe types the analysis selects by default (actors/scribe/types.py
 # TYPE_NAMES; resolved to codes through the run's type table)
@@ -65,33 +63,6 @@ class RunProtocol:
                              "name": pd.Series([self.names[c] for c in codes], dtype=object)})
 
 
-def type_table(events_root, refs: dict[str, list] | None) -> dict[int, str]:
-    """{code: name} of the run's `message_type` rows (hand-off refs or Parquet; a tiny
-    table, read on the driver)."""
-    tables: list[pa.Table] = []
-    if refs and "message_type" in refs:
-        tables = [r.table() for r in refs["message_type"] if r.rows]
-    else:
-        from analysis.load import _storage, parquet_files
-        store = _storage(events_root)
-        tables = [pq.read_table(p, columns=["type", "name"], filesystem=store.filesystem)
-                  for p in parquet_files(store, "message_type")]
-    if not tables:
-        # without it no traffic could be selected by name: every Scribe figure would be
-        # silently empty (the emulator writes this table in every run)
-        raise ValueError(f"{events_root}: the run has no message_type table (the type codes "
-                         "of its protocols); it was not written by this emulator's runs")
-    names: dict[int, str] = {}
-    for tbl in tables:
-        for code, name in zip(tbl.column("type").to_pylist(), tbl.column("name").to_pylist(),
-                              strict=True):
-            if code is None or name is None:
-                continue
-            code = int(code)
-            names[code] = min(names[code], name) if code in names else name
-    return names
-
-
 def pastry_b(run_dir: str | Path) -> int | None:
     """`[pastry] b` of RUN_DIR/config.toml (the run's resolved configuration), else None."""
     path = Path(run_dir) / "config.toml"
@@ -107,8 +78,3 @@ def pastry_b(run_dir: str | Path) -> int | None:
     if not isinstance(b, int) or isinstance(b, bool) or b < 1:
         raise ValueError(f"{path}: pastry.b must be a positive integer, got {b!r}")
     return b
-
-
-def run_protocol(run_dir: str | Path, events_root, refs: dict[str, list] | None) -> RunProtocol:
-    """The protocol facts of a run directory (its type table and config.toml)."""
-    return RunProtocol(names=type_table(events_root, refs), pastry_b=pastry_b(run_dir))

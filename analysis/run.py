@@ -21,10 +21,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from analysis import churn, delay, figures, link_stress, node_stress, overlay, published, spread
-from analysis.load import load_events, logged_topologies, parquet_rows
+from analysis.load import load_events, logged_topologies, parquet_rows, run_protocol
 from analysis.output import write_frame, write_json
 from analysis.physical import ship_topologies, topology_numbers, topology_path
-from analysis.protocol import SCRIBE_CREATE, RunProtocol, run_protocol
+from analysis.protocol import SCRIBE_CREATE, RunProtocol
 from analysis.schema import BASELINES, AnalysisOptions, resolve_traffic
 from analysis.stats import exact_mean, with_topology_mean
 

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from actors.scribe import types as scribe_types
-from analysis import protocol, schema
+from analysis import load, protocol, schema
 
 
 def test_default_traffic_names_are_the_protocols():
@@ -36,7 +36,7 @@ def test_run_protocol_reads_the_run(tmp_path):
                                  "name": pa.array(list(rows.values()), pa.string())}),
                        out / f"topo={topo}" / "types.parquet")
     (tmp_path / "config.toml").write_text("[pastry]\nb = 2\n")
-    run = protocol.run_protocol(tmp_path, tmp_path, None)
+    run = load.run_protocol(tmp_path, tmp_path, None)
     assert run.names == {7: "a_data", 9: "x_join", 11: "x_ping"}
     assert run.pastry_b == 2 and run.routing_base == 4
     assert run.codes(("x_join", "a_data", "nope", 42)) == (9, 7, 42)
@@ -47,7 +47,7 @@ def test_run_protocol_reads_the_run(tmp_path):
     with pytest.raises(ValueError, match="pastry.b must be a positive integer"):
         protocol.pastry_b(tmp_path)
     (tmp_path / "config.toml").write_text('name = "x"\n')
-    assert protocol.run_protocol(tmp_path, tmp_path, None).routing_base is None
+    assert load.run_protocol(tmp_path, tmp_path, None).routing_base is None
 
 
 def test_type_name_fallbacks():
