@@ -233,15 +233,20 @@ def type_table(events_root, refs: dict[str, list] | None) -> dict[int, str]:
     tables: list[pa.Table] = []
     if refs and "message_type" in refs:
         tables = [r.table() for r in refs["message_type"] if r.rows]
+        has_messages = bool(refs.get("message"))
     else:
         store = _storage(events_root)
-        tables = [pq.read_table(p, columns=["type", "name"], filesystem=store.filesystem)
+        # one file at a time, its own columns only (`topo` is in the directory name)
+        tables = [pq.read_table(p, columns=["type", "name"], filesystem=store.filesystem,
+                                partitioning=None)
                   for p in parquet_files(store, "message_type")]
-    if not tables:
-        # without it no traffic could be selected by name: every Scribe figure would be
-        # silently empty (the emulator writes this table in every run)
-        raise ValueError(f"{events_root}: the run has no message_type table (the type codes "
-                         "of its protocols); it was not written by this emulator's runs")
+        has_messages = bool(parquet_files(store, "message"))
+    if not tables and has_messages:
+        # messages whose types have no names: no traffic could be selected by name and
+        # every Scribe figure would be silently empty (the emulator writes this table in
+        # every run that logs messages)
+        raise ValueError(f"{events_root}: the run logs messages but has no message_type "
+                         "table (the type codes of its protocols)")
     names: dict[int, str] = {}
     for tbl in tables:
         for code, name in zip(tbl.column("type").to_pylist(), tbl.column("name").to_pylist(),

@@ -31,7 +31,8 @@ def shuffle_logs(src, dst, seed: int = 5, parts: int = 3) -> None:
     for table_dir in (dst / "events").iterdir():
         for topo_dir in table_dir.iterdir():
             files = sorted(topo_dir.glob("*.parquet"))
-            table = pq.read_table(files)
+            # the files as the emulator writes them: `topo` only in the directory name
+            table = pq.read_table(files, partitioning=None)
             for f in files:
                 f.unlink()
             table = table.take(rng.permutation(table.num_rows))
