@@ -130,7 +130,9 @@ def test_lookahead_matrix_is_the_least_latency_between_parts():
 
 # ---- the real stack on the real engine ----------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("shards,partition", [(3, "locality"), (8, "locality"), (3, "random")])
+# K = 1 (the reference), 3 and 8, both partitions once (tests/test_shard_invariance.py runs
+# K = 2, 3, 8 end to end through the analysis; CI's budget has no room for the cross product)
+@pytest.mark.parametrize("shards,partition", [(8, "locality"), (3, "random")])
 def test_real_stack_same_logs_for_any_shard_count(one_shard, tmp_path, monkeypatch,
                                                   shards, partition):
     run = _emulate(_config(shards, partition), tmp_path / "run", monkeypatch)
