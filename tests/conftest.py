@@ -36,3 +36,14 @@ def quick_run(tmp_path_factory):
                          cwd=ROOT, env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     return out, res.stdout, res.stderr
+
+
+@pytest.fixture(scope="module")
+def session():
+    """A fresh embedded Ray (2 CPUs) for one test module, stopped after it (a module may
+    define its own `session` instead, e.g. with Spark)."""
+    from emulator.runtime import start_ray, stop_ray
+    stop_ray()
+    start_ray(num_cpus=2)
+    yield
+    stop_ray()

@@ -44,15 +44,6 @@ def cfg(*sets):
 
 
 @pytest.fixture(scope="module")
-def session():
-    from emulator.runtime import start_ray, stop_ray
-    stop_ray()
-    start_ray(num_cpus=2)
-    yield
-    stop_ray()
-
-
-@pytest.fixture(scope="module")
 def reference(session, tmp_path_factory):
     """An unharmed run (it also leaves this module's Spark session running)."""
     return run_scenario(cfg(), out=tmp_path_factory.mktemp("ref") / "run", progress=False)

@@ -39,15 +39,6 @@ def run(tmp_path: Path, shards: int, partition: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def session():
-    from emulator.runtime import start_ray, stop_ray
-    stop_ray()
-    start_ray(num_cpus=2)
-    yield
-    stop_ray()
-
-
-@pytest.fixture(scope="module")
 def one_shard(session, tmp_path_factory) -> Path:
     return run(tmp_path_factory.mktemp("k1"), 1, "locality")
 
