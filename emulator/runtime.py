@@ -381,6 +381,13 @@ def spark_shape() -> tuple[int, int]:
     return len(cpus), min(cpus)
 
 
+def spark_running() -> bool:
+    """Whether this process has a Spark session on the Ray it is connected to."""
+    import ray
+    return (_state["spark"] is not None and ray.is_initialized()
+            and _state.get("spark_ray") == _ray_session())
+
+
 def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
                 cores: int | None = None, memory: str = "3GB",
                 configs: dict[str, str] | None = None, driver_memory: str = "3g"):

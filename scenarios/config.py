@@ -184,6 +184,9 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "driver_memory": (str, "3g", _memory, "Spark driver memory, e.g. 3g (it collects "
                           "every metrics table)"),
         "executor_memory": (str, "3g", _memory, "memory of each Spark executor, e.g. 3g"),
+        "warmup": (bool, True, None, "start Spark while the emulation runs and warm it up "
+                   "on a six-node run, so the analysis starts warm (one machine only; "
+                   "results do not change)"),
         "shared_storage": (bool, False, None, "the run directory is on a filesystem every Ray "
                            "node mounts (executors read it); false: they do on a one-node "
                            "cluster, elsewhere the driver hands them logs and topologies"),

@@ -750,15 +750,13 @@ def _analyse_once(cfg, run_dir: Path, state: _State, events: RunEvents, progress
     """One try of the analysis on the running (or a new) Spark session; an error while
     the executor watch saw an executor lost carries that as ``spark_lost``."""
     from analysis import run_analysis
-    from analysis.spark_daemon import worker_conf
-    from emulator.runtime import ray_is_local, start_spark, watch_executors
+    from emulator.runtime import spark_running, watch_executors
+    from scenarios.analysis_spark import start_analysis_spark
 
-    progress.status("analysis: starting Spark (RayDP)")
+    if not spark_running():     # else started beside the emulation (SparkWarmup) or earlier
+        progress.status("analysis: starting Spark (RayDP)")
     w0 = time.perf_counter()
-    # the worker daemon imports the analysis once before Spark forks its Python workers
-    spark = start_spark(memory=cfg.analysis["executor_memory"],
-                        driver_memory=cfg.analysis["driver_memory"],
-                        configs=worker_conf(local=ray_is_local()))
+    spark = start_analysis_spark(cfg)
     state.add_time("spark_start", time.perf_counter() - w0)
     progress.status("analysis: computing metrics in Spark")
     with watch_executors(spark, grace_s=EXECUTOR_GRACE_S) as watch:
@@ -943,15 +941,36 @@ def _run_and_analyse(cfg, run_dir: Path, state: _State, events: RunEvents,
         (run_dir / "config.toml").write_text(cfg.to_toml())
     log.info("scenario %s: %d nodes, %d groups, %d topologies, %d shards -> %s", cfg.name,
              cfg.nodes, cfg.groups, cfg.topologies, cfg.shards, run_dir)
+    warmup = _spark_warmup(cfg, run_dir)
     with _Progress(progress, cfg.topologies) as prog:
-        for t in range(cfg.topologies):
-            if t not in state.d["topologies_done"]:
-                _run_topology(cfg, run_dir, t, state, events, prog)
+        try:
+            for t in range(cfg.topologies):
+                if t not in state.d["topologies_done"]:
+                    _run_topology(cfg, run_dir, t, state, events, prog)
+        finally:
+            if warmup is not None:
+                warmup.cancel()
         state.add_time("emulation_total", time.perf_counter() - t_start)
         state.save()
+        if warmup is not None:
+            prog.status("analysis: waiting for Spark to start (started with the emulation)")
+            for key, seconds in warmup.finish().items():
+                state.add_time(key, seconds)
         _analyse(cfg, run_dir, state, events, prog)
     _record_total(run_dir, state, time.perf_counter() - t_start)
     (run_dir / "COMPLETE").write_text(datetime.now().isoformat(timespec="seconds") + "\n")
+
+
+def _spark_warmup(cfg, run_dir: Path):
+    """Spark started and warmed up beside the emulation (scenarios/analysis_spark.py), when
+    `analysis.warmup` is on, the Ray cluster is this machine (the warm-up run lives in a
+    local temporary directory) and no Spark session is up yet (a running one is warm)."""
+    from emulator.runtime import ray_is_local, spark_running
+    from scenarios.analysis_spark import SparkWarmup
+
+    if not cfg.analysis["warmup"] or not ray_is_local() or spark_running():
+        return None
+    return SparkWarmup(cfg, run_dir / "topology" / "topo-0.npz").start()
 
 
 def _scenario_to_run(cfg, out: Path | None, resume: Path | None) -> ScenarioConfig:
