@@ -93,7 +93,7 @@ def make_batch(kind: str, k: int, eng, net, rng):
         else:
             m["type"] = msg_types.JOIN
             m["key_hi"], m["key_lo"] = net["node_ids_hi"][x], net["node_ids_lo"][x]
-            m["origin"] = m["a"] = x
+            m["origin"] = m[msg_types.Join.joiner] = x
         return Batch(m)
     m["dst"] = dst
     if kind == "keepalive":  # from a member of the receiver's leaf set
@@ -103,9 +103,9 @@ def make_batch(kind: str, k: int, eng, net, rng):
         return Batch(m)
     m["src"] = src
     if kind == "announce":
-        m["type"], m["a"] = msg_types.ANNOUNCE, src
+        m["type"], m[msg_types.Announce.announcer] = msg_types.ANNOUNCE, src
     elif kind == "rows_req":
-        m["type"], m["a"] = msg_types.ROWS_REQ, rng.integers(0, 2, k)
+        m["type"], m[msg_types.RowsReq.row] = msg_types.ROWS_REQ, rng.integers(0, 2, k)
     elif kind == "leaf_reply":
         m["type"] = msg_types.LEAF_REPLY
         payload = pack_rows(np.concatenate([st.leaf[src], src[:, None]], axis=1))
@@ -113,7 +113,7 @@ def make_batch(kind: str, k: int, eng, net, rng):
         m["type"] = msg_types.JOIN_ROWS
         payload = pack_rows(st.rt[src, :2].reshape(k, -1))
     elif kind == "rows_reply":
-        m["type"], m["a"] = msg_types.ROWS_REPLY, 1
+        m["type"], m[msg_types.RowsReply.row] = msg_types.ROWS_REPLY, 1
         payload = pack_rows(st.rt[src, 1])
     if payload is None:
         return Batch(m)

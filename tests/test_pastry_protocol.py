@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from protocol_world import network, pastry_joined, pastry_world, pending, protocol_message, root_of
 
+from actors.messages import TypeFields
 from actors.pastry import ids as I
 from actors.pastry import types as T
 from actors.pastry.oracle import oracle_state
@@ -15,9 +16,16 @@ from actors.pastry.quality import table_quality
 APP_TYPE = 200
 
 
+class AppRoute(TypeFields):
+    """The test application's message (APP_TYPE): a request to route key i, then the route."""
+    number = "a"       # i, the route's number
+    redirect_to = "b"  # command 2: the node the first hop goes to instead
+    command = "c"      # 0: route on; 1: stop at the first hop; 2: redirect (then route on)
+
+
 class RecordingApp:
-    """Routes keys on request; logs deliveries ("app_delivery": route number a, root, hops,
-    path delay); ``forward`` stops/redirects by field c."""
+    """Routes keys on request; logs deliveries ("app_delivery": route number, root, hops,
+    path delay); ``forward`` stops/redirects by the message's command."""
 
     def bind(self, overlay):
         self.overlay = overlay
@@ -28,21 +36,23 @@ class RecordingApp:
     def forward(self, ctx, batch, next_hop):
         m = msgs_of(batch)
         nh = np.asarray(next_hop).copy()
-        nh[m["c"] == 1] = -1           # stop
-        redirect = m["c"] == 2
-        nh[redirect] = m["b"][redirect]  # redirect to node b (which then routes on)
-        m["c"][redirect] = 0
+        nh[m[AppRoute.command] == 1] = -1           # stop
+        redirect = m[AppRoute.command] == 2
+        nh[redirect] = m[AppRoute.redirect_to][redirect]  # (that node then routes on)
+        m[AppRoute.command][redirect] = 0
         return batch, nh
 
     def deliver(self, ctx, batch):
         m = msgs_of(batch)
-        ctx.log("app_delivery", route=m["a"], root=m["dst"], hops=m["hops"],
+        ctx.log("app_delivery", route=m[AppRoute.number], root=m["dst"], hops=m["hops"],
                 path_us=m["path_us"])
 
     def receive(self, ctx, batch):
         m = msgs_of(batch)
         self.overlay.route(ctx, m["dst"], m["key_hi"], m["key_lo"], APP_TYPE, m["time"],
-                           a=m["a"], b=m["b"], c=m["c"])
+                           **AppRoute.fields(number=m[AppRoute.number],
+                                             redirect_to=m[AppRoute.redirect_to],
+                                             command=m[AppRoute.command]))
 
     def on_fail(self, ctx, li):
         pass
@@ -63,12 +73,14 @@ class RecordingApp:
         return None
 
 
-def inject_routes(world, start, kh, kl, at, c=None, b=None):
+def inject_routes(world, start, kh, kl, at, command=None, redirect_to=None):
     """Self-messages asking node ``start[i]`` to route key i (numbered i) at time ``at``."""
     n = len(start)
     world.inject(protocol_message(start, start, APP_TYPE, at, key_hi=kh, key_lo=kl,
-                                  a=np.arange(n), c=0 if c is None else c,
-                                  b=0 if b is None else b))
+                                  **AppRoute.fields(
+                                      number=np.arange(n),
+                                      command=0 if command is None else command,
+                                      redirect_to=0 if redirect_to is None else redirect_to)))
 
 
 def deliveries(world, n):
@@ -126,11 +138,10 @@ def test_forward_can_stop_and_redirect(net):
     start = r % w.n
     root = true_root(net, kh, kl)
     away = np.flatnonzero(root != start)[:100]
-    c = np.zeros(200, np.int64)
-    c[away[:50]] = 1                  # stopped at the origin: never delivered
-    c[away[50:]] = 2                  # redirected to node 7 first, then routed on
-    b = np.full(200, 7)
-    inject_routes(w, start, kh, kl, at=10_000, c=c, b=b)
+    command = np.zeros(200, np.int64)
+    command[away[:50]] = 1            # stopped at the origin: never delivered
+    command[away[50:]] = 2            # redirected to node 7 first, then routed on
+    inject_routes(w, start, kh, kl, at=10_000, command=command, redirect_to=np.full(200, 7))
     w.run()
     got = deliveries(w, 200)
     assert (got[away[:50], 1] == -1).all()
@@ -398,7 +409,7 @@ def test_join_contact_fallback_nearest_spreads_a_crowd_off_node_0(small):
                                                       **crowd})
         st = pending(w, T.JOIN_START)
         c = np.full(w.n, -2, np.int64)
-        c[st["dst"]] = st["a"]
+        c[st["dst"]] = st[T.JoinStart.contact]
         contacts[fallback] = c
     first, nearest = contacts["first"], contacts["nearest"]
     assert first[0] == nearest[0] == -1

@@ -66,7 +66,7 @@ def _looped_run(root_paths: bool):
     """Build trees with the remover and repair on, then make node X ask its own grandchild
     D to adopt it (the move a stale sibling list can cause under churn), multicast later.
     Returns (world, members, group table, credentials, group, X, D)."""
-    from actors.scribe.types import BN_JOIN
+    from actors.scribe.types import BN_JOIN, BnJoin
     hb = 200_000
     table, creators, creds, members = make_groups(seed=2)
     w = build(31, 2, table, creators, creds, members, until=2_000_000,
@@ -84,7 +84,8 @@ def _looped_run(root_paths: bool):
             x, d = grand, node
             break
     assert x is not None, "no chain of depth 3 below the root"
-    w.inject(protocol_message(x, d, BN_JOIN, 2_100_000, group=g, a=creds[g], b=-1, c=1))
+    w.inject(protocol_message(x, d, BN_JOIN, 2_100_000, group=g,
+                              **BnJoin.fields(credential=creds[g], last_seq=-1, repair=1)))
     w.run(until=4_000_000)
     return w, members, table, creds, g, x, d
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import types as msg_types
 from .messages import MSG_DTYPE, msgs_of, take_rows
+from .types import HopAck
 
 MIX = np.uint64(0x9E3779B97F4A7C15)
 
@@ -83,8 +84,9 @@ class HopAcks:
         if hop.any():
             a = take_rows(m, hop)
             ctx.send(a["dst"], a["src"], msg_types.HOP_ACK, a["time"], origin=a["origin"],
-                     key_hi=a["key_hi"], key_lo=a["key_lo"], b=a["type"].astype(np.int64),
-                     c=a["hops"].astype(np.int64), mode=0)
+                     key_hi=a["key_hi"], key_lo=a["key_lo"],
+                     **HopAck.fields(acked_type=a["type"].astype(np.int64),
+                                     acked_hops=a["hops"].astype(np.int64)), mode=0)
 
     def on_ack(self, ctx, batch) -> None:
         """HOP_ACK: clear the acknowledged pending hops."""
@@ -92,7 +94,8 @@ class HopAcks:
         self.nodes.heard_from(self.nodes.local(ctx, m["dst"]), m["src"])
         if not len(self.pending):
             return
-        h = hop_hash(m["dst"], m["src"], m["origin"], m["b"], m["c"], m["key_hi"], m["key_lo"])
+        h = hop_hash(m["dst"], m["src"], m["origin"], m[HopAck.acked_type],
+                     m[HopAck.acked_hops], m["key_hi"], m["key_lo"])
         # multiset matching: k acks with one identity clear k pending copies of it
         uh, cnt = np.unique(h, return_counts=True)
         o = np.argsort(self.identity, kind="stable")

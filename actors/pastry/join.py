@@ -37,6 +37,7 @@ import numpy as np
 
 from . import types as msg_types
 from .messages import msgs_of, payload_of, send_rows, sender_and_payload, take_rows
+from .types import Announce, Join, JoinLeafs, JoinReq, JoinStart, RowsReply, RowsReq
 
 CHUNK = 1024
 # an unjoined contact A holds a JOIN_REQ and looks again this much later, up to this many
@@ -136,7 +137,8 @@ class JoinProtocol:
         contact = nearby_contacts(nodes.global_ids, times, self.join_settle_us,
                                   ctx.shared("host_router"), ctx.shared("router_dist_us"),
                                   self.join_contact_fallback)
-        ctx.timer(nodes.global_ids, times[nodes.global_ids], msg_types.JOIN_START, a=contact)
+        ctx.timer(nodes.global_ids, times[nodes.global_ids], msg_types.JOIN_START,
+                  **JoinStart.fields(contact=contact))
         self.maintenance.stop_refresh_at(int(times.max()) + int(self.join_settle_us))
 
     def checkpoint(self) -> dict:
@@ -184,7 +186,8 @@ class JoinProtocol:
         self._rejoin_attempt(ctx, li, np.zeros(len(li), np.int64), t)
 
     def _rejoin_attempt(self, ctx, li, k, t) -> None:
-        """JOIN_START of attempt ``k`` (b = k + 1 marks a rejoin; c = incarnation)."""
+        """JOIN_START of attempt ``k`` (attempt k + 1 marks a rejoin; incarnation: the
+        node's, so a timer left from before a later crash is void)."""
         has = (k < self.rejoin_contacts.shape[1])
         has[has] = self.rejoin_contacts[li[has], k[has]] >= 0
         if (~has).any():
@@ -192,26 +195,29 @@ class JoinProtocol:
         li, k, t = li[has], k[has], t[has]
         if len(li):
             ctx.timer(self.nodes.global_ids[li], t, msg_types.JOIN_START,
-                      a=self.rejoin_contacts[li, k], b=k + 1, c=self.nodes.incarnation[li])
+                      **JoinStart.fields(contact=self.rejoin_contacts[li, k], attempt=k + 1,
+                                         incarnation=self.nodes.incarnation[li]))
 
     # ---- join -----------------------------------------------------------------------
     def on_join_start(self, ctx, batch) -> None:
-        """JOIN_START: X asks its contact A (a) to route its join; no contact: X is the
+        """JOIN_START: X asks its contact A to route its join; no contact: X is the
         first node and forms the overlay alone."""
         m = msgs_of(batch)
         nodes = self.nodes
-        rj = m["b"] > 0
+        rj = m[JoinStart.attempt] > 0
         if rj.any():  # rejoin attempts of recovered nodes
             li = nodes.local(ctx, m["dst"][rj])
-            go = (m["c"][rj] == nodes.incarnation[li]) & ~nodes.joined[li]
+            go = (m[JoinStart.incarnation][rj] == nodes.incarnation[li]) & ~nodes.joined[li]
             li, r = li[go], take_rows(take_rows(m, rj), go)
             if len(li):
                 # counts restart: pieces of an earlier attempt may still arrive, harmless
                 self._restart(li)
-                ctx.send(r["dst"], r["a"], msg_types.JOIN_REQ, r["time"], a=r["dst"], mode=0)
-                self._rejoin_attempt(ctx, li, r["b"], r["time"] + self.rejoin_timeout_us)
+                ctx.send(r["dst"], r[JoinStart.contact], msg_types.JOIN_REQ, r["time"],
+                         **JoinReq.fields(joiner=r["dst"]), mode=0)
+                self._rejoin_attempt(ctx, li, r[JoinStart.attempt],
+                                     r["time"] + self.rejoin_timeout_us)
             m = take_rows(m, ~rj)
-        x, a, t = m["dst"].astype(np.int64), m["a"], m["time"]
+        x, a, t = m["dst"].astype(np.int64), m[JoinStart.contact], m["time"]
         alone = a < 0
         if alone.any():
             li = nodes.local(ctx, x[alone])
@@ -220,33 +226,37 @@ class JoinProtocol:
             self.maintenance.schedule_refresh(ctx, li, t[alone])
             self.maintenance.schedule_table_maintenance(ctx, li, t[alone])
         if (~alone).any():
-            ctx.send(x[~alone], a[~alone], msg_types.JOIN_REQ, t[~alone], a=x[~alone], mode=0)
+            ctx.send(x[~alone], a[~alone], msg_types.JOIN_REQ, t[~alone],
+                     **JoinReq.fields(joiner=x[~alone]), mode=0)
 
     def on_join_req(self, ctx, batch) -> None:
-        """JOIN_REQ at contact A: send X (a) the neighbourhood set, route X's JOIN."""
+        """JOIN_REQ at contact A: send X (the joiner) the neighbourhood set, route X's
+        JOIN."""
         m = msgs_of(batch)
         nodes = self.nodes
         li = nodes.local(ctx, m["dst"])
         # a contact still joining has (nearly) empty tables: serving now would give X an
         # empty state and a JOIN delivered at A itself, so X's leaf set would never reach
         # its true neighbours (and short sides claim whole half rings: routing loops).
-        # Hold the request until A has joined (retry timer; c counts the retries).
-        wait = ~nodes.joined[li] & (m["c"] < JOIN_REQ_MAX_RETRIES)
+        # Hold the request until A has joined (retry timer, counting the retries).
+        wait = ~nodes.joined[li] & (m[JoinReq.retries] < JOIN_REQ_MAX_RETRIES)
         if wait.any():
             w = take_rows(m, wait)
-            ctx.timer(w["dst"], w["time"] + JOIN_REQ_RETRY_US, msg_types.JOIN_REQ, a=w["a"],
-                      c=w["c"] + 1, mode=0)
+            ctx.timer(w["dst"], w["time"] + JOIN_REQ_RETRY_US, msg_types.JOIN_REQ,
+                      **JoinReq.fields(joiner=w[JoinReq.joiner],
+                                       retries=w[JoinReq.retries] + 1), mode=0)
             m, li = take_rows(m, ~wait), li[~wait]
             if not len(m):
                 return
-        a_nodes, x, t = m["dst"].astype(np.int64), m["a"], m["time"]
+        a_nodes, x, t = m["dst"].astype(np.int64), m[JoinReq.joiner], m["time"]
         send_rows(ctx, a_nodes, x, msg_types.JOIN_NBRS, t, nodes.nbrs.members[li])
         self.router.route(ctx, a_nodes, nodes.ids_hi[x], nodes.ids_lo[x], msg_types.JOIN, t,
-                          origin=x, a=x)
+                          origin=x, **Join.fields(joiner=x))
 
     def _send_rows(self, ctx, m) -> None:
-        """Each route node Y sends X = m['a'] its rows 0..min(spl(Y, X), rows-1)."""
-        y, x = m["dst"].astype(np.int64), m["a"]
+        """Each route node Y sends X (the JOIN's joiner) its rows 0..min(spl(Y, X),
+        rows-1)."""
+        y, x = m["dst"].astype(np.int64), m[Join.joiner]
         nodes = self.nodes
         rows = nodes.table.rows_for(nodes.local(ctx, y), y, x, nodes.ids_hi, nodes.ids_lo)
         send_rows(ctx, y, x, msg_types.JOIN_ROWS, m["time"], rows)
@@ -259,7 +269,7 @@ class JoinProtocol:
                 self._send_rows(ctx, take_rows(m, j))
 
     def deliver(self, ctx, m, rows=True) -> None:
-        """JOINs at Z, the node numerically closest to X: Z's rows and leaf set (a = the
+        """JOINs at Z, the node numerically closest to X: Z's rows and leaf set (with the
         route's node count, so X knows how many JOIN_ROWS to wait for). ``rows`` False:
         a JOIN re-routed after a lost hop, this node sent its rows already."""
         j = m["type"] == msg_types.JOIN
@@ -269,8 +279,9 @@ class JoinProtocol:
         if rows:
             self._send_rows(ctx, m)
         li = self.nodes.local(ctx, m["dst"])
-        send_rows(ctx, m["dst"], m["a"], msg_types.JOIN_LEAFS, m["time"],
-                  self.nodes.leaves.members[li], a=m["hops"].astype(np.int64) + 1)
+        send_rows(ctx, m["dst"], m[Join.joiner], msg_types.JOIN_LEAFS, m["time"],
+                  self.nodes.leaves.members[li],
+                  **JoinLeafs.fields(route_nodes=m["hops"].astype(np.int64) + 1))
 
     def on_join_rows(self, ctx, batch) -> None:
         m = msgs_of(batch)
@@ -292,7 +303,7 @@ class JoinProtocol:
         m = msgs_of(batch)
         li = self.nodes.local(ctx, m["dst"])
         self.nodes.learn(ctx, li, sender_and_payload(m, payload_of(batch)), m["time"])
-        self.rows_expected[li] = m["a"]
+        self.rows_expected[li] = m[JoinLeafs.route_nodes]
         self._maybe_joined(ctx, li, m["time"])
 
     def _maybe_joined(self, ctx, li, t) -> None:
@@ -320,12 +331,13 @@ class JoinProtocol:
         r, c = np.nonzero(known >= 0)
         pair = np.unique(np.stack([r, known[r, c]], axis=1), axis=0)
         if len(pair):
-            # b = 1: "you are in my leaf set" -- such receivers always answer with theirs,
-            # so a joiner that got a stale leaf set walks to its true neighbours
+            # in_leaf_set = 1: "you are in my leaf set" -- such receivers always answer
+            # with theirs, so a joiner that got a stale leaf set walks to its true neighbours
             is_leaf = (nodes.leaves.members[li][pair[:, 0]] == pair[:, 1:2]).any(axis=1)
             me = nodes.global_ids[li][pair[:, 0]]
-            ctx.send(me, pair[:, 1], msg_types.ANNOUNCE, t[pair[:, 0]], a=me,
-                     b=is_leaf.astype(np.int64), mode=0)
+            ctx.send(me, pair[:, 1], msg_types.ANNOUNCE, t[pair[:, 0]],
+                     **Announce.fields(announcer=me, in_leaf_set=is_leaf.astype(np.int64)),
+                     mode=0)
 
     # ---- second join stage: routing-table rows from the table's own nodes ------------------
     # The rows X got on its join route come from nodes near A's route, not near X; as in
@@ -342,14 +354,15 @@ class JoinProtocol:
         r, c = np.nonzero(ent >= 0)
         if len(r):
             ctx.send(self.nodes.global_ids[li[r]], ent[r, c], msg_types.ROWS_REQ,
-                     np.asarray(t)[r], a=c // table.width, mode=0)
+                     np.asarray(t)[r], **RowsReq.fields(row=c // table.width), mode=0)
 
     def on_rows_req(self, ctx, batch) -> None:
         m = msgs_of(batch)
         table = self.nodes.table
         li = self.nodes.local(ctx, m["dst"])
-        row = table.entries[li, np.minimum(m["a"], table.rows - 1)]
-        send_rows(ctx, m["dst"], m["src"], msg_types.ROWS_REPLY, m["time"], row, a=m["a"])
+        row = table.entries[li, np.minimum(m[RowsReq.row], table.rows - 1)]
+        send_rows(ctx, m["dst"], m["src"], msg_types.ROWS_REPLY, m["time"], row,
+                  **RowsReply.fields(row=m[RowsReq.row]))
 
     def on_rows_reply(self, ctx, batch) -> None:
         m = msgs_of(batch)

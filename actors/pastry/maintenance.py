@@ -12,9 +12,10 @@ keep-alives, failure detection, leaf-set repair, the announce walk and the leaf 
   LEAF_REPLY announces itself to them.
 - LEAF_REFRESH (protocol bootstrap): a joined node routes a LEAF_LOOKUP to its own id; the
   node it reaches takes it in and answers with its leaf set (at most
-  ``leaf_refresh_rounds`` times per node when > 0; the timer's ``b`` counts them).
-- LEAF_REFRESH with ``a = 1`` (protocol bootstrap, ``table_maintenance_us`` > 0): the
-  periodic routing-table maintenance tick: the node asks one random entry of each
+  ``leaf_refresh_rounds`` times per node when > 0; the timer's ``lookups_done`` counts
+  them).
+- LEAF_REFRESH with ``table_tick`` = 1 (protocol bootstrap, ``table_maintenance_us`` > 0):
+  the periodic routing-table maintenance tick: the node asks one random entry of each
   non-empty row for its row (ROWS_REQ; the reply is merged by the join's ROWS_REPLY).
 """
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from . import types as msg_types
 from .messages import msgs_of, payload_of, send_rows, sender_and_payload, take_rows
+from .types import Announce, KaTimer, Keepalive, LeafRefresh, RowsReq
 
 
 class LeafSetMaintenance:
@@ -54,7 +56,8 @@ class LeafSetMaintenance:
         if self.keepalive_us and len(li):
             self.nodes.leaves.heard[li] = np.asarray(t)[:, None]
             ctx.timer(self.nodes.global_ids[li], np.asarray(t) + self.keepalive_us,
-                      msg_types.KA_TIMER, c=self.nodes.incarnation[li])
+                      msg_types.KA_TIMER,
+                      **KaTimer.fields(incarnation=self.nodes.incarnation[li]))
 
     def start_keepalive_all(self, ctx) -> None:
         """Oracle bootstrap: every node is joined at time 0 and starts its keep-alives."""
@@ -66,8 +69,9 @@ class LeafSetMaintenance:
     def on_ka_timer(self, ctx, batch) -> None:
         m = msgs_of(batch)
         nodes = self.nodes
-        # a timer set before a crash (c = old incarnation) is void after the recovery
-        m = take_rows(m, m["c"] == nodes.incarnation[nodes.local(ctx, m["dst"])])
+        # a timer set before a crash (an old incarnation) is void after the recovery
+        m = take_rows(m, m[KaTimer.incarnation]
+                      == nodes.incarnation[nodes.local(ctx, m["dst"])])
         x, t = m["dst"].astype(np.int64), m["time"]
         li = nodes.local(ctx, x)
         leaf = nodes.leaves.members[li].astype(np.int64)
@@ -88,7 +92,8 @@ class LeafSetMaintenance:
         r, c = np.nonzero(leaf >= 0)
         if len(r):
             ctx.send(x[r], leaf[r, c], msg_types.KEEPALIVE, t[r], mode=0)
-        ctx.timer(x, t + self.keepalive_us, msg_types.KA_TIMER, c=nodes.incarnation[li])
+        ctx.timer(x, t + self.keepalive_us, msg_types.KA_TIMER,
+                  **KaTimer.fields(incarnation=nodes.incarnation[li]))
 
     def on_keepalive(self, ctx, batch) -> None:
         m = msgs_of(batch)
@@ -106,12 +111,12 @@ class LeafSetMaintenance:
                     m["time"][stranger])
         # Leaf sets are not symmetric while they converge: the sender lists us but we do
         # not list it, so we send it no keep-alives and it would presume us failed (and
-        # then keep us out through its failed memory). Answer it (b = 1: a reply, which is
-        # never answered, so no ping-pong).
-        still = stranger & ~nodes.leaves.contains(li, m["src"]) & (m["b"] == 0)
+        # then keep us out through its failed memory). Answer it (with is_reply = 1: a
+        # reply is never answered, so no ping-pong).
+        still = stranger & ~nodes.leaves.contains(li, m["src"]) & (m[Keepalive.is_reply] == 0)
         if still.any():
             ctx.send(m["dst"][still], m["src"][still], msg_types.KEEPALIVE, m["time"][still],
-                     b=1, mode=0)
+                     **Keepalive.fields(is_reply=1), mode=0)
 
     # ---- the announce walk -------------------------------------------------------------
     def on_announce(self, ctx, batch) -> None:
@@ -126,10 +131,10 @@ class LeafSetMaintenance:
         ch = np.zeros(len(nodes), bool)
         ch[uli[changed]] = True
         new_member = nodes.leaves.contains(li, m["src"]) & ch[li]
-        inleaf = new_member | (m["b"] == 1)
+        inleaf = new_member | (m[Announce.in_leaf_set] == 1)
         # and ask the new member for its leaf set: an announcer heard of through a third
         # node (LEAF_REPLY) may know neighbours of ours that nobody else will tell us about
-        ask = new_member & (m["b"] == 1)
+        ask = new_member & (m[Announce.in_leaf_set] == 1)
         if ask.any():
             ctx.send(m["dst"][ask], m["src"][ask], msg_types.LEAF_REQ, m["time"][ask], mode=0)
         if inleaf.any():
@@ -148,7 +153,8 @@ class LeafSetMaintenance:
             t_of = np.zeros(len(nodes), np.int64)
             np.maximum.at(t_of, li, m["time"])
             me = nodes.global_ids[uli[r]]
-            ctx.send(me, added[r, c], msg_types.ANNOUNCE, t_of[uli[r]], a=me, b=1, mode=0)
+            ctx.send(me, added[r, c], msg_types.ANNOUNCE, t_of[uli[r]],
+                     **Announce.fields(announcer=me, in_leaf_set=1), mode=0)
 
     def on_leaf_req(self, ctx, batch) -> None:
         m = msgs_of(batch)
@@ -171,7 +177,8 @@ class LeafSetMaintenance:
     # With arrivals spread over a long span (a fixed rate at any size), refreshing until the
     # last arrival would cost every early node span / leaf_refresh_us lookups; the gaps the
     # refresh closes come from joins overlapping the node's own, so leaf_refresh_rounds > 0
-    # stops a node's lookups after that many (timer field b counts them; 0: no bound).
+    # stops a node's lookups after that many (the timer's lookups_done counts them; 0: no
+    # bound).
     def stop_refresh_at(self, t_us: int) -> None:
         self.refresh_until = int(t_us)
 
@@ -185,18 +192,19 @@ class LeafSetMaintenance:
         nxt = np.asarray(t, np.int64) + per
         go = nxt <= self.refresh_until
         count = {}
-        if self.leaf_refresh_rounds > 0:  # (no bound: the timers stay as before, b = 0)
+        if self.leaf_refresh_rounds > 0:  # (no bound: the timers stay as before, 0 lookups)
             go &= done < self.leaf_refresh_rounds
-            count = {"b": done[go]}
+            count = {"lookups_done": done[go]}
         if go.any():
             ctx.timer(self.nodes.global_ids[li[go]], nxt[go], msg_types.LEAF_REFRESH,
-                      c=self.nodes.incarnation[li[go]], **count)
+                      **LeafRefresh.fields(incarnation=self.nodes.incarnation[li[go]], **count))
 
     def on_leaf_refresh(self, ctx, batch) -> None:
         m = msgs_of(batch)
         nodes = self.nodes
-        m = take_rows(m, m["c"] == nodes.incarnation[nodes.local(ctx, m["dst"])])
-        tick = m["a"] == 1  # the same timer type carries the table-maintenance ticks
+        m = take_rows(m, m[LeafRefresh.incarnation]
+                      == nodes.incarnation[nodes.local(ctx, m["dst"])])
+        tick = m[LeafRefresh.table_tick] == 1  # the table-maintenance ticks ride on this timer
         if tick.any():
             self.maintain_table(ctx, take_rows(m, tick))
             m = take_rows(m, ~tick)
@@ -204,7 +212,8 @@ class LeafSetMaintenance:
         x = m["dst"].astype(np.int64)
         self.router.route(ctx, x, nodes.ids_hi[x], nodes.ids_lo[x], msg_types.LEAF_LOOKUP,
                           m["time"], randomize=True, origin=x)
-        self.schedule_refresh(ctx, li, m["time"], m["b"].astype(np.int64) + 1)
+        self.schedule_refresh(ctx, li, m["time"],
+                              m[LeafRefresh.lookups_done].astype(np.int64) + 1)
 
     # ---- periodic routing-table maintenance (Castro et al. 2002) ------------------------
     # Rows a node got at its join reflect the overlay of that moment; nodes that arrive
@@ -212,8 +221,8 @@ class LeafSetMaintenance:
     # them. So every table_maintenance_us (0: off) a joined node picks one random entry of
     # each non-empty row r and asks it for its row r (ROWS_REQ, the join's second-stage
     # message, answered and merged by JoinProtocol), keeping closer entries by probing.
-    # Ticks ride on the LEAF_REFRESH timer with a = 1 and stop at the last arrival +
-    # join_settle_us, like the leaf refresh, so the bootstrap still ends by itself.
+    # Ticks ride on the LEAF_REFRESH timer with table_tick = 1 and stop at the last
+    # arrival + join_settle_us, like the leaf refresh, so the bootstrap still ends by itself.
     def schedule_table_maintenance(self, ctx, li, t) -> None:
         per = self.table_maintenance_us
         if not per or not len(li):
@@ -221,11 +230,12 @@ class LeafSetMaintenance:
         nxt = np.asarray(t, np.int64) + per
         go = nxt <= self.refresh_until
         if go.any():
-            ctx.timer(self.nodes.global_ids[li[go]], nxt[go], msg_types.LEAF_REFRESH, a=1,
-                      c=self.nodes.incarnation[li[go]])
+            ctx.timer(self.nodes.global_ids[li[go]], nxt[go], msg_types.LEAF_REFRESH,
+                      **LeafRefresh.fields(table_tick=1,
+                                           incarnation=self.nodes.incarnation[li[go]]))
 
     def maintain_table(self, ctx, m) -> None:
-        """Table-maintenance ticks ``m`` (LEAF_REFRESH rows with a = 1)."""
+        """Table-maintenance ticks ``m`` (LEAF_REFRESH rows with table_tick = 1)."""
         nodes = self.nodes
         li = nodes.local(ctx, m["dst"])
         rt = nodes.table.entries[li].astype(np.int64)          # [n, rows, 2^b]
@@ -237,7 +247,7 @@ class LeafSetMaintenance:
             pick = np.floor(ctx.random(me) * count[r_node, r_row]).astype(np.int64)
             col = np.argmax(np.cumsum(valid[r_node, r_row], axis=1) > pick[:, None], axis=1)
             ctx.send(me, rt[r_node, r_row, col], msg_types.ROWS_REQ, m["time"][r_node],
-                     a=r_row, mode=0)
+                     **RowsReq.fields(row=r_row), mode=0)
         self.schedule_table_maintenance(ctx, li, m["time"])
 
     def deliver_lookup(self, ctx, m) -> None:

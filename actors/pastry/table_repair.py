@@ -13,6 +13,7 @@ import numpy as np
 
 from . import types as msg_types
 from .messages import msgs_of
+from .types import RowReply, RowReq
 
 
 class TableRepair:
@@ -67,19 +68,20 @@ class TableRepair:
             return
         helper = flat[has, np.argmax(hit[has], axis=1)]
         ctx.count("pastry_row_requests", int(has.sum()))
-        ctx.send(self.nodes.global_ids[li[has]], helper, msg_types.ROW_REQ, t[has], a=row[has],
-                 b=col[has], hops=attempt[has], mode=0)
+        ctx.send(self.nodes.global_ids[li[has]], helper, msg_types.ROW_REQ, t[has],
+                 **RowReq.fields(row=row[has], column=col[has]), hops=attempt[has], mode=0)
 
     def on_row_req(self, ctx, batch) -> None:
-        """ROW_REQ: answer with my entry of the slot (a = row, b = column)."""
+        """ROW_REQ: answer with my entry of the slot (row, column)."""
         m = msgs_of(batch)
         li = self.nodes.local(ctx, m["dst"])
         self.nodes.heard_from(li, m["src"])
-        entry = self.nodes.table.entries[li, m["a"], m["b"]].astype(np.int64)
+        row, col = m[RowReq.row], m[RowReq.column]
+        entry = self.nodes.table.entries[li, row, col].astype(np.int64)
         # the asker's own id is no answer (it sits in its own slot only by prefix accident)
         entry[entry == m["src"]] = -1
-        ctx.send(m["dst"], m["src"], msg_types.ROW_REPLY, m["time"], a=m["a"], b=m["b"],
-                 c=entry, hops=m["hops"], mode=0)
+        ctx.send(m["dst"], m["src"], msg_types.ROW_REPLY, m["time"],
+                 **RowReply.fields(row=row, column=col, entry=entry), hops=m["hops"], mode=0)
 
     def on_row_reply(self, ctx, batch) -> None:
         """ROW_REPLY: offer the entry to the slot; still empty: ask the next helper."""
@@ -87,11 +89,12 @@ class TableRepair:
         li = self.nodes.local(ctx, m["dst"])
         self.nodes.heard_from(li, m["src"])
         entries = self.nodes.table.entries
-        entry = m["c"].astype(np.int64)
+        row, col = m[RowReply.row], m[RowReply.column]
+        entry = m[RowReply.entry].astype(np.int64)
         got = entry >= 0
         if got.any():
-            before = entries[li[got], m["a"][got], m["b"][got]].copy()
+            before = entries[li[got], row[got], col[got]].copy()
             self.nodes.insert_table(ctx, li[got], entry[got, None])
-            after = entries[li[got], m["a"][got], m["b"][got]]
+            after = entries[li[got], row[got], col[got]]
             ctx.count("pastry_row_repairs", int(((before < 0) & (after >= 0)).sum()))
-        self._ask_row(ctx, li, m["a"], m["b"], m["hops"].astype(np.int64) + 1, m["time"])
+        self._ask_row(ctx, li, row, col, m["hops"].astype(np.int64) + 1, m["time"])

@@ -12,7 +12,7 @@ import numpy as np
 
 from .rootpath import RootPathGuard
 from .tree import TreeState
-from .types import BN_JOIN, BN_SIBLING
+from .types import BN_JOIN, BN_SIBLING, BnJoin, BnSibling
 from .wire import Messenger
 
 
@@ -85,16 +85,18 @@ class BottleneckRemover:
             nodes, now = nodes[rows], now[rows]
 
     def _tell_siblings(self, ctx, parent_local, slots, child, now) -> None:
-        """One BN_SIBLING to each dropped child per remaining sibling: a = sibling,
-        b = delay parent -> sibling, c = the parent."""
+        """One BN_SIBLING to each dropped child per remaining sibling (the sibling, the
+        delay parent -> sibling, the parent)."""
         t = self.tree
         parent = np.asarray(ctx.nodes)[parent_local].astype(np.int64)
         qi, es = t.children_of(slots)
         sib = t.entries["child"][es].astype(np.int64)
         self.messenger.send(ctx, parent[qi], child[qi], BN_SIBLING, now[qi],
                             t.slots["group"][slots][qi],
-                            a=sib, b=np.asarray(ctx.latency(parent[qi], sib), np.int64),
-                            c=parent[qi])
+                            **BnSibling.fields(
+                                sibling=sib,
+                                sibling_delay=np.asarray(ctx.latency(parent[qi], sib), np.int64),
+                                parent=parent[qi]))
 
     def on_bn_sibling(self, ctx, m) -> None:
         """A dropped child probes its former siblings and joins under the one that
@@ -103,12 +105,13 @@ class BottleneckRemover:
         n = len(m)
         if not n:
             return
-        probe = np.asarray(ctx.latency(m["dst"], m["a"]), np.int64)
-        ctx.log("probe", node=m["dst"].astype(np.int32), target=m["a"].astype(np.int32),
+        sib = m[BnSibling.sibling]
+        probe = np.asarray(ctx.latency(m["dst"], sib), np.int64)
+        ctx.log("probe", node=m["dst"].astype(np.int32), target=sib.astype(np.int32),
                 group=m["group"].astype(np.int32), time=m["time"].astype(np.int64))
         ctx.count("scribe_probes", n)
-        cost = probe + m["b"]
-        o = np.lexsort((m["a"], cost, m["group"], m["dst"]))
+        cost = probe + m[BnSibling.sibling_delay]
+        o = np.lexsort((sib, cost, m["group"], m["dst"]))
         mo = m[o]
         first = np.r_[True, (mo["dst"][1:] != mo["dst"][:-1])
                       | (mo["group"][1:] != mo["group"][:-1])]
@@ -117,5 +120,8 @@ class BottleneckRemover:
         live = s >= 0
         pick, s = pick[live], s[live]
         self.guard.lose_parent(s)
-        self.messenger.send(ctx, pick["dst"], pick["a"], BN_JOIN, pick["time"], pick["group"],
-                            a=sl["join_cred"][s], b=sl["last_seq"][s], c=np.ones(len(s), np.int64))
+        self.messenger.send(ctx, pick["dst"], pick[BnSibling.sibling], BN_JOIN, pick["time"],
+                            pick["group"],
+                            **BnJoin.fields(credential=sl["join_cred"][s],
+                                            last_seq=sl["last_seq"][s],
+                                            repair=np.ones(len(s), np.int64)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .tree import TreeState, first_in_run
-from .types import ADOPT, COLLAPSE_WAVE
+from .types import ADOPT, COLLAPSE_WAVE, Adopt, CollapseWave
 from .wire import Messenger
 
 
@@ -36,13 +36,15 @@ class TreeCollapse:
         qi, e = t.children_of(roots)
         src = ctx.nodes[sl["node"][roots]]
         self.messenger.send(ctx, src[qi], t.entries["child"][e], COLLAPSE_WAVE, when[qi],
-                            sl["group"][roots][qi], a=src[qi], b=np.full(len(qi), -1, np.int64))
+                            sl["group"][roots][qi],
+                            **CollapseWave.fields(ancestor=src[qi],
+                                                  first_removed=np.full(len(qi), -1, np.int64)))
 
     def on_collapse_wave(self, ctx, m) -> None:
-        """a = nearest kept ancestor A, b = first removed node under A (-1: none).
-        A non-member forwarder with one child is removed and passes (A, b) down; any
-        other node re-attaches to A if nodes above it were removed, then restarts the
-        wave below itself. Chains of removable nodes collapse in one wave."""
+        """The wave carries the nearest kept ancestor A and the first removed node under
+        A (-1: none). A non-member forwarder with one child is removed and passes (A, first
+        removed) down; any other node re-attaches to A if nodes above it were removed, then
+        restarts the wave below itself. Chains of removable nodes collapse in one wave."""
         self.collapsed = True
         t, sl = self.tree, self.tree.slots
         li = self.messenger.local(ctx, m["dst"])
@@ -52,10 +54,12 @@ class TreeCollapse:
         sub, s = m[hit], s[hit]
         removable = ~sl["member"][s] & ~sl["root"][s] & (sl["n_children"][s] == 1)
         self._pass_wave_down(ctx, sub, s, removable)
-        relink = ~removable & (sub["b"] >= 0)
-        sl["parent"][s[relink]] = sub["a"][relink]
-        self.messenger.send(ctx, sub["dst"][relink], sub["a"][relink], ADOPT,
-                            sub["time"][relink], sub["group"][relink], a=sub["b"][relink])
+        ancestor, first_removed = sub[CollapseWave.ancestor], sub[CollapseWave.first_removed]
+        relink = ~removable & (first_removed >= 0)
+        sl["parent"][s[relink]] = ancestor[relink]
+        self.messenger.send(ctx, sub["dst"][relink], ancestor[relink], ADOPT,
+                            sub["time"][relink], sub["group"][relink],
+                            **Adopt.fields(replaced=first_removed[relink]))
         srem = s[removable]
         t.clear_children(srem)
         t.reset(srem)
@@ -68,13 +72,18 @@ class TreeCollapse:
         qi, e = t.children_of(s)
         child = t.entries["child"][e]
         rem_row = removable[qi]
-        first_removed = np.where(sub["b"] >= 0, sub["b"], sub["dst"])
+        below = sub[CollapseWave.first_removed]
+        first_removed = np.where(below >= 0, below, sub["dst"])
         r = qi[rem_row]
         self.messenger.send(ctx, sub["dst"][r], child[rem_row], COLLAPSE_WAVE, sub["time"][r],
-                            sub["group"][r], a=sub["a"][r], b=first_removed[r])
+                            sub["group"][r],
+                            **CollapseWave.fields(ancestor=sub[CollapseWave.ancestor][r],
+                                                  first_removed=first_removed[r]))
         k = qi[~rem_row]
         self.messenger.send(ctx, sub["dst"][k], child[~rem_row], COLLAPSE_WAVE, sub["time"][k],
-                            sub["group"][k], a=sub["dst"][k], b=np.full(len(k), -1, np.int64))
+                            sub["group"][k],
+                            **CollapseWave.fields(ancestor=sub["dst"][k],
+                                                  first_removed=np.full(len(k), -1, np.int64)))
 
     def on_adopt(self, ctx, m) -> None:
         """A kept node replaces the removed chain below this node as its child."""
@@ -84,6 +93,6 @@ class TreeCollapse:
         hit = s >= 0
         ctx.count("scribe_adopt_no_state", int((~hit).sum()))
         sub, s = m[hit], s[hit]
-        t.remove_children(s, sub["a"].astype(np.int64))
+        t.remove_children(s, sub[Adopt.replaced].astype(np.int64))
         cred = np.full(len(s), -1, np.int64)
         t.add_children(s, sub["src"], cred, sub["time"])

@@ -20,7 +20,18 @@ from .reliable import OrderedDelivery
 from .rendezvous import RendezvousPoints
 from .rootpath import RootPathGuard
 from .tree import TreeState, first_in_run
-from .types import JOIN, JOIN_ACK, JOIN_REFUSE, LEAVE, REJOIN
+from .types import (
+    JOIN,
+    JOIN_ACK,
+    JOIN_REFUSE,
+    LEAVE,
+    REJOIN,
+    BnJoin,
+    Join,
+    JoinAck,
+    JoinRefuse,
+    JoinReq,
+)
 from .wire import Messenger
 
 
@@ -118,14 +129,15 @@ class TreeJoins:
         s = t.get_or_make(self.messenger.local(ctx, m["dst"]), m["group"])
         sl = t.slots
         active = sl["active"][s]
-        bad = active & wrong_credential(sl["acl"][s], m["a"])
+        cred = m[JoinReq.credential]
+        bad = active & wrong_credential(sl["acl"][s], cred)
         self.groups.refuse(ctx, m["group"][bad], m["dst"][bad], "join", m["time"][bad])
         ok = ~bad
         sl["member"][s[ok]] = True
-        sl["my_cred"][s[ok]] = m["a"][ok]
+        sl["my_cred"][s[ok]] = cred[ok]
         # first request for the pair only; later ones in the same cell find it active
         start = ok & ~active & first_in_run(s)
-        self._send_own_join(ctx, s[start], m[start])
+        self._send_own_join(ctx, s[start], cred[start], m[start])
 
     def _activate(self, s, cred) -> None:
         """Slots s join the tree as forwarders (no parent yet) with JOIN credential cred."""
@@ -134,18 +146,22 @@ class TreeJoins:
         self.guard.lose_parent(s)
         sl["join_cred"][s] = cred
 
-    def _send_own_join(self, ctx, s, sub) -> None:
-        """Slots s (rows sub) become tree nodes and route their own JOIN to the RP."""
-        self._activate(s, sub["a"])
-        self.messenger.route(ctx, sub["dst"], JOIN, sub["time"], sub["group"], a=sub["a"],
-                             b=self.tree.slots["last_seq"][s], origin=sub["dst"])
+    def _send_own_join(self, ctx, s, cred, sub) -> None:
+        """Slots s (rows sub) become tree nodes and route their own JOIN to the RP, with
+        credential cred."""
+        self._activate(s, cred)
+        self.messenger.route(ctx, sub["dst"], JOIN, sub["time"], sub["group"],
+                             **Join.fields(credential=cred,
+                                           last_seq=self.tree.slots["last_seq"][s]),
+                             origin=sub["dst"])
 
     def _refuse_join(self, ctx, sub, bad, refused, told) -> None:
-        """Log the refusal of the rows ``bad`` (of joiner ``refused``) and send JOIN_REFUSE
-        to ``told`` (the previous hop)."""
+        """Log the refusal of the JOIN (or BN_JOIN) rows ``bad`` (of joiner ``refused``)
+        and send JOIN_REFUSE to ``told`` (the previous hop)."""
         self.groups.refuse(ctx, sub["group"][bad], refused[bad], "join", sub["time"][bad])
         self.messenger.send(ctx, sub["dst"][bad], told[bad], JOIN_REFUSE, sub["time"][bad],
-                            sub["group"][bad], a=sub["a"][bad])
+                            sub["group"][bad],
+                            **JoinRefuse.fields(credential=sub[Join.credential][bad]))
 
     def forward(self, ctx, m, rows, next_hop) -> None:
         """JOINs (rows of m) passing a node; next_hop is set to -1 where they stop."""
@@ -162,7 +178,7 @@ class TreeJoins:
         s = t.find_active(self.messenger.local(ctx, sub["dst"]), sub["group"])
         on_tree = s >= 0
         node = sl["node"][np.maximum(s, 0)]
-        wrong = wrong_credential(sl["acl"][np.maximum(s, 0)], sub["a"])
+        wrong = wrong_credential(sl["acl"][np.maximum(s, 0)], sub[Join.credential])
         # joins reaching one node in the same cell take its room in turn (row order): the
         # adoptions earlier in the batch count against the bound of the later ones
         taken_before = count_earlier(np.where(on_tree, node, -1), on_tree & ~wrong)
@@ -182,22 +198,23 @@ class TreeJoins:
         sub = m[rows]
         s = t.get_or_make(self.messenger.local(ctx, sub["dst"]), sub["group"])
         was_active = sl["active"][s].copy()
-        bad = was_active & wrong_credential(sl["acl"][s], sub["a"])
+        bad = was_active & wrong_credential(sl["acl"][s], sub[Join.credential])
         # a JOIN from the node's own parent would close a loop: stop it, the sender
         # will learn its place from the ack it gets elsewhere
         loop = was_active & (sl["parent"][s] == sub["src"])
         ok = ~bad & ~loop
         self._refuse_join(ctx, sub, bad, sub["origin"], sub["src"])
         cont = ok & ~was_active & first_of_slot_among(s, ok)
-        self._activate(s[cont], sub["a"][cont])
+        self._activate(s[cont], sub[Join.credential][cont])
         if self.ordered is not None:
-            # issue 22: a node that becomes a forwarder for a repair JOIN (c = 1) starts at
-            # the repairing child's position (b), not at its new parent's (the JOIN_ACK):
-            # its JOIN carries b on, so the parent retransmits b+1.. and the child's gap is
-            # filled; synced at the parent's position it dropped them as old and the child
-            # stalled for good
-            rj = cont & (sub["c"] == 1) & (sub["b"] >= 0)
-            sl["last_seq"][s[rj]] = sub["b"][rj]
+            # issue 22: a node that becomes a forwarder for a repair JOIN starts at the
+            # repairing child's position (last_seq), not at its new parent's (the JOIN_ACK):
+            # its JOIN carries last_seq on, so the parent retransmits last_seq+1.. and the
+            # child's gap is filled; synced at the parent's position it dropped them as old
+            # and the child stalled for good
+            pos = sub[Join.last_seq]
+            rj = cont & (sub[Join.repair] == 1) & (pos >= 0)
+            sl["last_seq"][s[rj]] = pos[rj]
             sl["synced"][s[rj]] = True
         self.adopt_children(ctx, s[ok], sub[ok])
         looped = ok & was_active & self.guard.on_own_path(s, sub["src"])
@@ -211,17 +228,19 @@ class TreeJoins:
         m["path_us"][r] = 0
 
     def adopt_children(self, ctx, s, sub) -> None:
-        """Add sub['src'] as children of slots s and acknowledge (ACL token, seqno)."""
+        """Add sub['src'] (JOIN or BN_JOIN rows: they share their fields) as children of
+        slots s and acknowledge (ACL token, seqno)."""
         if not len(s):
             return
-        self.tree.add_children(s, sub["src"], sub["a"], sub["time"])
+        self.tree.add_children(s, sub["src"], sub[Join.credential], sub["time"])
         sl = self.tree.slots
         self.messenger.send(ctx, sub["dst"], sub["src"], JOIN_ACK, sub["time"], sub["group"],
-                            a=sl["acl"][s], b=sl["last_seq"][s],
+                            **JoinAck.fields(acl=sl["acl"][s], parent_seq=sl["last_seq"][s]),
                             **self.guard.path_fields(s, sub["dst"]))
         if self.ordered is not None:  # joinHandler: catch a repairing child up
-            rp = sub["c"] == 1
-            self.ordered.retransmit(ctx, s[rp], sub["src"][rp], sub["b"][rp], sub["time"][rp])
+            rp = sub[Join.repair] == 1
+            self.ordered.retransmit(ctx, s[rp], sub["src"][rp], sub[Join.last_seq][rp],
+                                    sub["time"][rp])
         if self.shaper is not None:
             self.shaper.after_adopt(ctx, sl["node"][s].astype(np.int64), sub["time"])
 
@@ -231,12 +250,13 @@ class TreeJoins:
         t, sl = self.tree, self.tree.slots
         s = t.get_or_make(self.messenger.local(ctx, m["dst"]), m["group"])
         was_active = sl["active"][s].copy()
-        bad = was_active & wrong_credential(sl["acl"][s], m["a"])
+        cred = m[BnJoin.credential]
+        bad = was_active & wrong_credential(sl["acl"][s], cred)
         self._refuse_join(ctx, m, bad, m["src"], m["src"])
         ok = ~bad
         # the sibling left the tree meanwhile: it becomes a forwarder again
         start = ok & ~was_active & first_of_slot_among(s, ok)
-        self._send_own_join(ctx, s[start], m[start])
+        self._send_own_join(ctx, s[start], cred[start], m[start])
         self.adopt_children(ctx, s[ok], m[ok])
         looped = ok & was_active & self.guard.on_own_path(s, m["src"])
         self.guard.rejoin_randomized(ctx, s[looped], m["dst"][looped], m["time"][looped],
@@ -254,12 +274,13 @@ class TreeJoins:
         was_root = sl["root"][s] & (sl["acl"][s] >= 0)
         replica = ~was_root & (sl["rep_acl"][s] >= 0)
         acl = np.where(was_root, sl["acl"][s], sl["rep_acl"][s])
-        bad = ~(was_root | replica) | (m["a"] != acl)
+        cred = m[Join.credential]
+        bad = ~(was_root | replica) | (cred != acl)
         remote = m["src"] != m["dst"]
         self.groups.refuse(ctx, m["group"][bad], m["origin"][bad], "join", m["time"][bad])
         rb = bad & remote
         self.messenger.send(ctx, m["dst"][rb], m["src"][rb], JOIN_REFUSE, m["time"][rb],
-                            m["group"][rb], a=m["a"][rb])
+                            m["group"][rb], **JoinRefuse.fields(credential=cred[rb]))
         # the RP itself asked to join with a bad credential: it is no member
         sl["member"][s[bad & ~remote]] = False
         ok = ~bad
@@ -285,18 +306,21 @@ class TreeJoins:
         sl["last_heard"][sa] = m["time"][live]
         self.guard.take_path(ctx, m[live], sa)
         if self.ordered is not None:  # a fresh joiner starts at its parent's position
-            start = ~sl["synced"][sa] & (m["b"][live] >= 0)
-            sl["last_seq"][sa[start]] = m["b"][live][start]
+            pos = m[JoinAck.parent_seq][live]
+            start = ~sl["synced"][sa] & (pos >= 0)
+            sl["last_seq"][sa[start]] = pos[start]
             sl["synced"][sa[start]] = True
-        known = m["a"][live] >= 0
-        sl["acl"][sa[known]] = m["a"][live][known]
+        acl = m[JoinAck.acl][live]
+        known = acl >= 0
+        sl["acl"][sa[known]] = acl[known]
         stale = ~live
         self.messenger.send(ctx, m["dst"][stale], m["src"][stale], LEAVE, m["time"][stale],
                             m["group"][stale])
 
     def on_join_refuse(self, ctx, m) -> None:
-        """Our JOIN (carrying credential a) was refused upstream: pass the refusal to the
-        children that joined with that credential, make the others join again."""
+        """Our JOIN (carrying the refused credential) was refused upstream: pass the
+        refusal to the children that joined with that credential, make the others join
+        again."""
         t, sl = self.tree, self.tree.slots
         s = t.find_active(self.messenger.local(ctx, m["dst"]), m["group"])
         hit = s >= 0
@@ -305,21 +329,24 @@ class TreeJoins:
             return
         qi, e = t.clear_children(s)
         ch = t.entries["child"][e]
-        same = t.entries["cred"][e] == sub["a"][qi]
+        refused = sub[JoinRefuse.credential]
+        same = t.entries["cred"][e] == refused[qi]
         r = qi[same]
         self.messenger.send(ctx, sub["dst"][r], ch[same], JOIN_REFUSE, sub["time"][r],
-                            sub["group"][r], a=sub["a"][r])
+                            sub["group"][r], **JoinRefuse.fields(credential=refused[r]))
         r = qi[~same]
         self.messenger.send(ctx, sub["dst"][r], ch[~same], REJOIN, sub["time"][r],
                             sub["group"][r])
-        lost = sl["member"][s] & (sl["my_cred"][s] == sub["a"])
+        lost = sl["member"][s] & (sl["my_cred"][s] == refused)
         sl["member"][s[lost]] = False
         again = sl["member"][s] & ~sl["root"][s]
         self.guard.lose_parent(s)
         sa = s[again]
         sl["join_cred"][sa] = sl["my_cred"][sa]
         self.messenger.route(ctx, sub["dst"][again], JOIN, sub["time"][again],
-                             sub["group"][again], a=sl["my_cred"][sa], b=sl["last_seq"][sa],
+                             sub["group"][again],
+                             **Join.fields(credential=sl["my_cred"][sa],
+                                           last_seq=sl["last_seq"][sa]),
                              origin=sub["dst"][again])
         gone = ~again & ~sl["root"][s]
         t.reset(s[gone])
@@ -332,5 +359,7 @@ class TreeJoins:
         sub, s = m[hit], s[hit]
         self.guard.lose_parent(s)
         self.messenger.route(ctx, sub["dst"], JOIN, sub["time"], sub["group"],
-                             a=sl["join_cred"][s], b=sl["last_seq"][s],
-                             c=np.ones(len(s), np.int64), origin=sub["dst"])
+                             **Join.fields(credential=sl["join_cred"][s],
+                                           last_seq=sl["last_seq"][s],
+                                           repair=np.ones(len(s), np.int64)),
+                             origin=sub["dst"])

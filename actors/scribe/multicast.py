@@ -15,7 +15,7 @@ from .groups import GroupDirectory
 from .publishing import ReliablePublishing
 from .reliable import OrderedDelivery
 from .tree import TreeState, send_data_to_children
-from .types import MCAST, RP_ADDR
+from .types import MCAST, RP_ADDR, Data, Mcast, McastReq, RpAddr
 from .wire import Messenger
 
 
@@ -44,10 +44,11 @@ class Dissemination:
         ttl = self.rp_cache_ttl_us
         if ttl:  # a cached RP may have failed: rediscover it by routing now and then
             cached &= m["time"] - sl["rp_cache_time"][s] <= ttl
-        b = m["b"]
+        seqno = m[McastReq.seqno]
         if self.publishing is not None:  # issue 22: the source numbers and keeps its messages
-            b = self.publishing.number_at_source(ctx, m, s)
-        fields = {"a": m["a"], "b": b, "c": m["time"], "origin": m["dst"]}
+            seqno = self.publishing.number_at_source(ctx, m, s)
+        fields = {**Mcast.fields(credential=m[McastReq.credential], seqno=seqno,
+                                 publish_time=m["time"]), "origin": m["dst"]}
         d = {k: v[cached] for k, v in fields.items()}
         self.messenger.send(ctx, m["dst"][cached], rp[cached], MCAST, m["time"][cached],
                             m["group"][cached], **d)
@@ -72,9 +73,12 @@ class Dissemination:
             lost = ~is_rp
             sub = m[lost]
             self.messenger.route(ctx, sub["dst"], MCAST, sub["time"], sub["group"],
-                                 a=sub["a"], b=sub["b"], c=sub["c"], origin=sub["origin"])
+                                 **Mcast.fields(credential=sub[Mcast.credential],
+                                                seqno=sub[Mcast.seqno],
+                                                publish_time=sub[Mcast.publish_time]),
+                                 origin=sub["origin"])
             m, s, is_rp = m[~lost], s[~lost], is_rp[~lost]
-        bad = ~is_rp | (m["a"] != sl["acl"][np.maximum(s, 0)])
+        bad = ~is_rp | (m[Mcast.credential] != sl["acl"][np.maximum(s, 0)])
         self.groups.refuse(ctx, m["group"][bad], m["origin"][bad], "multicast", m["time"][bad])
         ok = ~bad
         sub, s = m[ok], s[ok]
@@ -83,23 +87,26 @@ class Dissemination:
         elif routed:  # the source learns the RP's address and sends directly next time
             far = sub["origin"] != sub["dst"]
             self.messenger.send(ctx, sub["dst"][far], sub["origin"][far], RP_ADDR,
-                                sub["time"][far], sub["group"][far], a=sub["dst"][far])
-        seqno = self.ordered.number_at_root(s) if self.ordered is not None else sub["b"]
-        self.disseminate(ctx, s, sub["dst"], sub["group"], sub["origin"], sub["c"], seqno,
+                                sub["time"][far], sub["group"][far],
+                                **RpAddr.fields(rp=sub["dst"][far]))
+        publish = sub[Mcast.publish_time]
+        seqno = self.ordered.number_at_root(s) if self.ordered is not None else sub[Mcast.seqno]
+        self.disseminate(ctx, s, sub["dst"], sub["group"], sub["origin"], publish, seqno,
                          sub["hops"].astype(np.int64), sub["time"])
         if self.publishing is not None:  # issue 22: replicas keep the numbered stream
-            self.publishing.replicate_data(ctx, s, sub["origin"], sub["c"], seqno, sub["b"],
-                                           sub["time"])
+            self.publishing.replicate_data(ctx, s, sub["origin"], publish, seqno,
+                                           sub[Mcast.seqno], sub["time"])
 
     def on_rp_addr(self, ctx, m) -> None:
         """The RP told this source its address (and, reliable layer, acknowledged up to
-        source seqno b)."""
+        the source seqno acked_seq)."""
         t = self.tree
         s = t.get_or_make(self.messenger.local(ctx, m["dst"]), m["group"])
-        t.slots["rp_cache"][s] = m["a"]
+        t.slots["rp_cache"][s] = m[RpAddr.rp]
         t.slots["rp_cache_time"][s] = m["time"]
         if self.publishing is not None:
-            self.publishing.acknowledge(self.messenger.local(ctx, m["dst"]), m["group"], m["b"])
+            self.publishing.acknowledge(self.messenger.local(ctx, m["dst"]), m["group"],
+                                        m[RpAddr.acked_seq])
 
     def disseminate(self, ctx, s, nodes, group, source, publish, seqno, hops, now) -> None:
         """Members among slots s log a delivery; every slot sends one copy per child."""
@@ -128,9 +135,10 @@ class Dissemination:
         self.tree.heard_from_parent(li, m["group"], m["src"], m["time"])
         # a copy that went round more tree hops than any tree is deep is in a loop
         # (possible only under failures): drop it rather than circulate forever
-        looping = hit & (m["c"] > self.max_tree_hops)
+        looping = hit & (m[Data.total_hops] > self.max_tree_hops)
         ctx.count("scribe_data_hop_limit", int(looping.sum()))
         hit &= ~looping
         sub = m[hit]
-        self.disseminate(ctx, s[hit], sub["dst"], sub["group"], sub["origin"], sub["a"],
-                         sub["b"], sub["c"], sub["time"])
+        self.disseminate(ctx, s[hit], sub["dst"], sub["group"], sub["origin"],
+                         sub[Data.publish_time], sub[Data.seqno], sub[Data.total_hops],
+                         sub["time"])

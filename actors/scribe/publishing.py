@@ -10,9 +10,9 @@ before it:
   from its own position (nothing if it was off the tree), reusing seqnos members had
   already delivered.
 Closed as follows:
-- the source numbers its messages per group (slot column src_seq; MCAST field b) and
-  keeps each until the RP acknowledges it (RP_ADDR, b = last source seqno numbered,
-  cumulative); on its TICK it re-routes those unacknowledged for heartbeat_miss
+- the source numbers its messages per group (slot column src_seq; MCAST seqno) and
+  keeps each until the RP acknowledges it (RP_ADDR acked_seq: the last source seqno
+  numbered, cumulative); on its TICK it re-routes those unacknowledged for heartbeat_miss
   periods, then every period until acknowledged (and drops its RP cache);
 - the RP numbers each source's messages in source order: later ones wait for a gap
   (src_held), repeats are dropped and acknowledged again;
@@ -31,7 +31,7 @@ import numpy as np
 from .reliable import MessageRing, OrderedDelivery, numbered, seqno_ranges
 from .rendezvous import RendezvousPoints
 from .tree import TreeState
-from .types import MCAST, REPLICA_DATA, RP_ADDR
+from .types import MCAST, REPLICA_DATA, RP_ADDR, Mcast, McastReq, ReplicaData, RpAddr
 from .wire import Messenger
 
 _PENDING_COLUMNS = ("li", "group", "seq", "cred", "publish", "sent")
@@ -73,12 +73,12 @@ class ReliablePublishing:
     # ---- the source ---------------------------------------------------------------
     def number_at_source(self, ctx, m, s):
         """Source side of MCAST_REQ: number each (source, group)'s messages 0, 1, ... and
-        keep them until acknowledged. Returns the source seqnos (MCAST field b)."""
+        keep them until acknowledged. Returns the source seqnos (MCAST seqno)."""
         sl = self.tree.slots
         seq = numbered(s, sl["src_seq"][s])
         np.add.at(sl["src_seq"], s, 1)
         new = {"li": self.messenger.local(ctx, m["dst"]), "group": m["group"].astype(np.int64),
-               "seq": seq, "cred": m["a"].astype(np.int64),
+               "seq": seq, "cred": m[McastReq.credential].astype(np.int64),
                "publish": m["time"].astype(np.int64), "sent": m["time"].astype(np.int64)}
         self.pend = {k: np.r_[self.pend[k], new[k]] for k in self.pend}
         return seq
@@ -121,19 +121,20 @@ class ReliablePublishing:
         me = np.asarray(ctx.nodes)[p["li"][rows]].astype(np.int64)
         s = self.tree.find(p["li"][rows], p["group"][rows])
         self.tree.slots["rp_cache"][s[s >= 0]] = -1
-        self.messenger.route(ctx, me, MCAST, now, p["group"][rows], a=p["cred"][rows],
-                             b=p["seq"][rows], c=p["publish"][rows], origin=me)
+        self.messenger.route(ctx, me, MCAST, now, p["group"][rows],
+                             **Mcast.fields(credential=p["cred"][rows], seqno=p["seq"][rows],
+                                            publish_time=p["publish"][rows]), origin=me)
 
     # ---- the RP -------------------------------------------------------------------
     def source_fifo(self, ctx, sub, s):
-        """RP side: pass each source's MCASTs on in source order (b); later ones wait for a
-        gap, repeats are dropped. Acknowledges (RP_ADDR, b = last numbered) every source
-        heard from. Returns (records, slots) to number now, in order. O(messages) Python:
-        a few per RP and stream tick."""
+        """RP side: pass each source's MCASTs on in source order (seqno); later ones wait
+        for a gap, repeats are dropped. Acknowledges (RP_ADDR acked_seq: the last numbered)
+        every source heard from. Returns (records, slots) to number now, in order.
+        O(messages) Python: a few per RP and stream tick."""
         out, out_s, acks = [], [], {}
         for i in range(len(sub)):
             key = (int(s[i]), int(sub["origin"][i]))
-            q = int(sub["b"][i])
+            q = int(sub[Mcast.seqno][i])
             nxt = self.src_next.get(key, q)
             if q >= nxt:
                 held = self.src_held.setdefault(key, {})
@@ -157,11 +158,12 @@ class ReliablePublishing:
         return np.array(out, dtype=sub.dtype), np.array(out_s, np.int64)
 
     def _send_acks(self, ctx, acks: dict) -> None:
-        """RP_ADDR (b = last source seqno numbered) to each source heard from."""
+        """RP_ADDR (acked_seq: the last source seqno numbered) to each source heard from."""
         k = np.array([(src, *v) for (_, src), v in acks.items()], np.int64)
         far = k[:, 0] != k[:, 2]
         self.messenger.send(ctx, k[far, 2], k[far, 0], RP_ADDR, k[far, 4],
-                            k[far, 3].astype(np.int32), a=k[far, 2], b=k[far, 1])
+                            k[far, 3].astype(np.int32),
+                            **RpAddr.fields(rp=k[far, 2], acked_seq=k[far, 1]))
         near = ~far   # the RP is the source: acknowledge in place
         self.acknowledge(self.messenger.local(ctx, k[near, 0]), k[near, 3], k[near, 1])
 
@@ -173,8 +175,10 @@ class ReliablePublishing:
         src, row, dst = tg
         self.messenger.send(ctx, src, dst, REPLICA_DATA, np.asarray(now)[row],
                             self.tree.slots["group"][s[row]],
-                            a=np.asarray(publish)[row], b=np.asarray(seqno)[row],
-                            c=np.asarray(srcseq)[row], origin=np.asarray(source)[row])
+                            **ReplicaData.fields(publish_time=np.asarray(publish)[row],
+                                                 seqno=np.asarray(seqno)[row],
+                                                 source_seq=np.asarray(srcseq)[row]),
+                            origin=np.asarray(source)[row])
 
     # ---- a replica ----------------------------------------------------------------
     def on_replica_data(self, ctx, m) -> None:
@@ -182,13 +186,15 @@ class ReliablePublishing:
         source's next seqno, apart from its own tree position."""
         t, sl = self.tree, self.tree.slots
         s = t.get_or_make(self.messenger.local(ctx, m["dst"]), m["group"])
-        self.rep_ring.put(s, m["b"], m["a"], m["origin"], np.zeros(len(s), np.int64))
-        np.maximum.at(sl["rep_seq"], s, m["b"])
+        seqno = m[ReplicaData.seqno]
+        self.rep_ring.put(s, seqno, m[ReplicaData.publish_time], m["origin"],
+                          np.zeros(len(s), np.int64))
+        np.maximum.at(sl["rep_seq"], s, seqno)
         # each (slot, source)'s highest source seqno first (numpy), then one dict update per
         # pair rather than per message
         key = s.astype(np.int64) * (1 << 32) + np.asarray(m["origin"], np.int64)
         o = np.argsort(key, kind="stable")
-        key, q = key[o], np.asarray(m["c"], np.int64)[o]
+        key, q = key[o], np.asarray(m[ReplicaData.source_seq], np.int64)[o]
         starts = np.r_[0, np.flatnonzero(np.diff(key)) + 1] if len(key) else key
         if len(key):
             top = np.maximum.reduceat(q, starts)

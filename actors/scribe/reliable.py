@@ -6,8 +6,8 @@ tree side (``OrderedDelivery``); the source and RP side is ``publishing.py``.
   group in a ring (keyed (slot, seqno mod B)), forwards each new message once and drops
   duplicates; members deliver strictly in seqno order, holding back messages that arrive
   ahead of a gap;
-- faultHandler: a repair JOIN carries the node's last in-order seqno (field b) and the
-  repair flag (field c = 1);
+- faultHandler: a repair JOIN carries the node's last in-order seqno (JOIN last_seq) and
+  the repair flag (JOIN repair = 1);
 - joinHandler: the node that adds a repairing child retransmits its buffered messages
   newer than that seqno.
 A fresh (non-repair) joiner starts at its parent's position (sent back in the JOIN_ACK)
@@ -21,7 +21,7 @@ import numpy as np
 
 from .keyindex import KeyIndex
 from .tree import TreeState, send_data_to_children
-from .types import DATA
+from .types import DATA, Data
 from .wire import Messenger
 
 
@@ -186,7 +186,8 @@ class OrderedDelivery:
         me = np.asarray(ctx.nodes)[sl["node"][s[row]]]
         self.messenger.send(ctx, me, np.asarray(child)[row], DATA, np.asarray(now)[row],
                             sl["group"][s[row]], origin=ring.cols["source"][e],
-                            a=ring.cols["publish"][e], b=q, c=ring.cols["hops"][e] + 1)
+                            **Data.fields(publish_time=ring.cols["publish"][e], seqno=q,
+                                          total_hops=ring.cols["hops"][e] + 1))
 
 
 def seqno_ranges(lo, hi) -> tuple[np.ndarray, np.ndarray]:

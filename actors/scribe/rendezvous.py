@@ -15,7 +15,7 @@ import numpy as np
 from .groups import GroupDirectory
 from .rootpath import RootPathGuard
 from .tree import TreeState, first_in_run
-from .types import CREATE, REPLICA
+from .types import CREATE, REPLICA, Create, CreateReq, Replica
 from .wire import Messenger
 
 
@@ -34,7 +34,8 @@ class RendezvousPoints:
         self.stale = np.zeros(tree.n_local, bool) if stale is None else stale
 
     def on_create_req(self, ctx, m) -> None:
-        self.messenger.route(ctx, m["dst"], CREATE, m["time"], m["group"], a=m["a"],
+        self.messenger.route(ctx, m["dst"], CREATE, m["time"], m["group"],
+                             **Create.fields(credential=m[CreateReq.credential]),
                              origin=m["dst"])
 
     def on_create(self, ctx, m) -> None:
@@ -48,7 +49,7 @@ class RendezvousPoints:
         sf = s[first]
         t.slots["active"][sf] = True
         t.slots["root"][sf] = True
-        t.slots["acl"][sf] = m["a"][first]
+        t.slots["acl"][sf] = m[Create.credential][first]
         t.slots["creator"][sf] = m["origin"][first]
         self.groups.log_created(ctx, m["group"][first], m["dst"][first], m["origin"][first])
         self.groups.refuse(ctx, m["group"][dup], m["origin"][dup], "create", m["time"][dup])
@@ -74,14 +75,15 @@ class RendezvousPoints:
         src, row, dst = tg
         s = slots[row]
         self.messenger.send(ctx, src, dst, REPLICA, np.asarray(now)[row],
-                            sl["group"][s], a=sl["acl"][s], b=sl["creator"][s])
+                            sl["group"][s],
+                            **Replica.fields(acl=sl["acl"][s], creator=sl["creator"][s]))
 
     def on_replica(self, ctx, m) -> None:
         """Keep the RP record a REPLICA message carries."""
         t, sl = self.tree, self.tree.slots
         s = t.get_or_make(self.messenger.local(ctx, m["dst"]), m["group"])
-        sl["rep_acl"][s] = m["a"]
-        sl["rep_creator"][s] = m["b"]
+        sl["rep_acl"][s] = m[Replica.acl]
+        sl["rep_creator"][s] = m[Replica.creator]
 
     def mark_stale(self, local_idx) -> None:
         """Leaf sets changed: RPs among these nodes refresh their replicas at their next

@@ -20,7 +20,7 @@ from .reliable import OrderedDelivery
 from .rendezvous import RendezvousPoints
 from .rootpath import RootPathGuard
 from .tree import TreeState
-from .types import HEARTBEAT, JOIN, LEAVE, REFRESH, REJOIN, TICK
+from .types import HEARTBEAT, JOIN, LEAVE, REFRESH, REJOIN, TICK, Join, Refresh
 from .wire import Messenger
 
 
@@ -113,14 +113,16 @@ class TreeRepair:
             self.guard.lose_parent(rs)
             sl["last_heard"][rs] = now[suspect]
             cred = np.where(sl["member"][rs], sl["my_cred"][rs], sl["join_cred"][rs])
-            self.messenger.route(ctx, me[suspect], JOIN, now[suspect], grp[suspect], a=cred,
-                                 b=sl["last_seq"][rs], c=np.ones(len(rs), np.int64),
+            self.messenger.route(ctx, me[suspect], JOIN, now[suspect], grp[suspect],
+                                 **Join.fields(credential=cred, last_seq=sl["last_seq"][rs],
+                                               repair=np.ones(len(rs), np.int64)),
                                  origin=me[suspect])
         refresh = child_role & ~silent & (sl["parent"][s] >= 0)
-        # issue 22: with the reliable layer the refresh carries the child's last seqno (b)
-        pos = {"b": sl["last_seq"][s[refresh]]} if self.ordered is not None else {}
+        # issue 22: with the reliable layer the refresh carries the child's last seqno
+        pos = {"last_seq": sl["last_seq"][s[refresh]]} if self.ordered is not None else {}
         self.messenger.send(ctx, me[refresh], sl["parent"][s[refresh]], REFRESH, now[refresh],
-                            grp[refresh], a=sl["join_cred"][s[refresh]], **pos)
+                            grp[refresh],
+                            **Refresh.fields(credential=sl["join_cred"][s[refresh]], **pos))
 
     def _expire_children(self, ctx, s, now, me, grp) -> None:
         """Children that stopped refreshing expire; slots left empty leave their parent."""
@@ -165,12 +167,12 @@ class TreeRepair:
         s = t.find_active(self.messenger.local(ctx, m["dst"]), m["group"])
         live = s >= 0
         sub = m[live]
-        new = t.add_children(s[live], sub["src"], sub["a"], sub["time"])
+        new = t.add_children(s[live], sub["src"], sub[Refresh.credential], sub["time"])
         if self.ordered is not None and new.any():
             # issue 22: a child re-admitted here (its entry had expired, e.g. its first
             # refresh came late over a long link) missed what was sent meanwhile and never
             # noticed (it kept hearing from us): catch it up from its last seqno
-            self.ordered.retransmit(ctx, s[live][new], sub["src"][new], sub["b"][new],
-                                    sub["time"][new])
+            self.ordered.retransmit(ctx, s[live][new], sub["src"][new],
+                                    sub[Refresh.last_seq][new], sub["time"][new])
         dead = m[~live]
         self.messenger.send(ctx, dead["dst"], dead["src"], REJOIN, dead["time"], dead["group"])

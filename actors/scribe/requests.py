@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .types import COLLAPSE_REQ, CREATE_REQ, JOIN_REQ, LEAVE_REQ, MCAST_REQ
+from .types import COLLAPSE_REQ, CREATE_REQ, JOIN_REQ, LEAVE_REQ, MCAST_REQ, McastReq, Request
 from .wire import Batch, new_messages
 
 
-def _self_messages(kind, type_code, nodes, times, groups=None, credentials=None, b=None):
+def _self_messages(kind, type_code, nodes, times, groups=None, credentials=None, seqno=None):
     nodes = np.atleast_1d(np.asarray(nodes, dtype=np.int64))
     n = nodes.shape[0]
     def col(x, what, dtype):
@@ -39,9 +39,9 @@ def _self_messages(kind, type_code, nodes, times, groups=None, credentials=None,
             raise ValueError(f"{kind}: group indices must be >= 0")
         msgs["group"] = groups
     if credentials is not None:
-        msgs["a"] = col(credentials, "credentials", np.int64)
-    if b is not None:
-        msgs["b"] = col(b, "seqno", np.int64)
+        msgs[Request.credential] = col(credentials, "credentials", np.int64)
+    if seqno is not None:
+        msgs[McastReq.seqno] = col(seqno, "seqno", np.int64)
     # a per-node sequence number keeps (time, src, seq) a strict order for equal times
     order = np.lexsort((np.arange(n), times, nodes))
     seq = np.empty(n, dtype=np.int64)
@@ -73,7 +73,7 @@ def multicast_requests(sources, groups, times, credentials, seqno=None):
     (default: 0); with the reliable layer the RP numbers messages itself."""
     seq = 0 if seqno is None else seqno
     return _self_messages("multicast_requests", MCAST_REQ, sources, times, groups,
-                          credentials, b=seq)
+                          credentials, seqno=seq)
 
 
 def collapse_requests(nodes, times):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .tree import TreeState, first_in_run
-from .types import HEARTBEAT, JOIN, LEAVE
+from .types import HEARTBEAT, JOIN, LEAVE, ROOT_PATH_LENGTH, Join
 from .wire import Messenger, pack_rows, payload_rows
 
 UNKNOWN = -1
@@ -108,8 +108,9 @@ class RootPaths:
 
 
 def encode(rows: np.ndarray, lengths: np.ndarray) -> dict:
-    """Message fields carrying one path per message: payload, pay_off, pay_len, c."""
-    return {**pack_rows(rows), "c": np.asarray(lengths, np.int64)}
+    """Message fields carrying one path per message (JOIN_ACK, HEARTBEAT): payload,
+    pay_off, pay_len and the path length (``ROOT_PATH_LENGTH``)."""
+    return {**pack_rows(rows), ROOT_PATH_LENGTH: np.asarray(lengths, np.int64)}
 
 
 def decode(m: np.ndarray, payload: np.ndarray, width: int) -> np.ndarray:
@@ -148,7 +149,7 @@ class RootPathGuard:
             return
         w = self.paths.width
         rows = decode(m, self.messenger.payload, w)
-        lens = m["c"].astype(np.int64)
+        lens = m[ROOT_PATH_LENGTH].astype(np.int64)
         me = m["dst"].astype(np.int64)
         loop = (lens > w) | (rows == me[:, None]).any(axis=1)
         keep = ~loop
@@ -190,8 +191,10 @@ class RootPathGuard:
         self.messenger.send(ctx, me[had], old[had], LEAVE, now[had], sl["group"][s[had]])
         self.lose_parent(s)
         cred = np.where(sl["member"][s], sl["my_cred"][s], sl["join_cred"][s])
-        self.messenger.route(ctx, me, JOIN, now, sl["group"][s], a=cred, b=sl["last_seq"][s],
-                             c=np.ones(len(s), np.int64), origin=me, randomize=True)
+        self.messenger.route(ctx, me, JOIN, now, sl["group"][s],
+                             **Join.fields(credential=cred, last_seq=sl["last_seq"][s],
+                                           repair=np.ones(len(s), np.int64)),
+                             origin=me, randomize=True)
 
     def state(self):
         return None if self.paths is None else self.paths.state()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .keyindex import KeyIndex
-from .types import DATA
+from .types import DATA, Data
 
 _SLOT_COLS = {
     "node": ("i4", -1),        # local index of the node
@@ -245,4 +245,6 @@ def send_data_to_children(tree: TreeState, messenger, ctx, s, nodes, group, sour
     if len(e):
         tree.slots["last_sent"][s[qi]] = now[qi]
         messenger.send(ctx, nodes[qi], tree.entries["child"][e], DATA, now[qi], group[qi],
-                       origin=source[qi], a=publish[qi], b=seqno[qi], c=hops[qi] + 1)
+                       origin=source[qi],
+                       **Data.fields(publish_time=publish[qi], seqno=seqno[qi],
+                                     total_hops=hops[qi] + 1))
