@@ -211,9 +211,13 @@ class TreeJoins:
             # repairing child's position (last_seq), not at its new parent's (the JOIN_ACK):
             # its JOIN carries last_seq on, so the parent retransmits last_seq+1.. and the
             # child's gap is filled; synced at the parent's position it dropped them as old
-            # and the child stalled for good
+            # and the child stalled for good. A child that never had a message (-1) wants
+            # all of them: synced at the first copy it saw, a live message overtaking the
+            # retransmitted ones made the forwarder drop those as old (30,000-node
+            # churn_reliable: a branch whose forwarder crashed before the stream's first
+            # message reached it lost the stream's start)
             pos = sub[Join.last_seq]
-            rj = cont & (sub[Join.repair] == 1) & (pos >= 0)
+            rj = cont & (sub[Join.repair] == 1) & (pos >= -1)
             sl["last_seq"][s[rj]] = pos[rj]
             sl["synced"][s[rj]] = True
         self.adopt_children(ctx, s[ok], sub[ok])

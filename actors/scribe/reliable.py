@@ -58,6 +58,15 @@ class MessageRing:
         ok[ok] = self.cols["seq"][e[ok]] == np.asarray(seqno)[ok]
         return np.where(ok, e, -1)
 
+    def forget(self, slots) -> None:
+        """Drop every buffered message of these slots (O(len(slots) x B log n))."""
+        slots = np.unique(np.asarray(slots, np.int64))
+        if not len(slots) or not self.index.size:
+            return
+        keys = (slots[:, None] * self.size + np.arange(self.size, dtype=np.int64)).ravel()
+        e = self.index.lookup(keys)
+        self.cols["seq"][e[e >= 0]] = -1
+
     def state(self):
         return {"size": self.size, "index": self.index.state(),
                 "cols": {k: v[: self.index.size].copy() for k, v in self.cols.items()}}
@@ -92,6 +101,15 @@ class OrderedDelivery:
         self.messenger = messenger
         self.variant_of = variant_of
         self.ring = MessageRing(buffer) if ring is None else ring
+        # a slot the tree forgets (it left the tree, its node crashed) forgets its messages
+        # too: kept, they made a re-joined slot take the copies its new parent re-sent for
+        # its children as duplicates (positions rewound to a repairing child's, issue 22)
+        tree.on_reset.append(self.forget)
+
+    def forget(self, slots) -> None:
+        """The tree forgot these slots: their buffered messages go too (`self.ring` at the
+        time of the call: a restored checkpoint replaces the ring)."""
+        self.ring.forget(slots)
 
     def number_at_root(self, s):
         """The root gives consecutive seqnos to the accepted messages of each slot."""
@@ -117,6 +135,7 @@ class OrderedDelivery:
         if not len(s):  # issue 22: every copy was a duplicate (crashed on the empty batch)
             return
         ring.put(s, seqno, publish, source, hops)
+        np.maximum.at(sl["top_seq"], s, seqno)
         # forwardHandler: each new message goes on to every child once, in seqno order
         send_data_to_children(self.tree, self.messenger, ctx, s, nodes, group, source, publish,
                               seqno, hops, now)
@@ -172,9 +191,11 @@ class OrderedDelivery:
                         seqno=nxt[mem], variant=np.full(n, self.variant_of(), dtype=object))
 
     def retransmit(self, ctx, s, child, after, now):
-        """joinHandler: send a repairing child the buffered messages newer than `after`."""
+        """joinHandler: send a repairing child the buffered messages newer than `after`:
+        up to the newest one buffered, so those waiting here behind a gap go too (they were
+        forwarded on arrival, before this child was one)."""
         sl, ring, b = self.tree.slots, self.ring, self.ring.size
-        hi = sl["last_seq"][s]
+        hi = np.maximum(sl["last_seq"][s], sl["top_seq"][s])
         lo = np.maximum(np.asarray(after, np.int64) + 1, hi - b + 1)
         row, q = seqno_ranges(lo, hi)
         if not len(q):

@@ -39,6 +39,8 @@ _SLOT_COLS = {
     "synced": ("?", False),    # reliable layer: last_seq is a valid in-order position
     "src_seq": ("i8", 0),      # reliable layer, as a source: next source seqno (issue 22)
     "rep_seq": ("i8", -1),     # reliable layer, as a replica: last seqno replicated
+    "top_seq": ("i8", -1),     # reliable layer: newest seqno buffered here (above last_seq
+                               # while later messages wait behind a gap)
 }
 
 _ENTRY_COLS = {
@@ -88,6 +90,9 @@ class TreeState:
         self.slots = _Columns(_SLOT_COLS)
         self.entries = _Columns(_ENTRY_COLS)
         self.node_children = np.zeros(n_local, dtype=np.int64)  # total children, all groups
+        # called with the slots `reset` forgets (the reliable layer drops their buffered
+        # messages: a buffer that outlives the position it belongs to hides gaps)
+        self.on_reset: list = []
 
     # ---- slots ------------------------------------------------------------------
     def slot_keys(self, local_idx, groups):
@@ -118,8 +123,10 @@ class TreeState:
         for name in ("active", "member", "root", "synced"):
             sl[name][slots] = False
         for name in ("parent", "acl", "creator", "my_cred", "join_cred", "last_seq",
-                     "last_heard", "last_sent"):
+                     "top_seq", "last_heard", "last_sent"):
             sl[name][slots] = _SLOT_COLS[name][1]
+        for forget in self.on_reset:
+            forget(slots)
 
     def heard_from_parent(self, local_idx, groups, senders, times) -> np.ndarray:
         """Messages from the current parent (heartbeats, data) reset the suspicion clock.
