@@ -36,10 +36,12 @@ class SparkWarmup:
 
     `start()` begins; the thread starts Spark, waits until `topology_file` exists (the
     runner saves it atomically, so an existing file is complete), then runs
-    `analysis.warmup.warm_up` on it. `finish()` waits for the thread (the analysis needs the
-    session) and returns {timing key: seconds}; an error in the thread is logged and
-    dropped: the analysis then starts Spark itself and reports the error if it recurs.
-    `cancel()` stops the wait for the topology (a run that fails before it exists).
+    `analysis.warmup.warm_up` on it. `cancel()` says the emulation is over: a warm-up not
+    begun yet is skipped. `finish()` (the analysis needs the session) waits for Spark to be
+    up and stops a warm-up still running by cancelling its Spark jobs, so a run whose
+    emulation is shorter than the warm-up never waits for it (the part done still warms).
+    It returns {timing key: seconds}. An error in the thread is logged and dropped: the
+    analysis then starts Spark itself and reports the error if it recurs.
     """
 
     POLL_S = 0.25
@@ -47,6 +49,7 @@ class SparkWarmup:
     def __init__(self, cfg, topology_file: Path):
         self.cfg, self.topology_file = cfg, Path(topology_file)
         self._cancelled = threading.Event()
+        self._warming = None            # the session while the warm-up's jobs run
         self._timing: dict[str, float] = {}
         self._thread = threading.Thread(target=self._run, name="spark-warmup", daemon=True)
 
@@ -58,10 +61,16 @@ class SparkWarmup:
         self._cancelled.set()
 
     def finish(self) -> dict[str, float]:
-        """Wait for the warm-up; {"spark_start": s, "spark_warmup": s, "spark_wait": s}
-        (spark_wait: how long the caller waited here, the part the emulation did not hide)."""
+        """Spark up, the warm-up done or stopped; {"spark_start": s, "spark_warmup": s,
+        "spark_wait": s} (spark_warmup: until it ended or was stopped; spark_wait: how long
+        the caller waited here, the part of the start the emulation did not hide)."""
         w0 = time.perf_counter()
-        self._thread.join()
+        self._cancelled.set()
+        while self._thread.is_alive():
+            warming = self._warming
+            if warming is not None:   # only the warm-up's jobs run now: stop them
+                warming.sparkContext.cancelAllJobs()
+            self._thread.join(self.POLL_S)
         return {**self._timing, "spark_wait": time.perf_counter() - w0}
 
     def _run(self) -> None:
@@ -72,11 +81,19 @@ class SparkWarmup:
             while not self.topology_file.is_file():
                 if self._cancelled.wait(self.POLL_S):
                     return
+            if self._cancelled.is_set():
+                return
             from analysis.warmup import warm_up
-            self._timing["spark_warmup"] = warm_up(spark, self.topology_file)
+            t0 = time.perf_counter()
+            self._warming = spark
+            try:
+                warm_up(spark, self.topology_file)
+            finally:
+                self._warming = None
+                self._timing["spark_warmup"] = time.perf_counter() - t0
         except Exception:  # noqa: BLE001 - the analysis starts Spark itself; see class doc
-            # info, not warning: the run log has it, the console stays the run's own (a run
-            # stopped mid-emulation shuts Ray down under this thread, which is no news)
-            log.info("Spark warm-up %s; the analysis starts Spark itself",
-                     "stopped with the run" if self._cancelled.is_set() else "failed",
-                     exc_info=True)
+            # info, not warning: the run log has it, the console stays the run's own (a
+            # warm-up stopped because the emulation ended first, or a run stopped
+            # mid-emulation shutting Ray down under this thread, is no news)
+            log.info("Spark warm-up %s; the analysis goes on without it",
+                     "stopped" if self._cancelled.is_set() else "failed", exc_info=True)
