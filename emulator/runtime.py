@@ -565,6 +565,77 @@ def _executor_actor_states() -> dict[str, str]:
             if str(a.get("Name", "")).startswith("raydp-executor-")}
 
 
+def _spark_jvm_pids() -> set[int]:
+    """This process's Spark JVMs: the driver JVM (a child of this process) and RayDP's
+    master and executor actors (Ray's GCS actor table)."""
+    import psutil
+    import ray._private.state
+    pids = {p.pid for p in psutil.Process().children(recursive=True) if p.name() == "java"}
+    try:
+        pids |= {int(a.get("Pid") or 0) for a in ray._private.state.actors().values()
+                 if str(a.get("Name", "")).lower().startswith("raydp")
+                 and a.get("State") == "ALIVE"}
+    except Exception:  # noqa: BLE001 - the GCS table unreadable: the driver JVM alone
+        pass
+    return pids - {0}
+
+
+def _each_thread(pids, apply) -> int:
+    """apply(tid) to every thread of these processes (Linux schedules threads: the JVM's
+    compiler and GC threads exist from its start); returns the processes reached."""
+    reached = 0
+    for pid in sorted(pids):
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                apply(int(tid))
+            reached += 1
+        except (OSError, ValueError):   # gone meanwhile, or no /proc (not Linux)
+            continue
+    return reached
+
+
+def _can_leave_idle() -> bool:
+    """Whether this user may move a thread out of SCHED_IDLE again (root, or RLIMIT_NICE
+    allowing Ray's worker nice 15: Linux refuses it otherwise)."""
+    import resource
+    return os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20 - 15
+
+
+def lower_spark_priority() -> int:
+    """Let this process's Spark JVMs run only on CPU the shards leave: SCHED_IDLE, thread
+    by thread, where `restore_spark_priority` can undo it, else nice 19 (below Ray's
+    workers, which Ray starts at nice 15, the shards included; harmless alone). For Spark
+    started beside the emulation (embedded Ray: every Ray process here is this run's).
+    Python workers the executors fork later inherit it. Returns the processes changed."""
+    if not hasattr(os, "sched_setscheduler"):
+        return 0
+    if _can_leave_idle():
+        return _each_thread(_spark_jvm_pids(), lambda tid: os.sched_setscheduler(
+            tid, os.SCHED_IDLE, os.sched_param(0)))
+    return _each_thread(_spark_jvm_pids(), lambda tid: os.setpriority(
+        os.PRIO_PROCESS, tid, 19))
+
+
+def restore_spark_priority() -> int:
+    """Normal scheduling (SCHED_OTHER) again for the Spark JVMs' threads and their Python
+    workers' (the analysis must not yield to every other process), where
+    `lower_spark_priority` used SCHED_IDLE. Returns the processes changed."""
+    if not hasattr(os, "sched_setscheduler") or not _can_leave_idle():
+        return 0
+    import psutil
+    pids = _spark_jvm_pids()
+    for pid in list(pids):
+        try:
+            pids |= {c.pid for c in psutil.Process(pid).children(recursive=True)}
+        except psutil.Error:
+            continue
+
+    def normal(tid: int) -> None:
+        if os.sched_getscheduler(tid) == os.SCHED_IDLE:
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+    return _each_thread(pids, normal)
+
+
 def _ray_session() -> str | None:
     """Identity of the Ray cluster this process is connected to (None when not connected)."""
     import ray

@@ -17,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 
+from emulator.runtime import lower_spark_priority, restore_spark_priority
+
 log = logging.getLogger("scribe_emu.runner")
 
 
@@ -71,6 +73,10 @@ class SparkWarmup:
             if warming is not None:   # only the warm-up's jobs run now: stop them
                 warming.sparkContext.cancelAllJobs()
             self._thread.join(self.POLL_S)
+        try:
+            restore_spark_priority()    # the analysis runs at normal priority
+        except Exception:  # noqa: BLE001 - Ray or a JVM gone: the analysis reports it
+            log.info("restoring Spark's priority failed", exc_info=True)
         return {**self._timing, "spark_wait": time.perf_counter() - w0}
 
     def _run(self) -> None:
@@ -78,12 +84,14 @@ class SparkWarmup:
             t0 = time.perf_counter()
             spark = start_analysis_spark(self.cfg)
             self._timing["spark_start"] = time.perf_counter() - t0
+            lower_spark_priority()      # the shards first while they emulate
             while not self.topology_file.is_file():
                 if self._cancelled.wait(self.POLL_S):
                     return
             if self._cancelled.is_set():
                 return
             from analysis.warmup import warm_up
+            lower_spark_priority()      # executors that registered since
             t0 = time.perf_counter()
             self._warming = spark
             try:
