@@ -49,6 +49,7 @@ GROUP_KINDS = ("zipf", "fixed")
 PLACEMENTS = ("uniform", "lan_slots")        # topologies.hosts.PLACEMENTS
 VOCABULARIES = ("groups", "pubsub")          # scenarios.vocabulary.TERMS
 BOOTSTRAPS = ("oracle", "protocol")
+WARMUP_MODES = ("auto", "on", "off")
 HOP_ACK_MODES = ("auto", "on", "off")
 EVENT_LOG_LAYOUTS = ("auto", "object_store", "files")   # scenarios/event_logs.py
 
@@ -184,9 +185,10 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "driver_memory": (str, "3g", _memory, "Spark driver memory, e.g. 3g (it collects "
                           "every metrics table)"),
         "executor_memory": (str, "3g", _memory, "memory of each Spark executor, e.g. 3g"),
-        "warmup": (bool, True, None, "start Spark while the emulation runs and warm it up "
-                   "on a six-node run, so the analysis starts warm (one machine only; "
-                   "results do not change)"),
+        "warmup": (str, "auto", lambda v: v in WARMUP_MODES, "start Spark while the "
+                   "emulation runs and warm it up on a six-node run, so the analysis starts "
+                   "warm (one machine only; results do not change): auto (on iff the "
+                   "machine has more CPUs than the run has shards) | on | off"),
         "shared_storage": (bool, False, None, "the run directory is on a filesystem every Ray "
                            "node mounts (executors read it); false: they do on a one-node "
                            "cluster, elsewhere the driver hands them logs and topologies"),

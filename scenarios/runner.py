@@ -963,12 +963,17 @@ def _run_and_analyse(cfg, run_dir: Path, state: _State, events: RunEvents,
 
 def _spark_warmup(cfg, run_dir: Path):
     """Spark started and warmed up beside the emulation (scenarios/analysis_spark.py), when
-    `analysis.warmup` is on, the Ray cluster is this machine (the warm-up run lives in a
-    local temporary directory) and no Spark session is up yet (a running one is warm)."""
+    `analysis.warmup` is on (auto: the machine has a CPU the shards leave free; on two
+    cores busy with two shards it made the emulation slower by what it saved the analysis,
+    BENCHMARKS.md), the Ray cluster is this machine (the warm-up run lives in a local
+    temporary directory) and no Spark session is up yet (a running one is warm)."""
     from emulator.runtime import ray_is_local, spark_running
     from scenarios.analysis_spark import SparkWarmup
 
-    if not cfg.analysis["warmup"] or not ray_is_local() or spark_running():
+    mode = cfg.analysis["warmup"]
+    spare_cpu = (os.cpu_count() or 1) > cfg.shards
+    if mode == "off" or (mode == "auto" and not spare_cpu) or not ray_is_local() \
+            or spark_running():
         return None
     return SparkWarmup(cfg, run_dir / "topology" / "topo-0.npz").start()
 
