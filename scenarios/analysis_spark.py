@@ -5,9 +5,12 @@ A fresh Spark session's first analysis pays ~10-15 s of JVM and worker warm-up t
 run's data has nothing to do with (analysis/warmup.py says what and how it was measured),
 plus the session's own start (7-14 s). `SparkWarmup` does both in a driver thread while the
 shards emulate, so the analysis that follows the emulation starts on a warm session. The
-thread only waits on Ray and Py4J (the GIL is free for the driver's window loop); the JVMs
-are processes of their own, which share the machine's cores with the shards for those
-seconds. Results do not change: the warm-up analyses a throw-away run of its own.
+JVMs are processes of their own and run SCHED_IDLE meanwhile; the thread itself mostly
+waits on Ray and Py4J, but the warm-up's own driver-side work (collecting results, writing
+its CSVs and figures) takes the GIL from the driver's window loop for moments. It pays
+with a spare core: on two cores that two shards keep busy the emulation got slower by what
+the analysis gained (BENCHMARKS.md, issue 17 third pass), hence `analysis.warmup = auto`.
+Results do not change: the warm-up analyses a throw-away run of its own.
 """
 
 from __future__ import annotations
