@@ -401,10 +401,9 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
         raise ValueError(f"Spark needs at least 1 executor with 1 core, got "
                          f"executors={executors}, cores={cores}")
     import ray
-    if _state["spark"] is not None:
-        if ray.is_initialized() and _state.get("spark_ray") == _ray_session():
-            return _state["spark"]
-        _state["spark"] = None      # the Ray it ran on was shut down: that session is gone
+    if spark_running():
+        return _state["spark"]
+    _state["spark"] = None      # none, or the Ray it ran on was shut down: that session is gone
     java_executable()
     if not ray.is_initialized():
         start_ray()

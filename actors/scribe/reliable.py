@@ -135,12 +135,13 @@ class OrderedDelivery:
         if not len(s):  # issue 22: every copy was a duplicate (crashed on the empty batch)
             return
         ring.put(s, seqno, publish, source, hops)
-        np.maximum.at(sl["top_seq"], s, seqno)
         # forwardHandler: each new message goes on to every child once, in seqno order
         send_data_to_children(self.tree, self.messenger, ctx, s, nodes, group, source, publish,
                               seqno, hops, now)
         touched, first = np.unique(s, return_index=True)
         last = np.r_[first[1:], len(s)] - 1
+        # rows are sorted by (slot, seqno): a slot's last row holds its newest seqno
+        sl["top_seq"][touched] = np.maximum(sl["top_seq"][touched], seqno[last])
         self._release_in_order(ctx, touched, now[last], nodes[first], group[first])
 
     def _sync_fresh_slots(self, s, seqno) -> None:
