@@ -25,15 +25,17 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def quick_run(tmp_path_factory):
     """(run directory, scenario stdout and stderr) of one small `quick` run over two seeds, made
-    through the CLI once per session and shared by tests/test_cli.py and tests/test_report.py
-    (a scenario run costs a Ray and a Spark start; tests may re-analyze it, not break it)."""
+    through the CLI once per session, with Spark started beside the emulation (the warm-up,
+    which `auto` leaves off on a 2-CPU machine), and shared by tests/test_cli.py and
+    tests/test_report.py (a scenario run costs a Ray and a Spark start; tests may re-analyze
+    it, not break it)."""
     out = tmp_path_factory.mktemp("quick") / "run"
     env = {k: v for k, v in os.environ.items() if k != "SCRIBE_EMU_DEBUG"}
     env.update({"COLUMNS": "200", "NO_COLOR": "1"})
     res = subprocess.run([sys.executable, str(ROOT / "cli.py"), "scenario", "quick", "--nodes",
                           "300", "--groups", "5", "--seeds", "1..2", "--out", str(out),
-                          "--no-progress"], capture_output=True, text=True, timeout=900,
-                         cwd=ROOT, env=env)
+                          "--no-progress", "--set", "analysis.warmup=on"],
+                         capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     return out, res.stdout, res.stderr
 

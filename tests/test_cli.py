@@ -213,6 +213,9 @@ def test_quick_scenario_end_to_end(quick_run):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["nodes"] == 300 and summary["groups"] == 5 and summary["topologies"] == 2
     assert (out / "config.toml").is_file() and any((out / "metrics").glob("*.csv"))
+    # Spark was started beside the emulation (analysis.warmup=on), and the run waited for
+    # it no longer than the whole run took
+    assert 0 <= summary["timing"]["spark_wait"] <= summary["timing"]["total"]
 
     # `report` rewrites the report from the run directory alone
     (out / "report.md").unlink(missing_ok=True)
