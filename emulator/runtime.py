@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,14 @@ class RuntimeSetupError(RuntimeError):
 _OBJECT_STORE_FRACTION = 0.30
 _OBJECT_STORE_CAP = 8 * 1024**3      # more only helps when shards hold huge logs
 _OBJECT_STORE_FLOOR = 256 * 1024**2
+
+# pyspark's toPandas warns with the whole Java stack trace and then raises the same error;
+# the exception is what we report (one line) or, for a cancelled job (the warm-up stopped
+# when the emulation ends), drop, so the warning is only noise on the console. Set once at
+# import, not in start_spark: a filter added later would not outlive a caller's
+# `warnings.catch_warnings()` block (pytest wraps every test in one).
+warnings.filterwarnings("ignore", message="toPandas attempted Arrow optimization",
+                        category=UserWarning)
 
 _state = {"ray_started_here": False, "spark": None}
 

@@ -310,3 +310,42 @@ def test_bad_input_is_refused(spark, tmp_path):
     with pytest.raises(ValueError, match="no topology files"):
         (tmp_path / "empty").mkdir()
         run_analysis(tmp_path / "empty", spark, options=OPTIONS)
+
+
+def test_a_cancelled_collect_raises_without_a_console_warning(spark):
+    """The warm-up beside the emulation is stopped by cancelling its Spark jobs; pyspark's
+    toPandas then warns with the whole Java trace before it raises, which lands on the
+    console of a run that did nothing wrong (CI saw it). The error must still raise; the
+    warning must not show (emulator/runtime.py filters it)."""
+    import threading
+    import time
+    import warnings
+
+    import pandas as pd
+
+    def slow(batches):
+        for b in batches:
+            time.sleep(30)      # the job is cancelled long before this ends
+            yield pd.DataFrame({"id": b["id"]})
+
+    outcome = {}
+
+    def collect():
+        try:
+            spark.range(0, 4, numPartitions=1).mapInPandas(slow, "id long").toPandas()
+            outcome["error"] = None
+        except Exception as exc:  # noqa: BLE001 - what matters is that one is raised
+            outcome["error"] = exc
+
+    with warnings.catch_warnings(record=True) as shown:   # keeps the filters in force
+        worker = threading.Thread(target=collect)
+        worker.start()
+        deadline = time.monotonic() + 25    # well before the first batch's sleep ends
+        while worker.is_alive() and time.monotonic() < deadline:
+            time.sleep(1)                   # as SparkWarmup.finish: cancel until it stops
+            spark.sparkContext.cancelAllJobs()
+        worker.join(60)
+    assert not worker.is_alive()
+    assert outcome["error"] is not None and "cancel" in str(outcome["error"]).lower()
+    assert not [w for w in shown if "toPandas" in str(w.message)], [str(w.message)[:200]
+                                                                   for w in shown]
