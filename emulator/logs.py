@@ -15,8 +15,22 @@ import pyarrow as pa
 
 
 class LogBuffer:
+    """Column chunks per table, as handlers logged them, merged as they pile up.
+
+    A handler call logs a few rows; a sparse run (nodes arriving one by one over hours of
+    virtual time) makes tens of millions of such calls, and a chunk's fixed cost (a dict,
+    one array object per column, and at `take` one Arrow table) then outweighs its rows:
+    a 100,000-node bootstrap's logs grew to 19 GB in one shard. So every `MERGE_EVERY`
+    chunks of a table, the new ones are merged into as few chunks as their layouts allow
+    (consecutive chunks of one phase with the same columns and dtypes): O(rows) copies
+    once each, and the rows, their order and their types are unchanged.
+    """
+
+    MERGE_EVERY = 256
+
     def __init__(self):
         self._chunks: dict[str, list[tuple[str, dict[str, np.ndarray]]]] = {}
+        self._merged: dict[str, int] = {}     # chunks of each table up to here are merged
 
     def add(self, table: str, phase: str, columns: dict) -> None:
         """Append rows; array columns must share one length, scalars are broadcast."""
@@ -28,15 +42,21 @@ class LogBuffer:
         n = lengths.pop() if lengths else 1
         if n == 0:
             return
-        cols = {k: (np.full(n, v[()]) if v.ndim == 0 else v.copy()) for k, v in arrays.items()}
-        self._chunks.setdefault(table, []).append((phase, cols))
+        cols = {k: (np.full(n, v[()]) if v.ndim == 0 else v.copy())
+                for k, v in arrays.items()}
+        chunks = self._chunks.setdefault(table, [])
+        chunks.append((phase, cols))
+        done = self._merged.get(table, 0)
+        if len(chunks) - done >= self.MERGE_EVERY:
+            chunks[done:] = _merge_runs(chunks[done:])
+            self._merged[table] = len(chunks)
 
     def take(self) -> dict[str, pa.Table]:
         """All buffered rows as Arrow tables (column order of the first chunk); clears."""
         out = {}
         for table, chunks in sorted(self._chunks.items()):
             parts = []
-            for phase, cols in chunks:
+            for phase, cols in _merge_runs(chunks):
                 arrays = {k: _arrow(v) for k, v in cols.items()}
                 n = len(next(iter(arrays.values())))
                 arrays["phase"] = pa.DictionaryArray.from_arrays(
@@ -44,7 +64,36 @@ class LogBuffer:
                 parts.append(pa.table(arrays))
             out[table] = pa.concat_tables(parts, promote_options="permissive")
         self._chunks = {}
+        self._merged = {}
         return out
+
+
+def _layout(chunk) -> tuple:
+    phase, cols = chunk
+    return phase, tuple((k, v.dtype) for k, v in cols.items())
+
+
+def _merge_runs(chunks: list) -> list:
+    """Consecutive chunks of one layout (phase, column names in order, dtypes) as one
+    chunk each; O(rows of the merged chunks)."""
+    out, run = [], []
+
+    def close():
+        if len(run) == 1:
+            out.append(run[0])
+        elif run:
+            phase, first = run[0]
+            out.append((phase, {k: np.concatenate([c[k] for _, c in run]) for k in first}))
+
+    key = None
+    for chunk in chunks:
+        k = _layout(chunk)
+        if k != key:
+            close()
+            run, key = [], k
+        run.append(chunk)
+    close()
+    return out
 
 
 def _arrow(v: np.ndarray) -> pa.Array:

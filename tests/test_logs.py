@@ -1,0 +1,54 @@
+"""The event-log buffer (emulator/logs.py): merging the small chunks that sparse runs log
+changes no row, order or type, and keeps the number of chunks bounded."""
+
+import numpy as np
+import pyarrow as pa
+
+from emulator.logs import LogBuffer, _arrow
+
+
+def _one_table_per_chunk(chunks) -> pa.Table:
+    """What `take` made before chunks were merged: one Arrow table per logged chunk."""
+    parts = []
+    for phase, cols in chunks:
+        arrays = {k: _arrow(v) for k, v in cols.items()}
+        n = len(next(iter(arrays.values())))
+        arrays["phase"] = pa.array([phase] * n, pa.string())
+        parts.append(pa.table(arrays))
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def test_merged_chunks_give_the_same_table_and_stay_few():
+    rng = np.random.default_rng(7)
+    merged = LogBuffer()
+    merged.MERGE_EVERY = 16
+    logged = []
+    for i in range(4000):
+        n = int(rng.integers(0, 12))
+        phase = "bootstrap" if i < 2500 else "join"
+        cols = {"time": rng.integers(0, 10**9, n), "src": rng.integers(0, 99, n).astype(np.int32)}
+        if i % 333 == 0:            # now and then a chunk with another layout
+            cols["group"] = np.full(n, i, np.int16)
+        if i % 501 == 0:
+            cols["src"] = cols["src"].astype(np.int64)
+        merged.add("message", phase, cols)
+        if n:
+            logged.append((phase, {k: v.copy() for k, v in cols.items()}))
+    # merged as it goes: every 16 chunks become one, or a few where the layout changes
+    assert len(merged._chunks["message"]) < len(logged) / 8
+    table = merged.take()["message"]
+    expected = _one_table_per_chunk(logged)
+    assert table.num_rows == sum(len(c["time"]) for _, c in logged) > 0
+    assert table.schema.equals(expected.schema)
+    assert table.equals(expected)
+    assert merged.take() == {}
+
+
+def test_a_logged_array_changed_later_does_not_change_the_log():
+    buf = LogBuffer()
+    col = np.arange(5)
+    buf.add("route", "join", {"hops": col, "root": 3})
+    col[:] = -1
+    t = buf.take()["route"]
+    assert t.column("hops").to_pylist() == [0, 1, 2, 3, 4]
+    assert t.column("root").to_pylist() == [3] * 5
