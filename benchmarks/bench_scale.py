@@ -1,6 +1,6 @@
-"""Scale-out: the join and multicast phases of a scenario at K = 1, 2, 4, ... shards.
+"""Scale-out: a scenario's emulation phases at K = 1, 2, 4, ... shards.
 
-For each K, runs the scenario's emulation (oracle bootstrap, no Spark analysis) on a local
+For each K, runs the scenario's emulation (no Spark analysis) on a local
 Ray cluster of `--cluster-nodes` simulated nodes (`ray.cluster_utils.Cluster`; shards are
 spread over them) and reports per phase: windows, shard calls, driver time per window
 (the driver's own loop work, not waiting), synchronisation share (wall time outside the
@@ -8,6 +8,11 @@ busiest shard), messages/s, and the peak resident memory of the largest shard pr
 
     python benchmarks/bench_scale.py [--scenario paper_zipf_1500] [--nodes 100000]
         [--groups 1500] [--shards 1 2 4 8 16 32 64] [--cluster-nodes 4]
+        [--bootstrap oracle|protocol] [--set KEY=VALUE ...] [--phases join multicast]
+
+`--bootstrap protocol` with `--phases bootstrap` measures the Pastry join protocol (e.g. the
+faithful arrival process: `--set pastry.join_rate_per_s=50 ...`); `--cluster-nodes 1` is
+one Ray node, as `python cli.py scenario` starts on a laptop.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import emulator  # noqa: E402
 from scenarios import load_scenario, run_scenario  # noqa: E402
 from scenarios import runner  # noqa: E402
 
-PHASES = ("join", "multicast")
+PHASES = ("join", "multicast")     # the default phases reported
 _EMULATOR = emulator.Emulator      # the real one: each K subclasses it afresh
 
 
@@ -53,7 +58,7 @@ def measure(args, k: int, address: str) -> dict:
     runner._analyse = lambda *a, **kw: {}    # emulation only: the analysis is benchmarked apart
     runner._record_total = lambda *a, **kw: None
     cfg = load_scenario(args.scenario, nodes=args.nodes, groups=args.groups, topologies=1,
-                        shards=k, bootstrap="oracle")
+                        shards=k, bootstrap=args.bootstrap, sets=args.set)
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         t0 = time.perf_counter()
         run_scenario(cfg, out=Path(tmp) / "run", address=address, progress=False)
@@ -70,6 +75,10 @@ def main():
     ap.add_argument("--shards", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
     ap.add_argument("--cluster-nodes", type=int, default=4)
     ap.add_argument("--tmp", default=None, help="directory for the temporary run dirs")
+    ap.add_argument("--bootstrap", choices=("oracle", "protocol"), default="oracle")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a scenario config override, as `cli.py scenario --set` (repeatable)")
+    ap.add_argument("--phases", nargs="+", default=list(PHASES), help="phases to report")
     a = ap.parse_args()
     from ray.cluster_utils import Cluster
     cluster = Cluster()
@@ -82,20 +91,21 @@ def main():
             r = measure(a, k, cluster.address)
             rows.append(r)
             print(k, {p: {x: r["phases"][p].get(x) for x in ("windows", "wall_s", "driver_s")}
-                      for p in PHASES if p in r["phases"]}, flush=True)
+                      for p in a.phases if p in r["phases"]}, flush=True)
             ray.shutdown()
     finally:
         ray.shutdown()           # the cluster refuses to stop a node the driver is on
         cluster.shutdown()
     load = os.getloadavg()
     print(f"\n{platform.node()}, {cpus} cores, load {load[0]:.1f}/{load[1]:.1f}, "
-          f"{a.scenario} --nodes {a.nodes} --groups {a.groups} --topologies 1, oracle, "
+          f"{a.scenario} --nodes {a.nodes} --groups {a.groups} --topologies 1, "
+          f"{a.bootstrap} bootstrap{''.join(' --set ' + x for x in a.set)}, "
           f"{a.cluster_nodes} simulated Ray nodes\n")
     print("| K | phase | messages | windows | shard calls | wall s | driver ms/window | "
           "driver us/call | sync % | msg/s | peak shard RSS MB | run s | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        for p in PHASES:
+        for p in a.phases:
             st = r["phases"].get(p)
             if not st:
                 continue

@@ -44,6 +44,11 @@ def test_paper_scenarios_match_the_spec():
     b = load_scenario("paper_zipf_1500_bottleneck")
     assert b.scribe["bottleneck"] and b.scribe["bottleneck_bound"] == 64
     assert "multicast_bottleneck" in b.phase_order and b.seed == z.seed
+    p = load_scenario("paper_zipf_1500_protocol")    # the same experiment, overlay by protocol
+    assert (p.nodes, p.groups, p.seed, p.topology, p.groups_cfg, p.phase_order) == (
+        z.nodes, z.groups, z.seed, z.topology, z.groups_cfg, z.phase_order)
+    assert p.pastry["bootstrap"] == "protocol" and z.pastry["bootstrap"] == "oracle"
+    assert p.pastry["join_rate_per_s"] <= 100 and p.pastry["table_maintenance_us"] > 0
     s = load_scenario("small_groups_30k")
     assert (s.nodes, s.groups, s.groups_cfg["kind"], s.groups_cfg["size"]) == (50_000, 30_000,
                                                                              "fixed", 11)
