@@ -26,11 +26,26 @@ def _lat(hr, rdist, lan2, a, b):
 
 @numba.njit(cache=True)
 def _clz(x):
-    n = 0
+    """Leading zero bits of a uint64 (64 for 0), by halving: 6 steps instead of one per bit."""
     if x == 0:
         return 64
-    while (x & np.uint64(0x8000000000000000)) == 0:
-        x = x << np.uint64(1)
+    n = 0
+    if x <= np.uint64(0x00000000FFFFFFFF):
+        n += 32
+        x = x << np.uint64(32)
+    if x <= np.uint64(0x0000FFFFFFFFFFFF):
+        n += 16
+        x = x << np.uint64(16)
+    if x <= np.uint64(0x00FFFFFFFFFFFFFF):
+        n += 8
+        x = x << np.uint64(8)
+    if x <= np.uint64(0x0FFFFFFFFFFFFFFF):
+        n += 4
+        x = x << np.uint64(4)
+    if x <= np.uint64(0x3FFFFFFFFFFFFFFF):
+        n += 2
+        x = x << np.uint64(2)
+    if x <= np.uint64(0x7FFFFFFFFFFFFFFF):
         n += 1
     return n
 
@@ -152,28 +167,22 @@ def select_leaves(self_ids, cand, ids_hi, ids_lo, half, exclude):
     nb, nc = cand.shape
     out = np.full((nb, 2 * half), -1, np.int32)
     ne = exclude.shape[1]
-    row = np.empty(nc, np.int64)
     s_d_hi = np.empty(half, np.uint64)
     s_d_lo = np.empty(half, np.uint64)
     l_d_hi = np.empty(half, np.uint64)
     l_d_lo = np.empty(half, np.uint64)
     for i in range(nb):
         me = self_ids[i]
-        for j in range(nc):
-            row[j] = cand[i, j]
-        row.sort()
         s_hi, s_lo = ids_hi[me], ids_lo[me]
         ns = 0
         nl = 0
-        prev = np.int64(-1)
+        # Candidates in any order: each side keeps its `half` smallest distances, and an id
+        # has one distance per side, so a duplicate meets its twin at its own position (a
+        # twin pushed out by nearer ids stays out too); the result is that of the sorted,
+        # de-duplicated candidates.
         for j in range(nc):
-            c = row[j]
-            if c < 0:
-                continue
-            if c == prev:
-                continue
-            prev = c
-            if c == me:
+            c = np.int64(cand[i, j])
+            if c < 0 or c == me:
                 continue
             skip = False
             for e in range(ne):
@@ -188,6 +197,8 @@ def select_leaves(self_ids, cand, ids_hi, ids_lo, half, exclude):
                 pos = ns
                 while pos > 0 and _less(dh, dl, s_d_hi[pos - 1], s_d_lo[pos - 1]):
                     pos -= 1
+                if pos > 0 and s_d_hi[pos - 1] == dh and s_d_lo[pos - 1] == dl:
+                    continue            # already there
                 if pos < half:
                     last = ns if ns < half else half - 1
                     for q in range(last, pos, -1):
@@ -202,6 +213,8 @@ def select_leaves(self_ids, cand, ids_hi, ids_lo, half, exclude):
                 pos = nl
                 while pos > 0 and _less(uh, ul, l_d_hi[pos - 1], l_d_lo[pos - 1]):
                     pos -= 1
+                if pos > 0 and l_d_hi[pos - 1] == uh and l_d_lo[pos - 1] == ul:
+                    continue            # already there
                 if pos < half:
                     last = nl if nl < half else half - 1
                     for q in range(last, pos, -1):
