@@ -112,3 +112,16 @@ class RouterLat:
     def __call__(self, a, b):
         a, b = np.asarray(a), np.asarray(b)
         return np.where(a == b, 0, host_latency(self.net, a, b))
+
+
+def test_nearest_column_is_argmin_with_first_of_equals():
+    """The oracle's per-digit nearest router: argmin over the gathered submatrix, ties to
+    the first column (the smallest host), without building the submatrix."""
+    from actors.pastry.kernels import nearest_column
+    rng = np.random.default_rng(5)
+    dist = rng.integers(0, 6, (40, 40)).astype(np.int32)    # many ties
+    for _ in range(50):
+        rows = rng.choice(40, int(rng.integers(1, 40)), replace=False).astype(np.int64)
+        cols = rng.choice(40, int(rng.integers(1, 40)), replace=False).astype(np.int64)
+        expect = np.argmin(dist[np.ix_(rows, cols)], axis=1)
+        assert np.array_equal(nearest_column(dist, rows, cols), expect)

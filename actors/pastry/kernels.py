@@ -435,3 +435,22 @@ def leaf_changes(old, new, heard, now):
             else:
                 out[i, j] = heard[i, src]
     return changed, added, out
+
+
+@numba.njit(cache=True)
+def nearest_column(router_dist, rows, cols):
+    """For each router in ``rows``, the index into ``cols`` of its nearest router by
+    ``router_dist`` (the first one among equals), i.e. ``argmin(router_dist[ix_(rows,
+    cols)], axis=1)`` without building the len(rows) x len(cols) matrix. O(rows * cols)."""
+    out = np.empty(len(rows), np.int64)
+    for i in range(len(rows)):
+        r = rows[i]
+        best = 0
+        bd = router_dist[r, cols[0]]
+        for j in range(1, len(cols)):
+            d = router_dist[r, cols[j]]
+            if d < bd:
+                bd = d
+                best = j
+        out[i] = best
+    return out

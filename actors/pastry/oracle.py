@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .ids import HALF_RING_HI, cw_dist, digit, shared_prefix_len, sorted_order
+from .kernels import nearest_column
 from .state import PastryState, check_params
 
 # groups of nodes sharing a prefix larger than this use the dense per-router method,
@@ -149,10 +150,7 @@ def _table_row_dense(r, g_lo, g_hi, qpos, dig, order, host_router, router_dist, 
         if hi_ <= lo_:
             continue
         cols_r, cols_h = _best_per_router(order[lo_:hi_], host_router)
-        best = np.empty(len(q_r), np.int64)
-        for c0 in range(0, len(q_r), ROW_CHUNK):
-            sub = router_dist[np.ix_(q_r[c0:c0 + ROW_CHUNK], cols_r)]
-            best[c0:c0 + ROW_CHUNK] = cols_h[np.argmin(sub, axis=1)]
+        best = cols_h[nearest_column(router_dist, q_r, cols_r)]
         need = qd != d
         rt[q_local[need], r, d] = best[q_inv[need]]
 
