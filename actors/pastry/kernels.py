@@ -454,3 +454,34 @@ def nearest_column(router_dist, rows, cols):
                 best = j
         out[i] = best
     return out
+
+
+@numba.njit(cache=True)
+def table_row_from_group(r, qpos, gstart_q, gsize_q, dig, order, host_router, router_dist, rt,
+                         q_local, base):
+    """Row ``r`` of the routing tables of the queriers at sorted positions ``qpos``, each
+    from the members of its own prefix group (sorted positions ``gstart_q[i]`` ..
+    ``+ gsize_q[i]``): per digit other than the querier's, the member nearest by router
+    distance, ties to the smaller node index -- the oracle's all-pairs method for small
+    groups, written into ``rt[q_local[i], r, digit]``. O(queriers * group size)."""
+    best_d = np.empty(base, np.int64)
+    best_y = np.empty(base, np.int64)
+    for i in range(len(qpos)):
+        qp = qpos[i]
+        qd = dig[qp]
+        rq = host_router[order[qp]]
+        for d in range(base):
+            best_y[d] = -1
+        for k in range(gsize_q[i]):
+            yp = gstart_q[i] + k
+            dy = dig[yp]
+            if dy == qd:
+                continue
+            y = np.int64(order[yp])
+            dist = np.int64(router_dist[rq, host_router[y]])
+            if best_y[dy] < 0 or dist < best_d[dy] or (dist == best_d[dy] and y < best_y[dy]):
+                best_d[dy] = dist
+                best_y[dy] = y
+        for d in range(base):
+            if best_y[d] >= 0:
+                rt[q_local[i], r, d] = best_y[d]

@@ -16,11 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from .ids import HALF_RING_HI, cw_dist, digit, shared_prefix_len, sorted_order
-from .kernels import nearest_column
+from .kernels import nearest_column, table_row_from_group
 from .state import PastryState, check_params
 
 # groups of nodes sharing a prefix larger than this use the dense per-router method,
-# smaller ones the all-pairs method (cost ~ N * size, vectorized over all groups at once)
+# smaller ones the all-pairs method (cost ~ N * size, one compiled loop over all groups)
 DENSE_GROUP = 48
 ROW_CHUNK = 2048
 
@@ -118,26 +118,6 @@ def _neighbourhood(nodes, present_hosts, host_router, router_dist, m) -> np.ndar
     return out
 
 
-def _table_row_pairs(r, qpos, gstart, gsize, grp, dig, order, host_router, router_dist, rt,
-                     q_local):
-    """Row r for queriers in small groups: rank all (querier, member) pairs at once."""
-    cnt = gsize[grp[qpos]]
-    qrep = np.repeat(np.arange(len(qpos)), cnt)
-    offs = np.arange(len(qrep)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    ypos = gstart[grp[qpos]][qrep] + offs
-    dy = dig[ypos]
-    keep = dy != dig[qpos][qrep]
-    qrep, ypos, dy = qrep[keep], ypos[keep], dy[keep]
-    if not len(qrep):       # every candidate shares digit r with its querier: nothing to fill
-        return
-    y = order[ypos]
-    dist = router_dist[host_router[order[qpos[qrep]]], host_router[y]]
-    s = np.lexsort((y, dist, dy, qrep))
-    qrep, dy, y = qrep[s], dy[s], y[s]
-    first = np.r_[True, (qrep[1:] != qrep[:-1]) | (dy[1:] != dy[:-1])]
-    rt[q_local[qrep[first]], r, dy[first]] = y[first]
-
-
 def _table_row_dense(r, g_lo, g_hi, qpos, dig, order, host_router, router_dist, rt, q_local,
                      base):
     """Row r for the queriers ``qpos`` of one large group [g_lo, g_hi) (sorted positions)."""
@@ -206,8 +186,9 @@ def oracle_state(nodes, ids_hi, ids_lo, host_router, router_dist, lan_us=1000, *
         qs = gsize[grp[qpos]]
         small = (qs > 1) & (qs <= DENSE_GROUP)
         if small.any():
-            _table_row_pairs(r, qpos[small], gstart, gsize, grp, dig, order, host_router,
-                             router_dist, state.rt, q_local[small])
+            g = grp[qpos[small]]
+            table_row_from_group(r, qpos[small], gstart[g], gsize[g], dig, order, host_router,
+                                 router_dist, state.rt, q_local[small], base)
         big = np.flatnonzero(qs > DENSE_GROUP)
         if len(big):
             qg = grp[qpos[big]]
