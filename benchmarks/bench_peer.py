@@ -7,7 +7,7 @@ the scenario runner's own per-topology code on Ray with 2 shards, without the Sp
 analysis (not part of the comparison). Prints the emulation time of each phase, the
 table-quality check's time and the message counts, and writes them to ``<out>/bench.json``.
 
-Usage: ``/work/heavy python benchmarks/bench_peer.py --out /work/runs/NAME [--nodes 10000]``
+Usage: ``python benchmarks/bench_peer.py --out /work/runs/NAME [--nodes 10000]``
 """
 
 from __future__ import annotations
@@ -45,9 +45,13 @@ size = {size}
 
 [pastry]
 bootstrap = "protocol"
+join_rate_per_s = {rate}   # every arrival within 10 s, as FreePastry's workload
 
 [phases]
 order = ["bootstrap", "create", "join", "multicast"]
+
+[analysis]
+warmup = "off"           # no Spark: the analysis is not part of the comparison
 """
 
 
@@ -60,40 +64,37 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=2)
     a = ap.parse_args()
 
-    from emulator.runtime import start_ray, stop_ray
-    from scenarios import runner
+    from scenarios import run_scenario, runner
     from scenarios.config import load_scenario
 
     a.out.mkdir(parents=True, exist_ok=False)
     toml = a.out / "bench_peer.toml"
-    toml.write_text(TOML.format(nodes=a.nodes, groups=a.groups, size=a.size, shards=a.shards))
+    toml.write_text(TOML.format(nodes=a.nodes, groups=a.groups, size=a.size, shards=a.shards,
+                               rate=a.nodes / 10))
     cfg = load_scenario(str(toml))
     run_dir = a.out / "run"
-    run_dir.mkdir()
-    (run_dir / "config.toml").write_text(cfg.to_toml())
-    state = runner._State(run_dir / "state.json")
     quality_s = []
     inner = runner._overlay_quality
 
-    def timed_quality(T):
+    def timed_quality(topo_run):
         t0 = time.perf_counter()
-        q = inner(T)
+        q = inner(topo_run)
         quality_s.append(time.perf_counter() - t0)
         return q
 
+    # the scenario runner itself, emulation only (the Spark analysis is not part of the
+    # comparison), as benchmarks/bench_scale.py
     runner._overlay_quality = timed_quality
-    start_ray(None)
+    runner._analyse = lambda *args, **kw: {}
+    runner._record_total = lambda *args, **kw: None
     t0 = time.perf_counter()
-    try:
-        with runner._Progress(False, 1) as prog:
-            runner._run_topology(cfg, run_dir, 0, state, prog)
-    finally:
-        total = time.perf_counter() - t0
-        stop_ray()
+    run_scenario(cfg, out=run_dir, progress=False)
+    total = time.perf_counter() - t0
+    state = json.loads((run_dir / "state.json").read_text())   # the runner's record
     out = {"nodes": a.nodes, "shards": a.shards, "total_s": round(total, 2),
            "quality_check_s": round(quality_s[0], 2) if quality_s else None,
-           "phases": state.d["phases"], "timing": state.d["timing"],
-           "quality": state.d["quality"].get("0")}
+           "phases": state["phases"], "timing": state["timing"],
+           "quality": state["quality"].get("0")}
     (a.out / "bench.json").write_text(json.dumps(out, indent=1, default=float))
     for ph, st in out["phases"].items():
         print(f"{ph:10s} emulation {st['emulation_s']:8.2f} s  wall {st['wall_s']:8.2f} s  "
