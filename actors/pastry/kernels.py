@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from numba.cpython.unsafe.numbers import leading_zeros  # LLVM ctlz intrinsic
 
 _HALF_HI = np.uint64(1 << 63)
 _I64_MAX = np.iinfo(np.int64).max
@@ -26,28 +27,9 @@ def _lat(hr, rdist, lan2, a, b):
 
 @numba.njit(cache=True)
 def _clz(x):
-    """Leading zero bits of a uint64 (64 for 0), by halving: 6 steps instead of one per bit."""
-    if x == 0:
-        return 64
-    n = 0
-    if x <= np.uint64(0x00000000FFFFFFFF):
-        n += 32
-        x = x << np.uint64(32)
-    if x <= np.uint64(0x0000FFFFFFFFFFFF):
-        n += 16
-        x = x << np.uint64(16)
-    if x <= np.uint64(0x00FFFFFFFFFFFFFF):
-        n += 8
-        x = x << np.uint64(8)
-    if x <= np.uint64(0x0FFFFFFFFFFFFFFF):
-        n += 4
-        x = x << np.uint64(4)
-    if x <= np.uint64(0x3FFFFFFFFFFFFFFF):
-        n += 2
-        x = x << np.uint64(2)
-    if x <= np.uint64(0x7FFFFFFFFFFFFFFF):
-        n += 1
-    return n
+    """Leading zero bits of a uint64 (64 for 0): LLVM's ctlz, one instruction (a loop
+    over the bits cost up to 64 steps; a six-step halving was slower on short prefixes)."""
+    return np.int64(leading_zeros(x))
 
 
 @numba.njit(cache=True)
