@@ -27,13 +27,19 @@ _OBJECT_STORE_FRACTION = 0.30
 _OBJECT_STORE_CAP = 8 * 1024**3      # more only helps when shards hold huge logs
 _OBJECT_STORE_FLOOR = 256 * 1024**2
 
-# pyspark's toPandas warns with the whole Java stack trace and then raises the same error;
-# the exception is what we report (one line) or, for a cancelled job (the warm-up stopped
-# when the emulation ends), drop, so the warning is only noise on the console. Set once at
-# import, not in start_spark: a filter added later would not outlive a caller's
-# `warnings.catch_warnings()` block (pytest wraps every test in one).
-warnings.filterwarnings("ignore", message="toPandas attempted Arrow optimization",
-                        category=UserWarning)
+
+def quiet_pyspark_warnings() -> None:
+    """Hide pyspark's pre-raise toPandas warning. toPandas warns with the whole Java stack
+    trace and then raises the same error; the exception is what we report (one line) or,
+    for a cancelled job (the warm-up stopped when the emulation ends), drop, so the warning
+    is only noise on the console. Called at import and by `start_spark` (a filter lives in
+    the warnings state of its time: a caller's `warnings.catch_warnings()` block, e.g.
+    pytest's around every test, drops one added inside it)."""
+    warnings.filterwarnings("ignore", message="toPandas attempted Arrow optimization",
+                            category=UserWarning)
+
+
+quiet_pyspark_warnings()
 
 _state = {"ray_started_here": False, "spark": None}
 
@@ -468,6 +474,7 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RuntimeSetupError(f"cannot start Spark on Ray (RayDP): {msg}") from exc
     spark.sparkContext.setLogLevel("ERROR")
+    quiet_pyspark_warnings()
     if not ray_is_local():
         _ship_project_code(spark)
     _state["spark"] = spark

@@ -337,7 +337,12 @@ def test_a_cancelled_collect_raises_without_a_console_warning(spark):
         except Exception as exc:  # noqa: BLE001 - what matters is that one is raised
             outcome["error"] = exc
 
+    from emulator.runtime import quiet_pyspark_warnings
+
     with warnings.catch_warnings(record=True) as shown:   # keeps the filters in force
+        # what importing emulator.runtime did; pytest dropped it after the test that
+        # imported it (each test runs in a catch_warnings block of its own)
+        quiet_pyspark_warnings()
         worker = threading.Thread(target=collect)
         worker.start()
         deadline = time.monotonic() + 25    # well before the first batch's sleep ends
