@@ -127,10 +127,10 @@ class ShardEngine:
         hop = m["src"] != m["dst"]
         if self.log_messages and hop.any():
             h = take_rows(m, hop)  # whole records: a structured mask copy is field-wise
-            self.logs.add("message", self.phase, {
+            self.logs.add("message", self.phase, {   # h is ours: its fields need no copy
                 "time": h["sent"], "arrival": h["time"], "type": h["type"],
                 "src": h["src"], "dst": h["dst"],
-                **{f: h[f] for f in self.message_log_fields}})
+                **{f: h[f] for f in self.message_log_fields}}, copy=False)
         if self.n_shards == 1:
             self.queue.push(batch)
             return

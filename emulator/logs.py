@@ -32,8 +32,10 @@ class LogBuffer:
         self._chunks: dict[str, list[tuple[str, dict[str, np.ndarray]]]] = {}
         self._merged: dict[str, int] = {}     # chunks of each table up to here are merged
 
-    def add(self, table: str, phase: str, columns: dict) -> None:
-        """Append rows; array columns must share one length, scalars are broadcast."""
+    def add(self, table: str, phase: str, columns: dict, copy: bool = True) -> None:
+        """Append rows; array columns must share one length, scalars are broadcast.
+        ``copy=False``: the arrays are the caller's to give away (nothing writes them
+        later), so they are kept as they are."""
         arrays = {k: np.asarray(v) for k, v in columns.items()}
         lengths = {len(v) for v in arrays.values() if v.ndim == 1}
         if any(v.ndim > 1 for v in arrays.values()) or len(lengths) > 1:
@@ -42,7 +44,7 @@ class LogBuffer:
         n = lengths.pop() if lengths else 1
         if n == 0:
             return
-        cols = {k: (np.full(n, v[()]) if v.ndim == 0 else v.copy())
+        cols = {k: (np.full(n, v[()]) if v.ndim == 0 else (v.copy() if copy else v))
                 for k, v in arrays.items()}
         chunks = self._chunks.setdefault(table, [])
         chunks.append((phase, cols))
