@@ -178,25 +178,22 @@ class Batch:
         if not any(b.has_payload for b in batches):
             _fill(out, [b.msgs for b in batches])
             return Batch(out)
-        parts, pays, shifts, base = [], [], [], 0
+        parts, pays, moved, base, pos = [], [], [], 0, 0
         for b in batches:
-            shift = 0
             if b.has_payload:
                 if int(b.msgs["pay_len"].sum()) < len(b.payload):
                     # rows reference only part of it (a slice of a larger batch): copy that
                     # part; a batch made by pack_rows or concat is copied as it is
                     b = b.take(slice(None))
-                shift = base
+                if base:
+                    moved.append((pos, len(b), base))   # its offsets follow earlier payload
                 base += len(b.payload)
                 pays.append(b.payload)
             parts.append(b.msgs)
-            shifts.append(shift)
+            pos += len(b)
         _fill(out, parts)
-        pos = 0
-        for p, shift in zip(parts, shifts, strict=True):
-            if shift:
-                out["pay_off"][pos:pos + len(p)] += shift
-            pos += len(p)
+        for start, rows, shift in moved:
+            out["pay_off"][start:start + rows] += shift
         return Batch(out, np.concatenate(pays))
 
 
