@@ -382,6 +382,12 @@ def analysis_settings(config_toml: Path | None, sets=()) -> dict:
     return _merge({"analysis": given}, "analysis settings")["analysis"]
 
 
+# Values that older versions wrote into a run's config.toml and that mean a current value
+# (`analysis.warmup` was true/false before auto|on|off): a run made then can still be
+# re-analysed or resumed.
+LEGACY_VALUES = {("analysis", "warmup"): {True: "on", False: "off"}}
+
+
 def _merge(raw: dict, where: str) -> dict:
     """Fill defaults, reject unknown sections/keys, check types (not cross-field rules)."""
     unknown = sorted(set(raw) - set(SCHEMA) - set(TOP_LEVEL) - {"name"})
@@ -399,6 +405,7 @@ def _merge(raw: dict, where: str) -> dict:
         vals = {}
         for k, (t, default, check, help_) in keys.items():
             v = given.get(k, default)
+            v = LEGACY_VALUES.get((sec, k), {}).get(v, v) if isinstance(v, bool) else v
             v = _check_type(f"{sec}.{k}", t, v)
             if check is not None and not check(v):
                 raise ScenarioError(f"{sec}.{k} = {v!r} is out of range: {help_}")

@@ -231,3 +231,16 @@ def test_join_arrivals_keep_their_rate_at_any_size():
                          ).pastry_params(1)["join_contact_fallback"] == "nearest"
     with pytest.raises(ScenarioError, match=r"pastry\.join_contact_fallback = 'node0'"):
         load_scenario("paper_zipf_1500", sets=["pastry.join_contact_fallback=node0"])
+
+
+def test_a_run_made_before_warmup_modes_can_be_reanalysed(tmp_path):
+    # runs written when analysis.warmup was true/false (results/ holds some) keep working
+    from scenarios.config import analysis_settings
+
+    old = tmp_path / "config.toml"
+    old.write_text("[analysis]\nwarmup = true\n")
+    assert analysis_settings(old)["warmup"] == "on"
+    old.write_text("[analysis]\nwarmup = false\n")
+    assert analysis_settings(old)["warmup"] == "off"
+    with pytest.raises(ScenarioError, match="analysis.warmup"):
+        analysis_settings(None, ["analysis.warmup=maybe"])
