@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from numba import njit
 
 _TOPOLOGY_CACHE: dict[tuple[str, int], object] = {}
 
@@ -157,9 +158,19 @@ def core_pair_loads(topo, src_router: np.ndarray, dst_router: np.ndarray,
                     count: np.ndarray) -> np.ndarray:
     """Packets per directed core link when `count[i]` packets go src_router[i] -> dst_router[i].
 
-    Returns int64[n_links] (LAN entries zero). One `route_links` call for all pairs:
-    O(P + total route length) numpy work, P pairs (equal routers give no core links).
+    Returns int64[n_links] (LAN entries zero). O(P + total route length) for P pairs: a
+    compiled walk of each route on dense predecessor tables (`_walk_loads`), else one
+    vectorised `route_links` call (equal routers give no core links).
     """
+    dense = _dense_tables(topo)
+    if dense is not None:
+        pred, keys, ids, n_routers, n_links = dense
+        loads = np.zeros(n_links, np.int64)
+        bad = _walk_loads(pred, keys, ids, n_routers, np.asarray(src_router, np.int64),
+                          np.asarray(dst_router, np.int64), np.asarray(count, np.int64),
+                          loads)
+        _check_walk(bad)
+        return loads
     n_links, pair, link = _expand_pairs(topo, src_router, dst_router)
     weights = np.asarray(count, dtype=np.int64)[pair]
     return np.bincount(link, weights=weights, minlength=n_links).astype(np.int64)
@@ -169,11 +180,103 @@ def core_union_counts(topo, tree: np.ndarray, src_router: np.ndarray,
                       dst_router: np.ndarray) -> np.ndarray:
     """Per directed core link, the number of trees whose route union uses it.
 
-    Row i says: tree `tree[i]` routes src_router[i] -> dst_router[i] (one source router per
-    tree). Each tree's union of routes loads each of its links once (an IP-multicast tree's
-    core part). Returns int64[n_links]; O(P + total route length + sort of the (tree, link)
-    rows) for P pairs.
+    Row i says: tree `tree[i]` routes src_router[i] -> dst_router[i]. Each tree's union of
+    routes loads each of its links once (an IP-multicast tree's core part). Returns
+    int64[n_links]. Dense predecessor tables: O(P log P + union sizes), each route walked
+    from its destination until it meets a link its tree's walks from the same source
+    already took (`_walk_union`); else O(P + total route length + a sort of the
+    (tree, link) rows).
     """
+    dense = _dense_tables(topo)
+    if dense is not None:
+        pred, keys, ids, n_routers, n_links = dense
+        tree = np.asarray(tree, np.int64)
+        src = np.asarray(src_router, np.int64)
+        order = np.lexsort((src, tree))      # the walks of a tree, and of a source, together
+        counts = np.zeros(n_links, np.int64)
+        bad = _walk_union(pred, keys, ids, n_routers, tree[order], src[order],
+                          np.asarray(dst_router, np.int64)[order], counts)
+        _check_walk(bad)
+        return counts
     n_links, pair, link = _expand_pairs(topo, src_router, dst_router)
     tree_link = np.unique(np.asarray(tree, np.int64)[pair] * n_links + link)
     return np.bincount(tree_link % n_links, minlength=n_links).astype(np.int64)
+
+
+def _dense_tables(topo):
+    """(pred, link keys, link ids, n_routers, n_links) when `topo` keeps dense all-pairs
+    predecessor tables (generated and measured topologies of up to DENSE_MAX_ROUTERS
+    routers), else None (lazy tables, test doubles)."""
+    routes = getattr(topo, "routes", None)
+    if getattr(routes, "kind", None) != "dense" or not hasattr(topo, "directed_link_keys"):
+        return None
+    if not topo.has_paths:
+        raise ValueError("topology has no physical paths (latency matrix only)")
+    keys, ids = topo.directed_link_keys()
+    return routes.pred, keys, ids, int(topo.n_routers), int(topo.n_links)
+
+
+def _check_walk(bad: int) -> None:
+    if bad >= 0:
+        from topologies import TopologyError
+        raise TopologyError(f"route {bad}: a router hop without a core link (corrupt "
+                            "routing table)")
+
+
+# Compiled route walks (numba, cached on disk): a route is the chain of predecessors
+# pred[s, .] from its destination back to s, one binary search per hop for the link id.
+# The numpy version walked all routes in lock step and then sorted the (tree, link) rows:
+# on the 10-topology paper run the IP-multicast unions were half of link stress' CPU.
+
+@njit(cache=True)
+def _link_id(keys, ids, n_routers, prev, cur):
+    q = prev * n_routers + cur
+    pos = np.searchsorted(keys, q)
+    if prev < 0 or pos >= len(keys) or keys[pos] != q:
+        return -1
+    return ids[pos]
+
+
+@njit(cache=True)
+def _walk_loads(pred, keys, ids, n_routers, src, dst, count, loads):
+    """loads[link] += count[i] for every core link of route i; -1, or the first bad route."""
+    for i in range(len(src)):
+        s, cur = src[i], dst[i]
+        while cur != s:
+            prev = np.int64(pred[s, cur])
+            link = _link_id(keys, ids, n_routers, prev, cur)
+            if link < 0:
+                return i
+            loads[link] += count[i]
+            cur = prev
+    return -1
+
+
+@njit(cache=True)
+def _walk_union(pred, keys, ids, n_routers, tree, src, dst, counts):
+    """counts[link] += 1 per tree whose routes use it; rows sorted by (tree, src). A walk
+    stops at a link an earlier walk of the same (tree, source) took: the rest of the way
+    to the source is the same predecessor chain, already counted."""
+    n_links = len(counts)
+    seen_tree = np.full(n_links, -1, np.int64)    # last tree run that counted the link
+    seen_walk = np.full(n_links, -1, np.int64)    # last (tree, source) run that took it
+    run = tree_run = -1
+    for i in range(len(src)):
+        if i == 0 or tree[i] != tree[i - 1]:
+            tree_run += 1
+        if i == 0 or tree[i] != tree[i - 1] or src[i] != src[i - 1]:
+            run += 1
+        s, cur = src[i], dst[i]
+        while cur != s:
+            prev = np.int64(pred[s, cur])
+            link = _link_id(keys, ids, n_routers, prev, cur)
+            if link < 0:
+                return i
+            if seen_walk[link] == run:
+                break
+            seen_walk[link] = run
+            if seen_tree[link] != tree_run:
+                seen_tree[link] = tree_run
+                counts[link] += 1
+            cur = prev
+    return -1

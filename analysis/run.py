@@ -96,8 +96,10 @@ class _Context:
         # its packets touch (the LAN links of its members, most core links), which Spark then
         # sums: more buckets multiply those rows (the core links most of all: every bucket
         # touches most of them). The (topology, traffic) pairs already give ~6 groups per
-        # topology, so one bucket per partition keeps the cores busy with fewer rows.
-        self.link_buckets = partitions
+        # topology, so groups are split into buckets only when there are fewer pairs than
+        # partitions (a large cluster, few topologies); one bucket needs no sums at all.
+        pairs = len(meta) * (len(options.traffic) + len(BASELINES))
+        self.link_buckets = max(1, -(-partitions // max(1, pairs)))
         self.metrics, self.figs = run_dir / "metrics", run_dir / "figures"
 
 

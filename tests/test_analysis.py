@@ -281,6 +281,29 @@ def test_latency_matrix_has_no_link_stress(spark, tmp_path):
 
 
 @pytestmark_spark
+def test_overlapping_traffic_selections_count_a_hop_in_each(spark, tmp_path, hand_run):
+    """A hop in two selections loads the links of both (the array-and-explode path; the
+    default selections are disjoint and take the one-CASE path): `again` repeats `scribe`."""
+    from dataclasses import replace
+
+    from analysis import run_analysis
+    from analysis.schema import DEFAULT_TRAFFIC, Traffic
+
+    scribe = next(t for t in DEFAULT_TRAFFIC if t.label == "scribe")
+    options = replace(OPTIONS, traffic=(*DEFAULT_TRAFFIC, Traffic("again", scribe.phases,
+                                                                  scribe.types)))
+    run_dir = hand.write_hand_run(tmp_path / "overlap-1")
+    summary = run_analysis(run_dir, spark, options=options)
+    usual_dir, usual = hand_run
+    assert summary["link_stress"]["again"] == usual["link_stress"]["scribe"]
+    for label in ("scribe", "scribe_join", "ip_multicast", "naive_unicast"):
+        assert summary["link_stress"][label] == usual["link_stress"][label]
+    rows = read_csv(run_dir / "metrics/link_stress.csv")
+    again = {r["link"]: r["stress"] for r in rows if r["traffic"] == "again"}
+    assert again == {r["link"]: r["stress"] for r in rows if r["traffic"] == "scribe"}
+
+
+@pytestmark_spark
 def test_protocol_facts_come_from_the_run(spark, tmp_path, hand_run):
     """Renumbered Scribe types and another b: the analysis reads both from the run (type
     table, config.toml), so every traffic figure is the one of the usual numbering."""

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from test_analysis import spark  # noqa: F401  (the session-wide RayDP Spark fixture)
 
-from analysis.physical import core_pair_loads, default_reader, lan_base
+from analysis.physical import core_pair_loads, core_union_counts, default_reader, lan_base
 from topologies import Topology, make_topology
 from topologies.baselines import ip_multicast, naive_unicast
 
@@ -132,6 +132,25 @@ def test_core_pair_loads_equal_path_links():
     want = Counter(int(x) for s, d in zip(a, b, strict=False) for x in topo.path_links(s, d)
                    if x < lan_base(topo))
     assert {int(k): int(loads[k]) for k in np.flatnonzero(loads)} == dict(want)
+
+
+def test_core_union_counts_equal_path_link_sets():
+    # the compiled walk stops where a tree's earlier walk from the same source was: the
+    # counts must still be one per tree per link of its union, with several sources per
+    # tree, repeated pairs and same-router pairs mixed in
+    topo = make_topology("ts600", SEED, N_HOSTS)
+    rng = np.random.default_rng(4)
+    tree = rng.integers(6, size=400)
+    src = np.where(rng.random(400) < 0.8, topo.host_router[tree * 7],
+                   topo.host_router[rng.integers(N_HOSTS, size=400)])
+    dst = topo.host_router[rng.integers(N_HOSTS, size=400)]
+    dst[:20] = src[:20]
+    counts = core_union_counts(topo, tree, src, dst)
+    unions = {}
+    for t, s, d in zip(tree.tolist(), src.tolist(), dst.tolist(), strict=True):
+        unions.setdefault(t, set()).update(int(x) for x in topo.route_links([s], [d])[1])
+    want = Counter(x for links in unions.values() for x in links)
+    assert {int(k): int(counts[k]) for k in np.flatnonzero(counts)} == dict(want)
 
 
 @pytest.mark.slow

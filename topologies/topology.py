@@ -147,7 +147,9 @@ class Topology:
             raise TopologyError(f"topology {self.name!r} is a latency matrix: no router "
                                 "paths, link-level results are not available")
 
-    def _directed_link_lookup(self):
+    def directed_link_keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, ids): sorted keys `from_router * n_routers + to_router` of every directed
+        core link and the link id of each (for compiled route walks); built once."""
         if self._link_keys is None:
             n = np.int64(self.n_routers)
             u = self.edge_src.astype(np.int64)
@@ -161,7 +163,7 @@ class Topology:
 
     def directed_link(self, from_router, to_router) -> np.ndarray:
         """Directed core link ids for router hops (arrays); O(log E) each."""
-        keys, ids = self._directed_link_lookup()
+        keys, ids = self.directed_link_keys()
         q = np.asarray(from_router, np.int64) * self.n_routers + np.asarray(to_router, np.int64)
         pos = np.searchsorted(keys, q)
         if np.any(pos >= len(keys)) or np.any(keys[np.minimum(pos, len(keys) - 1)] != q):
