@@ -539,9 +539,11 @@ def analyze(
     started = time.perf_counter()
     from analysis.spark_daemon import worker_conf
     embedded = not (address or os.environ.get("RAY_ADDRESS"))
+    from scenarios.analysis_spark import jvm_conf
+    jit = jvm_conf(settings["jit"], meta.get("nodes"), meta.get("topologies"))
     with runtime.session(address=address, memory=settings["executor_memory"],
                          driver_memory=settings["driver_memory"],
-                         configs=worker_conf(local=embedded)) as spark:
+                         configs={**worker_conf(local=embedded), **jit}) as spark:
         # this analysis' Spark start replaces the run's in summary.json, like its sections
         spark_start = {"spark_start": round(time.perf_counter() - started, 3)}
         run_analysis(run_dir, spark, scenario_meta=meta, options=options,

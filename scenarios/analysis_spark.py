@@ -25,6 +25,25 @@ from emulator.runtime import lower_spark_priority, restore_spark_priority
 log = logging.getLogger("scribe_emu.runner")
 
 
+# `analysis.jit = auto`: the client compiler up to this many nodes x topologies. Measured
+# on a fresh session (BENCHMARKS.md, issue 17 fourth pass): C1 made the first analysis of
+# `quick` (2,000 nodes) 15.6 -> 9.0 s, `paper_zipf_1500 --topologies 1` (100,000) 19.5 ->
+# 15.5 s, `small_groups_30k` (50,000) 23.5 -> 17.9 s, but the ten-topology run (1,000,000)
+# 56.7 -> 66.5 s: its jobs run long enough for C2's faster code to pay for its compiling.
+C1_MAX_NODE_TOPOLOGIES = 300_000
+
+
+def jvm_conf(jit: str, nodes: int | None, topologies: int | None) -> dict[str, str]:
+    """Spark settings for the JVMs' JIT compiler (`analysis.jit`) of a run of `nodes` x
+    `topologies` (None: unknown, then auto keeps Java's default)."""
+    c1 = jit == "c1" or (jit == "auto" and nodes is not None
+                         and int(nodes) * int(topologies or 1) <= C1_MAX_NODE_TOPOLOGIES)
+    if not c1:
+        return {}
+    option = "-XX:TieredStopAtLevel=1"
+    return {"spark.driver.extraJavaOptions": option, "spark.executor.extraJavaOptions": option}
+
+
 def start_analysis_spark(cfg):
     """The Spark session the analysis of `cfg`'s run uses (RayDP; the running one if any)."""
     from analysis.spark_daemon import worker_conf
@@ -33,7 +52,8 @@ def start_analysis_spark(cfg):
     # the worker daemon imports the analysis once before Spark forks its Python workers
     return start_spark(memory=cfg.analysis["executor_memory"],
                        driver_memory=cfg.analysis["driver_memory"],
-                       configs=worker_conf(local=ray_is_local()))
+                       configs={**worker_conf(local=ray_is_local()),
+                                **jvm_conf(cfg.analysis["jit"], cfg.nodes, cfg.topologies)})
 
 
 class SparkWarmup:

@@ -50,6 +50,7 @@ PLACEMENTS = ("uniform", "lan_slots")        # topologies.hosts.PLACEMENTS
 VOCABULARIES = ("groups", "pubsub")          # scenarios.vocabulary.TERMS
 BOOTSTRAPS = ("oracle", "protocol")
 WARMUP_MODES = ("auto", "on", "off")
+JIT_MODES = ("auto", "c1", "tiered")        # scenarios/analysis_spark.py jvm_conf
 HOP_ACK_MODES = ("auto", "on", "off")
 EVENT_LOG_LAYOUTS = ("auto", "object_store", "files")   # scenarios/event_logs.py
 
@@ -189,6 +190,10 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                    "emulation runs and warm it up on a six-node run, so the analysis starts "
                    "warm (one machine only; results do not change): auto (on iff the "
                    "machine has more CPUs than the run has shards) | on | off"),
+        "jit": (str, "auto", lambda v: v in JIT_MODES, "the Spark JVMs' compiler: c1 (the "
+                "client compiler only: a fresh session's analysis of a small or mid-size run "
+                "is 20-40 % faster) | tiered (Java's default: faster once warm, for large "
+                "runs) | auto (c1 iff nodes x topologies <= 300,000; results do not change)"),
         "shared_storage": (bool, False, None, "the run directory is on a filesystem every Ray "
                            "node mounts (executors read it); false: they do on a one-node "
                            "cluster, elsewhere the driver hands them logs and topologies"),

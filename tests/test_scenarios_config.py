@@ -244,3 +244,19 @@ def test_a_run_made_before_warmup_modes_can_be_reanalysed(tmp_path):
     assert analysis_settings(old)["warmup"] == "off"
     with pytest.raises(ScenarioError, match="analysis.warmup"):
         analysis_settings(None, ["analysis.warmup=maybe"])
+
+
+def test_jit_mode_follows_the_run_size():
+    from scenarios.analysis_spark import C1_MAX_NODE_TOPOLOGIES, jvm_conf
+
+    c1 = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+          "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+    assert jvm_conf("auto", 2_000, 1) == c1
+    assert jvm_conf("auto", 100_000, 3) == c1
+    assert jvm_conf("auto", 100_000, 10) == {}          # ten paper topologies: C2 pays
+    assert jvm_conf("auto", C1_MAX_NODE_TOPOLOGIES + 1, None) == {}
+    assert jvm_conf("auto", None, None) == {}           # size unknown: Java's default
+    assert jvm_conf("c1", 10**6, 10) == c1 and jvm_conf("tiered", 10, 1) == {}
+    assert load_scenario("quick").analysis["jit"] == "auto"
+    with pytest.raises(ScenarioError, match="analysis.jit"):
+        load_scenario("quick", sets=["analysis.jit=c2"])
