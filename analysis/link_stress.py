@@ -30,28 +30,33 @@ NO_PATHS_NOTE = "not available: the topology has no physical paths (latency matr
 LOADS_SCHEMA = "topo int, traffic string, link bigint, stress bigint"
 PRESENT = -1   # link id of the marker row "this traffic has rows" (topologies without paths)
 IP_MULTICAST, NAIVE_UNICAST = "ip_multicast", "naive_unicast"
+MULTICAST_PAIRS = "multicast pairs"   # (source, member) rows both baselines are made of
 
 
 def overlay_hops(message: DataFrame, traffic: tuple[Traffic, ...]) -> DataFrame:
     """Selected overlay hops as (topo, traffic, group, src, dst), from one scan of `message`
-    (a row in several selections counts in each).
+    (a row in several selections counts in each)."""
+    return _labelled_hops(message, traffic, [F.lit(t.label) for t in traffic])
+
+
+def _labelled_hops(message: DataFrame, traffic: tuple[Traffic, ...], labels: list) -> DataFrame:
+    """The hops of each selection with `labels[i]` (a column) as `traffic`.
 
     Disjoint selections (the default ones: one phase each) label a row with one CASE
     expression; overlapping ones explode an array of labels, which Spark evaluates row by
     row outside its generated code (5x slower on the 10-topology run's 12 M hops)."""
-    conds = [(F.col("phase").isin(list(t.phases)) & F.col("type").isin(list(t.types)), t)
+    conds = [F.col("phase").isin(list(t.phases)) & F.col("type").isin(list(t.types))
              for t in traffic]
     if _disjoint(traffic):
         label = None
-        for cond, t in conds:
-            label = (F.when(cond, F.lit(t.label)) if label is None
-                     else label.when(cond, F.lit(t.label)))
+        for cond, value in zip(conds, labels, strict=True):
+            label = F.when(cond, value) if label is None else label.when(cond, value)
         return (message.select("topo", "group", "src", "dst", label.alias("traffic"))
                 .where(F.col("traffic").isNotNull())
                 .select("topo", "traffic", "group", "src", "dst"))
-    labels = F.array(*[F.when(cond, F.lit(t.label)) for cond, t in conds])
+    array = F.array(*[F.when(cond, value) for cond, value in zip(conds, labels, strict=True)])
     return (message.select("topo", "group", "src", "dst",
-                           F.explode(F.filter(labels, lambda x: x.isNotNull()))
+                           F.explode(F.filter(array, lambda x: x.isNotNull()))
                            .alias("traffic"))
             .select("topo", "traffic", "group", "src", "dst"))
 
@@ -83,26 +88,32 @@ def link_loads(message: DataFrame, membership: DataFrame, groups: DataFrame,
     """Non-zero stress per (topo, traffic, directed link) (LOADS_SCHEMA), plus one marker
     row (link = PRESENT) per (topo, traffic) with rows in a topology without paths.
 
-    Scribe hops, naive-unicast copies and IP-multicast trees are one frame of host-to-host
-    packets (topo, traffic, group, src, dst), grouped by (topo, traffic, group bucket):
-    each call expands its packets in numpy (`packet_loads`); Spark sums the partial loads
-    of the buckets. IP multicast keeps each group whole in one call (its union of routes).
+    Scribe hops and the multicast (source, member) pairs are one frame of host-to-host
+    packets (topo, traffic code, group, src, dst), grouped by (topo, traffic, group
+    bucket): each call expands its packets in numpy (`packet_loads`; a call of pairs gives
+    both naive unicast and IP multicast); Spark sums the partial loads of the buckets. IP
+    multicast keeps each group whole in one call (its union of routes).
     `buckets` 1: one call per (topo, traffic) and no sums -- the partial rows and their
     shuffle cost as much as the rest of the section (10-topology paper run: 22 s -> 15 s).
     """
+    # rows carry a traffic code, not its name (a smaller shuffle); the multicast pairs
+    # travel once and give both baselines in one call
+    labels = [t.label for t in traffic] + [MULTICAST_PAIRS]
     pairs = multicast_pairs(membership, groups)
-    packets = (overlay_hops(message, traffic)
-               .unionByName(pairs.select("topo", F.lit(NAIVE_UNICAST).alias("traffic"),
-                                         "group", F.col("source").alias("src"),
-                                         F.col("member").alias("dst")))
-               .unionByName(pairs.select("topo", F.lit(IP_MULTICAST).alias("traffic"),
+    packets = (_labelled_hops(message, traffic, [F.lit(i) for i in range(len(traffic))])
+               .unionByName(pairs.select("topo", F.lit(len(traffic)).alias("traffic"),
                                          "group", F.col("source").alias("src"),
                                          F.col("member").alias("dst")))
                .withColumn("bucket", F.pmod(F.coalesce(F.col("group"), F.lit(0)),
                                             F.lit(max(1, buckets)))))
 
     def compute(key, pdf: pd.DataFrame) -> pd.DataFrame:
-        return packet_loads(int(key[0]), str(key[1]), pdf, files, meta[int(key[0])])
+        t, label = int(key[0]), labels[int(key[1])]
+        if label != MULTICAST_PAIRS:
+            return packet_loads(t, label, pdf, files, meta[t])
+        return pd.concat([packet_loads(t, NAIVE_UNICAST, pdf, files, meta[t]),
+                          packet_loads(t, IP_MULTICAST, pdf, files, meta[t])],
+                         ignore_index=True)
 
     if buckets == 1:    # each call has all packets of its (topo, traffic): no partial sums
         return packets.groupBy("topo", "traffic").applyInPandas(compute, LOADS_SCHEMA)
