@@ -29,9 +29,13 @@ def node_stress_rows(tree_edge: DataFrame, host: DataFrame, membership: DataFram
                      ) -> DataFrame:
     """Per (topo, variant, node): children_tables, children_entries (zeros included)."""
     edges = tree_edge.select("topo", "variant", "group", "parent", "child")
+    # members matter only where a topology has no host rows: only those travel (the paper
+    # run's 4 M membership rows were most of what this job shuffled besides the edges)
+    hostless = membership.join(F.broadcast(host.select("topo").distinct()), "topo",
+                               "left_anti")
     nodes = (host.select("topo", "node", F.lit(True).alias("is_host"))
-             .unionByName(membership.select("topo", F.col("member").alias("node"),
-                                            F.lit(False).alias("is_host"))))
+             .unionByName(hostless.select("topo", F.col("member").alias("node"),
+                                          F.lit(False).alias("is_host"))))
     return (edges.groupBy("topo").cogroup(nodes.groupBy("topo"))
             .applyInPandas(count_children, STRESS_SCHEMA))
 

@@ -281,6 +281,25 @@ def test_latency_matrix_has_no_link_stress(spark, tmp_path):
 
 
 @pytestmark_spark
+def test_node_stress_without_host_rows_counts_the_nodes_in_the_logs(spark, tmp_path,
+                                                                   hand_run):
+    """A topology with no host rows counts every node its edges and memberships name (its
+    members then travel to the kernel; with host rows they do not): here all six, the
+    same figures as with the host table (the plan with the anti-join runs end to end)."""
+    import shutil
+
+    from analysis import run_analysis
+
+    run_dir = hand.write_hand_run(tmp_path / "hostless-1")
+    shutil.rmtree(run_dir / "events" / "host")
+    summary = run_analysis(run_dir, spark, options=OPTIONS)
+    usual_dir, usual = hand_run
+    assert summary["node_stress"] == usual["node_stress"]
+    assert (read_csv(run_dir / "metrics/node_stress.csv")
+            == read_csv(usual_dir / "metrics/node_stress.csv"))
+
+
+@pytestmark_spark
 def test_overlapping_traffic_selections_count_a_hop_in_each(spark, tmp_path, hand_run):
     """A hop in two selections loads the links of both (the array-and-explode path; the
     default selections are disjoint and take the one-CASE path): `again` repeats `scribe`."""
