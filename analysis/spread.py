@@ -67,7 +67,7 @@ def t_interval(values, mean: float | None = None) -> dict:
 
 
 def _numbers(col: pd.Series) -> pd.Series:
-    return pd.to_numeric(col.replace("", np.nan), errors="coerce")
+    return pd.to_numeric(col.where(col != ""), errors="coerce")   # "" -> NaN, no downcast
 
 
 TEXT_COLUMNS = {"note", "publishes_from"}
