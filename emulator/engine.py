@@ -85,9 +85,13 @@ class ShardEngine:
         self.events = 0
         self.cells = 0
         self.done_until = 0      # every cell before it has been processed
+        self._sending: list[Batch] = []   # sends of the current pass (`emit`)
+        self._cell_end = 0                 # end of the cell being processed
+        self._due_in_cell = False          # a send of this pass is due in that cell
         self.ctx = ShardContext(self)
         self.stack = stack_factory()
         self.stack.setup(self.ctx)
+        self._flush()
 
     # ---- shared data ----------------------------------------------------------------
     def shared(self, name: str):
@@ -101,11 +105,25 @@ class ShardEngine:
 
     # ---- sending --------------------------------------------------------------------
     def emit(self, batch: Batch) -> None:
+        """Take a handler's sends; they are stamped and routed together when its pass over
+        the cell ends (`_flush`): a cell of sparse traffic makes a handful of small sends,
+        and one stamp, one log chunk and one queue push per pass cost less than one each.
+        The rows, their order and their sequence numbers are those of sending them one by
+        one."""
+        if len(batch):
+            self._sending.append(batch)
+
+    def _flush(self) -> None:
+        """Stamp, log and route every send taken since the last flush."""
+        if not self._sending:
+            return
+        sends, self._sending = self._sending, []
+        self._route(sends[0] if len(sends) == 1 else Batch.concat(sends, self.message_dtype))
+
+    def _route(self, batch: Batch) -> None:
         """Stamp per-sender sequence numbers, log hops, route to the queue or an outbox."""
         m = batch.msgs
-        if not len(m):
-            return
-        seq, late, bad_src, bad_dst = kernels.stamp_senders(
+        seq, late, bad_src, bad_dst, earliest = kernels.stamp_senders(
             m["src"], m["dst"], m["time"], self.local_index, self.seq, self.n_nodes, self.now)
         if bad_src >= 0:
             raise ValueError(f"shard {self.shard_id}: send from node {int(m['src'][bad_src])}, "
@@ -115,6 +133,8 @@ class ShardEngine:
                              f"outside 0..{self.n_nodes - 1} (type {int(m['type'][0])})")
         if late:  # a handler asked for the past: it ran now rather than never
             self.counts["late_events"] = self.counts.get("late_events", 0) + int(late)
+        if earliest < self._cell_end:   # due in the cell being processed: another pass
+            self._due_in_cell = True
         m["seq"] = seq
         ty = m["type"]
         t0 = int(ty[0])
@@ -152,6 +172,7 @@ class ShardEngine:
     def advance(self, end: int, phase: str, inbound) -> tuple[int, list[Batch], dict]:
         """Process every cell before `end` (a grid point); return (next time, outboxes, stats)."""
         t0 = _time.perf_counter()
+        self._flush()
         self.phase = phase
         self.accept(inbound)
         if self.queue.next_time() < self.done_until:
@@ -167,13 +188,17 @@ class ShardEngine:
             if cell == NEVER or cell * d >= end:
                 break
             self.now = cell * d
+            self._cell_end = self.now + d
             self.cells += 1
-            while True:  # further passes for zero-delay self-messages
+            while True:  # further passes while a pass sent zero-delay self-messages
                 due = self.queue.pop_cell(cell)
-                if not len(due):
-                    break
                 events += len(due)
+                self._due_in_cell = False
                 self._dispatch(due)
+                self._flush()
+                if not self._due_in_cell:
+                    break
+            self._cell_end = 0
         out = []
         out_min = NEVER
         for s in range(self.n_shards):
@@ -228,12 +253,17 @@ class ShardEngine:
         fn = getattr(self.stack, method, None)
         if fn is None:
             raise AttributeError(f"stack {type(self.stack).__name__} has no method {method!r}")
-        return fn(self.ctx, *args)
+        try:
+            return fn(self.ctx, *args)
+        finally:
+            self._flush()
 
     def take_logs(self):
+        self._flush()
         return self.logs.take()
 
     def counters(self) -> dict:
+        self._flush()
         return {"shard": self.shard_id, "nodes": len(self.nodes), "events": self.events,
                 "cells": self.cells, "busy_s": self.busy_s, "pending": len(self.queue),
                 "sent_by_type": dict(self.sent_by_type), "lost_by_type": dict(self.lost_by_type),
@@ -241,6 +271,7 @@ class ShardEngine:
 
     def state(self) -> dict:
         """Everything needed to continue exactly from here (outboxes are empty between windows)."""
+        self._flush()
         stack_state = self.stack.checkpoint() if hasattr(self.stack, "checkpoint") else self.stack
         return {"stack": stack_state, "queue": self.queue.snapshot(), "alive": self.alive.copy(),
                 "seq": self.seq.copy(), "draws": self.draws.copy(), "now": self.now,

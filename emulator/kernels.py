@@ -32,17 +32,20 @@ def stamp_senders(src, dst, time, local_index, seq, n_nodes, now):
     returns (seq int64[n] -- each sender's next sequence numbers in row order, the
     sender's counter advanced --, number of rows whose ``time`` was raised to ``now``,
     first row sent from a node not on this shard or -1, first row sent to a node outside
-    0..n_nodes-1 or -1). O(n). On a bad row nothing is stamped."""
+    0..n_nodes-1 or -1, the earliest time after stamping). O(n). On a bad row nothing is
+    stamped."""
     n = len(src)
+    never = np.iinfo(np.int64).max
     for i in range(n):
         s = src[i]
         if s < 0 or s >= len(local_index) or local_index[s] < 0:
-            return np.empty(0, np.int64), 0, i, -1
+            return np.empty(0, np.int64), 0, i, -1, never
     for i in range(n):
         if dst[i] < 0 or dst[i] >= n_nodes:
-            return np.empty(0, np.int64), 0, -1, i
+            return np.empty(0, np.int64), 0, -1, i, never
     out = np.empty(n, np.int64)
     late = 0
+    earliest = never
     for i in range(n):
         li = local_index[src[i]]
         out[i] = seq[li]
@@ -50,7 +53,9 @@ def stamp_senders(src, dst, time, local_index, seq, n_nodes, now):
         if time[i] < now:
             time[i] = now
             late += 1
-    return out, late, -1, -1
+        if time[i] < earliest:
+            earliest = time[i]
+    return out, late, -1, -1, earliest
 
 
 @numba.njit(cache=True)
