@@ -229,12 +229,15 @@ def _check_walk(bad: int) -> None:
 # on the 10-topology paper run the IP-multicast unions were half of link stress' CPU.
 
 @njit(cache=True)
-def _link_id(keys, ids, n_routers, prev, cur):
+def _hop_into(pred, keys, ids, n_routers, s, cur):
+    """(previous router, directed link id) of the hop into `cur` on the route from `s`;
+    link -1 when the tables have no such link (a corrupt routing table)."""
+    prev = np.int64(pred[s, cur])
     q = prev * n_routers + cur
     pos = np.searchsorted(keys, q)
     if prev < 0 or pos >= len(keys) or keys[pos] != q:
-        return -1
-    return ids[pos]
+        return prev, -1
+    return prev, ids[pos]
 
 
 @njit(cache=True)
@@ -243,8 +246,7 @@ def _walk_loads(pred, keys, ids, n_routers, src, dst, count, loads):
     for i in range(len(src)):
         s, cur = src[i], dst[i]
         while cur != s:
-            prev = np.int64(pred[s, cur])
-            link = _link_id(keys, ids, n_routers, prev, cur)
+            prev, link = _hop_into(pred, keys, ids, n_routers, s, cur)
             if link < 0:
                 return i
             loads[link] += count[i]
@@ -268,8 +270,7 @@ def _walk_union(pred, keys, ids, n_routers, tree, src, dst, counts):
             run += 1
         s, cur = src[i], dst[i]
         while cur != s:
-            prev = np.int64(pred[s, cur])
-            link = _link_id(keys, ids, n_routers, prev, cur)
+            prev, link = _hop_into(pred, keys, ids, n_routers, s, cur)
             if link < 0:
                 return i
             if seen_walk[link] == run:
