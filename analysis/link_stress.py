@@ -33,14 +33,10 @@ IP_MULTICAST, NAIVE_UNICAST = "ip_multicast", "naive_unicast"
 MULTICAST_PAIRS = "multicast pairs"   # (source, member) rows both baselines are made of
 
 
-def overlay_hops(message: DataFrame, traffic: tuple[Traffic, ...]) -> DataFrame:
-    """Selected overlay hops as (topo, traffic, group, src, dst), from one scan of `message`
-    (a row in several selections counts in each)."""
-    return _labelled_hops(message, traffic, [F.lit(t.label) for t in traffic])
-
-
-def _labelled_hops(message: DataFrame, traffic: tuple[Traffic, ...], labels: list) -> DataFrame:
-    """The hops of each selection with `labels[i]` (a column) as `traffic`.
+def overlay_hops(message: DataFrame, traffic: tuple[Traffic, ...], labels: list) -> DataFrame:
+    """Selected overlay hops as (topo, traffic, group, src, dst) from one scan of `message`,
+    `traffic` = `labels[i]` (a column) for selection i; a row in several selections counts
+    in each.
 
     Disjoint selections (the default ones: one phase each) label a row with one CASE
     expression; overlapping ones explode an array of labels, which Spark evaluates row by
@@ -100,7 +96,7 @@ def link_loads(message: DataFrame, membership: DataFrame, groups: DataFrame,
     # travel once and give both baselines in one call
     labels = [t.label for t in traffic] + [MULTICAST_PAIRS]
     pairs = multicast_pairs(membership, groups)
-    packets = (_labelled_hops(message, traffic, [F.lit(i) for i in range(len(traffic))])
+    packets = (overlay_hops(message, traffic, [F.lit(i) for i in range(len(traffic))])
                .unionByName(pairs.select("topo", F.lit(len(traffic)).alias("traffic"),
                                          "group", F.col("source").alias("src"),
                                          F.col("member").alias("dst")))
