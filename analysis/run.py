@@ -78,6 +78,11 @@ def _mean_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["topo"] == "mean"]
 
 
+def _buckets(keys: int, groups: int) -> int:
+    """Buckets per group so that `groups` x buckets gives at least `keys` grouping keys."""
+    return max(1, -(-keys // max(1, groups)))
+
+
 class _Context:
     """What every section needs: session, logs, topology handles, output folders."""
 
@@ -92,15 +97,15 @@ class _Context:
         # partition, so that hashing them onto partitions leaves no core idle; no more (each
         # call has a fixed cost: ten topologies x 8 buckets took 5.8 s, x 1 took 3.9 s)
         partitions = max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
-        self.buckets = max(1, -(-4 * partitions // max(1, len(meta))))
+        self.buckets = _buckets(4 * partitions, len(meta))
         # link stress: every (topology, traffic, bucket) call returns one partial row per link
         # its packets touch (the LAN links of its members, most core links), which Spark then
         # sums: more buckets multiply those rows (the core links most of all: every bucket
         # touches most of them). The (topology, traffic) pairs already give ~6 groups per
         # topology, so groups are split into buckets only when there are fewer pairs than
         # partitions (a large cluster, few topologies); one bucket needs no sums at all.
-        pairs = len(meta) * (len(options.traffic) + len(BASELINES))
-        self.link_buckets = max(1, -(-partitions // max(1, pairs)))
+        self.link_buckets = _buckets(partitions,
+                                     len(meta) * (len(options.traffic) + len(BASELINES)))
         self.metrics, self.figs = run_dir / "metrics", run_dir / "figures"
 
 
