@@ -14,9 +14,15 @@ import logging
 import os
 import shutil
 import sys
+import threading
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+
+from .jvm_archive import SessionArchives, merge_options
+
+log = logging.getLogger("scribe_emu.runtime")
 
 
 class RuntimeSetupError(RuntimeError):
@@ -107,6 +113,9 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
                  dashboard_host=LOOPBACK, _node_ip_address=LOOPBACK,
                  object_store_memory=object_store_bytes(), **common)
     _state["ray_started_here"] = True
+    _state["ray_started_at"] = time.time()
+    with contextlib.suppress(Exception):
+        _state["ray_temp_dir"] = ray._private.worker._global_node.get_temp_dir_path()
 
 
 # ---- loopback only (embedded runtime) -------------------------------------------------------
@@ -405,10 +414,13 @@ def spark_running() -> bool:
 
 def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
                 cores: int | None = None, memory: str = "3GB",
-                configs: dict[str, str] | None = None, driver_memory: str = "3g"):
+                configs: dict[str, str] | None = None, driver_memory: str = "3g",
+                class_archive: bool = True):
     """A SparkSession whose executors are Ray actors (RayDP); starts Ray if needed.
     ``executors``/``cores`` None: `spark_shape()` of the cluster. ``memory``: per executor;
     ``driver_memory``: the Spark driver JVM's (`--set analysis.*` of a scenario).
+    ``class_archive``: on an embedded Ray, map the JVM class archives of an earlier session
+    or write them when this one stops (emulator/jvm_archive.py).
 
     Returns the running session when one was already started here.
     """
@@ -419,7 +431,7 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     if spark_running():
         return _state["spark"]
     _state["spark"] = None      # none, or the Ray it ran on was shut down: that session is gone
-    java_executable()
+    java = java_executable()
     if not ray.is_initialized():
         start_ray()
     import ray.data
@@ -457,6 +469,9 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     # an error and Spark's INFO/WARN banner); give it one that logs errors only.
     conf["spark.log4j.config.file.name"] = str(_log4j2_file())
     conf.update(configs or {})
+    archives = _session_archives(java, executors) if class_archive and ray_is_local() else None
+    if archives is not None:
+        conf = merge_options(conf, archives.options())
     # RayDP's fault-tolerant mode is refused under Ray Client (ray://...); it only matters
     # for recovering Spark data after an executor loss, which a re-run replaces.
     client = False
@@ -467,7 +482,7 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     _state["executors_before"] = set(_executor_actor_states())
     try:
         # the driver JVM inherits fd 2: its Ray core worker's INFO lines go to Ray's logs
-        with _stderr_to_file(_console_log_path()):
+        with _stderr_to_file(_console_log_path()), _driver_jvm_beside_master():
             spark = raydp.init_spark(app_name, executors, cores, memory, configs=conf,
                                      fault_tolerant_mode=not client)
     except Exception as exc:
@@ -478,9 +493,62 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     if not ray_is_local():
         _ship_project_code(spark)
     _state["spark"] = spark
+    _state["archives"] = archives
     _state["spark_ray"] = _ray_session()
     _state["spark_app"] = app_name
     return spark
+
+
+@contextlib.contextmanager
+def _driver_jvm_beside_master() -> Iterator[None]:
+    """Launch the Spark driver's JVM while RayDP starts its app master.
+
+    RayDP starts the two one after the other (the driver needs the master's URL), but
+    only the SparkContext needs that URL, not the JVM: its launch (spark-submit's launcher
+    JVM, then the driver JVM, ~1 s) depends only on the settings RayDP has prepared by
+    then. So while `SparkCluster._set_up_master` runs, a thread launches the gateway with
+    those settings and PySpark's SparkContext then finds it up (measured: 0.5-0.6 s less
+    per Spark start, BENCHMARKS.md). The SparkContext gets every setting again, the
+    master's URL included, as before. Should RayDP change and the hook be missing, Spark
+    starts the old way; should the start fail, a gateway no SparkContext uses is shut down.
+    """
+    try:
+        from pyspark import SparkConf, SparkContext
+        from raydp.spark import ray_cluster
+        original = ray_cluster.SparkCluster._set_up_master
+    except (ImportError, AttributeError):
+        yield
+        return
+
+    def launch(conf) -> None:
+        try:
+            SparkContext._ensure_initialized(conf=conf)
+        except Exception:  # noqa: BLE001 - SparkContext launches it again and reports why
+            log.info("launching the Spark driver JVM early failed", exc_info=True)
+
+    def set_up_master(cluster, *args, **kwargs):
+        conf = SparkConf(loadDefaults=False).setAll(list(cluster._configs.items()))
+        thread = threading.Thread(target=launch, args=(conf.setAppName(cluster._app_name),),
+                                  name="spark-driver-jvm", daemon=True)
+        thread.start()
+        try:
+            return original(cluster, *args, **kwargs)
+        finally:
+            thread.join()
+
+    ray_cluster.SparkCluster._set_up_master = set_up_master
+    try:
+        yield
+    except BaseException:
+        gateway = SparkContext._gateway
+        if gateway is not None and SparkContext._active_spark_context is None:
+            with contextlib.suppress(Exception):
+                gateway.shutdown()
+                gateway.proc.kill()
+            SparkContext._gateway = SparkContext._jvm = None
+        raise
+    finally:
+        ray_cluster.SparkCluster._set_up_master = original
 
 
 PROJECT_PACKAGES = ("analysis", "topologies")   # what the executors' Python code imports
@@ -670,12 +738,91 @@ def stop_spark(release: bool = False, timeout_s: float = 60.0) -> None:
     if _state["spark"] is None:
         return
     import raydp
+    archives = _state.pop("archives", None)
     try:
+        if archives is not None and "executor" in archives.dumping:
+            # the driver would log the executor's exit as an ERROR ("Lost executor")
+            with contextlib.suppress(Exception):
+                _state["spark"].sparkContext.setLogLevel("OFF")
+            archives.keep("executor", _exit_executors(timeout_s))
         raydp.stop_spark()
+        if archives is not None and "driver" in archives.dumping:
+            archives.keep("driver", _exit_driver_gateway(timeout_s))
     finally:
         _state["spark"] = None
         if release:
             _release_spark_actors(_state.get("spark_app", "scribe-emu"), timeout_s)
+
+
+def class_archives_pending() -> bool:
+    """Whether stopping the running Spark session writes JVM class archives (the first
+    session on this machine: a one-off ~10 s wait that a console may announce)."""
+    archives = _state.get("archives")
+    return _state.get("spark") is not None and archives is not None and bool(archives.dumping)
+
+
+def _session_archives(java: str, executors: int):
+    """This session's JVM class archives (emulator/jvm_archive.py), None when the cache
+    directory cannot be made (e.g. a read-only home): Spark then starts without."""
+    try:
+        archives = SessionArchives.for_java(java)
+    except (OSError, ImportError) as exc:
+        log.info("no JVM class archives: %s", exc)
+        return None
+    if executors > 1:
+        archives.no_dump("executor")
+    return archives
+
+
+def _exit_executors(timeout_s: float) -> bool:
+    """SIGTERM this session's executor JVMs and wait for them: Java writes a class archive
+    on an orderly exit, not on the SIGKILL RayDP stops them with. True if they all did."""
+    import signal
+
+    import psutil
+    import ray._private.state
+    before = _state.get("executors_before", set())
+    try:
+        actors = ray._private.state.actors()
+    except Exception:  # noqa: BLE001 - the table unreadable: no archive this time
+        return False
+    procs = []
+    for aid, a in actors.items():
+        if (aid not in before and a.get("State") == "ALIVE" and a.get("Pid")
+                and str(a.get("Name", "")).startswith("raydp-executor-")):
+            with contextlib.suppress(psutil.Error):
+                p = psutil.Process(int(a["Pid"]))
+                p.send_signal(signal.SIGTERM)
+                procs.append(p)
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    for p in alive:     # a dump that long is stuck: its archive is dropped
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    return bool(procs) and not alive
+
+
+def _exit_driver_gateway(timeout_s: float) -> bool:
+    """End the driver JVM (the Py4J gateway PySpark keeps for the next session) by closing
+    its input, as at this process's exit, so it writes its class archive; PySpark launches
+    a new one for the next session. True if it exited on its own."""
+    from pyspark import SparkContext
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return False
+    SparkContext._gateway = SparkContext._jvm = None
+    proc = getattr(gateway, "proc", None)
+    with contextlib.suppress(Exception):
+        gateway.shutdown()
+    if proc is None:
+        return False
+    with contextlib.suppress(Exception):
+        proc.stdin.close()
+    try:
+        proc.wait(timeout_s)
+        return True
+    except Exception:  # noqa: BLE001 - stuck in its dump: dropped
+        proc.kill()
+        return False
 
 
 def _release_spark_actors(app_name: str, timeout_s: float) -> None:
@@ -714,8 +861,42 @@ def stop_ray() -> None:
     import ray
     if ray.is_initialized():
         ray.shutdown()
+    if _state.get("ray_started_here"):
+        remove_java_library_copies(_state.get("ray_temp_dir"), _state.get("ray_started_at", 0))
     _state["ray_started_here"] = False
     _undo_loopback_only()
+
+
+JAVA_LIBRARY_COPY = ("file_lock", "libcore_worker_library_java.so")
+
+
+def remove_java_library_copies(temp_dir: str | None, since: float) -> int:
+    """Delete the copies of Ray's Java core-worker library that this Ray's JVMs unpacked;
+    return how many. Every Java worker and Ray-connected JVM (RayDP's master, the Spark
+    driver, each executor) unpacks the 40 MB library into a directory of its own,
+    <ray temp dir>/<digits>/, and nothing removes it: two to three per analysis, 25 GB on
+    a machine after a few hundred runs. Taken only: directories made since `since` (this
+    Ray's start) holding nothing but the library and its lock file, whose lock no process
+    holds (a JVM unpacking now holds it; a JVM that has loaded the library keeps its
+    mapping when the file goes)."""
+    import fcntl
+
+    if not temp_dir or not os.path.isdir(temp_dir):
+        return 0
+    removed = 0
+    for entry in os.scandir(temp_dir):
+        try:
+            if not (entry.name.isdigit() and entry.is_dir(follow_symlinks=False)
+                    and entry.stat().st_mtime >= since - 1
+                    and sorted(os.listdir(entry.path)) == sorted(JAVA_LIBRARY_COPY)):
+                continue
+            with open(os.path.join(entry.path, "file_lock"), "a") as lock:
+                fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(entry.path)
+            removed += 1
+        except OSError:     # in use, gone meanwhile or not ours to delete: leave it
+            continue
+    return removed
 
 
 @contextlib.contextmanager

@@ -53,7 +53,8 @@ def start_analysis_spark(cfg):
     return start_spark(memory=cfg.analysis["executor_memory"],
                        driver_memory=cfg.analysis["driver_memory"],
                        configs={**worker_conf(local=ray_is_local()),
-                                **jvm_conf(cfg.analysis["jit"], cfg.nodes, cfg.topologies)})
+                                **jvm_conf(cfg.analysis["jit"], cfg.nodes, cfg.topologies)},
+                       class_archive=cfg.analysis["class_archive"] == "on")
 
 
 class SparkWarmup:

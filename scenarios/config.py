@@ -194,6 +194,10 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                 "client compiler only: a fresh session's analysis of a small or mid-size run "
                 "is 20-40 % faster) | tiered (Java's default: faster once warm, for large "
                 "runs) | auto (c1 iff nodes x topologies <= 300,000; results do not change)"),
+        "class_archive": (str, "on", lambda v: v in ("on", "off"), "on an embedded Ray, the "
+                          "Spark JVMs map the classes an earlier session loaded (Java class "
+                          "data sharing; the first session on a machine writes them when it "
+                          "stops, ~250 MB under ~/.cache/scribe-emu/jvm): on | off"),
         "shared_storage": (bool, False, None, "the run directory is on a filesystem every Ray "
                            "node mounts (executors read it); false: they do on a one-node "
                            "cluster, elsewhere the driver hands them logs and topologies"),

@@ -1,0 +1,148 @@
+"""Class-data-sharing archives for Spark's JVMs, so that a fresh Spark session starts faster.
+
+A fresh analysis spends seconds in JVMs that load, parse and verify the same Spark, Hadoop
+and Ray classes from jars: ~11,000 in the driver, as many again in the executor. Java 17
+can write the classes a JVM has loaded into an archive when that JVM exits
+(`-XX:ArchiveClassesAtExit`) and map the archive at a later start
+(`-XX:SharedArchiveFile`). Measured on `quick` (BENCHMARKS.md, issue 17 fifth pass): ~1 s
+less to start Spark with the driver's archive and ~1.5 s less for the first analysis with
+the executor's.
+
+So the first Spark session on a machine (for a given Java and set of jars) runs its JVMs
+with the dump option, and stopping it (emulator/runtime.py `stop_spark`) makes them exit in
+a way that writes the archives (SIGTERM, or end of input for the driver's gateway) and waits
+for them: a one-off ~10 s. Every later session maps them.
+
+Only for an embedded Ray (`runtime.ray_is_local`): on a cluster the executors run on other
+machines, whose caches this process cannot fill or see. Archives live under
+$XDG_CACHE_HOME/scribe-emu/jvm/<key>/ (default ~/.cache; ~250 MB), the key a hash of the
+java binary and the jar directories, so an upgrade of Java, Spark, Ray or RayDP makes new
+ones. A JVM that cannot use an archive (another JVM build, changed jars) starts without it:
+that is Java's own check (`-Xshare:auto`), results are never affected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import time
+import uuid
+from pathlib import Path
+
+log = logging.getLogger("scribe_emu.runtime")
+
+# Not RayDP's app master: its JVM ends without writing one (tried: RayDP's stop SIGTERMs
+# it after closing its gateway, and no archive appears), and a JVM set to dump starts slower.
+ROLES = ("driver", "executor")
+SPARK_OPTION = {role: f"spark.{role}.extraJavaOptions" for role in ROLES}
+# Java refuses to archive, or to map an archive, next to a -javaagent (RayDP's driver runs
+# one) unless told the agent changes no class it archives (RayDP's logs only); the cds log
+# tags are off because the dump warns about every class it leaves out, on the console.
+COMMON_FLAGS = ("-XX:+UnlockDiagnosticVMOptions", "-XX:+AllowArchivingWithJavaAgent",
+                "-Xshare:auto", "-Xlog:cds=off", "-Xlog:cds+dynamic=off")
+SMALLEST_ARCHIVE = 1 << 20    # a dump cut short leaves less; Java would refuse it anyway
+STALE_PART_S = 3600.0         # a dump older than this whose JVM never finished: removed
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "scribe-emu" / "jvm"
+
+
+def archive_key(java: str, jar_dirs) -> str:
+    """Hash of what an archive depends on: the java binary and every jar (name, size,
+    modification time). O(number of jars)."""
+    h = hashlib.sha256()
+    real = os.path.realpath(java)
+    st = os.stat(real)
+    h.update(f"{real}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    for d in jar_dirs:
+        with contextlib.suppress(OSError):
+            for e in sorted(os.scandir(d), key=lambda e: e.name):
+                if e.name.endswith(".jar"):
+                    s = e.stat()
+                    h.update(f"{e.name}\0{s.st_size}\0{s.st_mtime_ns}\0".encode())
+    return h.hexdigest()[:16]
+
+
+def spark_jar_dirs() -> list[str]:
+    """The jar directories of pyspark, Ray and RayDP (the JVMs' class path)."""
+    import pyspark
+    import ray
+    import raydp
+    return [os.path.join(os.path.dirname(m.__file__), "jars") for m in (pyspark, ray, raydp)]
+
+
+class SessionArchives:
+    """The archives of one Spark session: per role, map an existing archive or dump one.
+
+    `options()` gives the Java options to add per Spark setting; `finish(...)` (called
+    while the session stops) lets dumping JVMs exit and keeps their archives."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        _remove_stale_parts(self.directory)
+        self.final = {role: self.directory / f"{role}.jsa" for role in ROLES}
+        self.dumping: dict[str, Path] = {}
+        for role in ROLES:
+            if not self.final[role].is_file():
+                self.dumping[role] = self.directory / f"{role}.{uuid.uuid4().hex[:12]}.part"
+
+    @classmethod
+    def for_java(cls, java: str) -> SessionArchives:
+        return cls(cache_root() / archive_key(java, spark_jar_dirs()))
+
+    def options(self) -> dict[str, str]:
+        """{Spark setting: Java options} for the driver and the executors."""
+        out = {}
+        for role in ROLES:
+            if role in self.dumping:
+                flag = f"-XX:ArchiveClassesAtExit={self.dumping[role]}"
+            elif self.final[role].is_file():
+                flag = f"-XX:SharedArchiveFile={self.final[role]}"
+            else:
+                continue
+            out[SPARK_OPTION[role]] = " ".join((*COMMON_FLAGS, flag))
+        return out
+
+    def no_dump(self, role: str) -> None:
+        """Run `role` without dumping (several executors on this machine would write one
+        file at once)."""
+        self.dumping.pop(role, None)
+
+    def keep(self, role: str, exited: bool) -> bool:
+        """Make a dumped archive the one later sessions map once its JVM has `exited` in
+        order; else (killed mid-dump) drop it."""
+        part = self.dumping.get(role)
+        if part is None:
+            return False
+        try:
+            if not exited or part.stat().st_size < SMALLEST_ARCHIVE:
+                part.unlink()
+                return False
+            os.replace(part, self.final[role])
+            return True
+        except OSError as exc:      # not written (disk full, JVM killed): the next one dumps
+            log.info("JVM class archive %s not kept: %s", part.name, exc)
+            with contextlib.suppress(OSError):
+                part.unlink()
+            return False
+
+
+def _remove_stale_parts(directory: Path) -> None:
+    now = time.time()
+    for p in directory.glob("*.part"):
+        with contextlib.suppress(OSError):
+            if now - p.stat().st_mtime > STALE_PART_S:
+                p.unlink()
+
+
+def merge_options(conf: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
+    """`conf` with `extra`'s Java options appended to any it already has."""
+    out = dict(conf)
+    for key, value in extra.items():
+        out[key] = f"{out[key]} {value}" if out.get(key) else value
+    return out

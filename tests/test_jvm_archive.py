@@ -1,0 +1,162 @@
+"""emulator.jvm_archive: Spark's JVMs write class archives once and map them afterwards;
+emulator.runtime removes the copies of Ray's Java library its JVMs unpack."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from emulator import jvm_archive, runtime
+from emulator.jvm_archive import SessionArchives
+
+
+def _jar(path, size):
+    path.write_bytes(b"x" * size)
+    return path
+
+
+def test_archive_key_follows_java_and_jars(tmp_path):
+    java = _jar(tmp_path / "java", 10)
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    a = _jar(jars / "a.jar", 5)
+    (jars / "notes.txt").write_text("not a jar")
+    key = jvm_archive.archive_key(str(java), [str(jars), str(tmp_path / "absent")])
+    assert key == jvm_archive.archive_key(str(java), [str(jars)])
+    (jars / "notes.txt").write_text("still not a jar, other size")
+    assert key == jvm_archive.archive_key(str(java), [str(jars)])
+    _jar(a, 6)                                            # a jar rebuilt
+    rebuilt = jvm_archive.archive_key(str(java), [str(jars)])
+    assert rebuilt != key
+    _jar(jars / "b.jar", 1)                               # a jar added
+    assert jvm_archive.archive_key(str(java), [str(jars)]) != rebuilt
+    _jar(java, 11)                                        # another Java
+    assert jvm_archive.archive_key(str(java), [str(jars)]) not in (key, rebuilt)
+
+
+def test_first_session_dumps_then_later_ones_map(tmp_path):
+    first = SessionArchives(tmp_path / "k")
+    assert set(first.dumping) == set(jvm_archive.ROLES)
+    opts = first.options()
+    assert set(opts) == set(jvm_archive.SPARK_OPTION.values())
+    parts = {role: str(first.dumping[role]) for role in jvm_archive.ROLES}
+    assert len(set(parts.values())) == len(jvm_archive.ROLES)
+    for role, key in jvm_archive.SPARK_OPTION.items():
+        assert f"-XX:ArchiveClassesAtExit={parts[role]}" in opts[key]
+        assert "-XX:+AllowArchivingWithJavaAgent" in opts[key]     # RayDP's agent
+    # the driver exited in order; the executor was killed mid-dump
+    _jar(first.dumping["driver"], jvm_archive.SMALLEST_ARCHIVE)
+    _jar(first.dumping["executor"], jvm_archive.SMALLEST_ARCHIVE)
+    assert first.keep("driver", exited=True)
+    assert not first.keep("executor", exited=False)
+    assert not first.keep("executor", exited=True)        # nothing left to keep
+    assert sorted(p.name for p in (tmp_path / "k").iterdir()) == ["driver.jsa"]
+
+    second = SessionArchives(tmp_path / "k")
+    assert sorted(second.dumping) == ["executor"]
+    opts = second.options()
+    assert f"-XX:SharedArchiveFile={tmp_path / 'k' / 'driver.jsa'}" in \
+        opts["spark.driver.extraJavaOptions"]
+    assert "-XX:ArchiveClassesAtExit=" in opts["spark.executor.extraJavaOptions"]
+    # a dump cut short (too small to be an archive) is not kept
+    _jar(second.dumping["executor"], 100)
+    assert not second.keep("executor", exited=True)
+    assert not (tmp_path / "k" / "executor.jsa").exists()
+
+    third = SessionArchives(tmp_path / "k")
+    third.no_dump("executor")            # several executors on this machine: none dumps
+    assert "spark.executor.extraJavaOptions" not in third.options()
+
+
+def test_stale_parts_are_removed(tmp_path):
+    d = tmp_path / "k"
+    d.mkdir()
+    old, fresh = d / "driver.aaa.part", d / "driver.bbb.part"
+    old.write_bytes(b"x")
+    fresh.write_bytes(b"x")
+    hours_ago = time.time() - 2 * jvm_archive.STALE_PART_S
+    os.utime(old, (hours_ago, hours_ago))
+    SessionArchives(d)
+    assert not old.exists() and fresh.exists()
+
+
+def test_merge_options_appends():
+    conf = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1", "other": "1"}
+    out = jvm_archive.merge_options(conf, {"spark.driver.extraJavaOptions": "-Xshare:auto",
+                                           "spark.executor.extraJavaOptions": "-Xshare:auto"})
+    assert out == {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -Xshare:auto",
+                   "spark.executor.extraJavaOptions": "-Xshare:auto", "other": "1"}
+    assert conf["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"   # not changed
+
+
+def test_java_library_copies_are_removed_when_unused_and_new(tmp_path):
+    def copy(name, extra=()):
+        d = tmp_path / name
+        d.mkdir()
+        for f in (*runtime.JAVA_LIBRARY_COPY, *extra):
+            (d / f).write_bytes(b"x")
+        return d
+
+    since = time.time()
+    mine = copy("1795600000001")
+    older = copy("1795600000002")
+    os.utime(older, (since - 3600, since - 3600))
+    other = copy("1795600000003", extra=("something_else",))
+    named = copy("session_latest_copy")
+    locked = copy("1795600000004")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys, time\n"
+         f"f = open({str(locked / 'file_lock')!r}, 'a')\n"
+         "fcntl.lockf(f, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert runtime.remove_java_library_copies(str(tmp_path), since) == 1
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not mine.exists()
+    assert older.exists() and other.exists() and named.exists() and locked.exists()
+    assert runtime.remove_java_library_copies(str(tmp_path / "absent"), since) == 0
+    assert runtime.remove_java_library_copies(None, since) == 0
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    runtime.stop_ray()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    yield tmp_path
+    runtime.stop_ray()
+
+
+def test_spark_writes_archives_once_and_maps_them(fresh_cache):
+    """A real session on an empty cache writes both archives when it stops; the next
+    session's driver loads Spark's classes from its archive (Java's own class-load log)."""
+    runtime.start_ray()
+    ray_dir = runtime._state["ray_temp_dir"]
+    spark = runtime.start_spark()
+    assert spark.range(100).selectExpr("sum(id)").collect()[0][0] == 4950
+    runtime.stop_spark()
+    (root,) = (fresh_cache / "cache" / "scribe-emu" / "jvm").iterdir()
+    assert sorted(p.name for p in root.iterdir()) == ["driver.jsa", "executor.jsa"]
+
+    loads = fresh_cache / "class-load.log"
+    spark = runtime.start_spark(configs={
+        "spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={loads}"})
+    opts = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+    assert f"-XX:SharedArchiveFile={root / 'driver.jsa'}" in opts
+    assert spark.range(100).selectExpr("sum(id)").collect()[0][0] == 4950
+    text = loads.read_text()
+    shared = [ln for ln in text.splitlines() if "org.apache.spark." in ln
+              and "shared objects file (top)" in ln]
+    assert len(shared) > 1000, "the driver did not map its class archive"
+    runtime.stop_ray()
+    # and the copies of Ray's Java library its JVMs unpacked are gone with it
+    assert not [d for d in os.listdir(ray_dir) if d.isdigit() and
+                sorted(os.listdir(os.path.join(ray_dir, d))) ==
+                sorted(runtime.JAVA_LIBRARY_COPY) and
+                os.stat(os.path.join(ray_dir, d)).st_mtime >= runtime._state["ray_started_at"]]
