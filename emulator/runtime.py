@@ -114,8 +114,6 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
                  object_store_memory=object_store_bytes(), **common)
     _state["ray_started_here"] = True
     _state["ray_started_at"] = time.time()
-    with contextlib.suppress(Exception):
-        _state["ray_temp_dir"] = ray._private.worker._global_node.get_temp_dir_path()
 
 
 # ---- loopback only (embedded runtime) -------------------------------------------------------
@@ -747,7 +745,7 @@ def stop_spark(release: bool = False, timeout_s: float = 60.0) -> None:
             archives.keep("executor", _exit_executors(timeout_s))
         raydp.stop_spark()
         if archives is not None and "driver" in archives.dumping:
-            archives.keep("driver", _exit_driver_gateway(timeout_s))
+            archives.keep("driver", stop_driver_jvm(timeout_s))
     finally:
         _state["spark"] = None
         if release:
@@ -771,6 +769,9 @@ def _session_archives(java: str, executors: int):
         return None
     if executors > 1:
         archives.no_dump("executor")
+    from pyspark import SparkContext
+    if SparkContext._gateway is not None:   # the driver JVM of an earlier session, reused
+        archives.no_dump("driver")
     return archives
 
 
@@ -801,10 +802,12 @@ def _exit_executors(timeout_s: float) -> bool:
     return bool(procs) and not alive
 
 
-def _exit_driver_gateway(timeout_s: float) -> bool:
-    """End the driver JVM (the Py4J gateway PySpark keeps for the next session) by closing
-    its input, as at this process's exit, so it writes its class archive; PySpark launches
-    a new one for the next session. True if it exited on its own."""
+def stop_driver_jvm(timeout_s: float = 60.0) -> bool:
+    """End the Spark driver JVM, the Py4J gateway PySpark keeps after a session stops and
+    reuses for the next one in this process (with the Java options of its launch), by
+    closing its input as at this process's exit: a JVM set to dump writes its class
+    archive. PySpark launches a new one for the next session. True if it exited on its
+    own, False if there was none or it had to be killed."""
     from pyspark import SparkContext
     gateway = SparkContext._gateway
     if gateway is None:
@@ -862,20 +865,23 @@ def stop_ray() -> None:
     if ray.is_initialized():
         ray.shutdown()
     if _state.get("ray_started_here"):
-        remove_java_library_copies(_state.get("ray_temp_dir"), _state.get("ray_started_at", 0))
+        remove_java_library_copies(JAVA_DRIVER_LIBRARY_DIR, _state.get("ray_started_at", 0))
     _state["ray_started_here"] = False
     _undo_loopback_only()
 
 
 JAVA_LIBRARY_COPY = ("file_lock", "libcore_worker_library_java.so")
+# Ray's Java runtime (RayNativeRuntime) unpacks the library of a JVM that connects as a Ray
+# driver into "/tmp/ray/" + currentTimeMillis, a fixed path whatever Ray's temp directory.
+JAVA_DRIVER_LIBRARY_DIR = "/tmp/ray"
 
 
 def remove_java_library_copies(temp_dir: str | None, since: float) -> int:
-    """Delete the copies of Ray's Java core-worker library that this Ray's JVMs unpacked;
-    return how many. Every Java worker and Ray-connected JVM (RayDP's master, the Spark
-    driver, each executor) unpacks the 40 MB library into a directory of its own,
-    <ray temp dir>/<digits>/, and nothing removes it: two to three per analysis, 25 GB on
-    a machine after a few hundred runs. Taken only: directories made since `since` (this
+    """Delete the copies of Ray's Java core-worker library that this Ray's JVMs unpacked
+    under `temp_dir`; return how many. Every JVM that connects to Ray as a driver (the
+    Spark driver and RayDP's app master) unpacks the 40 MB library into a directory of its
+    own, /tmp/ray/<milliseconds>/, and nothing removes it: two per Spark session, 25 GB
+    on this machine after a day of runs. Taken only: directories made since `since` (this
     Ray's start) holding nothing but the library and its lock file, whose lock no process
     holds (a JVM unpacking now holds it; a JVM that has loaded the library keeps its
     mapping when the file goes)."""

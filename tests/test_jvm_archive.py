@@ -84,6 +84,19 @@ def test_stale_parts_are_removed(tmp_path):
     assert not old.exists() and fresh.exists()
 
 
+def test_a_reused_driver_jvm_does_not_dump(tmp_path, monkeypatch):
+    """PySpark reuses a driver JVM that outlived its session: one launched without the dump
+    option cannot write an archive, so the session does not wait for one."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    from pyspark import SparkContext
+    monkeypatch.setattr(SparkContext, "_gateway", object())
+    archives = runtime._session_archives(runtime.java_executable(), executors=1)
+    assert sorted(archives.dumping) == ["executor"]
+    monkeypatch.setattr(SparkContext, "_gateway", None)
+    archives = runtime._session_archives(runtime.java_executable(), executors=2)
+    assert sorted(archives.dumping) == ["driver"]
+
+
 def test_merge_options_appends():
     conf = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1", "other": "1"}
     out = jvm_archive.merge_options(conf, {"spark.driver.extraJavaOptions": "-Xshare:auto",
@@ -128,6 +141,7 @@ def test_java_library_copies_are_removed_when_unused_and_new(tmp_path):
 @pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):
     runtime.stop_ray()
+    runtime.stop_driver_jvm()       # an earlier test's, which a new session would reuse
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     yield tmp_path
     runtime.stop_ray()
@@ -137,7 +151,7 @@ def test_spark_writes_archives_once_and_maps_them(fresh_cache):
     """A real session on an empty cache writes both archives when it stops; the next
     session's driver loads Spark's classes from its archive (Java's own class-load log)."""
     runtime.start_ray()
-    ray_dir = runtime._state["ray_temp_dir"]
+    ray_dir = runtime.JAVA_DRIVER_LIBRARY_DIR
     spark = runtime.start_spark()
     assert spark.range(100).selectExpr("sum(id)").collect()[0][0] == 4950
     runtime.stop_spark()
