@@ -78,8 +78,9 @@ def spark_jar_dirs() -> list[str]:
 class SessionArchives:
     """The archives of one Spark session: per role, map an existing archive or dump one.
 
-    `options()` gives the Java options to add per Spark setting; `finish(...)` (called
-    while the session stops) lets dumping JVMs exit and keeps their archives."""
+    `options()` gives the Java options to add per Spark setting; `keep(role, exited)`
+    (called while the session stops, once the dumping JVM has exited) keeps its archive.
+    """
 
     def __init__(self, directory: Path):
         self.directory = Path(directory)
