@@ -345,13 +345,15 @@ def scenario(
         run_dir = scenarios.run_scenario(cfg, out=out_dir, address=address, resume=resume,
                                          progress=not no_progress, force=force)
     finally:
-        _note_class_archives(runtime)
+        _note_class_archives()
         runtime.stop_ray()      # Spark's JVMs and an embedded Ray go with this process
     print_summary(Path(run_dir))
 
 
-def _note_class_archives(runtime) -> None:
-    if runtime.class_archives_pending():
+def _note_class_archives() -> None:
+    """Announce the one-off wait when stopping Spark writes its JVMs' class archives."""
+    from emulator.runtime import class_archives_pending
+    if class_archives_pending():
         out.print("Saving the Spark JVMs' loaded classes, once per machine, so that later "
                   "analyses start faster (~10 s)...", style="dim", markup=False,
                   highlight=False)
@@ -557,7 +559,7 @@ def analyze(
         spark_start = {"spark_start": round(time.perf_counter() - started, 3)}
         run_analysis(run_dir, spark, scenario_meta=meta, options=options,
                      extra={"timing": spark_start}, events=events)
-        _note_class_archives(runtime)
+        _note_class_archives()
     md, html = write_report(run_dir)
     print_summary(run_dir)
     out.print(f"report: {md}, {html}", markup=False, highlight=False)

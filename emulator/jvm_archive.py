@@ -14,8 +14,9 @@ a way that writes the archives (SIGTERM, or end of input for the driver's gatewa
 for them: a one-off ~10 s. Every later session maps them.
 
 Only for an embedded Ray (`runtime.ray_is_local`): on a cluster the executors run on other
-machines, whose caches this process cannot fill or see. Archives live under
-$XDG_CACHE_HOME/scribe-emu/jvm/<key>/ (default ~/.cache; ~250 MB), the key a hash of the
+machines, whose caches this process cannot fill or see. Archives live under the project's
+cache (`storage.cache_dir()`: $SCRIBE_EMU_CACHE, default ~/.cache/scribe-emu), in
+jvm/<key>/ (~235 MB), the key a hash of the
 java binary and the jar directories, so an upgrade of Java, Spark, Ray or RayDP makes new
 ones. A JVM that cannot use an archive (another JVM build, changed jars) starts without it:
 that is Java's own check (`-Xshare:auto`), results are never affected.
@@ -30,6 +31,8 @@ import os
 import time
 import uuid
 from pathlib import Path
+
+from .storage import cache_dir
 
 log = logging.getLogger("scribe_emu.runtime")
 
@@ -47,8 +50,7 @@ STALE_PART_S = 3600.0         # a dump older than this whose JVM never finished:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "scribe-emu" / "jvm"
+    return cache_dir() / "jvm"
 
 
 def archive_key(java: str, jar_dirs) -> str:

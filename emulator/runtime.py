@@ -633,8 +633,8 @@ def watch_executors(spark, grace_s: float = 30.0, poll_s: float = 2.0) -> Iterat
         thread.join(timeout=poll_s + 5)
 
 
-def _executor_actor_states() -> dict[str, str]:
-    """{actor id: state} of RayDP's executor actors in the Ray cluster's actor table, or
+def _executor_actors() -> dict[str, dict]:
+    """{actor id: its row} of RayDP's executor actors in the Ray cluster's actor table, or
     {} when it cannot be read (e.g. under Ray Client: Spark's own executor count then
     serves alone). Ray's state API needs the dashboard (off here); the GCS table does not."""
     import ray._private.state
@@ -642,8 +642,13 @@ def _executor_actor_states() -> dict[str, str]:
         actors = ray._private.state.actors()
     except Exception:  # noqa: BLE001 - whatever Ray raises, there is nothing to read
         return {}
-    return {aid: a.get("State", "") for aid, a in actors.items()
+    return {aid: a for aid, a in actors.items()
             if str(a.get("Name", "")).startswith("raydp-executor-")}
+
+
+def _executor_actor_states() -> dict[str, str]:
+    """{actor id: state} of RayDP's executor actors ({} when unreadable)."""
+    return {aid: a.get("State", "") for aid, a in _executor_actors().items()}
 
 
 def _spark_jvm_pids() -> set[int]:
@@ -781,16 +786,10 @@ def _exit_executors(timeout_s: float) -> bool:
     import signal
 
     import psutil
-    import ray._private.state
     before = _state.get("executors_before", set())
-    try:
-        actors = ray._private.state.actors()
-    except Exception:  # noqa: BLE001 - the table unreadable: no archive this time
-        return False
     procs = []
-    for aid, a in actors.items():
-        if (aid not in before and a.get("State") == "ALIVE" and a.get("Pid")
-                and str(a.get("Name", "")).startswith("raydp-executor-")):
+    for aid, a in _executor_actors().items():      # unreadable: none, no archive this time
+        if aid not in before and a.get("State") == "ALIVE" and a.get("Pid"):
             with contextlib.suppress(psutil.Error):
                 p = psutil.Process(int(a["Pid"]))
                 p.send_signal(signal.SIGTERM)

@@ -15,10 +15,17 @@ from __future__ import annotations
 
 import os
 import posixpath
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+
+def cache_dir() -> Path:
+    """This user's scribe-emu cache (generated topologies, JVM class archives):
+    $SCRIBE_EMU_CACHE, default ~/.cache/scribe-emu."""
+    return Path(os.environ.get("SCRIBE_EMU_CACHE", Path.home() / ".cache" / "scribe-emu"))
 
 NODE_ROOT_ENV = "SCRIBE_EMU_NODE_ROOT"
 

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from emulator.storage import cache_dir
+
 from .config import ScenarioConfig, ScenarioError, load_scenario
 from .event_logs import RunEvents, layout_for
 from .groups import GroupPlan, join_times, plan_groups
@@ -68,7 +70,7 @@ def _warn(message: str) -> None:
     log.warning(message)
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
-CACHE_DIR = Path(os.environ.get("SCRIBE_EMU_CACHE", Path.home() / ".cache" / "scribe-emu"))
+CACHE_DIR = cache_dir()
 _STREAM_CHURN = 0xC4E2
 # Event logs reach Spark as Parquet (one machine, or a named run.storage) or through the
 # object store (a multi-node cluster without storage): scenarios/event_logs.py. The

@@ -87,7 +87,7 @@ def test_stale_parts_are_removed(tmp_path):
 def test_a_reused_driver_jvm_does_not_dump(tmp_path, monkeypatch):
     """PySpark reuses a driver JVM that outlived its session: one launched without the dump
     option cannot write an archive, so the session does not wait for one."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("SCRIBE_EMU_CACHE", str(tmp_path / "cache"))
     from pyspark import SparkContext
     monkeypatch.setattr(SparkContext, "_gateway", object())
     archives = runtime._session_archives(runtime.java_executable(), executors=1)
@@ -142,7 +142,7 @@ def test_java_library_copies_are_removed_when_unused_and_new(tmp_path):
 def fresh_cache(tmp_path, monkeypatch):
     runtime.stop_ray()
     runtime.stop_driver_jvm()       # an earlier test's, which a new session would reuse
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("SCRIBE_EMU_CACHE", str(tmp_path / "cache"))
     yield tmp_path
     runtime.stop_ray()
 
@@ -155,7 +155,7 @@ def test_spark_writes_archives_once_and_maps_them(fresh_cache):
     spark = runtime.start_spark()
     assert spark.range(100).selectExpr("sum(id)").collect()[0][0] == 4950
     runtime.stop_spark()
-    (root,) = (fresh_cache / "cache" / "scribe-emu" / "jvm").iterdir()
+    (root,) = (fresh_cache / "cache" / "jvm").iterdir()
     assert sorted(p.name for p in root.iterdir()) == ["driver.jsa", "executor.jsa"]
 
     loads = fresh_cache / "class-load.log"
