@@ -24,7 +24,13 @@ from pyspark.sql import functions as F
 
 from analysis.physical import TopologyFiles, core_pair_loads, core_union_counts
 from analysis.schema import Traffic
-from analysis.stats import exact_mean, spark_percentile, unique_rows, with_topology_mean
+from analysis.stats import (
+    exact_mean,
+    sorted_unique,
+    spark_percentile,
+    unique_rows,
+    with_topology_mean,
+)
 
 NO_PATHS_NOTE = "not available: the topology has no physical paths (latency matrix only)"
 LOADS_SCHEMA = "topo int, traffic string, link bigint, stress bigint"
@@ -138,7 +144,7 @@ def packet_loads(t: int, label: str, pdf: pd.DataFrame, files: TopologyFiles,
         loads += np.bincount(base + 2 * dst + 1, minlength=n_links)
         sr, dr = router[src], router[dst]
         core = sr != dr
-        keys, counts = np.unique(sr[core] * np.int64(1 << 32) + dr[core], return_counts=True)
+        keys, counts = sorted_unique(sr[core] * np.int64(1 << 32) + dr[core], return_counts=True)
         loads += core_pair_loads(topo, keys >> 32, keys & 0xFFFFFFFF, counts)
     links = np.flatnonzero(loads)
     return pd.DataFrame({"topo": t, "traffic": label, "link": links.astype(np.int64),

@@ -6,9 +6,13 @@ lists all N nodes; a topology without host rows falls back to every node id seen
 tree edges and memberships), so nodes with no children have zeros. Edges repeated in
 several snapshots (phases) are counted once.
 
-Spark: tree edges and node ids are cogrouped by topology; one numpy call per topology
-counts every variant's edges. The driver collects the per-node rows (node_stress.csv) and
-computes the summary and histogram from them.
+Spark: two grouped maps. Tree edges are grouped by (topology, group bucket) (bucket = group
+mod `buckets`, so the edges of one group meet in one call and a cluster's cores share a
+topology's groups); each call counts, in numpy, every variant's distinct edges per parent
+(`parent_counts`). Those per-bucket counts, one row per node seen, are cogrouped by topology
+with its node list, where one call adds up the buckets and puts in the zeros (`fill_nodes`).
+The driver collects the per-node rows (node_stress.csv) and computes the summary and
+histogram from them.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from analysis.stats import distribution, unique_rows, with_topology_mean
+from analysis.stats import distribution, sorted_unique, unique_rows, with_topology_mean
 
 STRESS_SCHEMA = ("topo int, variant string, node int, children_tables bigint, "
                  "children_entries bigint")
@@ -26,9 +30,13 @@ _COLUMNS = [c.split()[0] for c in STRESS_SCHEMA.split(", ")]
 
 
 def node_stress_rows(tree_edge: DataFrame, host: DataFrame, membership: DataFrame,
-                     ) -> DataFrame:
+                     buckets: int = 1) -> DataFrame:
     """Per (topo, variant, node): children_tables, children_entries (zeros included)."""
-    edges = tree_edge.select("topo", "variant", "group", "parent", "child")
+    edges = (tree_edge.select("topo", "variant", "group", "parent", "child")
+             .withColumn("bucket", F.pmod(F.col("group"), F.lit(max(1, buckets)))))
+    partial = (edges.groupBy("topo", "bucket")
+               .applyInPandas(lambda pdf: parent_counts(pdf.drop(columns="bucket")),
+                              STRESS_SCHEMA))
     # members matter only where a topology has no host rows: only those travel (the paper
     # run's 4 M membership rows were most of what this job shuffled besides the edges)
     hostless = membership.join(F.broadcast(host.select("topo").distinct()), "topo",
@@ -36,42 +44,78 @@ def node_stress_rows(tree_edge: DataFrame, host: DataFrame, membership: DataFram
     nodes = (host.select("topo", "node", F.lit(True).alias("is_host"))
              .unionByName(hostless.select("topo", F.col("member").alias("node"),
                                           F.lit(False).alias("is_host"))))
-    return (edges.groupBy("topo").cogroup(nodes.groupBy("topo"))
-            .applyInPandas(count_children, STRESS_SCHEMA))
+    return (partial.groupBy("topo").cogroup(nodes.groupBy("topo"))
+            .applyInPandas(fill_nodes, STRESS_SCHEMA))
 
 
-def count_children(edges: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame:
-    """numpy kernel: every variant's per-node counts for the edges of one topology."""
+def parent_counts(edges: pd.DataFrame) -> pd.DataFrame:
+    """numpy kernel, O(n log n): per variant, the tables and entries of every parent among
+    `edges` (topo, variant, group, parent, child; whole groups of one topology), distinct
+    edges counted once; every child that is no parent here gets a row of zeros (a topology
+    without host rows counts the nodes its edges name)."""
     if not len(edges):
         return pd.DataFrame(columns=_COLUMNS)
     t = int(edges["topo"].iat[0])
+    codes, names = pd.factorize(edges["variant"], sort=True)
+    v, group, parent, child = unique_rows(codes, edges["group"].to_numpy(np.int64),
+                                          edges["parent"].to_numpy(np.int64),
+                                          edges["child"].to_numpy(np.int64))
+    # distinct (variant, group, parent): the rows are sorted, so tables start where one ends
+    table = np.r_[True, (v[1:] != v[:-1]) | (group[1:] != group[:-1])
+                  | (parent[1:] != parent[:-1])]
+    pv, pnode, entries = _counts(v, parent)
+    _, _, tables = _counts(v[table], parent[table])
+    cv, cnode, _ = _counts(v, child)
+    leaf = ~np.isin(_pair(cv, cnode), _pair(pv, pnode))
+    return pd.DataFrame({
+        "topo": t, "variant": np.asarray(names, object)[np.r_[pv, cv[leaf]]],
+        "node": np.r_[pnode, cnode[leaf]], "children_tables": np.r_[tables, 0 * cv[leaf]],
+        "children_entries": np.r_[entries, 0 * cv[leaf]]}, columns=_COLUMNS)
+
+
+def _counts(v: np.ndarray, node: np.ndarray):
+    """Distinct (v, node) pairs, sorted, and how often each occurs."""
+    key, n = sorted_unique(_pair(v, node), return_counts=True)
+    return key >> 32, key & 0xFFFFFFFF, n
+
+
+def _pair(v: np.ndarray, node: np.ndarray) -> np.ndarray:
+    # node ids are int32 in the logs (STRESS_SCHEMA), variant codes are few
+    return (np.asarray(v, np.int64) << 32) | np.asarray(node, np.int64)
+
+
+def fill_nodes(counts: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame:
+    """numpy kernel: one topology's per-bucket counts added up over every node it has
+    (the host list; without one, every node its edges and memberships name)."""
+    if not len(counts):
+        return pd.DataFrame(columns=_COLUMNS)
+    t = int(counts["topo"].iat[0])
+    node = counts["node"].to_numpy(np.int64)
     hosts = nodes["node"].to_numpy(np.int64)[nodes["is_host"].to_numpy(bool)]
     if len(hosts):
         all_nodes = np.unique(hosts)
     else:   # no host table for this topology: every node seen in its logs
-        all_nodes = np.unique(np.concatenate([
-            edges["parent"].to_numpy(np.int64), edges["child"].to_numpy(np.int64),
-            nodes["node"].to_numpy(np.int64)]))
+        all_nodes = np.unique(np.concatenate([node, nodes["node"].to_numpy(np.int64)]))
+    tables = counts["children_tables"].to_numpy(np.int64)
+    entries = counts["children_entries"].to_numpy(np.int64)
+    variant = counts["variant"].to_numpy(object)
     out = []
-    for variant, part in edges.groupby("variant", sort=True):
-        group = part["group"].to_numpy(np.int64)
-        parent = part["parent"].to_numpy(np.int64)
-        _, entry_parent, _ = unique_rows(group, parent, part["child"].to_numpy(np.int64))
-        _, table_parent = unique_rows(group, parent)        # distinct (group, parent)
+    for name in sorted(set(variant.tolist())):
+        sel = variant == name
         out.append(pd.DataFrame({
-            "topo": t, "variant": variant, "node": all_nodes,
-            "children_tables": _count_at(all_nodes, table_parent),
-            "children_entries": _count_at(all_nodes, entry_parent)}))
+            "topo": t, "variant": name, "node": all_nodes,
+            "children_tables": _count_at(all_nodes, node[sel], tables[sel]),
+            "children_entries": _count_at(all_nodes, node[sel], entries[sel])}))
     return pd.concat(out, ignore_index=True)[_COLUMNS]
 
 
-def _count_at(nodes: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Occurrences of each of the sorted `nodes` in `ids` (ids not in `nodes` are dropped,
-    as the join with the node list dropped them)."""
+def _count_at(nodes: np.ndarray, ids: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Sum of `weights` at each of the sorted `nodes` over `ids` (ids not in `nodes` are
+    dropped, as the join with the node list dropped them)."""
     pos = np.searchsorted(nodes, ids)
     found = pos < len(nodes)
     found[found] = nodes[pos[found]] == ids[found]
-    return np.bincount(pos[found], minlength=len(nodes)).astype(np.int64)
+    return np.bincount(pos[found], weights[found], minlength=len(nodes)).astype(np.int64)
 
 
 def node_stress_summary(stress: pd.DataFrame) -> pd.DataFrame:

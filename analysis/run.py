@@ -104,6 +104,9 @@ class _Context:
         # touches most of them). The (topology, traffic) pairs already give ~6 groups per
         # topology, so groups are split into buckets only when there are fewer pairs than
         # partitions (a large cluster, few topologies); one bucket needs no sums at all.
+        # node stress: one (topology, bucket) call per partition; its rows (one per node
+        # seen) are summed per topology, so more buckets only add rows
+        self.node_buckets = _buckets(partitions, len(meta))
         self.link_buckets = _buckets(partitions,
                                      len(meta) * (len(options.traffic) + len(BASELINES)))
         self.metrics, self.figs = run_dir / "metrics", run_dir / "figures"
@@ -222,7 +225,7 @@ def _delay_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
 
 def _node_plan(c: _Context) -> dict[str, DataFrame]:
     return {"stress": node_stress.node_stress_rows(c.ev["tree_edge"], c.ev["host"],
-                                                   c.ev["membership"])}
+                                                   c.ev["membership"], c.node_buckets)}
 
 
 def _node_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:

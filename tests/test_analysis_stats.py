@@ -74,3 +74,47 @@ def test_topology_numbers_from_headers(tmp_path):
     Topology.from_latency_matrix(np.array([[0, 5], [5, 0]]), [0, 1, 1]).save(
         tmp_path / "topo-1.npz")
     assert topology_numbers(tmp_path / "topo-1.npz")["has_paths"] is False
+
+
+def test_unique_rows_and_sorted_unique_match_numpy():
+    """The one-sort versions give numpy's answer, empty and overflowing inputs included."""
+    from analysis.stats import sorted_unique
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 7, 5000):
+        a, b, c = rng.integers(0, 40, n), rng.integers(0, 5, n), rng.integers(0, 900, n)
+        want = np.unique(np.stack([a, b, c], axis=1), axis=0) if n else np.zeros((0, 3))
+        got = unique_rows(a, b, c)
+        assert all(g.dtype == np.int64 for g in got)
+        assert all(np.array_equal(g, want[:, i]) for i, g in enumerate(got))
+        values, counts = sorted_unique(a, return_counts=True)
+        ref_values, ref_counts = np.unique(a, return_counts=True)
+        assert np.array_equal(values, ref_values) and np.array_equal(counts, ref_counts)
+    big = np.array([2**40, 1, 2**40])          # 2**40 x 2**40 does not fit 63 bits
+    assert [x.tolist() for x in unique_rows(big, big)] == [[1, 2**40], [1, 2**40]]
+
+
+def test_node_stress_counts_split_by_group_buckets_add_up():
+    """parent_counts over any split of whole groups, added up by fill_nodes, gives the
+    counts of the whole edge list: duplicates (snapshots) once, zeros for other nodes."""
+    from analysis.node_stress import fill_nodes, parent_counts
+    rng = np.random.default_rng(5)
+    n = 4000
+    edges = pd.DataFrame({"topo": 0, "variant": rng.choice(["scribe", "collapsed"], n),
+                          "group": rng.integers(0, 60, n), "parent": rng.integers(0, 50, n),
+                          "child": rng.integers(0, 50, n)})
+    edges = pd.concat([edges, edges.iloc[:1000]], ignore_index=True)  # a second snapshot
+    nodes = pd.DataFrame({"topo": 0, "node": np.arange(55), "is_host": True})
+    whole = fill_nodes(parent_counts(edges), nodes)
+    split = fill_nodes(pd.concat([parent_counts(edges[edges["group"] % 3 == b]
+                                                .reset_index(drop=True)) for b in range(3)],
+                                 ignore_index=True), nodes)
+    pd.testing.assert_frame_equal(whole, split)
+    distinct = edges.drop_duplicates()
+    for variant in ("scribe", "collapsed"):
+        d = distinct[distinct["variant"] == variant]
+        got = whole[whole["variant"] == variant].set_index("node")
+        assert len(got) == 55
+        assert (got["children_entries"] == d.groupby("parent").size()
+                .reindex(range(55), fill_value=0)).all()
+        assert (got["children_tables"] == d.drop_duplicates(["group", "parent"])
+                .groupby("parent").size().reindex(range(55), fill_value=0)).all()
