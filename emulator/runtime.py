@@ -467,6 +467,7 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     # an error and Spark's INFO/WARN banner); give it one that logs errors only.
     conf["spark.log4j.config.file.name"] = str(_log4j2_file())
     conf.update(configs or {})
+    conf = merge_options(app_master_jit(conf), conf)
     archives = _session_archives(java, executors) if class_archive and ray_is_local() else None
     if archives is not None:
         conf = merge_options(conf, archives.options())
@@ -495,6 +496,27 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     _state["spark_ray"] = _ray_session()
     _state["spark_app"] = app_name
     return spark
+
+
+# RayDP's app master is two JVMs (a Py4J gateway and a Ray Java actor it creates) that start,
+# answer a handful of calls and then wait: with the client compiler only they spent ~1.4 s
+# less of a 2-core box's start-up CPU on compiling code they hardly run again (Spark start
+# 8.3 -> 6.8 s, three alternating starts each; BENCHMARKS.md, issue 17 sixth pass).
+_C1 = "-XX:TieredStopAtLevel=1"
+_APP_MASTER_OPTIONS = "spark.ray.raydp_app_master.extraJavaOptions"
+
+
+def app_master_jit(conf: dict[str, str]) -> dict[str, str]:
+    """Java options (merged before `conf`'s own) that give RayDP's app master JVMs the client
+    compiler. The actor gets them as its Ray job's JVM options (`ray.job.jvm-options`), which
+    Ray also puts first on the executors' command lines: an executor with no JIT choice of
+    its own gets Java's default back explicitly (the last option wins)."""
+    if "ray.job.jvm-options" in conf.get(_APP_MASTER_OPTIONS, ""):
+        return {}       # the user gave the Ray job's JVM options: theirs alone
+    extra = {_APP_MASTER_OPTIONS: f"{_C1} -Dray.job.jvm-options.0={_C1}"}
+    if "TieredStopAtLevel" not in conf.get("spark.executor.extraJavaOptions", ""):
+        extra["spark.executor.extraJavaOptions"] = "-XX:TieredStopAtLevel=4"
+    return extra
 
 
 @contextlib.contextmanager

@@ -38,6 +38,24 @@ def test_missing_java_is_one_clear_line(monkeypatch, tmp_path):
     assert "\n" not in str(err.value)
 
 
+def test_app_master_gets_c1_and_executors_keep_their_jit():
+    from emulator.jvm_archive import merge_options
+    c1 = "-XX:TieredStopAtLevel=1"
+    conf = merge_options(runtime.app_master_jit({}), {})
+    master = conf["spark.ray.raydp_app_master.extraJavaOptions"].split()
+    assert master == [c1, f"-Dray.job.jvm-options.0={c1}"]
+    # Ray puts the job's options first on an executor's command line: Java's default after
+    assert conf["spark.executor.extraJavaOptions"].split()[-1] == "-XX:TieredStopAtLevel=4"
+    chosen = {"spark.executor.extraJavaOptions": c1}
+    assert merge_options(runtime.app_master_jit(chosen), chosen)[
+        "spark.executor.extraJavaOptions"] == c1
+    own = {"spark.ray.raydp_app_master.extraJavaOptions": "-Dray.job.jvm-options.0=-Xmx1g"}
+    assert runtime.app_master_jit(own) == {}
+    theirs = {"spark.ray.raydp_app_master.extraJavaOptions": "-XX:TieredStopAtLevel=4"}
+    assert merge_options(runtime.app_master_jit(theirs), theirs)[
+        "spark.ray.raydp_app_master.extraJavaOptions"].split()[-1] == "-XX:TieredStopAtLevel=4"
+
+
 def test_bad_spark_sizes_are_refused():
     with pytest.raises(ValueError, match="at least 1 executor"):
         runtime.start_spark(executors=0)
