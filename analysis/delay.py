@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from analysis.physical import TopologyFiles
+from analysis.placement import SLOT, placed
 from analysis.stats import distribution, exact_mean, group_fsum, with_topology_mean
 
 # kind 0: one row per (variant, group); kind 1: one row per rank-1 (variant, member)
@@ -31,14 +32,19 @@ _DELAY_COLUMNS = [c.split()[0] for c in DELAY_SCHEMA.split(", ")]
 
 
 def delay_rows(delivery: DataFrame, groups: DataFrame, files: TopologyFiles,
-               buckets: int) -> DataFrame:
-    """The per-group and rank-1 per-member rows (DELAY_SCHEMA) of every topology/variant."""
+               buckets: int, topologies: list[int], partitions: int) -> DataFrame:
+    """The per-group and rank-1 per-member rows (DELAY_SCHEMA) of every topology/variant.
+    The (topology, bucket) keys are dealt out to the `partitions` in turn
+    (`analysis.placement`)."""
     d = (delivery.where(F.col("member") != F.col("source"))
          .select("topo", "variant", "group", "source", "member", "seqno",
                  (F.col("time") - F.col("publish_time")).alias("delay_us"))
          .withColumn("bucket", F.pmod(F.col("group"), F.lit(buckets))))
     g = (groups.select("topo", "group", "rank", "size")
          .withColumn("bucket", F.pmod(F.col("group"), F.lit(buckets))))
+    keys = [(t, b) for t in topologies for b in range(buckets)]
+    d = placed(d, ["topo", "bucket"], keys, partitions)
+    g = placed(g, ["topo", "bucket"], keys, partitions)
 
     def compute(deliveries: pd.DataFrame, group_rows: pd.DataFrame) -> pd.DataFrame:
         if not len(deliveries):
@@ -46,7 +52,7 @@ def delay_rows(delivery: DataFrame, groups: DataFrame, files: TopologyFiles,
         topo = files.load(int(deliveries["topo"].iat[0]))
         return group_delays(deliveries, group_rows, topo)
 
-    return (d.groupBy("topo", "bucket").cogroup(g.groupBy("topo", "bucket"))
+    return (d.groupBy(SLOT, "topo", "bucket").cogroup(g.groupBy(SLOT, "topo", "bucket"))
             .applyInPandas(compute, DELAY_SCHEMA))
 
 

@@ -23,6 +23,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from analysis.physical import TopologyFiles, core_pair_loads, core_union_counts
+from analysis.placement import SLOT, placed
 from analysis.schema import Traffic
 from analysis.stats import (
     exact_mean,
@@ -86,7 +87,7 @@ def multicast_pairs(membership: DataFrame, groups: DataFrame) -> DataFrame:
 
 def link_loads(message: DataFrame, membership: DataFrame, groups: DataFrame,
                traffic: tuple[Traffic, ...], files: TopologyFiles, meta: dict[int, dict],
-               buckets: int) -> DataFrame:
+               buckets: int, partitions: int) -> DataFrame:
     """Non-zero stress per (topo, traffic, directed link) (LOADS_SCHEMA), plus one marker
     row (link = PRESENT) per (topo, traffic) with rows in a topology without paths.
 
@@ -97,6 +98,8 @@ def link_loads(message: DataFrame, membership: DataFrame, groups: DataFrame,
     multicast keeps each group whole in one call (its union of routes).
     `buckets` 1: one call per (topo, traffic) and no sums -- the partial rows and their
     shuffle cost as much as the rest of the section (10-topology paper run: 22 s -> 15 s).
+    The (topo, traffic, bucket) keys are dealt out to the `partitions` in turn
+    (`analysis.placement`).
     """
     # rows carry a traffic code, not its name (a smaller shuffle); the multicast pairs
     # travel once and give both baselines in one call
@@ -108,19 +111,23 @@ def link_loads(message: DataFrame, membership: DataFrame, groups: DataFrame,
                                          F.col("member").alias("dst")))
                .withColumn("bucket", F.pmod(F.coalesce(F.col("group"), F.lit(0)),
                                             F.lit(max(1, buckets)))))
+    keys = [(t, code, b) for t in sorted(meta) for code in range(len(labels))
+            for b in range(max(1, buckets))]
+    packets = placed(packets, ["topo", "traffic", "bucket"], keys, partitions)
 
     def compute(key, pdf: pd.DataFrame) -> pd.DataFrame:
-        t, label = int(key[0]), labels[int(key[1])]
+        t, label = int(key[1]), labels[int(key[2])]     # key: (slot, topo, traffic, bucket)
         if label != MULTICAST_PAIRS:
             return packet_loads(t, label, pdf, files, meta[t])
         return pd.concat([packet_loads(t, NAIVE_UNICAST, pdf, files, meta[t]),
                           packet_loads(t, IP_MULTICAST, pdf, files, meta[t])],
                          ignore_index=True)
 
-    if buckets == 1:    # each call has all packets of its (topo, traffic): no partial sums
-        return packets.groupBy("topo", "traffic").applyInPandas(compute, LOADS_SCHEMA)
-    return (packets.groupBy("topo", "traffic", "bucket").applyInPandas(compute, LOADS_SCHEMA)
-            .groupBy("topo", "traffic", "link").agg(F.sum("stress").alias("stress")))
+    loads = packets.groupBy(SLOT, "topo", "traffic", "bucket").applyInPandas(compute,
+                                                                             LOADS_SCHEMA)
+    if buckets <= 1:    # each call has all packets of its (topo, traffic): no partial sums
+        return loads
+    return loads.groupBy("topo", "traffic", "link").agg(F.sum("stress").alias("stress"))
 
 
 def packet_loads(t: int, label: str, pdf: pd.DataFrame, files: TopologyFiles,

@@ -22,6 +22,7 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from analysis.placement import SLOT, placed
 from analysis.stats import distribution, sorted_unique, unique_rows, with_topology_mean
 
 STRESS_SCHEMA = ("topo int, variant string, node int, children_tables bigint, "
@@ -30,12 +31,17 @@ _COLUMNS = [c.split()[0] for c in STRESS_SCHEMA.split(", ")]
 
 
 def node_stress_rows(tree_edge: DataFrame, host: DataFrame, membership: DataFrame,
-                     buckets: int = 1) -> DataFrame:
-    """Per (topo, variant, node): children_tables, children_entries (zeros included)."""
+                     topologies: list[int], buckets: int, partitions: int) -> DataFrame:
+    """Per (topo, variant, node): children_tables, children_entries (zeros included).
+    The keys, (topology, bucket) then topology, are dealt out to the `partitions` in turn
+    (`analysis.placement`)."""
+    buckets = max(1, buckets)
     edges = (tree_edge.select("topo", "variant", "group", "parent", "child")
-             .withColumn("bucket", F.pmod(F.col("group"), F.lit(max(1, buckets)))))
-    partial = (edges.groupBy("topo", "bucket")
-               .applyInPandas(lambda pdf: parent_counts(pdf.drop(columns="bucket")),
+             .withColumn("bucket", F.pmod(F.col("group"), F.lit(buckets))))
+    edges = placed(edges, ["topo", "bucket"],
+                   [(t, b) for t in topologies for b in range(buckets)], partitions)
+    partial = (edges.groupBy(SLOT, "topo", "bucket")
+               .applyInPandas(lambda pdf: parent_counts(pdf.drop(columns=[SLOT, "bucket"])),
                               STRESS_SCHEMA))
     # members matter only where a topology has no host rows: only those travel (the paper
     # run's 4 M membership rows were most of what this job shuffled besides the edges)
@@ -44,7 +50,9 @@ def node_stress_rows(tree_edge: DataFrame, host: DataFrame, membership: DataFram
     nodes = (host.select("topo", "node", F.lit(True).alias("is_host"))
              .unionByName(hostless.select("topo", F.col("member").alias("node"),
                                           F.lit(False).alias("is_host"))))
-    return (partial.groupBy("topo").cogroup(nodes.groupBy("topo"))
+    per_topology = [(t,) for t in topologies]
+    return (placed(partial, ["topo"], per_topology, partitions).groupBy(SLOT, "topo")
+            .cogroup(placed(nodes, ["topo"], per_topology, partitions).groupBy(SLOT, "topo"))
             .applyInPandas(fill_nodes, STRESS_SCHEMA))
 
 

@@ -93,20 +93,21 @@ class _Context:
         self.events_root = events_root     # where Parquet event logs are (run dir or storage)
         self.meta, self.options = meta, options
         self.marks = marks     # the paper's figures drawn over ours, if it has some
-        # group buckets of the delay grouped map: a few (topo, bucket) keys per shuffle
-        # partition, so that hashing them onto partitions leaves no core idle; no more (each
-        # call has a fixed cost: ten topologies x 8 buckets took 5.8 s, x 1 took 3.9 s)
-        partitions = max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
-        self.buckets = _buckets(4 * partitions, len(meta))
+        # the grouped maps' keys are dealt out to the shuffle partitions in turn
+        # (analysis.placement), so one key per partition leaves no core idle
+        self.partitions = max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
+        self.topologies = sorted(meta)
+        partitions = self.partitions
+        # group buckets of the delay and node-stress grouped maps: no more than that (each
+        # delay call has a fixed cost: ten topologies x 8 buckets took 5.8 s, x 1 took
+        # 3.9 s; each node-stress call one row per node it sees, summed per topology)
+        self.buckets = _buckets(partitions, len(meta))
         # link stress: every (topology, traffic, bucket) call returns one partial row per link
         # its packets touch (the LAN links of its members, most core links), which Spark then
         # sums: more buckets multiply those rows (the core links most of all: every bucket
         # touches most of them). The (topology, traffic) pairs already give ~6 groups per
         # topology, so groups are split into buckets only when there are fewer pairs than
         # partitions (a large cluster, few topologies); one bucket needs no sums at all.
-        # node stress: one (topology, bucket) call per partition; its rows (one per node
-        # seen) are summed per topology, so more buckets only add rows
-        self.node_buckets = _buckets(partitions, len(meta))
         self.link_buckets = _buckets(partitions,
                                      len(meta) * (len(options.traffic) + len(BASELINES)))
         self.metrics, self.figs = run_dir / "metrics", run_dir / "figures"
@@ -203,7 +204,8 @@ def _has_rows(events_root, refs, ev, table: str) -> bool:
 
 
 def _delay_plan(c: _Context) -> dict[str, DataFrame]:
-    return {"rows": delay.delay_rows(c.ev["delivery"], c.ev["group"], c.files, c.buckets)}
+    return {"rows": delay.delay_rows(c.ev["delivery"], c.ev["group"], c.files, c.buckets,
+                                     c.topologies, c.partitions)}
 
 
 def _delay_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
@@ -225,7 +227,8 @@ def _delay_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
 
 def _node_plan(c: _Context) -> dict[str, DataFrame]:
     return {"stress": node_stress.node_stress_rows(c.ev["tree_edge"], c.ev["host"],
-                                                   c.ev["membership"], c.node_buckets)}
+                                                   c.ev["membership"], c.topologies,
+                                                   c.buckets, c.partitions)}
 
 
 def _node_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
@@ -245,7 +248,7 @@ def _node_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
 def _link_plan(c: _Context) -> dict[str, DataFrame]:
     return {"loads": link_stress.link_loads(c.ev["message"], c.ev["membership"],
                                             c.ev["group"], c.options.traffic, c.files,
-                                            c.meta, c.link_buckets)}
+                                            c.meta, c.link_buckets, c.partitions)}
 
 
 def _link_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:

@@ -69,3 +69,26 @@ def test_same_results_for_any_partitioning_and_row_order(spark, tmp_path):  # no
         if not name.startswith("overlay_hops"):   # the run logs no routes
             assert one.count(b"\n") > 1, f"{name} has no data rows"
         assert one == (second / "metrics" / name).read_bytes(), name
+
+
+def test_placement_deals_keys_to_partitions_in_turn(spark):  # noqa: F811
+    """Grouping by (slot, *keys) after `placed` sends the i-th key to shuffle partition
+    i mod n: Spark's shuffle is pmod(hash(slot, *keys), n), and our Murmur3 is Spark's."""
+    from pyspark.sql import functions as F
+
+    from analysis.placement import SLOT, placed, spark_int_hash
+
+    values = [*range(-40, 40), 2**31 - 1, -2**31, 123456789]
+    hashed = (spark.createDataFrame([(v,) for v in values], "v int")
+              .select("v", F.hash("v").alias("h")).collect())
+    assert {r.v: r.h for r in hashed} == {v: spark_int_hash(v) for v in values}
+    rows = spark.range(0, 3000).selectExpr("cast(id % 3 as int) as topo",
+                                           "cast(id % 5 as int) as traffic")
+    keys = [(t, c) for t in range(3) for c in range(5)]
+    got = (placed(rows, ["topo", "traffic"], keys, 4)
+           .groupBy(SLOT, "topo", "traffic").count()
+           .withColumn("part", F.pmod(F.hash(SLOT, "topo", "traffic"), F.lit(4))).collect())
+    assert len(got) == len(keys)       # every key's rows with one slot
+    assert {(r.topo, r.traffic): r.part for r in got} == {k: i % 4 for i, k in enumerate(keys)}
+    with pytest.raises(ValueError, match="not int"):
+        placed(rows.selectExpr("cast(topo as bigint) as topo"), ["topo"], [(0,)], 2)
