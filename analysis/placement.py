@@ -61,8 +61,9 @@ def slot_for(key: Sequence[int], target: int, partitions: int) -> int:
     return slot
 
 
-# Above this many cells the slot table is not built and Spark's own hash places the keys.
-MAX_TABLE = 1 << 16
+# Above this many cells the slot table is not built and Spark's own hash places the keys
+# (each cell is a literal the driver sends through Py4J when it builds the plan).
+MAX_TABLE = 1 << 12
 
 
 def placed(df: DataFrame, keys: Sequence[str], values: Sequence[Sequence[int]],
