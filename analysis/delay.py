@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from analysis.physical import TopologyFiles
 from analysis.placement import SLOT, placed
 from analysis.stats import distribution, exact_mean, group_fsum, with_topology_mean
+from analysis.variants import variant_columns, variant_names
 
 # kind 0: one row per (variant, group); kind 1: one row per rank-1 (variant, member)
 DELAY_SCHEMA = ("kind tinyint, topo int, variant string, group int, member int, rank int, "
@@ -37,7 +38,8 @@ def delay_rows(delivery: DataFrame, groups: DataFrame, files: TopologyFiles,
     The (topology, bucket) keys are dealt out to the `partitions` in turn
     (`analysis.placement`)."""
     d = (delivery.where(F.col("member") != F.col("source"))
-         .select("topo", "variant", "group", "source", "member", "seqno",
+         .select("topo", *variant_columns(F.col("variant")), "group", "source", "member",
+                 "seqno",
                  (F.col("time") - F.col("publish_time")).alias("delay_us"))
          .withColumn("bucket", F.pmod(F.col("group"), F.lit(buckets))))
     g = (groups.select("topo", "group", "rank", "size")
@@ -50,7 +52,8 @@ def delay_rows(delivery: DataFrame, groups: DataFrame, files: TopologyFiles,
         if not len(deliveries):
             return pd.DataFrame(columns=_DELAY_COLUMNS)
         topo = files.load(int(deliveries["topo"].iat[0]))
-        return group_delays(deliveries, group_rows, topo)
+        return group_delays(deliveries.assign(variant=variant_names(deliveries)), group_rows,
+                            topo)
 
     return (d.groupBy(SLOT, "topo", "bucket").cogroup(g.groupBy(SLOT, "topo", "bucket"))
             .applyInPandas(compute, DELAY_SCHEMA))

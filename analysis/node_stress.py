@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 
 from analysis.placement import SLOT, placed
 from analysis.stats import distribution, sorted_unique, unique_rows, with_topology_mean
+from analysis.variants import variant_codes, variant_columns
 
 STRESS_SCHEMA = ("topo int, variant string, node int, children_tables bigint, "
                  "children_entries bigint")
@@ -36,7 +37,8 @@ def node_stress_rows(tree_edge: DataFrame, host: DataFrame, membership: DataFram
     The keys, (topology, bucket) then topology, are dealt out to the `partitions` in turn
     (`analysis.placement`)."""
     buckets = max(1, buckets)
-    edges = (tree_edge.select("topo", "variant", "group", "parent", "child")
+    edges = (tree_edge.select("topo", *variant_columns(F.col("variant")), "group", "parent",
+                              "child")
              .withColumn("bucket", F.pmod(F.col("group"), F.lit(buckets))))
     edges = placed(edges, ["topo", "bucket"],
                    [(t, b) for t in topologies for b in range(buckets)], partitions)
@@ -58,16 +60,18 @@ def node_stress_rows(tree_edge: DataFrame, host: DataFrame, membership: DataFram
 
 def parent_counts(edges: pd.DataFrame) -> pd.DataFrame:
     """numpy kernel, O(n log n): per variant, the tables and entries of every parent among
-    `edges` (topo, variant, group, parent, child; whole groups of one topology), distinct
-    edges counted once; every child that is no parent here gets a row of zeros (a topology
-    without host rows counts the nodes its edges name)."""
+    `edges` (topo, group, parent, child and the variant, as names or as `analysis.variants`
+    codes; whole groups of one topology), distinct edges counted once; every child that is
+    no parent here gets a row of zeros (a topology without host rows counts the nodes its
+    edges name)."""
     if not len(edges):
         return pd.DataFrame(columns=_COLUMNS)
     t = int(edges["topo"].iat[0])
-    codes, names = pd.factorize(edges["variant"], sort=True)
-    v, group, parent, child = unique_rows(codes, edges["group"].to_numpy(np.int64),
-                                          edges["parent"].to_numpy(np.int64),
-                                          edges["child"].to_numpy(np.int64))
+    codes, names = variant_codes(edges)
+    keep = codes >= 0          # an edge without a variant counts nowhere
+    v, group, parent, child = unique_rows(codes[keep], edges["group"].to_numpy(np.int64)[keep],
+                                          edges["parent"].to_numpy(np.int64)[keep],
+                                          edges["child"].to_numpy(np.int64)[keep])
     # distinct (variant, group, parent): the rows are sorted, so tables start where one ends
     table = np.r_[True, (v[1:] != v[:-1]) | (group[1:] != group[:-1])
                   | (parent[1:] != parent[:-1])]
@@ -76,7 +80,7 @@ def parent_counts(edges: pd.DataFrame) -> pd.DataFrame:
     cv, cnode, _ = _counts(v, child)
     leaf = ~np.isin(_pair(cv, cnode), _pair(pv, pnode))
     return pd.DataFrame({
-        "topo": t, "variant": np.asarray(names, object)[np.r_[pv, cv[leaf]]],
+        "topo": t, "variant": names[np.r_[pv, cv[leaf]]],
         "node": np.r_[pnode, cnode[leaf]], "children_tables": np.r_[tables, 0 * cv[leaf]],
         "children_entries": np.r_[entries, 0 * cv[leaf]]}, columns=_COLUMNS)
 

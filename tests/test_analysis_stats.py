@@ -118,3 +118,22 @@ def test_node_stress_counts_split_by_group_buckets_add_up():
                 .reindex(range(55), fill_value=0)).all()
         assert (got["children_tables"] == d.drop_duplicates(["group", "parent"])
                 .groupby("parent").size().reindex(range(55), fill_value=0)).all()
+
+
+def test_variant_codes_round_trip_names_no_one_listed():
+    """Rows coded by `variant_columns` (a code for the listed variants, the name for any
+    other) decode to the names they had; a `variant` column of names works as well."""
+    from analysis.schema import VARIANTS
+    from analysis.variants import variant_codes, variant_names
+    names = np.array(["collapsed", "scribe", "my_policy", "scribe", "bottleneck"], object)
+    code = [float(VARIANTS.index(n)) if n in VARIANTS else np.nan for n in names]
+    coded = pd.DataFrame({"variant_code": code,
+                          "variant_name": [None if n in VARIANTS else n for n in names]})
+    assert variant_names(coded).tolist() == names.tolist()
+    none = pd.DataFrame({"variant_code": [np.nan, 0.0], "variant_name": [None, None]})
+    assert variant_names(none).tolist() == [None, "scribe"]
+    assert variant_names(pd.DataFrame({"variant": names})).tolist() == names.tolist()
+    listed = coded[coded["variant_code"].notna()].astype({"variant_code": "int32"})
+    codes, table = variant_codes(listed)
+    assert table.tolist() == list(VARIANTS) and table[codes].tolist() == names[
+        [0, 1, 3, 4]].tolist()
