@@ -66,15 +66,11 @@ def distribution(values, prefix: str, percentiles: dict[str, float] | None = Non
     return out
 
 
-def pack_keys(*columns: np.ndarray) -> np.ndarray:
+def pack_keys(columns) -> tuple[np.ndarray, list[int]]:
     """One int64 per row whose order is the lexicographic order of the (non-negative
-    integer) columns, so np.unique / argsort on it replace slow row-wise (axis=0) calls.
-    Raises OverflowError when the value ranges do not fit 63 bits."""
-    return _packed(columns)[0]
-
-
-def _packed(columns) -> tuple[np.ndarray, list[int]]:
-    """pack_keys' key and the width of each column's digit (to unpack it)."""
+    integer) columns, so one sort replaces slow row-wise (axis=0) calls; and the width of
+    each column's digit (to unpack it). Raises OverflowError when the value ranges do not
+    fit 63 bits."""
     key = np.zeros(len(columns[0]), np.int64)
     span = 1
     widths = []
@@ -95,7 +91,7 @@ def unique_rows(*columns: np.ndarray) -> tuple[np.ndarray, ...]:
     """The distinct rows of the integer columns (int64), sorted lexicographically.
     O(n log n): one sort of the packed keys, whose digits give the columns back."""
     try:
-        key, widths = _packed(columns)
+        key, widths = pack_keys(columns)
     except OverflowError:
         rows = np.unique(np.stack([np.asarray(c, np.int64) for c in columns], axis=1), axis=0)
         return tuple(rows[:, i] for i in range(len(columns)))
