@@ -59,32 +59,6 @@ def stamp_senders(src, dst, time, local_index, seq, n_nodes, now):
 
 
 @numba.njit(cache=True)
-def merge_order(ta, tb):
-    """Stable merge of two ascending time arrays: the permutation of concat(ta, tb) that
-    ``np.argsort(..., kind="stable")`` gives (ties: rows of ``ta`` first). O(len)."""
-    na, nb = len(ta), len(tb)
-    out = np.empty(na + nb, np.int64)
-    i = j = k = 0
-    while i < na and j < nb:
-        if tb[j] < ta[i]:
-            out[k] = na + j
-            j += 1
-        else:
-            out[k] = i
-            i += 1
-        k += 1
-    while i < na:
-        out[k] = i
-        i += 1
-        k += 1
-    while j < nb:
-        out[k] = na + j
-        j += 1
-        k += 1
-    return out
-
-
-@numba.njit(cache=True)
 def local_indices(local_index, g):
     """local_index[g] (int32), -1 where g is outside 0..len-1. O(n)."""
     n = len(local_index)

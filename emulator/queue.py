@@ -1,77 +1,112 @@
-"""A shard's pending messages: a log-structured set of time-sorted runs.
+"""A shard's pending messages: records kept once in a pool, ordered by a binary heap.
 
-Each ``push`` sorts the new rows by time into a run; runs of similar size are merged (an
-LSM tree), so there are O(log P) runs for P pending messages and each message is copied
-O(log P) times. Every run keeps its times in a contiguous int64 array beside the rows, so
-``pop_cell`` cuts the due prefix of each run with a binary search and leaves the rest as
-views: no scan of the queue per cell, which matters when a window holds many cells and
-hundreds of thousands of timers wait far in the future. (A calendar of per-cell buckets
-was measured 4x slower: one send batch spreads over ~150 cells of latency, so it made
-hundreds of tiny chunks per send.)
+Every pending message occupies one slot of a pool of records (with its payload in a pool of
+ints); a binary min-heap of (time, slot) orders them. ``push`` writes the rows into free
+slots and sifts their times in; ``pop_before`` sifts out every message due, gathers their
+rows and payload into one batch and frees the slots. A message is copied twice in its life
+(into the pool, out of it) and each push or pop costs one compiled call plus O(log P) per
+message for P pending, whatever the batch size: sparse protocol traffic pushes and pops a
+few dozen messages a cell, where per-call cost rules.
+
+History, measured (BENCHMARKS.md, issue 13): a log-structured set of time-sorted runs (an
+LSM tree of numpy batches) copied every message O(log P) times through its merges and paid
+several numpy calls per run on every pop (12-17 % of a sparse protocol bootstrap); a
+calendar of per-cell numpy buckets was 4x slower still (one send spreads over ~150 cells
+of latency, so it made hundreds of tiny chunks per send).
+
+The queue returns the set of messages due; their order is the engine's business (it sorts
+a cell by its own total key), so the heap's tie order never reaches a result.
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
-from . import kernels
-from .batch import ENGINE_DTYPE, Batch
+from .batch import ENGINE_DTYPE, Batch, take_rows
 
 NEVER = np.iinfo(np.int64).max
 
-
-class _Run:
-    __slots__ = ("batch", "times")
-
-    def __init__(self, batch: Batch, times: np.ndarray):
-        self.batch, self.times = batch, times
-
-    def __len__(self):
-        return len(self.times)
+# meta[]: the pool's scalar state, kept in an array so the compiled calls update it in place
+_HEAP, _FREE, _PAY_USED, _PAY_LIVE = 0, 1, 2, 3
+_FIRST_CAPACITY = 1024
 
 
 class EventQueue:
     def __init__(self, delta_us: int, message_dtype=ENGINE_DTYPE):
         self.delta = int(delta_us)
         self.dtype = message_dtype       # the record of every batch it holds (and returns)
-        self._runs: list[_Run] = []
-        # batches pushed since the last look at the queue: handlers send many small
-        # batches per cell, and sorting them in one go costs one merge instead of one each
-        self._staged: list[Batch] = []
+        self._allocate(_FIRST_CAPACITY, _FIRST_CAPACITY)
+
+    def _allocate(self, capacity: int, pay_capacity: int) -> None:
+        self._rows = np.zeros(capacity, self.dtype)
+        self._raw = self._rows.view(np.dtype((np.void, self.dtype.itemsize)))
+        self._time = np.zeros(capacity, np.int64)    # a slot's due time
+        self._poff = np.zeros(capacity, np.int64)    # its payload in _pay
+        self._plen = np.zeros(capacity, np.int64)
+        self._free = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack of slots
+        self._heap_t = np.zeros(capacity, np.int64)
+        self._heap_s = np.zeros(capacity, np.int64)
+        self._pay = np.zeros(pay_capacity, np.int32)
+        self._meta = np.array([0, capacity, 0, 0], np.int64)
 
     def __len__(self) -> int:
-        self._settle()
-        return sum(len(r) for r in self._runs)
+        return int(self._meta[_HEAP])
 
     def push(self, batch: Batch) -> None:
-        """Add messages in any order; O(1) now, O(n log n) + amortized merges when the
-        queue is next read. Pops do not depend on how pushes were grouped: they return
-        every message due, and the engine orders a cell by its own key."""
-        if len(batch):
-            self._staged.append(batch)
-
-    def _settle(self) -> None:
-        if not self._staged:
+        """Add messages in any order; O(n log P)."""
+        n = len(batch)
+        if not n:
             return
-        batch = Batch.concat(self._staged, self.dtype)
-        self._staged = []
-        self._insert(batch)
+        m = batch.msgs
+        has_pay = len(batch.payload) > 0
+        need = int(m["pay_len"].sum()) if has_pay else 0
+        self._make_room(n, need)
+        slots = _push(np.ascontiguousarray(m["time"]),
+                      np.ascontiguousarray(m["pay_off"]) if has_pay else _NO_INT64,
+                      np.ascontiguousarray(m["pay_len"]) if has_pay else _NO_INT32,
+                      batch.payload, self._meta, self._free, self._heap_t, self._heap_s,
+                      self._time, self._poff, self._plen, self._pay)
+        self._raw[slots] = m.view(self._raw.dtype) if m.flags.c_contiguous \
+            else take_rows(m, slice(None)).view(self._raw.dtype)
 
-    def _insert(self, batch: Batch) -> None:
-        t = batch.msgs["time"]
-        if len(t) > 1 and (t[1:] < t[:-1]).any():
-            batch = batch.take(np.argsort(t, kind="stable"))
-        self._runs.append(_Run(batch, np.ascontiguousarray(batch.msgs["time"])))
-        # merge while the previous run is not much larger: keeps run sizes geometric
-        while len(self._runs) > 1 and len(self._runs[-2]) <= 2 * len(self._runs[-1]):
-            b = self._runs.pop()
-            a = self._runs.pop()
-            self._runs.append(_merge(a, b))
+    def _make_room(self, n: int, pay: int) -> None:
+        """Free slots for n rows and room for `pay` payload ints (amortized O(1))."""
+        meta = self._meta
+        if meta[_FREE] < n:
+            self._grow(len(self._rows) + max(n, len(self._rows) // 2))
+        if meta[_PAY_USED] + pay > len(self._pay):
+            live = int(meta[_PAY_LIVE])
+            if 2 * (live + pay) <= len(self._pay):   # mostly dead: pack what is pending
+                meta[_PAY_USED] = _pack_payload(self._meta, self._heap_s, self._poff,
+                                                self._plen, self._pay)
+            else:
+                grown = np.zeros(max(2 * len(self._pay), live + pay + len(self._pay) // 2),
+                                 np.int32)
+                grown[:meta[_PAY_USED]] = self._pay[:meta[_PAY_USED]]
+                self._pay = grown
+
+    def _grow(self, capacity: int) -> None:
+        old = len(self._rows)
+        rows = np.zeros(capacity, self.dtype)
+        rows[:old] = self._rows
+        self._rows = rows
+        self._raw = rows.view(np.dtype((np.void, self.dtype.itemsize)))
+        for name in ("_time", "_poff", "_plen", "_heap_t", "_heap_s"):
+            a = getattr(self, name)
+            b = np.zeros(capacity, a.dtype)
+            b[:old] = a
+            setattr(self, name, b)
+        nfree = int(self._meta[_FREE])
+        free = np.empty(capacity, np.int64)
+        free[:capacity - old] = np.arange(capacity - 1, old - 1, -1)  # new slots under old
+        free[capacity - old:capacity - old + nfree] = self._free[:nfree]
+        self._free = free
+        self._meta[_FREE] = capacity - old + nfree
 
     def next_time(self) -> int:
-        """Earliest pending time (NEVER when empty); O(runs)."""
-        self._settle()
-        return min((int(r.times[0]) for r in self._runs), default=NEVER)
+        """Earliest pending time (NEVER when empty); O(1)."""
+        return int(self._heap_t[0]) if self._meta[_HEAP] else NEVER
 
     def next_cell(self) -> int:
         t = self.next_time()
@@ -82,31 +117,156 @@ class EventQueue:
         return self.pop_before((cell + 1) * self.delta)
 
     def pop_before(self, t: int) -> Batch:
-        """Remove and return every message with time < t; O(runs log P + popped)."""
-        self._settle()
-        taken, keep = [], []
-        for r in self._runs:
-            k = int(np.searchsorted(r.times, t, side="left"))
-            if k:
-                taken.append(Batch(r.batch.msgs[:k], r.batch.payload))
-            if k == 0:
-                keep.append(r)
-            elif k < len(r):
-                keep.append(_Run(Batch(r.batch.msgs[k:], r.batch.payload), r.times[k:]))
-        self._runs = keep
-        return Batch.concat(taken, self.dtype)
+        """Remove and return every message with time < t; O(k log P) for k popped."""
+        if not self._meta[_HEAP] or self._heap_t[0] >= t:
+            return Batch.empty(self.dtype)
+        slots, payload, offsets = _pop(int(t), self._meta, self._free, self._heap_t,
+                                       self._heap_s, self._time, self._poff, self._plen,
+                                       self._pay)
+        return self._batch(slots, payload, offsets)
+
+    def _batch(self, slots, payload, offsets) -> Batch:
+        msgs = self._raw[slots].view(self.dtype)
+        msgs["pay_off"] = offsets     # where each row's payload is in the new batch's
+        return Batch(msgs, payload) if len(payload) else Batch(msgs)
 
     def snapshot(self) -> Batch:
-        """All pending messages as one batch (for checkpoints); the queue is unchanged."""
-        self._settle()
-        return Batch.concat([r.batch for r in self._runs], self.dtype)
+        """All pending messages as one batch (for checkpoints), by (time, src, seq); the
+        queue is unchanged."""
+        slots = np.sort(self._heap_s[:self._meta[_HEAP]])
+        payload, offsets = _gather_payload(slots, self._poff, self._plen, self._pay)
+        b = self._batch(slots, payload, offsets)
+        m = b.msgs
+        return b.take(np.lexsort((m["seq"], m["src"], m["time"])))
 
     def clear(self) -> None:
-        self._runs = []
-        self._staged = []
+        self._allocate(_FIRST_CAPACITY, _FIRST_CAPACITY)
 
 
-def _merge(a: _Run, b: _Run) -> _Run:
-    both = Batch.concat([a.batch, b.batch])
-    merged = both.take(kernels.merge_order(a.times, b.times))  # = stable argsort of both
-    return _Run(merged, np.ascontiguousarray(merged.msgs["time"]))
+_NO_INT64 = np.zeros(0, np.int64)
+_NO_INT32 = np.zeros(0, np.int32)
+
+
+@numba.njit(cache=True)
+def _sift_up(heap_t, heap_s, i):
+    t, s = heap_t[i], heap_s[i]
+    while i > 0:
+        p = (i - 1) >> 1
+        if heap_t[p] <= t:
+            break
+        heap_t[i], heap_s[i] = heap_t[p], heap_s[p]
+        i = p
+    heap_t[i], heap_s[i] = t, s
+
+
+@numba.njit(cache=True)
+def _sift_down(heap_t, heap_s, size):
+    """Restore the heap after its root was replaced."""
+    t, s = heap_t[0], heap_s[0]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and heap_t[c + 1] < heap_t[c]:
+            c += 1
+        if heap_t[c] >= t:
+            break
+        heap_t[i], heap_s[i] = heap_t[c], heap_s[c]
+        i = c
+    heap_t[i], heap_s[i] = t, s
+
+
+@numba.njit(cache=True)
+def _push(times, pay_off, pay_len, payload, meta, free, heap_t, heap_s, ptime, poff, plen,
+          pay):
+    """Take free slots for the rows (the caller made room), copy their payload into the
+    pool and sift their times into the heap; returns the slots in row order."""
+    n = len(times)
+    slots = np.empty(n, np.int64)
+    size, nfree, used = meta[0], meta[1], meta[2]
+    with_pay = len(pay_len) > 0
+    for i in range(n):
+        nfree -= 1
+        s = free[nfree]
+        slots[i] = s
+        ptime[s] = times[i]
+        if with_pay:
+            k = pay_len[i]
+            o = pay_off[i]
+            for j in range(k):
+                pay[used + j] = payload[o + j]
+            poff[s] = used
+            plen[s] = k
+            used += k
+            meta[3] += k
+        else:
+            poff[s] = 0
+            plen[s] = 0
+        heap_t[size] = times[i]
+        heap_s[size] = s
+        _sift_up(heap_t, heap_s, size)
+        size += 1
+    meta[0], meta[1], meta[2] = size, nfree, used
+    return slots
+
+
+@numba.njit(cache=True)
+def _pop(t, meta, free, heap_t, heap_s, ptime, poff, plen, pay):
+    """Remove every message due before t: (slots, their packed payload, each row's offset
+    in it); the slots go back to the free stack."""
+    size, nfree = meta[0], meta[1]
+    k = 0
+    while size > 0 and heap_t[0] < t:
+        s = heap_s[0]
+        size -= 1
+        if size > 0:
+            heap_t[0], heap_s[0] = heap_t[size], heap_s[size]
+            _sift_down(heap_t, heap_s, size)
+        free[nfree] = s      # the slot is reused only by a later push
+        nfree += 1
+        k += 1
+    slots = free[nfree - k:nfree].copy()
+    meta[0], meta[1] = size, nfree
+    payload, offsets = _gather_payload(slots, poff, plen, pay)
+    meta[3] -= len(payload)
+    return slots, payload, offsets
+
+
+@numba.njit(cache=True)
+def _gather_payload(slots, poff, plen, pay):
+    total = 0
+    for s in slots:
+        total += plen[s]
+    out = np.empty(total, np.int32)
+    offsets = np.zeros(len(slots), np.int64)
+    pos = 0
+    if total:
+        for i in range(len(slots)):
+            s = slots[i]
+            k = plen[s]
+            o = poff[s]
+            for j in range(k):
+                out[pos + j] = pay[o + j]
+            offsets[i] = pos
+            pos += k
+    return out, offsets
+
+
+@numba.njit(cache=True)
+def _pack_payload(meta, heap_s, poff, plen, pay):
+    """Move the pending messages' payload to the front of the pool, in the order it lies
+    there (so no move overwrites payload still to be moved); returns the ints used."""
+    size = meta[0]
+    live = np.sort(heap_s[:size])
+    order = np.argsort(poff[live], kind="mergesort")
+    pos = 0
+    for i in order:
+        s = live[i]
+        k = plen[s]
+        o = poff[s]
+        for j in range(k):
+            pay[pos + j] = pay[o + j]
+        poff[s] = pos
+        pos += k
+    return pos

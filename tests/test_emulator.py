@@ -12,7 +12,7 @@ import pytest
 from emu_protocols import BOOM, FLOOD_DTYPE, PING, TICK, TYPE_NAMES, Flood
 
 from emulator import ENGINE_DTYPE, Batch, RouterLatency, message_dtype, new_messages, rank_within
-from emulator.batch import as_messages
+from emulator.batch import as_messages, pack_rows
 from emulator.engine import ShardEngine
 from emulator.queue import NEVER, EventQueue
 from emulator.rng import node_uniform
@@ -65,6 +65,42 @@ def test_queue_returns_each_cell_whole_and_in_order():
         got.append(np.sort(b))
     assert np.array_equal(np.concatenate(got), allt)
     assert len(q) == 0 and len(q.pop_cell(3)) == 0
+
+
+def test_queue_keeps_rows_and_payload_through_growth_and_packing():
+    """Thousands of messages with payload pushed and popped at random: every popped
+    message is one pushed, with its own payload, exactly once, and nothing is popped
+    early or late (the pool grows several times and its payload is packed)."""
+    q = EventQueue(1000)
+    rng = np.random.default_rng(5)
+    pushed, popped, seq = {}, {}, 0
+    now = 0
+    for _ in range(600):
+        if rng.random() < 0.55:
+            n = int(rng.integers(1, 400))
+            m = new_messages(n, time=rng.integers(now, now + 300_000, n),
+                             seq=np.arange(seq, seq + n))
+            seq += n
+            rows = np.where(rng.random((n, 9)) < 0.6, rng.integers(0, 10**6, (n, 9)), -1)
+            p = pack_rows(rows)
+            m["pay_off"], m["pay_len"] = p["pay_off"], p["pay_len"]
+            b = Batch(m, p["payload"]).take(rng.random(n) < 0.7)   # a subset's payload
+            for i in range(len(b)):
+                pushed[int(b.msgs["seq"][i])] = (int(b.msgs["time"][i]), b.segment(i).tolist())
+            q.push(b)
+        elif q.next_time() != NEVER:
+            now = q.next_time() + int(rng.integers(0, 20_000))
+            b = q.pop_before(now)
+            assert len(b) and (b.msgs["time"] < now).all() and q.next_time() >= now
+            for i in range(len(b)):
+                s = int(b.msgs["seq"][i])
+                assert s not in popped
+                popped[s] = (int(b.msgs["time"][i]), b.segment(i).tolist())
+    rest = q.snapshot()
+    assert len(rest) == len(q) == len(pushed) - len(popped)
+    for i in range(len(rest)):
+        popped[int(rest.msgs["seq"][i])] = (int(rest.msgs["time"][i]), rest.segment(i).tolist())
+    assert popped == pushed
 
 
 def test_node_streams_do_not_depend_on_batching():
