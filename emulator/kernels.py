@@ -87,3 +87,44 @@ def compact_payload(pay_off, pay_len, payload):
         pay_off[i] = pos
         pos += ln
     return out
+
+
+@numba.njit(cache=True)
+def pack_rows(rows):
+    """The non-negative entries of each row of an int matrix, in row order: (payload
+    int32, pay_off int64, pay_len int64), as ``batch.pack_rows`` computed them in numpy.
+    O(rows.size)."""
+    n, w = rows.shape
+    lens = np.zeros(n, np.int64)
+    total = 0
+    for i in range(n):
+        k = 0
+        for j in range(w):
+            if rows[i, j] >= 0:
+                k += 1
+        lens[i] = k
+        total += k
+    payload = np.empty(total, np.int32)
+    offs = np.empty(n, np.int64)
+    pos = 0
+    for i in range(n):
+        offs[i] = pos
+        for j in range(w):
+            if rows[i, j] >= 0:
+                payload[pos] = rows[i, j]
+                pos += 1
+    return payload, offs, lens
+
+
+@numba.njit(cache=True)
+def payload_rows(pay_off, pay_len, payload, width):
+    """Each row's payload segment as a row of an int64 matrix, -1 padded, cut at `width`
+    columns (``batch.payload_rows``). O(rows * width)."""
+    n = len(pay_off)
+    out = np.full((n, width), -1, np.int64)
+    for i in range(n):
+        k = min(np.int64(pay_len[i]), width)
+        o = pay_off[i]
+        for j in range(k):
+            out[i, j] = payload[o + j]
+    return out

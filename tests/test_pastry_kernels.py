@@ -125,3 +125,58 @@ def test_nearest_column_is_argmin_with_first_of_equals():
         cols = rng.choice(40, int(rng.integers(1, 40)), replace=False).astype(np.int64)
         expect = np.argmin(dist[np.ix_(rows, cols)], axis=1)
         assert np.array_equal(nearest_column(dist, rows, cols), expect)
+
+
+def test_table_rows_and_random_known_kernels_equal_numpy(net, holey_state):
+    """The join's rows 0..spl and the randomized first hop's pick, against the numpy code
+    they replaced (kept here as the reference)."""
+    from actors.pastry.ids import shared_prefix_len
+    rng = np.random.default_rng(4)
+    hi, lo, st = net["node_ids_hi"], net["node_ids_lo"], holey_state
+    li = rng.integers(0, N, 2000)
+    them = rng.integers(0, N, 2000)
+    them[:200] = li[:200]                          # a node and itself: every row
+    got = kernels.table_rows(st.rt, li, li, them, hi, lo, st.b)
+    p = shared_prefix_len(hi[li], lo[li], hi[them], lo[them], st.b)
+    last = np.minimum(p, st.rt.shape[1] - 1)
+    ref = st.rt[li].reshape(len(li), -1).astype(np.int64)
+    ref[np.arange(ref.shape[1])[None, :] >= ((last + 1) * (1 << st.b))[:, None]] = -1
+    assert np.array_equal(got, ref)
+
+    leaf, rt = st.leaf.copy(), st.rt.copy()
+    leaf[:10], rt[:10] = -1, -1                    # nodes that know nobody
+    u = rng.random(len(li))
+    known = np.concatenate([leaf[li], rt[li].reshape(len(li), -1)], axis=1)
+    valid = known >= 0
+    count = valid.sum(axis=1)
+    pick = np.floor(u * np.maximum(count, 1)).astype(np.int64)
+    col = np.argmax(np.cumsum(valid, axis=1) > pick[:, None], axis=1)
+    ref = np.where(count > 0, known[np.arange(len(li)), col], -1)
+    li[:5] = np.arange(5)
+    ref[:5] = -1
+    assert np.array_equal(kernels.random_known(leaf, rt, li, u), ref)
+
+
+def test_pack_and_unpack_rows_kernels_equal_numpy():
+    from emulator.batch import pack_rows, payload_rows
+    rng = np.random.default_rng(6)
+    for dtype in (np.int32, np.int64):
+        rows = np.where(rng.random((300, 17)) < 0.5, rng.integers(0, 10**6, (300, 17)),
+                        -1).astype(dtype)
+        rows[:20] = -1                              # rows with nothing to carry
+        p = pack_rows(rows)
+        keep = rows >= 0
+        lens = keep.sum(axis=1)
+        assert np.array_equal(p["payload"], rows[keep].astype(np.int32))
+        assert np.array_equal(p["pay_len"], lens)
+        assert np.array_equal(p["pay_off"], np.cumsum(lens) - lens)
+        m = np.zeros(len(rows), [("pay_off", "i8"), ("pay_len", "i4")])
+        m["pay_off"], m["pay_len"] = p["pay_off"], p["pay_len"]
+        for width in (None, 5):
+            got = payload_rows(m, p["payload"], width)
+            w = int(lens.max()) if width is None else width
+            ref = np.full((len(rows), w), -1, np.int64)
+            for i in range(len(rows)):
+                seg = rows[i][keep[i]][:w]
+                ref[i, :len(seg)] = seg
+            assert np.array_equal(got, ref)

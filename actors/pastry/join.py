@@ -329,7 +329,10 @@ class JoinProtocol:
         nodes = self.nodes
         known = nodes.known(li).astype(np.int64)
         r, c = np.nonzero(known >= 0)
-        pair = np.unique(np.stack([r, known[r, c]], axis=1), axis=0)
+        # distinct (row, id) pairs in (row, id) order: ids are < 2^31, one sort of packed
+        # keys (np.unique over rows sorts a structured view, ~10x slower for a few rows)
+        key = np.unique((r.astype(np.int64) << 32) | known[r, c])
+        pair = np.stack([key >> 32, key & 0xFFFFFFFF], axis=1)
         if len(pair):
             # in_leaf_set = 1: "you are in my leaf set" -- such receivers always answer
             # with theirs, so a joiner that got a stale leaf set walks to its true neighbours

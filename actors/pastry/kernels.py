@@ -467,3 +467,65 @@ def table_row_from_group(r, qpos, gstart_q, gsize_q, dig, order, host_router, ro
         for d in range(base):
             if best_y[d] >= 0:
                 rt[q_local[i], r, d] = best_y[d]
+
+
+@numba.njit(cache=True)
+def table_rows(rt, local_idx, my_ids, their_ids, ids_hi, ids_lo, b):
+    """Rows 0..min(spl(me, them), rows - 1) of each node's table as an int64 matrix of
+    rows * 2^b entries, later entries -1 (``RoutingTable.rows_for``). O(B * rows * 2^b)."""
+    n = len(local_idx)
+    nrows, width = rt.shape[1], rt.shape[2]
+    out = np.full((n, nrows * width), -1, np.int64)
+    for i in range(n):
+        a, c = my_ids[i], their_ids[i]
+        last = min(_spl(ids_hi[a], ids_lo[a], ids_hi[c], ids_lo[c], b), nrows - 1)
+        li = local_idx[i]
+        for r in range(last + 1):
+            for d in range(width):
+                out[i, r * width + d] = rt[li, r, d]
+    return out
+
+
+@numba.njit(cache=True)
+def random_known(leaf, rt, local_idx, u):
+    """Per node, the entry of its leaf set then routing table (in that order, row-major)
+    at valid position floor(u * count) among the non-empty ones; -1 when it knows nobody
+    (``Router._random_known``). O(B * (l + rows * 2^b))."""
+    n = len(local_idx)
+    nl = leaf.shape[1]
+    nrows, width = rt.shape[1], rt.shape[2]
+    out = np.full(n, -1, np.int64)
+    for i in range(n):
+        li = local_idx[i]
+        count = 0
+        for j in range(nl):
+            if leaf[li, j] >= 0:
+                count += 1
+        for r in range(nrows):
+            for d in range(width):
+                if rt[li, r, d] >= 0:
+                    count += 1
+        if count == 0:
+            continue
+        pick = np.int64(np.floor(u[i] * count))
+        seen = 0
+        found = False
+        for j in range(nl):
+            if leaf[li, j] >= 0:
+                if seen == pick:
+                    out[i] = leaf[li, j]
+                    found = True
+                    break
+                seen += 1
+        if not found:
+            for r in range(nrows):
+                for d in range(width):
+                    if rt[li, r, d] >= 0:
+                        if seen == pick:
+                            out[i] = rt[li, r, d]
+                            found = True
+                            break
+                        seen += 1
+                if found:
+                    break
+    return out

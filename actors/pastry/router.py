@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from . import types as msg_types
 from .messages import MSG_DTYPE, ROUTE_FIELDS, make_batch, msgs_of, take_rows
 from .routing import next_hop
@@ -113,16 +114,12 @@ class Router:
             self.app.deliver(ctx, make_batch(take_rows(m, here & ~own), payload))
 
     def _random_known(self, ctx, nodes) -> np.ndarray:
-        """A uniformly drawn non-empty leaf-set or routing-table entry per node (-1: none)."""
-        li = np.asarray(ctx.local(nodes), np.int64)
-        known = np.concatenate([self.nodes.leaves.members[li], self.nodes.table.flat(li)],
-                               axis=1)
-        valid = known >= 0
-        count = valid.sum(axis=1)
-        pick = np.floor(ctx.random(nodes) * np.maximum(count, 1)).astype(np.int64)
-        # the pick-th valid entry of each row
-        col = np.argmax(np.cumsum(valid, axis=1) > pick[:, None], axis=1)
-        return np.where(count > 0, known[np.arange(len(li)), col], -1)
+        """A uniformly drawn non-empty leaf-set or routing-table entry per node (-1: none):
+        the pick-th valid entry of the leaf set then the table, pick = floor(u * count)
+        for the node's next uniform draw u (drawn for every node, knowing anyone or not)."""
+        li = np.ascontiguousarray(ctx.local(nodes), np.int64)
+        return kernels.random_known(self.nodes.leaves.members, self.nodes.table.entries, li,
+                                    np.ascontiguousarray(ctx.random(nodes), np.float64))
 
     def _send_hop(self, ctx, out, nh) -> None:
         """Send routed messages ``out`` (now at out['dst']) one hop on to ``nh``."""

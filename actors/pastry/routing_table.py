@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernels
-from .ids import shared_prefix_len
 
 
 class RoutingTable:
@@ -53,12 +52,10 @@ class RoutingTable:
     def rows_for(self, li, my_ids, their_ids, ids_hi, ids_lo) -> np.ndarray:
         """Rows 0..min(spl(me, them), rows - 1) of each node's table as an int64 matrix of
         rows * 2^b entries (later rows -1): what a join route node sends the joiner."""
-        p = shared_prefix_len(ids_hi[my_ids], ids_lo[my_ids], ids_hi[their_ids],
-                              ids_lo[their_ids], self.b)
-        last = np.minimum(p, self.rows - 1)
-        rows = self.flat(li).astype(np.int64)
-        rows[np.arange(rows.shape[1])[None, :] >= ((last + 1) * self.width)[:, None]] = -1
-        return rows
+        return kernels.table_rows(self.entries, np.ascontiguousarray(li, np.int64),
+                                  np.ascontiguousarray(my_ids, np.int64),
+                                  np.ascontiguousarray(their_ids, np.int64), ids_hi, ids_lo,
+                                  self.b)
 
     def clear(self, li) -> None:
         self.entries[li] = -1
