@@ -180,3 +180,39 @@ def test_pack_and_unpack_rows_kernels_equal_numpy():
                 seg = rows[i][keep[i]][:w]
                 ref[i, :len(seg)] = seg
             assert np.array_equal(got, ref)
+
+
+def test_neighbourhood_merges_with_kept_keys_equal_selection_from_scratch(net):
+    """Rounds of merges (one candidate or many, repeats, the node itself, failed ids, ids
+    dropped between rounds as a presumed failure does) give, round after round, the sets
+    that selecting from scratch over the members and the candidates gives."""
+    from actors.pastry.neighbourhood import NeighbourhoodSet
+    rng = np.random.default_rng(8)
+    n, m = 60, 16
+    me = np.arange(n, dtype=np.int64)
+    lat = (np.asarray(net["host_router"], np.int32), np.asarray(net["router_dist_us"], np.int32),
+           int(net["lan_us"]))
+    ref = np.full((n, m), -1, np.int32)
+    nbrs = NeighbourhoodSet(ref.copy())
+    failed = np.full((n, 8), -1, np.int32)
+    for _ in range(300):
+        k = int(rng.integers(1, 12))
+        li = rng.integers(0, n, k)
+        width = 1 if rng.random() < 0.7 else int(rng.integers(2, 30))
+        cand = rng.integers(-1, N, (k, width))
+        if rng.random() < 0.3:
+            cand[:, -1] = ref[li, 0]                      # a member offered again
+        if rng.random() < 0.2:
+            cand[:, 0] = li                               # a node offered itself
+        if rng.random() < 0.3:                            # some node presumes one failed
+            x = int(rng.integers(0, n))
+            dead = int(rng.integers(0, N))
+            failed[x, rng.integers(0, 8)] = dead
+            hit = ref[x] == dead
+            ref[x, hit] = -1
+            nbrs.drop(np.array([x]), np.array([dead]))
+        nbrs.merge(li, cand, me, lat, failed)
+        uk, grouped, _ = group_rows(li, cand)
+        both = np.concatenate([ref[uk].astype(np.int64), grouped], axis=1)
+        ref[uk] = kernels.select_nearest(me[uk], both, m, failed[uk], *lat)
+        assert np.array_equal(nbrs.members, ref)

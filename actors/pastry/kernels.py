@@ -529,3 +529,88 @@ def random_known(leaf, rt, local_idx, u):
                 if found:
                     break
     return out
+
+
+@numba.njit(cache=True)
+def merge_nearest(members, keys, known, local_idx, self_ids, cand, exclude, hr, rdist, lan_us):
+    """Neighbourhood-set merge in place: row ``local_idx[i]`` of ``members`` becomes the m
+    nearest by delay (ties: smaller id), nearest first, of its members and ``cand[i]``,
+    leaving out -1, the node itself and the ids of ``exclude[i]``: what
+    :func:`select_nearest` gives for the members and candidates side by side.
+
+    ``keys[r]`` holds the (delay << 31 | id) key of each member of row r, ascending, -1
+    beyond them, where ``known[r]``: then no member needs its delay looked up again and
+    each candidate costs one delay and an insertion, O(m); a row not known yet is selected
+    from scratch (O(C log C)) and becomes known. Exact because a known row is the sorted
+    top m of what it was selected from and its members are never excluded ids (a node
+    presumed failed is dropped from the set, which forgets the row's keys).
+    Rows must be distinct (``merge.group_rows``)."""
+    nb, nc = cand.shape
+    m = members.shape[1]
+    ne = exclude.shape[1]
+    lan2 = 2 * np.int64(lan_us)
+    scratch = np.empty(m + nc, np.int64)
+    for i in range(nb):
+        row = local_idx[i]
+        me = self_ids[i]
+        if not known[row]:
+            k = 0
+            for j in range(m + nc):
+                c = np.int64(members[row, j]) if j < m else np.int64(cand[i, j - m])
+                if c < 0 or c == me:
+                    continue
+                skip = False
+                for e in range(ne):
+                    if exclude[i, e] >= 0 and exclude[i, e] == c:
+                        skip = True
+                        break
+                if skip:
+                    continue
+                scratch[k] = (_lat(hr, rdist, lan2, me, c) << 31) | c
+                k += 1
+            srt = np.sort(scratch[:k])
+            got = 0
+            for q in range(k):
+                if got == m:
+                    break
+                if q > 0 and srt[q] == srt[q - 1]:
+                    continue
+                keys[row, got] = srt[q]
+                members[row, got] = srt[q] & 0x7FFFFFFF
+                got += 1
+            for q in range(got, m):
+                keys[row, q] = -1
+                members[row, q] = -1
+            known[row] = True
+            continue
+        cnt = 0
+        while cnt < m and keys[row, cnt] >= 0:
+            cnt += 1
+        for j in range(nc):
+            c = np.int64(cand[i, j])
+            if c < 0 or c == me:
+                continue
+            skip = False
+            for e in range(ne):
+                if exclude[i, e] >= 0 and exclude[i, e] == c:
+                    skip = True
+                    break
+            if skip:
+                continue
+            key = (_lat(hr, rdist, lan2, me, c) << 31) | c
+            if cnt == m and key >= keys[row, m - 1]:
+                continue                 # no nearer than the farthest (or it is that one)
+            pos = cnt
+            while pos > 0 and keys[row, pos - 1] > key:
+                pos -= 1
+            if pos > 0 and keys[row, pos - 1] == key:
+                continue                 # a member already
+            last = cnt if cnt < m else m - 1
+            for q in range(last, pos, -1):
+                keys[row, q] = keys[row, q - 1]
+                members[row, q] = members[row, q - 1]
+            keys[row, pos] = key
+            members[row, pos] = c
+            if cnt < m:
+                cnt += 1
+    return members

@@ -1,7 +1,11 @@
 """The neighbourhood set of each local node: the M nodes nearest by network delay that it
 knows, nearest first (Pastry's M set; the contacts of a recovering node's rejoin).
 
-``members`` int32[n, M], -1 empty.
+``members`` int32[n, M], -1 empty. Beside them, per node once it has merged, the sort key
+(delay << 31 | id) of each member (``kernels.merge_nearest``): a merge then looks up the
+delay of the candidates only, not of the M members again -- most merges offer one
+announcer that is no nearer than the farthest member. The keys are a cache of the delay
+model: forgotten where members are dropped or replaced, never saved in a checkpoint.
 """
 
 from __future__ import annotations
@@ -15,6 +19,11 @@ from .merge import group_rows
 class NeighbourhoodSet:
     def __init__(self, members: np.ndarray):
         self.members = members
+        self._forget_keys()
+
+    def _forget_keys(self) -> None:
+        self._keys = None      # int64[n, M], allocated at the first merge
+        self._known = None     # bool[n]: which rows' keys are valid
 
     @property
     def size(self) -> int:
@@ -22,23 +31,31 @@ class NeighbourhoodSet:
 
     def merge(self, li, cand, global_ids, latency_tables, failed_ids) -> None:
         """Keep the M nearest (probed) of the members and the candidate ids (rows of one
-        node are combined first); ids in ``failed_ids`` stay out. O(B c log c)."""
+        node are combined first); ids in ``failed_ids`` stay out. O(B c) for nodes merged
+        before, O(B c log c) the first time."""
         li, cand, _ = group_rows(li, cand)
-        both = np.concatenate([self.members[li].astype(np.int64), cand], axis=1)
+        if self._keys is None:
+            self._keys = np.full(self.members.shape, -1, np.int64)
+            self._known = np.zeros(len(self.members), bool)
         hr, rdist, lan = latency_tables
-        self.members[li] = kernels.select_nearest(global_ids[li], both, self.size,
-                                                  failed_ids[li], hr, rdist, lan)
+        kernels.merge_nearest(self.members, self._keys, self._known, li, global_ids[li], cand,
+                              failed_ids[li], hr, rdist, lan)
 
     def drop(self, li, dead_ids) -> None:
         """Remove ``dead_ids[i]`` from node ``li[i]``'s set (the hole stays until a merge)."""
         r, c = np.nonzero(self.members[li] == np.asarray(dead_ids)[:, None])
         self.members[li[r], c] = -1
+        if self._known is not None:
+            self._known[li[r]] = False
 
     def clear(self, li) -> None:
         self.members[li] = -1
+        if self._known is not None:
+            self._known[li] = False
 
     def checkpoint(self) -> dict:
         return {"members": self.members.copy()}
 
     def restore(self, d: dict) -> None:
         self.members = d["members"].copy()
+        self._forget_keys()
