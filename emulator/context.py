@@ -52,14 +52,15 @@ class ShardContext:
         m["time"] = m["sent"] + self._e.latency.latency(m["src"], m["dst"])
         self._e.emit(Batch(m, payload))
 
-    def send_batch(self, batch) -> None:
+    def send_batch(self, batch, owned: bool = False) -> None:
         """Like send, for a prepared Batch (or array of message records); `time` is
-        computed here."""
+        computed here. ``owned``: the caller gives the records away (nothing reads or
+        writes them later), so they are not copied first."""
         msgs, payload = (batch.msgs, batch.payload) if isinstance(batch, Batch) else (batch, None)
         if not len(msgs):
             return
         m = as_messages(msgs, self.message_dtype)
-        m = m.copy() if m is msgs else m
+        m = m.copy() if m is msgs and not owned else m
         m["time"] = m["sent"] + self._e.latency.latency(m["src"], m["dst"])
         self._e.emit(Batch(m, payload))
 

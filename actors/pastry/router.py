@@ -122,10 +122,10 @@ class Router:
                                     np.ascontiguousarray(ctx.random(nodes), np.float64))
 
     def _send_hop(self, ctx, out, nh) -> None:
-        """Send routed messages ``out`` (now at out['dst']) one hop on to ``nh``."""
+        """Send routed messages ``out`` (now at out['dst']) one hop on to ``nh``. ``out``
+        is the router's own copy (both callers take it with ``take_rows``): changed here."""
         if not len(out):
             return
-        out = out.copy()
         out["src"] = out["dst"]
         out["dst"] = nh
         out["hops"] += 1
@@ -135,7 +135,7 @@ class Router:
             hop = out.copy()
             hop["sent"] = out["time"]
             hop["seq"] = hop["pay_off"] = hop["pay_len"] = 0
-            ctx.send_batch(hop)
+            ctx.send_batch(hop, owned=True)
         else:
             ctx.send(out["src"], out["dst"], out["type"], out["time"],
                      **{k: out[k] for k in ROUTE_FIELDS if k not in ("pay_off", "pay_len")})
