@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernels
-from .batch import Batch, as_messages, new_messages, rank_within
+from .batch import Batch, as_messages, new_messages, rank_within, take_rows
 from .rng import node_uniform
 
 
@@ -60,7 +60,7 @@ class ShardContext:
         if not len(msgs):
             return
         m = as_messages(msgs, self.message_dtype)
-        m = m.copy() if m is msgs and not owned else m
+        m = take_rows(m, slice(None)) if m is msgs and not owned else m
         m["time"] = m["sent"] + self._e.latency.latency(m["src"], m["dst"])
         self._e.emit(Batch(m, payload))
 

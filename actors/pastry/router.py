@@ -132,7 +132,7 @@ class Router:
         lat = np.asarray(ctx.latency(out["src"], nh), np.int64)
         out["path_us"] += lat
         if hasattr(ctx, "send_batch"):  # the same message as the send below, in one copy
-            hop = out.copy()
+            hop = take_rows(out, slice(None))
             hop["sent"] = out["time"]
             hop["seq"] = hop["pay_off"] = hop["pay_len"] = 0
             ctx.send_batch(hop, owned=True)
