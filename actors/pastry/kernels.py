@@ -116,8 +116,10 @@ def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, la
                 continue
             col = _digit(ids_hi[c], ids_lo[c], r, b)
             cur = np.int64(rt[li, r, col])
+            if cur == c:
+                continue        # already there (most offers: leaf sets overlap tables)
             d_new = _lat(hr, rdist, lan2, me, c)
-            if cur >= 0 and cur != c:
+            if cur >= 0:
                 probes += 1
                 d_cur = _lat(hr, rdist, lan2, me, cur)
                 better = d_new < d_cur or (d_new == d_cur and c < cur)
