@@ -1,7 +1,7 @@
-"""A shard's pending messages: records kept once in a pool, ordered by a 4-ary heap.
+"""A shard's pending messages: records kept once in a pool, ordered by a binary heap.
 
 Every pending message occupies one slot of a pool of records (with its payload in a pool of
-ints); a min-heap of (time, slot) orders them. ``push`` writes the rows into free
+ints); a binary min-heap of (time, slot) orders them. ``push`` writes the rows into free
 slots and sifts their times in; ``pop_before`` sifts out every message due, gathers their
 rows and payload into one batch and frees the slots. A message is copied twice in its life
 (into the pool, out of it) and each push or pop costs one compiled call plus O(log P) per
@@ -45,7 +45,8 @@ class EventQueue:
         self._poff = np.zeros(capacity, np.int64)    # its payload in _pay
         self._plen = np.zeros(capacity, np.int64)
         self._free = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack of slots
-        self._heap = np.zeros((capacity, 2), np.int64)   # (time, slot) entries
+        self._heap_t = np.zeros(capacity, np.int64)
+        self._heap_s = np.zeros(capacity, np.int64)
         self._pay = np.zeros(pay_capacity, np.int32)
         self._meta = np.array([0, capacity, 0, 0], np.int64)
 
@@ -64,8 +65,8 @@ class EventQueue:
         slots = _push(np.ascontiguousarray(m["time"]),
                       np.ascontiguousarray(m["pay_off"]) if has_pay else _NO_INT64,
                       np.ascontiguousarray(m["pay_len"]) if has_pay else _NO_INT32,
-                      batch.payload, self._meta, self._free, self._heap, self._time,
-                      self._poff, self._plen, self._pay)
+                      batch.payload, self._meta, self._free, self._heap_t, self._heap_s,
+                      self._time, self._poff, self._plen, self._pay)
         self._raw[slots] = m.view(self._raw.dtype) if m.flags.c_contiguous \
             else take_rows(m, slice(None)).view(self._raw.dtype)
 
@@ -79,7 +80,7 @@ class EventQueue:
             # again: each move is paid for by the half pool pushed since the last one
             live = int(meta[_PAY_LIVE])
             size = max(len(self._pay), 2 * (live + pay))
-            self._pay = _repack_payload(self._meta, self._heap, self._poff, self._plen,
+            self._pay = _repack_payload(self._meta, self._heap_s, self._poff, self._plen,
                                         self._pay, size)
 
     def _grow(self, capacity: int) -> None:
@@ -88,9 +89,9 @@ class EventQueue:
         rows[:old] = self._rows
         self._rows = rows
         self._raw = rows.view(np.dtype((np.void, self.dtype.itemsize)))
-        for name in ("_time", "_poff", "_plen", "_heap"):
+        for name in ("_time", "_poff", "_plen", "_heap_t", "_heap_s"):
             a = getattr(self, name)
-            b = np.zeros((capacity, *a.shape[1:]), a.dtype)
+            b = np.zeros(capacity, a.dtype)
             b[:old] = a
             setattr(self, name, b)
         nfree = int(self._meta[_FREE])
@@ -102,7 +103,7 @@ class EventQueue:
 
     def next_time(self) -> int:
         """Earliest pending time (NEVER when empty); O(1)."""
-        return int(self._heap[0, 0]) if self._meta[_HEAP] else NEVER
+        return int(self._heap_t[0]) if self._meta[_HEAP] else NEVER
 
     def next_cell(self) -> int:
         t = self.next_time()
@@ -114,10 +115,11 @@ class EventQueue:
 
     def pop_before(self, t: int) -> Batch:
         """Remove and return every message with time < t; O(k log P) for k popped."""
-        if not self._meta[_HEAP] or self._heap[0, 0] >= t:
+        if not self._meta[_HEAP] or self._heap_t[0] >= t:
             return Batch.empty(self.dtype)
-        slots, payload, offsets = _pop(int(t), self._meta, self._free, self._heap,
-                                       self._poff, self._plen, self._pay)
+        slots, payload, offsets = _pop(int(t), self._meta, self._free, self._heap_t,
+                                       self._heap_s, self._time, self._poff, self._plen,
+                                       self._pay)
         return self._batch(slots, payload, offsets)
 
     def _batch(self, slots, payload, offsets) -> Batch:
@@ -128,7 +130,7 @@ class EventQueue:
     def snapshot(self) -> Batch:
         """All pending messages as one batch (for checkpoints), by (time, src, seq); the
         queue is unchanged."""
-        slots = np.sort(self._heap[:self._meta[_HEAP], 1])
+        slots = np.sort(self._heap_s[:self._meta[_HEAP]])
         payload, offsets = _gather_payload(slots, self._poff, self._plen, self._pay)
         b = self._batch(slots, payload, offsets)
         m = b.msgs
@@ -142,44 +144,39 @@ _NO_INT64 = np.zeros(0, np.int64)
 _NO_INT32 = np.zeros(0, np.int32)
 
 
-# A 4-ary heap of (time, slot) pairs, each pair in one 16-byte row: half the levels of a
-# binary heap, and a node's four children share one or two cache lines, so a pop out of
-# hundreds of thousands of pending messages misses the cache about a quarter as often.
 @numba.njit(cache=True)
-def _sift_up(heap, i):
-    t, s = heap[i, 0], heap[i, 1]
+def _sift_up(heap_t, heap_s, i):
+    t, s = heap_t[i], heap_s[i]
     while i > 0:
-        p = (i - 1) >> 2
-        if heap[p, 0] <= t:
+        p = (i - 1) >> 1
+        if heap_t[p] <= t:
             break
-        heap[i, 0], heap[i, 1] = heap[p, 0], heap[p, 1]
+        heap_t[i], heap_s[i] = heap_t[p], heap_s[p]
         i = p
-    heap[i, 0], heap[i, 1] = t, s
+    heap_t[i], heap_s[i] = t, s
 
 
 @numba.njit(cache=True)
-def _sift_down(heap, size):
+def _sift_down(heap_t, heap_s, size):
     """Restore the heap after its root was replaced."""
-    t, s = heap[0, 0], heap[0, 1]
+    t, s = heap_t[0], heap_s[0]
     i = 0
     while True:
-        c = 4 * i + 1
+        c = 2 * i + 1
         if c >= size:
             break
-        best = c
-        end = min(c + 4, size)
-        for q in range(c + 1, end):
-            if heap[q, 0] < heap[best, 0]:
-                best = q
-        if heap[best, 0] >= t:
+        if c + 1 < size and heap_t[c + 1] < heap_t[c]:
+            c += 1
+        if heap_t[c] >= t:
             break
-        heap[i, 0], heap[i, 1] = heap[best, 0], heap[best, 1]
-        i = best
-    heap[i, 0], heap[i, 1] = t, s
+        heap_t[i], heap_s[i] = heap_t[c], heap_s[c]
+        i = c
+    heap_t[i], heap_s[i] = t, s
 
 
 @numba.njit(cache=True)
-def _push(times, pay_off, pay_len, payload, meta, free, heap, ptime, poff, plen, pay):
+def _push(times, pay_off, pay_len, payload, meta, free, heap_t, heap_s, ptime, poff, plen,
+          pay):
     """Take free slots for the rows (the caller made room), copy their payload into the
     pool and sift their times into the heap; returns the slots in row order."""
     n = len(times)
@@ -203,26 +200,26 @@ def _push(times, pay_off, pay_len, payload, meta, free, heap, ptime, poff, plen,
         else:
             poff[s] = 0
             plen[s] = 0
-        heap[size, 0] = times[i]
-        heap[size, 1] = s
-        _sift_up(heap, size)
+        heap_t[size] = times[i]
+        heap_s[size] = s
+        _sift_up(heap_t, heap_s, size)
         size += 1
     meta[0], meta[1], meta[2] = size, nfree, used
     return slots
 
 
 @numba.njit(cache=True)
-def _pop(t, meta, free, heap, poff, plen, pay):
+def _pop(t, meta, free, heap_t, heap_s, ptime, poff, plen, pay):
     """Remove every message due before t: (slots, their packed payload, each row's offset
     in it); the slots go back to the free stack."""
     size, nfree = meta[0], meta[1]
     k = 0
-    while size > 0 and heap[0, 0] < t:
-        s = heap[0, 1]
+    while size > 0 and heap_t[0] < t:
+        s = heap_s[0]
         size -= 1
         if size > 0:
-            heap[0, 0], heap[0, 1] = heap[size, 0], heap[size, 1]
-            _sift_down(heap, size)
+            heap_t[0], heap_s[0] = heap_t[size], heap_s[size]
+            _sift_down(heap_t, heap_s, size)
         free[nfree] = s      # the slot is reused only by a later push
         nfree += 1
         k += 1
@@ -254,13 +251,13 @@ def _gather_payload(slots, poff, plen, pay):
 
 
 @numba.njit(cache=True)
-def _repack_payload(meta, heap, poff, plen, pay, size):
+def _repack_payload(meta, heap_s, poff, plen, pay, size):
     """A new payload pool of `size` ints holding the pending messages' payload at its
     front (O(pending + their payload)); sets the ints used."""
     out = np.empty(size, np.int32)
     pos = 0
     for i in range(meta[0]):
-        s = heap[i, 1]
+        s = heap_s[i]
         k = plen[s]
         o = poff[s]
         for j in range(k):
