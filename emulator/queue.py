@@ -137,7 +137,10 @@ class EventQueue:
         return b.take(np.lexsort((m["seq"], m["src"], m["time"])))
 
     def clear(self) -> None:
-        self._allocate(_FIRST_CAPACITY, _FIRST_CAPACITY)
+        """Drop every pending message; the pools keep their size."""
+        capacity = len(self._rows)
+        self._free = np.arange(capacity - 1, -1, -1, dtype=np.int64)
+        self._meta[:] = (0, capacity, 0, 0)
 
 
 _NO_INT64 = np.zeros(0, np.int64)

@@ -101,6 +101,10 @@ def test_queue_keeps_rows_and_payload_through_growth_and_packing():
     for i in range(len(rest)):
         popped[int(rest.msgs["seq"][i])] = (int(rest.msgs["time"][i]), rest.segment(i).tolist())
     assert popped == pushed
+    q.clear()      # keeps its pools: still a working, empty queue
+    assert len(q) == 0 and q.next_time() == NEVER and len(q.pop_before(NEVER)) == 0
+    q.push(Batch(new_messages(3, time=[5, 1, 9], seq=[0, 1, 2])))
+    assert sorted(q.pop_before(6).msgs["time"].tolist()) == [1, 5] and len(q) == 1
 
 
 def test_node_streams_do_not_depend_on_batching():
