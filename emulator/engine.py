@@ -68,6 +68,10 @@ class ShardEngine:
         self.log_messages = log_messages
         self.message_dtype = check_message_dtype(message_dtype)
         self.message_log_fields = check_log_fields(self.message_dtype, message_log_fields)
+        # the `message` log's columns, cut from each sent record: (column, record field)
+        self._log_columns = (("time", "sent"), ("arrival", "time"), ("type", "type"),
+                             ("src", "src"), ("dst", "dst"),
+                             *((f, f) for f in self.message_log_fields))
 
         n = len(self.nodes)
         self.alive = np.ones(n, bool)
@@ -144,13 +148,14 @@ class ShardEngine:
             types, counts = np.unique(ty, return_counts=True)
             for t, c in zip(types.tolist(), counts.tolist(), strict=True):
                 self.sent_by_type[t] = self.sent_by_type.get(t, 0) + c
-        hop = m["src"] != m["dst"]
-        if self.log_messages and hop.any():
-            h = take_rows(m, hop)  # whole records: a structured mask copy is field-wise
-            self.logs.add("message", self.phase, {   # h is ours: its fields need no copy
-                "time": h["sent"], "arrival": h["time"], "type": h["type"],
-                "src": h["src"], "dst": h["dst"],
-                **{f: h[f] for f in self.message_log_fields}}, copy=False)
+        if self.log_messages:
+            hop = m["src"] != m["dst"]
+            if hop.all():   # the batch's records stay unchanged from here (the queue and
+                # the outboxes take copies), so the log may keep them as they are
+                self.logs.add_records("message", self.phase, m, self._log_columns)
+            elif hop.any():
+                self.logs.add_records("message", self.phase, take_rows(m, hop),
+                                      self._log_columns)
         if self.n_shards == 1:
             self.queue.push(batch)
             return

@@ -53,6 +53,21 @@ class LogBuffer:
             chunks[done:] = _merge_runs(chunks[done:])
             self._merged[table] = len(chunks)
 
+    def add_records(self, table: str, phase: str, records: np.ndarray,
+                    columns: tuple[tuple[str, str], ...]) -> None:
+        """Append whole structured records (the caller's to give away), logged as the
+        columns ``(name, record field)``: the engine logs every hop it sends this way,
+        and the columns are cut out of a few hundred chunks at once when they are merged
+        (cheaper than per chunk, and the buffer then holds columns, not whole records)."""
+        if not len(records):
+            return
+        chunks = self._chunks.setdefault(table, [])
+        chunks.append((phase, _Records(records, columns)))
+        done = self._merged.get(table, 0)
+        if len(chunks) - done >= self.MERGE_EVERY:
+            chunks[done:] = _merge_runs(chunks[done:])
+            self._merged[table] = len(chunks)
+
     def take(self) -> dict[str, pa.Table]:
         """All buffered rows as Arrow tables (column order of the first chunk); clears."""
         out = {}
@@ -70,18 +85,39 @@ class LogBuffer:
         return out
 
 
+class _Records:
+    """A chunk of whole records and the columns to cut out of them (name, field)."""
+
+    __slots__ = ("rows", "columns")
+
+    def __init__(self, rows: np.ndarray, columns: tuple[tuple[str, str], ...]):
+        self.rows, self.columns = rows, columns
+
+    def cut(self) -> dict[str, np.ndarray]:
+        return {name: np.ascontiguousarray(self.rows[field]) for name, field in self.columns}
+
+
 def _layout(chunk) -> tuple:
     phase, cols = chunk
+    if isinstance(cols, _Records):
+        return phase, "records", cols.rows.dtype, cols.columns
     return phase, tuple((k, v.dtype) for k, v in cols.items())
 
 
 def _merge_runs(chunks: list) -> list:
     """Consecutive chunks of one layout (phase, column names in order, dtypes) as one
-    chunk each; O(rows of the merged chunks)."""
+    chunk each, record chunks cut into columns; O(rows of the merged chunks)."""
     out, run = [], []
 
     def close():
-        if len(run) == 1:
+        if run and isinstance(run[0][1], _Records):
+            phase, first = run[0]
+            rows = [r.rows for _, r in run]
+            row = np.dtype((np.void, first.rows.dtype.itemsize))
+            merged = rows[0] if len(rows) == 1 else \
+                np.concatenate([r.view(row) for r in rows]).view(first.rows.dtype)
+            out.append((phase, _Records(merged, first.columns).cut()))
+        elif len(run) == 1:
             out.append(run[0])
         elif run:
             phase, first = run[0]

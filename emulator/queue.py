@@ -12,7 +12,9 @@ History, measured (BENCHMARKS.md, issue 13): a log-structured set of time-sorted
 LSM tree of numpy batches) copied every message O(log P) times through its merges and paid
 several numpy calls per run on every pop (12-17 % of a sparse protocol bootstrap); a
 calendar of per-cell numpy buckets was 4x slower still (one send spreads over ~150 cells
-of latency, so it made hundreds of tiny chunks per send).
+of latency, so it made hundreds of tiny chunks per send); a 4-ary heap in one (time, slot)
+array was 10-20 % slower per message than this binary heap in two arrays at 300,000
+pending (a microbenchmark of push + pop cycles, 2026-11-26).
 
 The queue returns the set of messages due; their order is the engine's business (it sorts
 a cell by its own total key), so the heap's tie order never reaches a result.

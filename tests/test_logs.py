@@ -52,3 +52,27 @@ def test_a_logged_array_changed_later_does_not_change_the_log():
     t = buf.take()["route"]
     assert t.column("hops").to_pylist() == [0, 1, 2, 3, 4]
     assert t.column("root").to_pylist() == [3] * 5
+
+
+def test_records_logged_whole_give_the_columns_cut_from_them():
+    """Whole records (the engine's sent messages) give, merged or not, the table of their
+    fields logged as columns, renamed as asked; the buffer keeps columns once merged."""
+    rng = np.random.default_rng(3)
+    rec = np.dtype([("time", "i8"), ("sent", "i8"), ("src", "i4"), ("type", "i2"),
+                    ("group", "i4")])
+    columns = (("time", "sent"), ("arrival", "time"), ("src", "src"), ("type", "type"),
+               ("group", "group"))
+    whole, as_columns = LogBuffer(), LogBuffer()
+    whole.MERGE_EVERY = 8
+    for i in range(100):
+        r = np.zeros(int(rng.integers(0, 9)), rec)
+        for name in rec.names:
+            r[name] = rng.integers(0, 1000, len(r))
+        phase = "join" if i < 60 else "multicast"
+        as_columns.add("message", phase, {c: r[f].copy() for c, f in columns})
+        whole.add_records("message", phase, r, columns)
+    assert len(whole._chunks["message"]) < 30
+    assert all(isinstance(cols, dict) for _, cols in whole._chunks["message"][:8])
+    got, want = whole.take()["message"], as_columns.take()["message"]
+    assert got.column_names == ["time", "arrival", "src", "type", "group", "phase"]
+    assert got.equals(want)

@@ -216,3 +216,12 @@ def test_neighbourhood_merges_with_kept_keys_equal_selection_from_scratch(net):
         both = np.concatenate([ref[uk].astype(np.int64), grouped], axis=1)
         ref[uk] = kernels.select_nearest(me[uk], both, m, failed[uk], *lat)
         assert np.array_equal(nbrs.members, ref)
+
+
+def test_unique_first_equals_numpy_unique_with_first_indices():
+    rng = np.random.default_rng(9)
+    for n in (0, 1, 5, 300):
+        keys = rng.integers(0, 20, n).astype(np.int64)
+        vals, first = kernels.unique_first(keys)
+        ref_vals, ref_first = np.unique(keys, return_index=True)
+        assert np.array_equal(vals, ref_vals) and np.array_equal(first, ref_first)

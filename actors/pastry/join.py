@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from . import types as msg_types
 from .messages import msgs_of, payload_of, send_rows, sender_and_payload, take_rows
 from .types import Announce, Join, JoinLeafs, JoinReq, JoinStart, RowsReply, RowsReq
@@ -310,7 +311,7 @@ class JoinProtocol:
         """Nodes with every piece in are joined: they announce themselves to every node
         they know, start keep-alives and leaf refresh, and ask for better rows."""
         nodes = self.nodes
-        li, first = np.unique(li, return_index=True)
+        li, first = kernels.unique_first(np.ascontiguousarray(li, np.int64))
         t = np.asarray(t)[first]
         done = (~nodes.joined[li]) & self.nbrs_got[li] & (self.rows_expected[li] >= 0) & \
             (self.rows_got[li] >= self.rows_expected[li])
@@ -329,9 +330,9 @@ class JoinProtocol:
         nodes = self.nodes
         known = nodes.known(li).astype(np.int64)
         r, c = np.nonzero(known >= 0)
-        # distinct (row, id) pairs in (row, id) order: ids are < 2^31, one sort of packed
-        # keys (np.unique over rows sorts a structured view, ~10x slower for a few rows)
-        key = np.unique((r.astype(np.int64) << 32) | known[r, c])
+        # distinct (row, id) pairs in (row, id) order: ids are < 2^31, one compiled sort of
+        # packed keys (np.unique over rows sorts a structured view, ~10x slower)
+        key = kernels.unique_first((r.astype(np.int64) << 32) | known[r, c])[0]
         pair = np.stack([key >> 32, key & 0xFFFFFFFF], axis=1)
         if len(pair):
             # in_leaf_set = 1: "you are in my leaf set" -- such receivers always answer
