@@ -225,3 +225,32 @@ def test_unique_first_equals_numpy_unique_with_first_indices():
         vals, first = kernels.unique_first(keys)
         ref_vals, ref_first = np.unique(keys, return_index=True)
         assert np.array_equal(vals, ref_vals) and np.array_equal(first, ref_first)
+
+
+def test_leaf_set_merge_in_one_kernel_equals_select_then_changes(net, holey_state):
+    """LeafSet.merge's one compiled call writes what selecting, diffing and writing the
+    rows in numpy wrote: members, keep-alive clocks (empty slots' too) and the result."""
+    from actors.pastry.leafset import LeafSet
+    rng = np.random.default_rng(10)
+    hi, lo = net["node_ids_hi"], net["node_ids_lo"]
+    members = holey_state.leaf.copy()
+    heard = rng.integers(0, 10**6, members.shape)
+    failed = np.where(rng.random((N, 8)) < 0.3, rng.integers(0, N, (N, 8)), -1).astype(np.int32)
+    ids = np.arange(N, dtype=np.int64)
+    leaves = LeafSet(members.copy())
+    leaves.heard = heard.copy()
+    for _ in range(30):
+        li = rng.integers(0, N, 40)
+        cand = _cand(rng, 40, 5, li)
+        t = rng.integers(10**6, 2 * 10**6, 40)
+        got = leaves.merge(li, cand, t, ids, hi, lo, failed)
+        uk, grouped, tmax = group_rows(li, cand, t)
+        old = members[uk]
+        new = kernels.select_leaves(ids[uk], np.concatenate([old, grouped], axis=1), hi, lo, 8,
+                                    failed[uk])
+        changed, added, clocks = kernels.leaf_changes(old, new, heard[uk], tmax)
+        if changed.any():
+            heard[uk], members[uk] = clocks, new
+        assert np.array_equal(got[0], uk) and np.array_equal(got[1], changed)
+        assert np.array_equal(got[2], added)
+        assert np.array_equal(leaves.members, members) and np.array_equal(leaves.heard, heard)

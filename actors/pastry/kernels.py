@@ -635,3 +635,39 @@ def unique_first(keys):
             first[u] = o[q]
             u += 1
     return vals[:u].copy(), first[:u].copy()
+
+
+@numba.njit(cache=True)
+def merge_leaf_sets(members, heard, local_idx, cand, now, self_ids, ids_hi, ids_lo, half,
+                    failed):
+    """``LeafSet.merge`` in one compiled call, in place: rows ``local_idx`` (distinct) of
+    ``members`` become :func:`select_leaves` of their members and ``cand``, their keep-alive
+    clocks those of :func:`leaf_changes` -- every row when any changed, none otherwise, as
+    the numpy code wrote them (an empty slot's clock can move; it is never read).
+    Returns (changed bool[B], added int32[B, l]). O(B * (l + C) * half)."""
+    nb = len(local_idx)
+    nl = members.shape[1]
+    nc = cand.shape[1]
+    old = np.empty((nb, nl), members.dtype)
+    both = np.empty((nb, nl + nc), np.int64)
+    was_heard = np.empty((nb, nl), np.int64)
+    excl = np.empty((nb, failed.shape[1]), failed.dtype)
+    for i in range(nb):
+        r = local_idx[i]
+        for j in range(nl):
+            old[i, j] = members[r, j]
+            both[i, j] = members[r, j]
+            was_heard[i, j] = heard[r, j]
+        for j in range(nc):
+            both[i, nl + j] = cand[i, j]
+        for e in range(failed.shape[1]):
+            excl[i, e] = failed[r, e]
+    new = select_leaves(self_ids, both, ids_hi, ids_lo, half, excl)
+    changed, added, clocks = leaf_changes(old, new, was_heard, now)
+    if changed.any():
+        for i in range(nb):
+            r = local_idx[i]
+            for j in range(nl):
+                members[r, j] = new[i, j]
+                heard[r, j] = clocks[i, j]
+    return changed, added

@@ -36,15 +36,11 @@ class LeafSet:
         local nodes ``li``; ids in ``failed_ids`` (rows per local node) stay out.
         Returns (nodes' local indices, changed mask, members added). O(B c log c)."""
         li, cand, t = group_rows(li, cand, t)
-        old = self.members[li]
-        new = kernels.select_leaves(global_ids[li], np.concatenate([old, cand], axis=1),
-                                    ids_hi, ids_lo, self.half, failed_ids[li])
-        changed, added, heard = kernels.leaf_changes(old, new, self.heard[li],
-                                                     np.ascontiguousarray(t, np.int64))
-        if changed.any():
-            # keep-alive clocks follow their nodes; newcomers count as just heard
-            self.heard[li] = heard
-            self.members[li] = new
+        # one compiled call: select, then keep-alive clocks follow their nodes and
+        # newcomers count as just heard; only changed rows are written
+        changed, added = kernels.merge_leaf_sets(self.members, self.heard, li, cand, t,
+                                                 np.ascontiguousarray(global_ids[li], np.int64),
+                                                 ids_hi, ids_lo, self.half, failed_ids)
         return li, changed, added
 
     def drop(self, li, dead_ids) -> None:
