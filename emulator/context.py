@@ -10,8 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernels
-from .batch import Batch, as_messages, new_messages, rank_within, take_rows
-from .rng import node_uniform
+from .batch import Batch, as_messages, new_messages, take_rows
 
 
 class ShardContext:
@@ -87,13 +86,13 @@ class ShardContext:
 
     def random(self, nodes) -> np.ndarray:
         """Uniform [0, 1) per node from its own stream (seed, node, draw number)."""
-        nodes = np.asarray(nodes, np.int64).ravel()
+        nodes = np.ascontiguousarray(nodes, np.int64).ravel()
         li = self.local(nodes)
         if (li < 0).any():
             raise ValueError("ctx.random: nodes must be local to this shard")
-        draws = self._e.draws[li] + rank_within(li)
-        np.add.at(self._e.draws, li, 1)
-        return node_uniform(self._e.seed, nodes, draws)
+        # rng.node_uniform(seed, nodes, draws[li] + rank_within(li)), counters advanced
+        return kernels.node_draws(np.uint64(self._e.seed & 0xFFFFFFFFFFFFFFFF), nodes, li,
+                                  self._e.draws)
 
     def log(self, table: str, **columns) -> None:
         self._e.logs.add(table, self._e.phase, columns)

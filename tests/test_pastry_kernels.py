@@ -254,3 +254,29 @@ def test_leaf_set_merge_in_one_kernel_equals_select_then_changes(net, holey_stat
         assert np.array_equal(got[0], uk) and np.array_equal(got[1], changed)
         assert np.array_equal(got[2], added)
         assert np.array_equal(leaves.members, members) and np.array_equal(leaves.heard, heard)
+
+
+def test_failed_memory_forget_and_node_draws_kernels_equal_numpy():
+    from actors.pastry.failed import FailedNodes
+    from emulator import kernels as engine_kernels
+    from emulator.batch import rank_within
+    from emulator.rng import node_uniform
+    rng = np.random.default_rng(11)
+    f = FailedNodes(50, 8)
+    f.ids[:] = rng.integers(-1, 30, f.ids.shape)
+    ref = f.ids.copy()
+    li = rng.integers(0, 50, 200)
+    senders = rng.integers(0, 30, 200)
+    hit = ref[li] == senders[:, None]                       # the numpy code it replaces
+    r, c = np.nonzero(hit)
+    ref[li[r], c] = -1
+    f.forget(li, senders)
+    assert np.array_equal(f.ids, ref)
+    for seed in (0, 7, 2**40 + 3, 2**64 - 1):
+        draws = rng.integers(0, 40, 50).astype(np.int64)
+        nodes = rng.integers(0, 50, 300).astype(np.int64)
+        want = node_uniform(seed, nodes, draws[nodes] + rank_within(nodes))
+        after = draws.copy()
+        np.add.at(after, nodes, 1)
+        got = engine_kernels.node_draws(np.uint64(seed), nodes, nodes.astype(np.int32), draws)
+        assert np.array_equal(got, want) and np.array_equal(draws, after)

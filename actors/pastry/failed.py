@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
+
 
 class FailedNodes:
     def __init__(self, n_local: int, memory: int):
@@ -22,11 +24,9 @@ class FailedNodes:
 
     def forget(self, li, senders) -> None:
         """Nodes ``li`` heard from ``senders`` directly: they are alive."""
-        li = np.asarray(li, np.int64)
         if len(li):
-            hit = self.ids[li] == np.asarray(senders, np.int64)[:, None]
-            r, c = np.nonzero(hit)
-            self.ids[li[r], c] = -1
+            kernels.forget_failed(self.ids, np.ascontiguousarray(li, np.int64),
+                                  np.ascontiguousarray(senders, np.int64))
 
     def knows(self, li, ids) -> np.ndarray:
         """Whether node ``li[i]`` presumes ``ids[i]`` failed."""

@@ -671,3 +671,16 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, self_ids, ids_hi, ids_
                 members[r, j] = new[i, j]
                 heard[r, j] = clocks[i, j]
     return changed, added
+
+
+@numba.njit(cache=True)
+def forget_failed(ids, local_idx, senders):
+    """Empty every slot of row ``local_idx[i]`` of ``ids`` holding ``senders[i]``
+    (``FailedNodes.forget``: a node heard from directly is alive). O(B * memory)."""
+    m = ids.shape[1]
+    for i in range(len(local_idx)):
+        r = local_idx[i]
+        s = senders[i]
+        for j in range(m):
+            if ids[r, j] == s:
+                ids[r, j] = -1
