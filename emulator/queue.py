@@ -25,6 +25,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from . import kernels
 from .batch import ENGINE_DTYPE, Batch, take_rows
 
 NEVER = np.iinfo(np.int64).max
@@ -237,37 +238,19 @@ def _pop(t, meta, free, heap_t, heap_s, ptime, poff, plen, pay):
 
 @numba.njit(cache=True)
 def _gather_payload(slots, poff, plen, pay):
-    total = 0
-    for s in slots:
-        total += plen[s]
-    out = np.empty(total, np.int32)
-    offsets = np.zeros(len(slots), np.int64)
-    pos = 0
-    if total:
-        for i in range(len(slots)):
-            s = slots[i]
-            k = plen[s]
-            o = poff[s]
-            for j in range(k):
-                out[pos + j] = pay[o + j]
-            offsets[i] = pos
-            pos += k
-    return out, offsets
+    """The slots' payload packed in slot order and each one's offset in it."""
+    offsets = poff[slots]          # copies: compact_payload rewrites them
+    return kernels.compact_payload(offsets, plen[slots], pay), offsets
 
 
 @numba.njit(cache=True)
 def _repack_payload(meta, heap_s, poff, plen, pay, size):
     """A new payload pool of `size` ints holding the pending messages' payload at its
     front (O(pending + their payload)); sets the ints used."""
-    out = np.empty(size, np.int32)
-    pos = 0
-    for i in range(meta[0]):
-        s = heap_s[i]
-        k = plen[s]
-        o = poff[s]
-        for j in range(k):
-            out[pos + j] = pay[o + j]
-        poff[s] = pos
-        pos += k
-    meta[2] = pos
+    slots = heap_s[:meta[0]]
+    packed, offsets = _gather_payload(slots, poff, plen, pay)
+    out = np.empty(max(size, len(packed)), np.int32)
+    out[:len(packed)] = packed
+    poff[slots] = offsets
+    meta[2] = len(packed)
     return out

@@ -363,36 +363,48 @@ def select_nearest(self_ids, cand, m, exclude, hr, rdist, lan_us):
     out = np.full((nb, m), -1, np.int32)
     if m == 0 or nc == 0:
         return out
-    ne = exclude.shape[1]
     lan2 = 2 * np.int64(lan_us)
     keys = np.empty(nc, np.int64)
+    no_keys = np.empty(0, np.int64)
     for i in range(nb):
-        me = self_ids[i]
         k = 0
         for j in range(nc):
-            c = np.int64(cand[i, j])
-            if c < 0 or c == me:
-                continue
-            skip = False
-            for e in range(ne):
-                if exclude[i, e] >= 0 and exclude[i, e] == c:
-                    skip = True
-                    break
-            if skip:
-                continue
-            # delays and ids are < 2^31: one int64 key orders by (delay, id)
-            keys[k] = (_lat(hr, rdist, lan2, me, c) << 31) | c
-            k += 1
-        srt = np.sort(keys[:k])
-        got = 0
-        for q in range(k):
-            if got == m:
-                break
-            if q > 0 and srt[q] == srt[q - 1]:  # a duplicate id (same delay, same id)
-                continue
-            out[i, got] = srt[q] & 0x7FFFFFFF
-            got += 1
+            key = _nearest_key(np.int64(cand[i, j]), self_ids[i], exclude, i, hr, rdist, lan2)
+            if key >= 0:
+                keys[k] = key
+                k += 1
+        _write_nearest(np.sort(keys[:k]), out[i], no_keys)
     return out
+
+
+
+@numba.njit(cache=True)
+def _nearest_key(c, me, exclude, i, hr, rdist, lan2):
+    """The sort key (delay << 31 | id; delays and ids are < 2^31) of candidate c for node
+    me, or -1 for a candidate left out: -1, me itself, an id of ``exclude[i]``."""
+    if c < 0 or c == me:
+        return -1
+    for e in range(exclude.shape[1]):
+        if exclude[i, e] >= 0 and exclude[i, e] == c:
+            return -1
+    return (_lat(hr, rdist, lan2, me, c) << 31) | c
+
+
+@numba.njit(cache=True)
+def _write_nearest(srt, ids, keys):
+    """The first len(ids) distinct sorted keys into ``ids`` (and ``keys`` if not empty; a
+    duplicate id has the same key); returns how many were written."""
+    got = 0
+    for q in range(len(srt)):
+        if got == len(ids):
+            break
+        if q > 0 and srt[q] == srt[q - 1]:
+            continue
+        ids[got] = srt[q] & 0x7FFFFFFF
+        if len(keys):
+            keys[got] = srt[q]
+        got += 1
+    return got
 
 
 @numba.njit(cache=True)
@@ -549,7 +561,6 @@ def merge_nearest(members, keys, known, local_idx, self_ids, cand, exclude, hr, 
     Rows must be distinct (``merge.group_rows``)."""
     nb, nc = cand.shape
     m = members.shape[1]
-    ne = exclude.shape[1]
     lan2 = 2 * np.int64(lan_us)
     scratch = np.empty(m + nc, np.int64)
     for i in range(nb):
@@ -559,27 +570,11 @@ def merge_nearest(members, keys, known, local_idx, self_ids, cand, exclude, hr, 
             k = 0
             for j in range(m + nc):
                 c = np.int64(members[row, j]) if j < m else np.int64(cand[i, j - m])
-                if c < 0 or c == me:
-                    continue
-                skip = False
-                for e in range(ne):
-                    if exclude[i, e] >= 0 and exclude[i, e] == c:
-                        skip = True
-                        break
-                if skip:
-                    continue
-                scratch[k] = (_lat(hr, rdist, lan2, me, c) << 31) | c
-                k += 1
-            srt = np.sort(scratch[:k])
-            got = 0
-            for q in range(k):
-                if got == m:
-                    break
-                if q > 0 and srt[q] == srt[q - 1]:
-                    continue
-                keys[row, got] = srt[q]
-                members[row, got] = srt[q] & 0x7FFFFFFF
-                got += 1
+                key = _nearest_key(c, me, exclude, i, hr, rdist, lan2)
+                if key >= 0:
+                    scratch[k] = key
+                    k += 1
+            got = _write_nearest(np.sort(scratch[:k]), members[row], keys[row])
             for q in range(got, m):
                 keys[row, q] = -1
                 members[row, q] = -1
@@ -589,17 +584,10 @@ def merge_nearest(members, keys, known, local_idx, self_ids, cand, exclude, hr, 
         while cnt < m and keys[row, cnt] >= 0:
             cnt += 1
         for j in range(nc):
-            c = np.int64(cand[i, j])
-            if c < 0 or c == me:
+            key = _nearest_key(np.int64(cand[i, j]), me, exclude, i, hr, rdist, lan2)
+            if key < 0:
                 continue
-            skip = False
-            for e in range(ne):
-                if exclude[i, e] >= 0 and exclude[i, e] == c:
-                    skip = True
-                    break
-            if skip:
-                continue
-            key = (_lat(hr, rdist, lan2, me, c) << 31) | c
+            c = key & 0x7FFFFFFF
             if cnt == m and key >= keys[row, m - 1]:
                 continue                 # no nearer than the farthest (or it is that one)
             pos = cnt
