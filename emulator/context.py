@@ -11,6 +11,7 @@ import numpy as np
 
 from . import kernels
 from .batch import Batch, as_messages, new_messages, take_rows
+from .rng import next_draws
 
 
 class ShardContext:
@@ -90,9 +91,7 @@ class ShardContext:
         li = self.local(nodes)
         if (li < 0).any():
             raise ValueError("ctx.random: nodes must be local to this shard")
-        # rng.node_uniform(seed, nodes, draws[li] + rank_within(li)), counters advanced
-        return kernels.node_draws(np.uint64(self._e.seed & 0xFFFFFFFFFFFFFFFF), nodes, li,
-                                  self._e.draws)
+        return next_draws(self._e.seed, nodes, li, self._e.draws)
 
     def log(self, table: str, **columns) -> None:
         self._e.logs.add(table, self._e.phase, columns)

@@ -128,31 +128,3 @@ def payload_rows(pay_off, pay_len, payload, width):
         for j in range(k):
             out[i, j] = payload[o + j]
     return out
-
-
-@numba.njit(cache=True)
-def _splitmix64(x):
-    z = x + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-@numba.njit(cache=True)
-def node_draws(seed, nodes, local_idx, draws):
-    """The next uniform draw of each node in turn (a node listed twice gets its next two),
-    advancing its draw counter: ``rng.node_uniform(seed, nodes, draws[li] +
-    rank_within(li))`` and the counters' increment, in one pass (``seed`` as np.uint64,
-    wrapped as node_uniform wraps it). O(n)."""
-    n = len(nodes)
-    out = np.empty(n, np.float64)
-    key_seed = np.uint64(seed)
-    golden = np.uint64(0x9E3779B97F4A7C15)
-    for i in range(n):
-        li = local_idx[i]
-        d = np.uint64(draws[li])
-        draws[li] += 1
-        key = _splitmix64(key_seed ^ _splitmix64(np.uint64(nodes[i])))
-        z = _splitmix64(key + d * golden)
-        out[i] = np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
-    return out

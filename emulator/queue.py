@@ -44,7 +44,6 @@ class EventQueue:
     def _allocate(self, capacity: int, pay_capacity: int) -> None:
         self._rows = np.zeros(capacity, self.dtype)
         self._raw = self._rows.view(np.dtype((np.void, self.dtype.itemsize)))
-        self._time = np.zeros(capacity, np.int64)    # a slot's due time
         self._poff = np.zeros(capacity, np.int64)    # its payload in _pay
         self._plen = np.zeros(capacity, np.int64)
         self._free = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack of slots
@@ -69,7 +68,7 @@ class EventQueue:
                       np.ascontiguousarray(m["pay_off"]) if has_pay else _NO_INT64,
                       np.ascontiguousarray(m["pay_len"]) if has_pay else _NO_INT32,
                       batch.payload, self._meta, self._free, self._heap_t, self._heap_s,
-                      self._time, self._poff, self._plen, self._pay)
+                      self._poff, self._plen, self._pay)
         self._raw[slots] = m.view(self._raw.dtype) if m.flags.c_contiguous \
             else take_rows(m, slice(None)).view(self._raw.dtype)
 
@@ -89,10 +88,10 @@ class EventQueue:
     def _grow(self, capacity: int) -> None:
         old = len(self._rows)
         rows = np.zeros(capacity, self.dtype)
-        rows[:old] = self._rows
-        self._rows = rows
-        self._raw = rows.view(np.dtype((np.void, self.dtype.itemsize)))
-        for name in ("_time", "_poff", "_plen", "_heap_t", "_heap_s"):
+        raw = rows.view(self._raw.dtype)
+        raw[:old] = self._raw          # whole records, not field by field
+        self._rows, self._raw = rows, raw
+        for name in ("_poff", "_plen", "_heap_t", "_heap_s"):
             a = getattr(self, name)
             b = np.zeros(capacity, a.dtype)
             b[:old] = a
@@ -121,8 +120,7 @@ class EventQueue:
         if not self._meta[_HEAP] or self._heap_t[0] >= t:
             return Batch.empty(self.dtype)
         slots, payload, offsets = _pop(int(t), self._meta, self._free, self._heap_t,
-                                       self._heap_s, self._time, self._poff, self._plen,
-                                       self._pay)
+                                       self._heap_s, self._poff, self._plen, self._pay)
         return self._batch(slots, payload, offsets)
 
     def _batch(self, slots, payload, offsets) -> Batch:
@@ -181,8 +179,7 @@ def _sift_down(heap_t, heap_s, size):
 
 
 @numba.njit(cache=True)
-def _push(times, pay_off, pay_len, payload, meta, free, heap_t, heap_s, ptime, poff, plen,
-          pay):
+def _push(times, pay_off, pay_len, payload, meta, free, heap_t, heap_s, poff, plen, pay):
     """Take free slots for the rows (the caller made room), copy their payload into the
     pool and sift their times into the heap; returns the slots in row order."""
     n = len(times)
@@ -193,7 +190,6 @@ def _push(times, pay_off, pay_len, payload, meta, free, heap_t, heap_s, ptime, p
         nfree -= 1
         s = free[nfree]
         slots[i] = s
-        ptime[s] = times[i]
         if with_pay:
             k = pay_len[i]
             o = pay_off[i]
@@ -215,7 +211,7 @@ def _push(times, pay_off, pay_len, payload, meta, free, heap_t, heap_s, ptime, p
 
 
 @numba.njit(cache=True)
-def _pop(t, meta, free, heap_t, heap_s, ptime, poff, plen, pay):
+def _pop(t, meta, free, heap_t, heap_s, poff, plen, pay):
     """Remove every message due before t: (slots, their packed payload, each row's offset
     in it); the slots go back to the free stack."""
     size, nfree = meta[0], meta[1]

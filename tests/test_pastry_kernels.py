@@ -256,11 +256,10 @@ def test_leaf_set_merge_in_one_kernel_equals_select_then_changes(net, holey_stat
         assert np.array_equal(leaves.members, members) and np.array_equal(leaves.heard, heard)
 
 
-def test_failed_memory_forget_and_node_draws_kernels_equal_numpy():
+def test_failed_memory_forget_and_next_draws_equal_their_references():
     from actors.pastry.failed import FailedNodes
-    from emulator import kernels as engine_kernels
     from emulator.batch import rank_within
-    from emulator.rng import node_uniform
+    from emulator.rng import next_draws, node_uniform
     rng = np.random.default_rng(11)
     f = FailedNodes(50, 8)
     f.ids[:] = rng.integers(-1, 30, f.ids.shape)
@@ -278,5 +277,5 @@ def test_failed_memory_forget_and_node_draws_kernels_equal_numpy():
         want = node_uniform(seed, nodes, draws[nodes] + rank_within(nodes))
         after = draws.copy()
         np.add.at(after, nodes, 1)
-        got = engine_kernels.node_draws(np.uint64(seed), nodes, nodes.astype(np.int32), draws)
+        got = next_draws(seed, nodes, nodes.astype(np.int32), draws)
         assert np.array_equal(got, want) and np.array_equal(draws, after)
