@@ -18,6 +18,7 @@ import numpy as np
 
 _EMPTY_K = np.zeros(0, dtype=np.int64)
 _EMPTY_V = np.zeros(0, dtype=np.int32)
+_EVERY = np.zeros(0, dtype=bool)   # ranges_where's "no filter"
 
 
 class KeyIndex:
@@ -72,9 +73,9 @@ class KeyIndex:
         """All values whose key is in [lo[i], hi[i]) for each query i.
 
         Returns (query index, value) pairs ordered by query then key. O(q log n + output)."""
-        return _ranges(self.keys, self.vals, self.dkeys, self.dvals,
-                       np.ascontiguousarray(lo, dtype=np.int64).reshape(-1),
-                       np.ascontiguousarray(hi, dtype=np.int64).reshape(-1))
+        return ranges_where(self.keys, self.vals, self.dkeys, self.dvals,
+                            np.ascontiguousarray(lo, dtype=np.int64).reshape(-1),
+                            np.ascontiguousarray(hi, dtype=np.int64).reshape(-1), _EVERY)
 
     def state(self) -> dict:
         self._merge()
@@ -88,26 +89,30 @@ class KeyIndex:
 
 
 @numba.njit(cache=True)
+def key_value(keys, vals, dkeys, dvals, k):
+    """The value of key k in (keys, vals), else in (dkeys, dvals), else -1. O(log n)."""
+    p = np.searchsorted(keys, k)
+    if p < len(keys) and keys[p] == k:
+        return vals[p]
+    p = np.searchsorted(dkeys, k)
+    if p < len(dkeys) and dkeys[p] == k:
+        return dvals[p]
+    return -1
+
+
+@numba.njit(cache=True)
 def _lookup(keys, vals, dkeys, dvals, q):
-    """Value of each key of q in (keys, vals), else in (dkeys, dvals), else -1."""
-    out = np.full(len(q), -1, np.int32)
-    n, nd = len(keys), len(dkeys)
+    out = np.empty(len(q), np.int32)
     for i in range(len(q)):
-        k = q[i]
-        p = np.searchsorted(keys, k)
-        if p < n and keys[p] == k:
-            out[i] = vals[p]
-        elif nd:
-            p = np.searchsorted(dkeys, k)
-            if p < nd and dkeys[p] == k:
-                out[i] = dvals[p]
+        out[i] = key_value(keys, vals, dkeys, dvals, q[i])
     return out
 
 
 @numba.njit(cache=True)
-def _ranges(keys, vals, dkeys, dvals, lo, hi):
-    """(query index, value) of every key in [lo[i], hi[i]), by query then key: the two
-    sorted runs merged (a key is in one run only)."""
+def ranges_where(keys, vals, dkeys, dvals, lo, hi, keep):
+    """(query index, value) of every key in [lo[i], hi[i]) whose value v has keep[v]
+    (`keep` empty: every value), by query then key: the two sorted runs merged (a key is
+    in one run only). O(q log n + output)."""
     nq = len(lo)
     a = np.searchsorted(keys, lo)
     b = np.searchsorted(keys, hi)
@@ -118,16 +123,19 @@ def _ranges(keys, vals, dkeys, dvals, lo, hi):
         total += max(b[i] - a[i], 0) + max(db[i] - da[i], 0)
     qi = np.empty(total, np.int64)
     out = np.empty(total, np.int32)
+    every = len(keep) == 0
     j = 0
     for i in range(nq):
         p, pe, d, de = a[i], b[i], da[i], db[i]
         while p < pe or d < de:
             if d >= de or (p < pe and keys[p] < dkeys[d]):
-                out[j] = vals[p]
+                v = vals[p]
                 p += 1
             else:
-                out[j] = dvals[d]
+                v = dvals[d]
                 d += 1
-            qi[j] = i
-            j += 1
-    return qi, out
+            if every or keep[v]:
+                out[j] = v
+                qi[j] = i
+                j += 1
+    return qi[:j], out[:j]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from .keyindex import KeyIndex
 from .types import DATA, Data
 
@@ -98,15 +99,16 @@ class TreeState:
     def slot_keys(self, local_idx, groups):
         return np.asarray(local_idx, np.int64) * self.n_groups + np.asarray(groups, np.int64)
 
-    def find(self, local_idx, groups) -> np.ndarray:
-        """Slot of each (local node, group), -1 if the node never had state. O(q log S)."""
-        return self.slot_index.lookup(self.slot_keys(local_idx, groups))
+    def find(self, local_idx, groups, only_active=False) -> np.ndarray:
+        """Slot of each (local node, group) (int32), -1 if the node never had state (or,
+        ``only_active``, has no active state). O(q log S)."""
+        ix = self.slot_index
+        li, g = _pairs(local_idx, groups)
+        return kernels.find_slots(ix.keys, ix.vals, ix.dkeys, ix.dvals, li, g, self.n_groups,
+                                  self.slots["active"], only_active)
 
     def find_active(self, local_idx, groups) -> np.ndarray:
-        s = self.find(local_idx, groups)
-        ok = s >= 0
-        s[ok & ~self.slots["active"][np.maximum(s, 0)]] = -1
-        return s
+        return self.find(local_idx, groups, only_active=True)
 
     def get_or_make(self, local_idx, groups) -> np.ndarray:
         """Slot of each pair, creating inactive slots where needed. O(q log S)."""
@@ -131,11 +133,12 @@ class TreeState:
     def heard_from_parent(self, local_idx, groups, senders, times) -> np.ndarray:
         """Messages from the current parent (heartbeats, data) reset the suspicion clock.
         Returns the mask of rows that came from the receiving slot's parent."""
-        s = self.find_active(local_idx, groups)
-        ok = s >= 0
-        ok[ok] = self.slots["parent"][s[ok]] == senders[ok]
-        self.slots["last_heard"][s[ok]] = times[ok]
-        return ok
+        ix, sl = self.slot_index, self.slots
+        li, g = _pairs(local_idx, groups)
+        return kernels.heard_from_parent(ix.keys, ix.vals, ix.dkeys, ix.dvals, li, g,
+                                         self.n_groups, sl["active"], sl["parent"],
+                                         np.asarray(senders), np.asarray(times),
+                                         sl["last_heard"])
 
     def drop_nodes(self, local_idx) -> None:
         """Crashed nodes lose all their tree state (children, records, RP cache)."""
@@ -193,10 +196,10 @@ class TreeState:
     def children_of(self, slots) -> tuple[np.ndarray, np.ndarray]:
         """Valid child entries of the given slots: (row index into slots, entry id),
         ordered by row then child id. O(q log E + output)."""
-        slots = np.asarray(slots, np.int64)
-        qi, e = self.entry_index.ranges(slots * self.n_nodes, (slots + 1) * self.n_nodes)
-        ok = self.entries["valid"][e] if len(e) else np.zeros(0, bool)
-        return qi[ok], e[ok]
+        ix = self.entry_index
+        return kernels.within(ix.keys, ix.vals, ix.dkeys, ix.dvals,
+                              np.ascontiguousarray(slots, np.int64).reshape(-1), self.n_nodes,
+                              self.entries["valid"])
 
     def clear_children(self, slots) -> tuple[np.ndarray, np.ndarray]:
         """Drop every child of the slots; returns the removed (row, entry) pairs."""
@@ -212,10 +215,10 @@ class TreeState:
     def slots_of_nodes(self, local_idx) -> tuple[np.ndarray, np.ndarray]:
         """Active slots of each local node: (row index into local_idx, slot), in group
         order. O(q log S + output)."""
-        li = np.asarray(local_idx, np.int64)
-        qi, s = self.slot_index.ranges(li * self.n_groups, (li + 1) * self.n_groups)
-        ok = self.slots["active"][s] if len(s) else np.zeros(0, bool)
-        return qi[ok], s[ok]
+        ix = self.slot_index
+        return kernels.within(ix.keys, ix.vals, ix.dkeys, ix.dvals,
+                              np.ascontiguousarray(local_idx, np.int64).reshape(-1),
+                              self.n_groups, self.slots["active"])
 
     def active_slots(self) -> np.ndarray:
         return np.flatnonzero(self.slots["active"][: self.slot_index.size])
@@ -241,6 +244,15 @@ class TreeState:
             t.entries[k][: len(v)] = v
         t.node_children = st["node_children"].copy()
         return t
+
+
+def _pairs(local_idx, groups) -> tuple[np.ndarray, np.ndarray]:
+    """(local_idx, groups) as int64 arrays of one length (a scalar is repeated)."""
+    li = np.asarray(local_idx, np.int64)
+    g = np.asarray(groups, np.int64)
+    if li.shape != g.shape:
+        li, g = np.broadcast_arrays(li, g)
+    return li.reshape(-1), g.reshape(-1)
 
 
 def send_data_to_children(tree: TreeState, messenger, ctx, s, nodes, group, source, publish,
