@@ -279,3 +279,26 @@ def test_failed_memory_forget_and_next_draws_equal_their_references():
         np.add.at(after, nodes, 1)
         got = next_draws(seed, nodes, nodes.astype(np.int32), draws)
         assert np.array_equal(got, want) and np.array_equal(draws, after)
+
+
+def test_keepalive_heard_equals_the_numpy_update():
+    """The keep-alive's leaf-set update equals the numpy it replaced (np.maximum.at over
+    every slot holding the sender; strangers = rows whose sender is in no slot), with
+    repeated receivers, repeated senders and senders listed twice."""
+    rng = np.random.default_rng(7)
+    members = rng.integers(-1, 40, (30, 8)).astype(np.int32)
+    members[3, :2] = 5                      # one sender in two slots of one node
+    heard0 = rng.integers(0, 1000, members.shape).astype(np.int64)
+    li = rng.integers(0, 30, 200).astype(np.int64)
+    src = rng.integers(0, 40, 200).astype(np.int64)
+    li[:3], src[:3] = 3, 5
+    time = rng.integers(0, 2000, 200).astype(np.int64)
+    ref = heard0.copy()
+    hit = members[li] == src[:, None]
+    r, c = np.nonzero(hit)
+    np.maximum.at(ref, (li[r], c), time[r])
+    got = heard0.copy()
+    stranger = kernels.keepalive_heard(members, got, li, src, time)
+    assert np.array_equal(got, ref)
+    assert np.array_equal(stranger, ~hit.any(axis=1))
+    assert stranger.any() and not stranger.all()

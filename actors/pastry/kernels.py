@@ -672,3 +672,21 @@ def forget_failed(ids, local_idx, senders):
         for j in range(m):
             if ids[r, j] == s:
                 ids[r, j] = -1
+
+
+@numba.njit(cache=True)
+def keepalive_heard(members, heard, li, src, time):
+    """Keep-alives from ``src`` at local nodes ``li``: every leaf-set slot holding the
+    sender has ``heard`` raised to the message's time (the largest time where rows repeat,
+    as ``np.maximum.at``); returns the mask of rows whose sender is in no slot of the
+    receiver (a stranger). O(n * l)."""
+    n, w = len(li), members.shape[1]
+    stranger = np.ones(n, np.bool_)
+    for i in range(n):
+        x = li[i]
+        for c in range(w):
+            if members[x, c] == src[i]:
+                stranger[i] = False
+                if time[i] > heard[x, c]:
+                    heard[x, c] = time[i]
+    return stranger

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from . import types as msg_types
 from .messages import msgs_of, payload_of, send_rows, sender_and_payload, take_rows
 from .types import Announce, KaTimer, Keepalive, LeafRefresh, RowsReq
@@ -100,10 +101,8 @@ class LeafSetMaintenance:
         nodes = self.nodes
         li = nodes.local(ctx, m["dst"])
         nodes.heard_from(li, m["src"])
-        hit = nodes.leaves.members[li] == m["src"][:, None]
-        r, c = np.nonzero(hit)
-        np.maximum.at(nodes.leaves.heard, (li[r], c), m["time"][r])
-        stranger = ~hit.any(axis=1)
+        stranger = kernels.keepalive_heard(nodes.leaves.members, nodes.leaves.heard,
+                                           np.asarray(li, np.int64), m["src"], m["time"])
         if not stranger.any():
             return
         # a node that lists us (e.g. recovered, or a repaired neighbour)
