@@ -52,16 +52,19 @@ class ShardContext:
         m["time"] = m["sent"] + self._e.latency.latency(m["src"], m["dst"])
         self._e.emit(Batch(m, payload))
 
-    def send_batch(self, batch, owned: bool = False) -> None:
+    def send_batch(self, batch, owned: bool = False, timed: bool = False) -> None:
         """Like send, for a prepared Batch (or array of message records); `time` is
         computed here. ``owned``: the caller gives the records away (nothing reads or
-        writes them later), so they are not copied first."""
+        writes them later), so they are not copied first. ``timed``: the caller already
+        set each `time` to `sent` + the latency of :meth:`latency_tables`' model (a
+        compiled kernel that computed the delay anyway)."""
         msgs, payload = (batch.msgs, batch.payload) if isinstance(batch, Batch) else (batch, None)
         if not len(msgs):
             return
         m = as_messages(msgs, self.message_dtype)
         m = take_rows(m, slice(None)) if m is msgs and not owned else m
-        m["time"] = m["sent"] + self._e.latency.latency(m["src"], m["dst"])
+        if not timed:
+            m["time"] = m["sent"] + self._e.latency.latency(m["src"], m["dst"])
         self._e.emit(Batch(m, payload))
 
     def timer(self, node, at, type, **fields) -> None:

@@ -127,8 +127,10 @@ class ShardEngine:
     def _route(self, batch: Batch) -> None:
         """Stamp per-sender sequence numbers, log hops, route to the queue or an outbox."""
         m = batch.msgs
-        seq, late, bad_src, bad_dst, earliest = kernels.stamp_senders(
-            m["src"], m["dst"], m["time"], self.local_index, self.seq, self.n_nodes, self.now)
+        ty = m["type"]
+        seq, late, bad_src, bad_dst, earliest, one_type, all_hops = kernels.stamp_senders(
+            m["src"], m["dst"], m["time"], ty, self.local_index, self.seq, self.n_nodes,
+            self.now)
         if bad_src >= 0:
             raise ValueError(f"shard {self.shard_id}: send from node {int(m['src'][bad_src])}, "
                              "not on this shard")
@@ -140,22 +142,22 @@ class ShardEngine:
         if earliest < self._cell_end:   # due in the cell being processed: another pass
             self._due_in_cell = True
         m["seq"] = seq
-        ty = m["type"]
-        t0 = int(ty[0])
-        if (ty == t0).all():
+        if one_type:
+            t0 = int(ty[0])
             self.sent_by_type[t0] = self.sent_by_type.get(t0, 0) + len(m)
         else:
             types, counts = np.unique(ty, return_counts=True)
             for t, c in zip(types.tolist(), counts.tolist(), strict=True):
                 self.sent_by_type[t] = self.sent_by_type.get(t, 0) + c
         if self.log_messages:
-            hop = m["src"] != m["dst"]
-            if hop.all():   # the batch's records stay unchanged from here (the queue and
+            if all_hops:   # the batch's records stay unchanged from here (the queue and
                 # the outboxes take copies), so the log may keep them as they are
                 self.logs.add_records("message", self.phase, m, self._log_columns)
-            elif hop.any():
-                self.logs.add_records("message", self.phase, take_rows(m, hop),
-                                      self._log_columns)
+            else:
+                hop = m["src"] != m["dst"]
+                if hop.any():
+                    self.logs.add_records("message", self.phase, take_rows(m, hop),
+                                          self._log_columns)
         if self.n_shards == 1:
             self.queue.push(batch)
             return
@@ -222,8 +224,8 @@ class ShardEngine:
         due = due.take(dispatch_order(due.msgs))
         m = due.msgs
         types = m["type"]
-        cuts = (np.flatnonzero(types[1:] != types[:-1]) + 1).tolist()
-        for s, e in zip([0, *cuts], [*cuts, len(m)], strict=True):
+        bounds = kernels.run_bounds(types).tolist()   # one run per message type
+        for s, e in zip(bounds[:-1], bounds[1:], strict=True):
             ty = int(types[s])
             sub = Batch(m[s:e], due.payload)
             li = self.local_index[sub.msgs["dst"]]
@@ -235,8 +237,9 @@ class ShardEngine:
                     self.stack.on_recover(self.ctx, li)
                 continue
             ok = self.alive[li]
-            if not ok.all():
-                lost = int((~ok).sum())
+            alive = np.count_nonzero(ok)
+            if alive < len(ok):
+                lost = len(ok) - alive
                 self.lost_by_type[ty] = self.lost_by_type.get(ty, 0) + lost
                 sub = sub.take(ok)
                 li = li[ok]

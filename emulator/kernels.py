@@ -26,26 +26,29 @@ def router_latency(host_router, router_dist, lan_us, a, b):
 
 
 @numba.njit(cache=True)
-def stamp_senders(src, dst, time, local_index, seq, n_nodes, now):
-    """Check and stamp a batch being sent, in one pass (``ShardEngine.emit``):
+def stamp_senders(src, dst, time, types, local_index, seq, n_nodes, now):
+    """Check and stamp a batch being sent, in one pass (``ShardEngine._route``):
 
     returns (seq int64[n] -- each sender's next sequence numbers in row order, the
     sender's counter advanced --, number of rows whose ``time`` was raised to ``now``,
     first row sent from a node not on this shard or -1, first row sent to a node outside
-    0..n_nodes-1 or -1, the earliest time after stamping). O(n). On a bad row nothing is
+    0..n_nodes-1 or -1, the earliest time after stamping, whether every row has the first
+    row's type, whether every row is a hop (src != dst)). O(n). On a bad row nothing is
     stamped."""
     n = len(src)
     never = np.iinfo(np.int64).max
     for i in range(n):
         s = src[i]
         if s < 0 or s >= len(local_index) or local_index[s] < 0:
-            return np.empty(0, np.int64), 0, i, -1, never
+            return np.empty(0, np.int64), 0, i, -1, never, False, False
     for i in range(n):
         if dst[i] < 0 or dst[i] >= n_nodes:
-            return np.empty(0, np.int64), 0, -1, i, never
+            return np.empty(0, np.int64), 0, -1, i, never, False, False
     out = np.empty(n, np.int64)
     late = 0
     earliest = never
+    one_type = True
+    all_hops = True
     for i in range(n):
         li = local_index[src[i]]
         out[i] = seq[li]
@@ -55,7 +58,11 @@ def stamp_senders(src, dst, time, local_index, seq, n_nodes, now):
             late += 1
         if time[i] < earliest:
             earliest = time[i]
-    return out, late, -1, -1, earliest
+        if types[i] != types[0]:
+            one_type = False
+        if src[i] == dst[i]:
+            all_hops = False
+    return out, late, -1, -1, earliest, one_type, all_hops
 
 
 @numba.njit(cache=True)
@@ -128,3 +135,46 @@ def payload_rows(pay_off, pay_len, payload, width):
         for j in range(k):
             out[i, j] = payload[o + j]
     return out
+
+
+@numba.njit(cache=True)
+def small_cell_order(types, time, src, seq):
+    """``np.lexsort((seq, src, time, types))`` for a few rows: a stable insertion sort of
+    the row indices by (type, time, src, seq). O(n^2): for cells of tens of rows, where
+    lexsort's four passes cost more than the comparisons."""
+    n = len(types)
+    order = np.arange(n)
+    for i in range(1, n):
+        j = i
+        x = order[i]
+        while j > 0:
+            y = order[j - 1]
+            if types[y] != types[x]:
+                after = types[y] > types[x]
+            elif time[y] != time[x]:
+                after = time[y] > time[x]
+            elif src[y] != src[x]:
+                after = src[y] > src[x]
+            else:
+                after = seq[y] > seq[x]
+            if not after:
+                break
+            order[j] = y
+            j -= 1
+        order[j] = x
+    return order
+
+
+@numba.njit(cache=True)
+def run_bounds(values):
+    """Start of every run of equal values, then len(values): [0, ..., n] (just [0] when
+    empty). O(n)."""
+    n = len(values)
+    out = np.empty(n + 1, np.int64)
+    k = 0
+    for i in range(n):
+        if i == 0 or values[i] != values[i - 1]:
+            out[k] = i
+            k += 1
+    out[k] = n
+    return out[:k + 1]

@@ -26,7 +26,7 @@ import numba
 import numpy as np
 
 from . import kernels
-from .batch import ENGINE_DTYPE, Batch, take_rows
+from .batch import ENGINE_DTYPE, Batch, as_messages
 
 NEVER = np.iinfo(np.int64).max
 
@@ -60,17 +60,12 @@ class EventQueue:
         n = len(batch)
         if not n:
             return
-        m = batch.msgs
+        m = as_messages(batch.msgs, self.dtype)
         has_pay = len(batch.payload) > 0
         need = int(m["pay_len"].sum()) if has_pay else 0
         self._make_room(n, need)
-        slots = _push(np.ascontiguousarray(m["time"]),
-                      np.ascontiguousarray(m["pay_off"]) if has_pay else _NO_INT64,
-                      np.ascontiguousarray(m["pay_len"]) if has_pay else _NO_INT32,
-                      batch.payload, self._meta, self._free, self._heap_t, self._heap_s,
-                      self._poff, self._plen, self._pay)
-        self._raw[slots] = m.view(self._raw.dtype) if m.flags.c_contiguous \
-            else take_rows(m, slice(None)).view(self._raw.dtype)
+        _push(m, has_pay, batch.payload, self._meta, self._free, self._heap_t, self._heap_s,
+              self._poff, self._plen, self._pay, self._rows)
 
     def _make_room(self, n: int, pay: int) -> None:
         """Free slots for n rows and room for `pay` payload ints (amortized O(1))."""
@@ -144,10 +139,6 @@ class EventQueue:
         self._meta[:] = (0, capacity, 0, 0)
 
 
-_NO_INT64 = np.zeros(0, np.int64)
-_NO_INT32 = np.zeros(0, np.int32)
-
-
 @numba.njit(cache=True)
 def _sift_up(heap_t, heap_s, i):
     t, s = heap_t[i], heap_s[i]
@@ -179,20 +170,17 @@ def _sift_down(heap_t, heap_s, size):
 
 
 @numba.njit(cache=True)
-def _push(times, pay_off, pay_len, payload, meta, free, heap_t, heap_s, poff, plen, pay):
-    """Take free slots for the rows (the caller made room), copy their payload into the
-    pool and sift their times into the heap; returns the slots in row order."""
-    n = len(times)
-    slots = np.empty(n, np.int64)
+def _push(m, with_pay, payload, meta, free, heap_t, heap_s, poff, plen, pay, rows):
+    """Copy the records ``m`` into free slots of the pool ``rows`` (the caller made room),
+    their payload into the payload pool, and sift their times into the heap."""
     size, nfree, used = meta[0], meta[1], meta[2]
-    with_pay = len(pay_len) > 0
-    for i in range(n):
+    for i in range(len(m)):
         nfree -= 1
         s = free[nfree]
-        slots[i] = s
+        rows[s] = m[i]
         if with_pay:
-            k = pay_len[i]
-            o = pay_off[i]
+            k = m[i]["pay_len"]
+            o = m[i]["pay_off"]
             for j in range(k):
                 pay[used + j] = payload[o + j]
             poff[s] = used
@@ -202,12 +190,11 @@ def _push(times, pay_off, pay_len, payload, meta, free, heap_t, heap_s, poff, pl
         else:
             poff[s] = 0
             plen[s] = 0
-        heap_t[size] = times[i]
+        heap_t[size] = m[i]["time"]
         heap_s[size] = s
         _sift_up(heap_t, heap_s, size)
         size += 1
     meta[0], meta[1], meta[2] = size, nfree, used
-    return slots
 
 
 @numba.njit(cache=True)

@@ -41,6 +41,32 @@ def test_batch_take_and_concat_keep_payload_rows():
     assert [c.segment(i).tolist() for i in range(4)] == [[20, 21, 22], [10, 11], [10, 11], []]
 
 
+def test_cell_order_equals_lexsort_for_small_and_large_cells():
+    """A cell's dispatch order (type, time, src, seq; stable) is the same whether the
+    compiled insertion sort (small cells) or np.lexsort (large ones) computes it, with
+    many equal keys."""
+    from emulator.batch import SMALL_CELL, dispatch_order
+    from emulator.kernels import small_cell_order
+
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 2, 7, SMALL_CELL, SMALL_CELL + 1, 300):
+        m = new_messages(n, ENGINE_DTYPE, src=rng.integers(0, 4, n), dst=0,
+                         type=rng.integers(0, 3, n), sent=0)
+        m["time"] = rng.integers(0, 3, n)
+        m["seq"] = rng.integers(0, 2, n)
+        ref = np.lexsort((m["seq"], m["src"], m["time"], m["type"]))
+        assert np.array_equal(dispatch_order(m), ref)
+        assert np.array_equal(small_cell_order(m["type"], m["time"], m["src"], m["seq"]), ref)
+
+
+def test_run_bounds_cut_where_the_value_changes():
+    from emulator.kernels import run_bounds
+
+    assert run_bounds(np.array([], np.int16)).tolist() == [0]
+    assert run_bounds(np.array([3], np.int16)).tolist() == [0, 1]
+    assert run_bounds(np.array([1, 1, 2, 5, 5, 5, 1], np.int16)).tolist() == [0, 2, 3, 6, 7]
+
+
 def test_rank_within_counts_earlier_equal_keys():
     assert rank_within(np.array([5, 3, 5, 5, 3, 9])).tolist() == [0, 0, 1, 2, 1, 0]
     assert rank_within(np.array([], np.int64)).tolist() == []

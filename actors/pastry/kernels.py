@@ -690,3 +690,64 @@ def keepalive_heard(members, heard, li, src, time):
                 if time[i] > heard[x, c]:
                     heard[x, c] = time[i]
     return stranger
+
+
+# what a routing step does with each message (route_step's kinds)
+HERE_OWN, HERE_APP, ON_OWN, ON_APP = 0, 1, 2, 3
+
+
+@numba.njit(cache=True)
+def route_step(m, li, rt, leaf, nbr, ids_hi, ids_lo, b, lookup_type, own_lo, own_hi):
+    """One routing step for routed records ``m`` at their local nodes ``li``: (next hop
+    int64[n] -- -1 to deliver here --, kind int8[n], count of each kind int64[4]). Kinds:
+    HERE_OWN / HERE_APP (deliver, Pastry's own type in own_lo..own_hi or the
+    application's), ON_OWN / ON_APP (forward). A ``lookup_type`` message routes as if its
+    origin were absent (:func:`next_hop`'s ``exclude``). O(n * l) on the common paths."""
+    n = len(m)
+    self_ids = np.empty(n, np.int64)
+    key_hi = np.empty(n, np.uint64)
+    key_lo = np.empty(n, np.uint64)
+    exclude = np.empty(n, np.int64)
+    for i in range(n):
+        self_ids[i] = m[i]["dst"]
+        key_hi[i] = m[i]["key_hi"]
+        key_lo[i] = m[i]["key_lo"]
+        exclude[i] = m[i]["origin"] if m[i]["type"] == lookup_type else -1
+    nxt, _rule = next_hop(rt, leaf, nbr, li, self_ids, key_hi, key_lo, ids_hi, ids_lo, b,
+                          exclude)
+    kind = np.empty(n, np.int8)
+    counts = np.zeros(4, np.int64)
+    for i in range(n):
+        own = own_lo <= m[i]["type"] <= own_hi
+        k = (HERE_OWN if own else HERE_APP) if nxt[i] < 0 else (ON_OWN if own else ON_APP)
+        kind[i] = k
+        counts[k] += 1
+    return nxt, kind, counts
+
+
+@numba.njit(cache=True)
+def hop_on(out, nh, host_router, router_dist, lan_us):
+    """Routed records ``out`` (the router's copy, at out.dst) sent one hop on to ``nh``:
+    ``out`` advances in place (src = the node it is at, dst = nh, hops + 1, path_us +
+    latency); returns (the hop as sent -- sent = the arrival time at this node, time =
+    sent + latency, seq / pay_off / pay_len 0 --, latency int64[n]). Latency is the
+    engine's model, lan + dist[router(a), router(b)] + lan, 0 for a == b. O(n)."""
+    n = len(out)
+    hop = np.empty_like(out)
+    lat = np.empty(n, np.int64)
+    for i in range(n):
+        a = np.int64(out[i]["dst"])
+        b = nh[i]
+        d = _lat(host_router, router_dist, 2 * np.int64(lan_us), a, b)
+        out[i]["src"] = a
+        out[i]["dst"] = b
+        out[i]["hops"] += 1
+        out[i]["path_us"] += d
+        hop[i] = out[i]
+        hop[i]["sent"] = out[i]["time"]
+        hop[i]["time"] = out[i]["time"] + d
+        hop[i]["seq"] = 0
+        hop[i]["pay_off"] = 0
+        hop[i]["pay_len"] = 0
+        lat[i] = d
+    return hop, lat

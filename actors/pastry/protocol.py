@@ -215,13 +215,17 @@ class Pastry:
         messages to ``app.receive``."""
         m = msgs_of(batch)
         routed = m["mode"] == 1
+        n_routed = np.count_nonzero(routed)
         own = msg_types.is_pastry_type(type_code)
-        if own and not routed.any():
+        if own and not n_routed:
             self._handler(type_code)(ctx, batch)
             return
-        if routed.any():
+        if n_routed == len(m):
+            self.router.receive(ctx, take_rows(m, slice(None)), payload_of(batch))
+            return
+        if n_routed:
             self.router.receive(ctx, take_rows(m, routed), payload_of(batch))
-        if (~routed).any():
+        if n_routed < len(m):
             direct = make_batch(take_rows(m, ~routed), payload_of(batch))
             if own:
                 self._handler(type_code)(ctx, direct)

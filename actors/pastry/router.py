@@ -13,8 +13,7 @@ import numpy as np
 
 from . import kernels
 from . import types as msg_types
-from .messages import MSG_DTYPE, ROUTE_FIELDS, make_batch, msgs_of, take_rows
-from .routing import next_hop
+from .messages import MSG_DTYPE, make_batch, msgs_of, take_rows
 
 
 class Router:
@@ -70,48 +69,55 @@ class Router:
     def step(self, ctx, m, payload, upcall=True) -> None:
         """One routing step for messages now at ``m['dst']`` (local, alive). ``upcall``
         False: a message re-routed after a lost hop; the node already ran ``forward``."""
-        nxt = self._next_hops(ctx, m)
-        own = (m["type"] >= 10) & (m["type"] <= 49)
-        here = nxt < 0
-        if here.any():
-            self._deliver(ctx, m, here, own, payload, upcall)
+        nxt, kind, counts = self._next_hops(ctx, m)
+        if counts[kernels.HERE_OWN] or counts[kernels.HERE_APP]:
+            self._deliver(ctx, m, kind, counts, payload, upcall)
         go_parts = []
-        if (~here & own).any():
-            sub = take_rows(m, ~here & own)
+        if counts[kernels.ON_OWN]:
+            on = kind == kernels.ON_OWN
+            sub = take_rows(m, on)
             if upcall:
                 self.forward_own(ctx, sub)
-            go_parts.append((sub, nxt[~here & own]))
-        if (~here & ~own).any():
-            sub, nh = take_rows(m, ~here & ~own), nxt[~here & ~own]
+            go_parts.append((sub, nxt[on]))
+        if counts[kernels.ON_APP]:
+            on = kind == kernels.ON_APP
+            sub, nh = take_rows(m, on), nxt[on]
             if upcall:
                 forwarded, nh = self.app.forward(ctx, make_batch(sub, payload), nh)
                 sub = msgs_of(forwarded)
             go_parts.append((sub, np.asarray(nh, np.int64)))
         for sub, nh in go_parts:
+            # as in FreePastry, the message the forward upcall saw is the one sent on
+            # (the router's copy, taken above; no upcall keeps it)
             go = nh >= 0
-            if go.any():
+            if go.all():
+                self._send_hop(ctx, sub, nh)
+            elif go.any():
                 self._send_hop(ctx, take_rows(sub, go), nh[go])
 
-    def _next_hops(self, ctx, m) -> np.ndarray:
+    def _next_hops(self, ctx, m):
+        """(next hop, kind, count of each kind) of ``kernels.route_step``."""
         li = np.asarray(ctx.local(m["dst"]), np.int64)
         if len(li) and li.min() < 0:
             raise ValueError("Pastry: a routed message for another shard's node reached this shard")
         # a node's lookup of its own id routes as if the node were absent (maintenance.py)
-        exclude = np.where(m["type"] == msg_types.LEAF_LOOKUP, m["origin"], -1)
-        nxt, _rule = next_hop(self.nodes.tables(), li, m["dst"], m["key_hi"], m["key_lo"],
-                              self.nodes.ids_hi, self.nodes.ids_lo, exclude=exclude)
-        return nxt
+        nodes = self.nodes
+        return kernels.route_step(m, li, nodes.table.entries, nodes.leaves.members,
+                                  nodes.nbrs.members, nodes.ids_hi, nodes.ids_lo,
+                                  nodes.table.b, msg_types.LEAF_LOOKUP, msg_types.FIRST_OWN,
+                                  msg_types.LAST_OWN)
 
-    def _deliver(self, ctx, m, here, own, payload, upcall) -> None:
+    def _deliver(self, ctx, m, kind, counts, payload, upcall) -> None:
+        here = kind <= kernels.HERE_APP
         d = take_rows(m, here)
         ctx.log("route", origin=d["origin"].astype(np.int32), root=d["dst"].astype(np.int32),
                 type=d["type"].astype(np.int16), start=(d["time"] - d["path_us"]).astype(np.int64),
                 end=d["time"].astype(np.int64), hops=d["hops"].astype(np.int16),
                 path_us=d["path_us"].astype(np.int64))
-        if (here & own).any():
-            self.deliver_own(ctx, take_rows(m, here & own), upcall)
-        if (here & ~own).any():
-            self.app.deliver(ctx, make_batch(take_rows(m, here & ~own), payload))
+        if counts[kernels.HERE_OWN]:
+            self.deliver_own(ctx, take_rows(m, kind == kernels.HERE_OWN), upcall)
+        if counts[kernels.HERE_APP]:
+            self.app.deliver(ctx, make_batch(take_rows(m, kind == kernels.HERE_APP), payload))
 
     def _random_known(self, ctx, nodes) -> np.ndarray:
         """A uniformly drawn non-empty leaf-set or routing-table entry per node (-1: none):
@@ -123,20 +129,11 @@ class Router:
 
     def _send_hop(self, ctx, out, nh) -> None:
         """Send routed messages ``out`` (now at out['dst']) one hop on to ``nh``. ``out``
-        is the router's own copy (both callers take it with ``take_rows``): changed here."""
+        is the router's own copy (taken with ``take_rows`` in ``route`` and ``step``):
+        changed here (``kernels.hop_on``); the hop sent is a copy of its own."""
         if not len(out):
             return
-        out["src"] = out["dst"]
-        out["dst"] = nh
-        out["hops"] += 1
-        lat = np.asarray(ctx.latency(out["src"], nh), np.int64)
-        out["path_us"] += lat
-        if hasattr(ctx, "send_batch"):  # the same message as the send below, in one copy
-            hop = take_rows(out, slice(None))
-            hop["sent"] = out["time"]
-            hop["seq"] = hop["pay_off"] = hop["pay_len"] = 0
-            ctx.send_batch(hop, owned=True)
-        else:
-            ctx.send(out["src"], out["dst"], out["type"], out["time"],
-                     **{k: out[k] for k in ROUTE_FIELDS if k not in ("pay_off", "pay_len")})
+        hr, rdist, lan = self.nodes.latency_tables(ctx)
+        hop, lat = kernels.hop_on(out, np.ascontiguousarray(nh, np.int64), hr, rdist, lan)
+        ctx.send_batch(hop, owned=True, timed=True)
         self.acks.expect(ctx, out, lat)

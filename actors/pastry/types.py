@@ -137,5 +137,8 @@ TYPE_NAMES = {
 }
 
 
+FIRST_OWN, LAST_OWN = 10, 49   # Pastry's own type codes
+
+
 def is_pastry_type(code) -> bool:
-    return 10 <= int(code) <= 49
+    return FIRST_OWN <= int(code) <= LAST_OWN
