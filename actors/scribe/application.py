@@ -64,7 +64,7 @@ from .types import (
     TICK,
     TYPE_NAMES,
 )
-from .wire import NO_PAYLOAD, Messenger, ScribeError, msgs_of
+from .wire import NO_PAYLOAD, Messenger, ScribeError, msgs_of, take_rows
 
 # Wiring, not configuration: set by the scenario runner per variant, never by a user.
 WIRING = {
@@ -238,9 +238,13 @@ class Scribe:
     def _dispatch(self, ctx, m, table):
         if not len(m):
             return
-        for t in np.unique(m["type"]):  # ascending type code, order within a type preserved
+        ty = m["type"]
+        # the engine hands over one message type at a time: then no grouping is needed
+        kinds = [ty[0]] if np.count_nonzero(ty != ty[0]) == 0 else np.unique(ty)
+        for t in kinds:  # ascending type code, order within a type preserved
             handler = table.get(int(t))
-            sub = m[m["type"] == t]
+            # the handler's own rows
+            sub = take_rows(m, slice(None)) if len(kinds) == 1 else m[ty == t]
             if handler is None:
                 ctx.count("scribe_unhandled", len(sub))
                 continue

@@ -14,7 +14,7 @@ import numpy as np
 
 from actors.messages import MSG_DTYPE  # the stack's message record
 from emulator import batch as engine_batch
-from emulator.batch import NO_PAYLOAD, Batch, pack_rows, payload_rows
+from emulator.batch import NO_PAYLOAD, Batch, pack_rows, payload_rows, take_rows
 
 from .types import TYPE_NAMES
 
@@ -22,7 +22,7 @@ from .types import TYPE_NAMES
 new_messages = functools.partial(engine_batch.new_messages, dtype=MSG_DTYPE)
 
 __all__ = ["MSG_DTYPE", "NO_PAYLOAD", "Batch", "Messenger", "ScribeError", "msgs_of",
-           "new_messages", "pack_rows", "payload_rows"]
+           "new_messages", "pack_rows", "payload_rows", "take_rows"]
 
 
 class ScribeError(RuntimeError):
