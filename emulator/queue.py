@@ -26,13 +26,14 @@ import numba
 import numpy as np
 
 from . import kernels
-from .batch import ENGINE_DTYPE, Batch, as_messages
+from .batch import ENGINE_DTYPE, Batch, as_messages, take_rows
 
 NEVER = np.iinfo(np.int64).max
 
 # meta[]: the pool's scalar state, kept in an array so the compiled calls update it in place
 _HEAP, _FREE, _PAY_USED, _PAY_LIVE = 0, 1, 2, 3
 _FIRST_CAPACITY = 1024
+_FEW = 512   # pushes of up to this many records copy them in the compiled call
 
 
 class EventQueue:
@@ -64,8 +65,14 @@ class EventQueue:
         has_pay = len(batch.payload) > 0
         need = int(m["pay_len"].sum()) if has_pay else 0
         self._make_room(n, need)
-        _push(m, has_pay, batch.payload, self._meta, self._free, self._heap_t, self._heap_s,
-              self._poff, self._plen, self._pay, self._rows)
+        # a few records are copied in the kernel (no numpy call); many by numpy, which
+        # moves a whole record at once where the compiled copy goes field by field
+        few = n <= _FEW
+        slots = _push(m, few, has_pay, batch.payload, self._meta, self._free, self._heap_t,
+                      self._heap_s, self._poff, self._plen, self._pay, self._rows)
+        if not few:
+            self._raw[slots] = m.view(self._raw.dtype) if m.flags.c_contiguous \
+                else take_rows(m, slice(None)).view(self._raw.dtype)
 
     def _make_room(self, n: int, pay: int) -> None:
         """Free slots for n rows and room for `pay` payload ints (amortized O(1))."""
@@ -170,14 +177,20 @@ def _sift_down(heap_t, heap_s, size):
 
 
 @numba.njit(cache=True)
-def _push(m, with_pay, payload, meta, free, heap_t, heap_s, poff, plen, pay, rows):
-    """Copy the records ``m`` into free slots of the pool ``rows`` (the caller made room),
-    their payload into the payload pool, and sift their times into the heap."""
+def _push(m, copy_rows, with_pay, payload, meta, free, heap_t, heap_s, poff, plen, pay, rows):
+    """Take free slots for the records ``m`` (the caller made room), copy them into the
+    pool ``rows`` if ``copy_rows``, their payload into the payload pool, and sift their
+    times into the heap; returns the slots in row order (none if ``copy_rows``)."""
+    n = len(m)
+    slots = np.empty(0 if copy_rows else n, np.int64)
     size, nfree, used = meta[0], meta[1], meta[2]
-    for i in range(len(m)):
+    for i in range(n):
         nfree -= 1
         s = free[nfree]
-        rows[s] = m[i]
+        if copy_rows:
+            rows[s] = m[i]
+        else:
+            slots[i] = s
         if with_pay:
             k = m[i]["pay_len"]
             o = m[i]["pay_off"]
@@ -195,6 +208,7 @@ def _push(m, with_pay, payload, meta, free, heap_t, heap_s, poff, plen, pay, row
         _sift_up(heap_t, heap_s, size)
         size += 1
     meta[0], meta[1], meta[2] = size, nfree, used
+    return slots
 
 
 @numba.njit(cache=True)

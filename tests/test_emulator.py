@@ -103,7 +103,8 @@ def test_queue_keeps_rows_and_payload_through_growth_and_packing():
     now = 0
     for _ in range(600):
         if rng.random() < 0.55:
-            n = int(rng.integers(1, 400))
+            # pushes of a few records (copied in the compiled call) and of many (by numpy)
+            n = int(rng.integers(1, 400) if rng.random() < 0.8 else rng.integers(500, 1500))
             m = new_messages(n, time=rng.integers(now, now + 300_000, n),
                              seq=np.arange(seq, seq + n))
             seq += n
