@@ -726,28 +726,29 @@ def route_step(m, li, rt, leaf, nbr, ids_hi, ids_lo, b, lookup_type, own_lo, own
 
 
 @numba.njit(cache=True)
-def hop_on(out, nh, host_router, router_dist, lan_us):
-    """Routed records ``out`` (the router's copy, at out.dst) sent one hop on to ``nh``:
-    ``out`` advances in place (src = the node it is at, dst = nh, hops + 1, path_us +
-    latency); returns (the hop as sent -- sent = the arrival time at this node, time =
-    sent + latency, seq / pay_off / pay_len 0 --, latency int64[n]). Latency is the
-    engine's model, lan + dist[router(a), router(b)] + lan, 0 for a == b. O(n)."""
+def hop_on(out, hop, nh, host_router, router_dist, lan_us):
+    """Routed records ``out`` (the router's copy, at out.dst) sent one hop on to ``nh``;
+    ``hop`` is a copy of ``out`` made by the caller (numpy copies whole records, a compiled
+    record copy goes field by field). ``out`` advances in place (src = the node it is at,
+    dst = nh, hops + 1, path_us + latency) and ``hop`` becomes the hop as sent: the same,
+    with sent = the arrival time at this node, time = sent + latency, seq / pay_off /
+    pay_len 0. Returns the latencies (int64). Latency is the engine's model, lan +
+    dist[router(a), router(b)] + lan, 0 for a == b. O(n)."""
     n = len(out)
-    hop = np.empty_like(out)
     lat = np.empty(n, np.int64)
     for i in range(n):
         a = np.int64(out[i]["dst"])
         b = nh[i]
         d = _lat(host_router, router_dist, 2 * np.int64(lan_us), a, b)
-        out[i]["src"] = a
-        out[i]["dst"] = b
-        out[i]["hops"] += 1
-        out[i]["path_us"] += d
-        hop[i] = out[i]
+        for r in (out[i], hop[i]):
+            r["src"] = a
+            r["dst"] = b
+            r["hops"] += 1
+            r["path_us"] += d
         hop[i]["sent"] = out[i]["time"]
         hop[i]["time"] = out[i]["time"] + d
         hop[i]["seq"] = 0
         hop[i]["pay_off"] = 0
         hop[i]["pay_len"] = 0
         lat[i] = d
-    return hop, lat
+    return lat

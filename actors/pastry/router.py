@@ -134,6 +134,7 @@ class Router:
         if not len(out):
             return
         hr, rdist, lan = self.nodes.latency_tables(ctx)
-        hop, lat = kernels.hop_on(out, np.ascontiguousarray(nh, np.int64), hr, rdist, lan)
+        hop = take_rows(out, slice(None))
+        lat = kernels.hop_on(out, hop, np.ascontiguousarray(nh, np.int64), hr, rdist, lan)
         ctx.send_batch(hop, owned=True, timed=True)
         self.acks.expect(ctx, out, lat)
