@@ -13,12 +13,8 @@ import numpy as np
 from actors.messages import MSG_DTYPE  # the stack's message record
 from emulator.batch import Batch, pack_rows, payload_rows, take_rows
 
-__all__ = ["MSG_DTYPE", "ROUTE_FIELDS", "Batch", "make_batch", "msgs_of", "payload_of",
+__all__ = ["MSG_DTYPE", "Batch", "make_batch", "msgs_of", "payload_of",
            "send_rows", "sender_and_payload", "take_rows"]
-
-# the fields a routed message carries from hop to hop (the engine sets the others)
-ROUTE_FIELDS = [n for n in MSG_DTYPE.names if n not in ("src", "dst", "type", "sent", "time",
-                                                          "seq")]
 
 
 def msgs_of(batch) -> np.ndarray:
