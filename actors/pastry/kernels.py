@@ -377,7 +377,6 @@ def select_nearest(self_ids, cand, m, exclude, hr, rdist, lan_us):
     return out
 
 
-
 @numba.njit(cache=True)
 def _nearest_key(c, me, exclude, i, hr, rdist, lan2):
     """The sort key (delay << 31 | id; delays and ids are < 2^31) of candidate c for node
