@@ -293,6 +293,7 @@ class Emulator:
         window_us = 0
         wait_s = 0.0          # blocked on shards; the rest of the loop is the driver's own work
         busy = np.zeros(self.shards)
+        cpu = np.zeros(self.shards)
         last_report = t0
         while self._next < limit:
             ends = window_ends(self._next_at, self.reach, d, self.window_cap_us, limit)
@@ -311,6 +312,7 @@ class Emulator:
                 nxt[k] = queue_next
                 events += st["events"]
                 busy[k] += st["busy_s"]
+                cpu[k] += st["cpu_s"]
             for _, st in heads:   # batches pushed this window, not yet in their queues
                 for dst, t in st["sent_min"].items():
                     if t < nxt[dst]:
@@ -332,6 +334,7 @@ class Emulator:
         self._windows += windows
         stats = {"windows": windows, "shard_calls": calls, "messages": events,
                  "virtual_us": self.now, "wall_s": wall, "busy_s": busy.tolist(),
+                 "cpu_s": cpu.tolist(),
                  "sync_s": max(0.0, wall - float(busy.max(initial=0.0))),
                  "driver_s": wall - wait_s, "window_us_total": int(window_us),
                  "window_us_mean": window_us / windows if windows else 0.0}
@@ -340,7 +343,8 @@ class Emulator:
             for key in ("windows", "shard_calls", "messages", "wall_s", "sync_s", "driver_s",
                         "window_us_total"):
                 stats[key] += prev.get(key, 0)
-            stats["busy_s"] = [a + b for a, b in zip(stats["busy_s"], prev["busy_s"], strict=True)]
+            for key in ("busy_s", "cpu_s"):
+                stats[key] = [a + b for a, b in zip(stats[key], prev[key], strict=True)]
             stats["window_us_mean"] = stats["window_us_total"] / max(stats["windows"], 1)
         self._phase_stats[phase] = stats
         return stats
@@ -400,7 +404,7 @@ class Emulator:
                 "messages_sent": sent, "lost": lost, "lost_total": sum(lost.values()),
                 "counts": counts, "phases": self._phase_stats,
                 "per_shard": [{**{k: c[k] for k in ("shard", "nodes", "events", "cells", "busy_s",
-                                                    "pending", "alive")},
+                                                    "cpu_s", "pending", "alive")},
                                "events_per_s": c["events"] / c["busy_s"] if c["busy_s"] else 0.0}
                               for c in per_shard]}
 

@@ -86,6 +86,7 @@ class ShardEngine:
         self.phase = "setup"
         self.now = 0
         self.busy_s = 0.0
+        self.cpu_s = 0.0
         self.events = 0
         self.cells = 0
         self.done_until = 0      # every cell before it has been processed
@@ -179,6 +180,7 @@ class ShardEngine:
     def advance(self, end: int, phase: str, inbound) -> tuple[int, list[Batch], dict]:
         """Process every cell before `end` (a grid point); return (next time, outboxes, stats)."""
         t0 = _time.perf_counter()
+        c0 = _time.thread_time()
         self._flush()
         self.phase = phase
         self.accept(inbound)
@@ -217,8 +219,12 @@ class ShardEngine:
         self.events += events
         self.done_until = max(self.done_until, int(end))
         busy = _time.perf_counter() - t0
+        # CPU of this thread: below `busy` when the shard's process waited for a core
+        cpu = _time.thread_time() - c0
         self.busy_s += busy
-        return min(self.queue.next_time(), out_min), out, {"events": events, "busy_s": busy}
+        self.cpu_s += cpu
+        return (min(self.queue.next_time(), out_min), out,
+                {"events": events, "busy_s": busy, "cpu_s": cpu})
 
     def _dispatch(self, due: Batch) -> None:
         due = due.take(dispatch_order(due.msgs))
@@ -273,7 +279,8 @@ class ShardEngine:
     def counters(self) -> dict:
         self._flush()
         return {"shard": self.shard_id, "nodes": len(self.nodes), "events": self.events,
-                "cells": self.cells, "busy_s": self.busy_s, "pending": len(self.queue),
+                "cells": self.cells, "busy_s": self.busy_s, "cpu_s": self.cpu_s,
+                "pending": len(self.queue),
                 "sent_by_type": dict(self.sent_by_type), "lost_by_type": dict(self.lost_by_type),
                 "counts": dict(self.counts), "alive": int(self.alive.sum())}
 

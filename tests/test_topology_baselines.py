@@ -75,6 +75,33 @@ def test_partition_keeps_stubs_whole_and_balances_hosts():
     assert look > 2 * topo.lan_us
 
 
+def test_partition_of_whole_regions_when_they_balance():
+    # ts5050: 10 transit regions; 2 and 4 parts of whole regions balance within the slack,
+    # and cutting only between regions triples the lookahead of a cut through one
+    from topologies.partition import REGION_SLACK, _even_out
+    topo = attach_hosts(generate_transit_stub(preset="ts5050", seed=1), 100_000, seed=1)
+    lat = RouterLatency.from_topology(topo)
+    region = topo.router_region
+    for k in (2, 4):
+        part = partition_routers(topo, k)
+        for g in np.unique(region):
+            assert len(np.unique(part[region == g])) == 1
+        hosts = np.bincount(part[topo.host_router], minlength=k)
+        assert hosts.max() <= (1 + REGION_SLACK) * topo.n_hosts / k
+        assert lat.cross_lookahead_us(part[topo.host_router]) >= 3 * 8000
+    # 8 parts cannot be balanced from 10 regions: domains are the units again
+    part8 = partition_routers(topo, 8)
+    assert max(len(np.unique(part8[region == g])) for g in np.unique(region)) > 1
+    # the evening-out reaches the best split of a case the greedy deal misses
+    w = np.array([5990, 7943, 5824, 13978, 15934, 10024, 10217, 7957, 8036, 14097], float)
+    part_of = np.array([3, 0, 2, 2, 0, 3, 3, 1, 2, 1], np.int32)   # the greedy deal
+    load = np.bincount(part_of, weights=w, minlength=4)
+    assert load.max() == 27838
+    _even_out(part_of, w, load)
+    assert np.array_equal(load, np.bincount(part_of, weights=w, minlength=4))
+    assert load.max() == 25924                   # {10024, 7957, 7943}: within 4 % of even
+
+
 def test_cross_lookahead_by_hand():
     topo = hand_tree()                    # hosts on routers 0, 2, 3, 3, 0
     lat = RouterLatency.from_topology(topo)
