@@ -5,8 +5,8 @@ and whole regions can be dealt into k parts within `REGION_SLACK` of an even sha
 part is a set of whole regions: every host pair across parts is then at least one
 transit-to-transit link apart, which is what sets the engine's lookahead (on ts5050 at
 k = 2: 24 ms between whole-region halves against 8 ms when a cut runs through a region,
-i.e. a third of the synchronisation windows). Otherwise units are whole domains (a stub domain, or a transit domain's own routers); units are
-ordered by region (the transit domain they belong to or hang off) and cut into k
+i.e. a third of the synchronisation windows). Otherwise units are whole domains (a stub
+domain, or a transit domain's own routers); units are ordered by region and cut into k
 contiguous runs of balanced host weight, so a shard holds whole stubs of few regions and
 most host pairs inside a shard are close while pairs across shards are far apart.
 
