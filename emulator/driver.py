@@ -9,7 +9,8 @@ latency from a host of i to a host of j), and anything it causes further on, aft
 of hops, no earlier than ``T_i + R_ij`` with R the min-plus closure of L (its diagonal is
 the shortest round trip: j's own messages can come back to j). Shard j may therefore
 process every cell before ``E_j = floor(min_i (T_i + R_ij) / Δ)·Δ`` (YAWNS-style per-pair
-bounds, capped at ``window_cap_us`` past the global earliest event); a shard with nothing
+bounds, capped past the global earliest event by ``window_cap_us``, a cap that grows while
+windows are quick, see CAP_GROW_BELOW_S); a shard with nothing
 due before its bound is not called at all. Per window the driver makes one small call per
 shard that has work and fetches one small tuple from each; idle stretches cost nothing, as
 T jumps to the next event. Results never depend on the windows: cells are global and
@@ -32,6 +33,18 @@ from .shard_actor import SHARD_CONCURRENCY, ShardActor
 from .storage import Storage, TableRef, ipc_bytes
 
 INJECT_SEQ_BASE = -(1 << 62)  # injected stimuli sort before protocol messages of a node
+
+# The window cap adapts to the wall time a window takes: where no lookahead bounds a window
+# (one shard, or shards far apart) sparse traffic would otherwise pay a driver round trip
+# per cap of virtual time (the faithful 10k protocol bootstrap: 1,037 windows of 200 ms,
+# 2.5-8 ms of round trip and idle shard each on one shard, 40-50 ms of work). The cap
+# doubles while capped windows take less than CAP_GROW_BELOW_S, up to CAP_MAX_FACTOR times
+# the configured cap, and halves back when one takes more than CAP_SHRINK_ABOVE_S (the
+# progress display, redrawn every 0.5 s, stays fresh). Windows never change results
+# (cells are global), so neither does the cap.
+CAP_GROW_BELOW_S = 0.2
+CAP_SHRINK_ABOVE_S = 1.0
+CAP_MAX_FACTOR = 64
 
 
 class EmulationError(RuntimeError):
@@ -135,6 +148,7 @@ class Emulator:
         self.lookahead_us = int(self.lookahead.min()) if self.shards > 1 else NEVER
         self.reach = reach_matrix(self.lookahead)   # chains of messages, round trips too
         self.window_cap_us = max(int(window_cap_us), self.delta_us)
+        self._cap_us = self.window_cap_us     # the adapted cap (CAP_GROW_BELOW_S), per `run`
         self.seed = int(seed)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         # storage: where shards write logs and checkpoints (default the run directory);
@@ -146,7 +160,10 @@ class Emulator:
         self.storage = Storage(storage) if storage is not None else None
         self.topo_index = int(topo_index)
         self.type_names = {**CONTROL_NAMES, **{int(k): v for k, v in (type_names or {}).items()}}
+        # no shard has processed a cell at or after `now`, so stimuli may start there (the end
+        # of the last cell any shard processed, not of its window: that depends on the cap)
         self.now = 0
+        self._window_start = None    # while `run` waits on a window: where it starts
         self._next_at = np.full(self.shards, NEVER, np.int64)   # T_i per shard
         self._inbox: list[list] = [[] for _ in range(self.shards)]  # injected, not yet sent
         self._inject_seq = 0
@@ -188,7 +205,7 @@ class Emulator:
             # the process died (killed, OOM, node lost) or took in-flight batches with it
             k = self._which_failed(refs, shard_ids)
             raise ShardLostError(f"shard {k} crashed during {what} at virtual time "
-                                 f"{self.now} us: {str(e).strip().splitlines()[0]}") from e
+                                 f"{self._at_us} us: {str(e).strip().splitlines()[0]}") from e
         except ray.exceptions.RayTaskError as e:
             k = self._which_failed(refs, shard_ids)
             cause = e.cause if getattr(e, "cause", None) is not None else e
@@ -197,15 +214,21 @@ class Emulator:
                 dead = self._dead_shard(refs, shard_ids)
                 who = f"shard {dead}" if dead is not None else f"a peer of shard {k}"
                 raise ShardLostError(f"{who} crashed during {what} at virtual time "
-                                     f"{self.now} us: "
+                                     f"{self._at_us} us: "
                                      f"{str(cause).strip().splitlines()[0]}") from e
             if isinstance(cause, OSError) and cause.errno is not None:
                 # a log or checkpoint write failed (disk full, read-only): the runner
                 # reports storage errors itself, wherever they happen
                 raise OSError(cause.errno, f"shard {k} during {what}: {cause.strerror}",
                               cause.filename) from e
-            raise EmulationError(f"shard {k} failed during {what} at virtual time {self.now} us: "
-                                 f"{type(cause).__name__}: {str(cause).splitlines()[0]}") from e
+            raise EmulationError(f"shard {k} failed during {what} at virtual time "
+                                 f"{self._at_us} us: {type(cause).__name__}: "
+                                 f"{str(cause).splitlines()[0]}") from e
+
+    @property
+    def _at_us(self) -> int:
+        """The virtual time an error names: the start of the window being run, else now."""
+        return self.now if self._window_start is None else self._window_start
 
     def _dead_shard(self, refs, shard_ids=None):
         """The shard among `refs` whose process died (its call raises RayActorError), once
@@ -295,10 +318,13 @@ class Emulator:
         busy = np.zeros(self.shards)
         cpu = np.zeros(self.shards)
         last_report = t0
+        self._cap_us = self.window_cap_us     # phases differ: each learns its own cap
         while self._next < limit:
-            ends = window_ends(self._next_at, self.reach, d, self.window_cap_us, limit)
-            start = self._next - self._next % d
-            self.now = start
+            t_window = time.perf_counter()
+            first = self._next
+            ends = window_ends(self._next_at, self.reach, d, self._cap_us, limit)
+            start = first - first % d
+            self._window_start = start
             due = np.flatnonzero(self._next_at - self._next_at % d < ends)
             refs = [self._actors[k].advance.remote(int(ends[k]), phase, *self._inbox[k])
                     for k in due.tolist()]
@@ -310,6 +336,7 @@ class Emulator:
             nxt = self._next_at
             for k, (queue_next, st) in zip(due.tolist(), heads, strict=True):
                 nxt[k] = queue_next
+                self.now = max(self.now, st["done_until"])
                 events += st["events"]
                 busy[k] += st["busy_s"]
                 cpu[k] += st["cpu_s"]
@@ -321,11 +348,13 @@ class Emulator:
             calls += len(due)
             furthest = int(ends[due].max())
             window_us += furthest - start
-            # `now`: no shard has processed a cell at or after it, so stimuli may start there
-            self.now = max(self.now, furthest)
+            capped = furthest >= (first + self._cap_us) // d * d   # the cap, not L or until
+            self._adapt_cap(time.perf_counter() - t_window, capped)
+
             if progress is not None and time.perf_counter() - last_report > 0.5:
                 last_report = time.perf_counter()
                 progress(phase, self.now, events)
+        self._window_start = None
         if until is not None:
             self.now = max(self.now, limit)
         wall = time.perf_counter() - t0
@@ -348,6 +377,13 @@ class Emulator:
             stats["window_us_mean"] = stats["window_us_total"] / max(stats["windows"], 1)
         self._phase_stats[phase] = stats
         return stats
+
+    def _adapt_cap(self, window_s: float, capped: bool) -> None:
+        """Double the window cap after a quick capped window, halve it after a slow one."""
+        if capped and window_s < CAP_GROW_BELOW_S:
+            self._cap_us = min(2 * self._cap_us, CAP_MAX_FACTOR * self.window_cap_us)
+        elif window_s > CAP_SHRINK_ABOVE_S:
+            self._cap_us = max(self._cap_us // 2, self.window_cap_us)
 
     @property
     def idle(self) -> bool:

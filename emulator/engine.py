@@ -89,7 +89,10 @@ class ShardEngine:
         self.cpu_s = 0.0
         self.events = 0
         self.cells = 0
-        self.done_until = 0      # every cell before it has been processed
+        # the end of the last cell processed: a message due before it would be late. (Not
+        # the window's end: cells past the last event were never looked at, so the driver
+        # may still inject there, whatever the window cap.)
+        self.done_until = 0
         self._sending: list[Batch] = []   # sends of the current pass (`emit`)
         self._cell_end = 0                 # end of the cell being processed
         self._due_in_cell = False          # a send of this pass is due in that cell
@@ -207,6 +210,7 @@ class ShardEngine:
                 self._flush()
                 if not self._due_in_cell:
                     break
+            self.done_until = self._cell_end
             self._cell_end = 0
         out = []
         out_min = NEVER
@@ -217,14 +221,13 @@ class ShardEngine:
                 out_min = min(out_min, int(b.msgs["time"].min()))
             out.append(b)
         self.events += events
-        self.done_until = max(self.done_until, int(end))
         busy = _time.perf_counter() - t0
         # CPU of this thread: below `busy` when the shard's process waited for a core
         cpu = _time.thread_time() - c0
         self.busy_s += busy
         self.cpu_s += cpu
         return (min(self.queue.next_time(), out_min), out,
-                {"events": events, "busy_s": busy, "cpu_s": cpu})
+                {"events": events, "busy_s": busy, "cpu_s": cpu, "done_until": self.done_until})
 
     def _dispatch(self, due: Batch) -> None:
         due = due.take(dispatch_order(due.msgs))

@@ -90,6 +90,7 @@ class LocalEmulator:
                 inbox, self._inbox[k] = self._inbox[k], []
                 _, outs, st = e.advance(int(ends[k]), phase, inbox)
                 nxt[k] = e.queue.next_time()
+                self.now = max(self.now, st["done_until"])   # as the driver's `now`
                 events += st["events"]
                 sent.append(outs)
             for outs in sent:        # delivered after the window, in shard order
@@ -97,7 +98,6 @@ class LocalEmulator:
                     if len(b):
                         self._inbox[j].append(b)
                         nxt[j] = min(nxt[j], int(b.msgs["time"].min()))
-            self.now = max(self.now, int(ends[due].max()))
             self.windows += 1
             self.shard_calls += len(due)
         if until is not None:

@@ -269,6 +269,29 @@ def test_timers_idle_jumps_and_failures(lat, tmp_path, ray_session):
 
 
 @pytest.mark.slow
+def test_sparse_traffic_grows_the_window_cap_and_now_is_the_last_cell(lat, tmp_path,
+                                                                       ray_session):
+    from emulator import Emulator
+    from emulator.driver import CAP_MAX_FACTOR
+    emu = Emulator(lat.n_hosts, lat, functools.partial(Flood, 1, 0, period_us=150_000,
+                                                       stop_us=30_000_000),
+                   shards=1, seed=1, run_dir=tmp_path, type_names=TYPE_NAMES,
+                   message_dtype=FLOOD_DTYPE)
+    stats = emu.run("t")
+    # a tick every 150 ms for 30 s: 150 windows at the 200 ms cap, far fewer once it grows
+    assert stats["windows"] < 40
+    assert emu._cap_us > emu.window_cap_us
+    assert emu._cap_us <= CAP_MAX_FACTOR * emu.window_cap_us
+    # `now` is the end of the last cell processed (the last tick's), not of the last
+    # (long) window, so a stimulus may come right after the last event
+    last_tick = 30_000_000 // 150_000 * 150_000
+    assert emu.now == last_tick - last_tick % emu.delta_us + emu.delta_us
+    emu.inject(new_messages(1, FLOOD_DTYPE, time=emu.now, src=0, dst=0, type=PING))
+    assert emu.run("u")["messages"] == 1
+    emu.shutdown()
+
+
+@pytest.mark.slow
 def test_handler_crash_names_shard_and_time(lat, tmp_path, ray_session):
     from emulator import EmulationError, Emulator
     emu = Emulator(lat.n_hosts, lat, functools.partial(Flood, 1, 1), shards=2, seed=1,
