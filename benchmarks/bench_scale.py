@@ -5,7 +5,8 @@ Ray cluster of `--cluster-nodes` simulated nodes (`ray.cluster_utils.Cluster`; s
 spread over them) and reports per phase: windows, shard calls, driver time per window
 (the driver's own loop work, not waiting), synchronisation share (wall time outside the
 busiest shard), the busiest shard's CPU seconds in the phase and all shards' (thread CPU of
-`advance`: below its wall time when shards wait for a core), messages/s, and the peak
+`advance`: below its wall time when shards wait for a core), the longest any shard waited
+for its peers to take its outboxes (`deliver`), messages/s, and the peak
 resident memory of the largest shard process.
 
     python benchmarks/bench_scale.py [--scenario paper_zipf_1500] [--nodes 100000]
@@ -106,9 +107,9 @@ def main():
           f"{a.bootstrap} bootstrap{''.join(' --set ' + x for x in a.set)}, "
           f"{a.cluster_nodes} simulated Ray nodes\n")
     print("| K | phase | messages | windows | shard calls | wall s | driver ms/window | "
-          "driver us/call | sync % | shard CPU s, max / sum | msg/s | peak shard RSS MB | run s | "
-          "load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "driver us/call | sync % | shard CPU s, max / sum | push wait s, max | msg/s | "
+          "peak shard RSS MB | run s | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         for p in a.phases:
             st = r["phases"].get(p)
@@ -121,6 +122,7 @@ def main():
                   f"{1e6 * st.get('driver_s', 0.0) / max(st.get('shard_calls', 0), 1):.0f} | "
                   f"{100 * st['sync_s'] / max(st['wall_s'], 1e-9):.0f} | "
                   f"{max(st.get('cpu_s', [0.0])):.2f} / {sum(st.get('cpu_s', [])):.2f} | "
+                  f"{max(st.get('push_s', [0.0])):.2f} | "
                   f"{st['messages'] / max(st['wall_s'], 1e-9):,.0f} | "
                   f"{r['peak_rss'] / 2**20:,.0f} | {r['total_s']:.0f} | {r['load']:.1f} |")
 

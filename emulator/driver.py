@@ -317,6 +317,7 @@ class Emulator:
         wait_s = 0.0          # blocked on shards; the rest of the loop is the driver's own work
         busy = np.zeros(self.shards)
         cpu = np.zeros(self.shards)
+        push = np.zeros(self.shards)      # waiting for peers to take this shard's outboxes
         last_report = t0
         self._cap_us = self.window_cap_us     # phases differ: each learns its own cap
         while self._next < limit:
@@ -340,6 +341,7 @@ class Emulator:
                 events += st["events"]
                 busy[k] += st["busy_s"]
                 cpu[k] += st["cpu_s"]
+                push[k] += st.get("push_s", 0.0)
             for _, st in heads:   # batches pushed this window, not yet in their queues
                 for dst, t in st["sent_min"].items():
                     if t < nxt[dst]:
@@ -363,7 +365,7 @@ class Emulator:
         self._windows += windows
         stats = {"windows": windows, "shard_calls": calls, "messages": events,
                  "virtual_us": self.now, "wall_s": wall, "busy_s": busy.tolist(),
-                 "cpu_s": cpu.tolist(),
+                 "cpu_s": cpu.tolist(), "push_s": push.tolist(),
                  "sync_s": max(0.0, wall - float(busy.max(initial=0.0))),
                  "driver_s": wall - wait_s, "window_us_total": int(window_us),
                  "window_us_mean": window_us / windows if windows else 0.0}
@@ -372,7 +374,7 @@ class Emulator:
             for key in ("windows", "shard_calls", "messages", "wall_s", "sync_s", "driver_s",
                         "window_us_total"):
                 stats[key] += prev.get(key, 0)
-            for key in ("busy_s", "cpu_s"):
+            for key in ("busy_s", "cpu_s", "push_s"):
                 stats[key] = [a + b for a, b in zip(stats[key], prev[key], strict=True)]
             stats["window_us_mean"] = stats["window_us_total"] / max(stats["windows"], 1)
         self._phase_stats[phase] = stats

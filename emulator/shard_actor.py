@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 
 import ray
 
@@ -83,6 +84,7 @@ class ShardActor:
         the earliest arrival time pushed to it in this window."""
         engine = self.engine
         _, outs, stats = engine.advance(end, phase, [*self._take_inbox(), *injected])
+        t0 = time.perf_counter()
         acks, sent_min = [], {}
         for k, batch in enumerate(outs):
             if len(batch):
@@ -90,6 +92,7 @@ class ShardActor:
                 sent_min[k] = int(batch.msgs["time"].min())
         ray.get(acks)  # the driver must not start the next window before peers hold them
         stats["sent_min"] = sent_min
+        stats["push_s"] = time.perf_counter() - t0
         return engine.queue.next_time(), stats
 
     def accept(self, *injected) -> int:
