@@ -177,12 +177,13 @@ class Batch:
         if len(batches) == 1:
             return batches[0]
         out = np.empty(sum(len(b) for b in batches), dtype)
-        if not any(b.has_payload for b in batches):
+        carries = [b.has_payload for b in batches]
+        if not any(carries):
             _fill(out, [b.msgs for b in batches])
             return Batch(out)
         parts, pays, moved, base, pos = [], [], [], 0, 0
-        for b in batches:
-            if b.has_payload:
+        for b, carry in zip(batches, carries, strict=True):
+            if carry:
                 if int(b.msgs["pay_len"].sum()) < len(b.payload):
                     # rows reference only part of it (a slice of a larger batch): copy that
                     # part; a batch made by pack_rows or concat is copied as it is

@@ -99,6 +99,11 @@ class ShardContext:
     def log(self, table: str, **columns) -> None:
         self._e.logs.add(table, self._e.phase, columns)
 
+    def log_owned(self, table: str, **columns) -> None:
+        """As `log`, for arrays the handler just made and never touches again: kept as
+        they are, not copied."""
+        self._e.logs.add(table, self._e.phase, columns, copy=False)
+
     def count(self, name: str, n=1) -> None:
         c = self._e.counts
         c[name] = c.get(name, 0) + int(n)

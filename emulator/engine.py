@@ -150,7 +150,7 @@ class ShardEngine:
             t0 = int(ty[0])
             self.sent_by_type[t0] = self.sent_by_type.get(t0, 0) + len(m)
         else:
-            types, counts = np.unique(ty, return_counts=True)
+            types, counts = kernels.type_counts(ty)
             for t, c in zip(types.tolist(), counts.tolist(), strict=True):
                 self.sent_by_type[t] = self.sent_by_type.get(t, 0) + c
         if self.log_messages:

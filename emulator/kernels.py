@@ -66,6 +66,25 @@ def stamp_senders(src, dst, time, types, local_index, seq, n_nodes, now):
 
 
 @numba.njit(cache=True)
+def type_counts(types):
+    """(distinct values in order of first appearance, count of each) of a batch's types,
+    a handful of distinct ones: O(n x distinct), one call where np.unique sorts."""
+    found = np.empty(len(types), np.int64)
+    counts = np.zeros(len(types), np.int64)
+    k = 0
+    for i in range(len(types)):
+        t = types[i]
+        j = 0
+        while j < k and found[j] != t:
+            j += 1
+        if j == k:
+            found[k] = t
+            k += 1
+        counts[j] += 1
+    return found[:k], counts[:k]
+
+
+@numba.njit(cache=True)
 def local_indices(local_index, g):
     """local_index[g] (int32), -1 where g is outside 0..len-1. O(n)."""
     n = len(local_index)

@@ -67,6 +67,20 @@ def test_run_bounds_cut_where_the_value_changes():
     assert run_bounds(np.array([1, 1, 2, 5, 5, 5, 1], np.int16)).tolist() == [0, 2, 3, 6, 7]
 
 
+def test_type_counts_equal_numpy_unique():
+    from emulator.kernels import type_counts
+
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 5, 300):
+        ty = rng.integers(-2, 7, n).astype(np.int16)
+        found, counts = type_counts(ty)
+        ref_t, ref_c = np.unique(ty, return_counts=True)
+        order = np.argsort(found)
+        assert np.array_equal(found[order], ref_t) and np.array_equal(counts[order], ref_c)
+        if n:   # in order of first appearance
+            assert found[0] == ty[0]
+
+
 def test_rank_within_counts_earlier_equal_keys():
     assert rank_within(np.array([5, 3, 5, 5, 3, 9])).tolist() == [0, 0, 1, 2, 1, 0]
     assert rank_within(np.array([], np.int64)).tolist() == []

@@ -302,3 +302,29 @@ def test_keepalive_heard_equals_the_numpy_update():
     assert np.array_equal(got, ref)
     assert np.array_equal(stranger, ~hit.any(axis=1))
     assert stranger.any() and not stranger.all()
+
+
+def test_route_log_kernel_equals_the_numpy_columns():
+    """The `route` log's columns of the delivered messages, as the router computed them
+    with numpy before (take the delivered rows, cast each column)."""
+    from actors.messages import MSG_DTYPE
+    rng = np.random.default_rng(11)
+    n = 40
+    m = np.zeros(n, MSG_DTYPE)
+    m["origin"] = rng.integers(0, 10**6, n)
+    m["dst"] = rng.integers(0, 10**6, n)
+    m["type"] = rng.integers(10, 60, n)
+    m["time"] = rng.integers(10**6, 10**9, n)
+    m["path_us"] = rng.integers(0, 10**6, n)
+    m["hops"] = rng.integers(0, 9, n)
+    for kind in (rng.integers(0, 4, n).astype(np.int8), np.full(n, kernels.ON_APP, np.int8),
+                 np.full(n, kernels.HERE_OWN, np.int8)):
+        here = kind <= kernels.HERE_APP
+        d = m[here]
+        ref = (d["origin"].astype(np.int32), d["dst"].astype(np.int32),
+               d["type"].astype(np.int16), (d["time"] - d["path_us"]).astype(np.int64),
+               d["time"].astype(np.int64), d["hops"].astype(np.int16),
+               d["path_us"].astype(np.int64))
+        got = kernels.route_log(m, kind, int(here.sum()))
+        for a, b in zip(got, ref, strict=True):
+            assert a.dtype == b.dtype and np.array_equal(a, b)

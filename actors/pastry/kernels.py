@@ -725,6 +725,34 @@ def route_step(m, li, rt, leaf, nbr, ids_hi, ids_lo, b, lookup_type, own_lo, own
 
 
 @numba.njit(cache=True)
+def route_log(m, kind, n_here):
+    """The `route` log's columns of the routed records ``m`` delivered here (``kind`` <=
+    HERE_APP; ``n_here`` of them), in one pass: origin, root (int32), type (int16),
+    start, end (int64), hops (int16), path_us (int64); start = end - path_us. O(n)."""
+    origin = np.empty(n_here, np.int32)
+    root = np.empty(n_here, np.int32)
+    ty = np.empty(n_here, np.int16)
+    start = np.empty(n_here, np.int64)
+    end = np.empty(n_here, np.int64)
+    hops = np.empty(n_here, np.int16)
+    path = np.empty(n_here, np.int64)
+    j = 0
+    for i in range(len(m)):
+        if kind[i] > HERE_APP:
+            continue
+        r = m[i]
+        origin[j] = r["origin"]
+        root[j] = r["dst"]
+        ty[j] = r["type"]
+        end[j] = r["time"]
+        path[j] = r["path_us"]
+        start[j] = end[j] - path[j]
+        hops[j] = r["hops"]
+        j += 1
+    return origin, root, ty, start, end, hops, path
+
+
+@numba.njit(cache=True)
 def hop_on(out, hop, nh, host_router, router_dist, lan_us):
     """Routed records ``out`` (the router's copy, at out.dst) sent one hop on to ``nh``;
     ``hop`` is a copy of ``out`` made by the caller (numpy copies whole records, a compiled

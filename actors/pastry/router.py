@@ -108,12 +108,10 @@ class Router:
                                   msg_types.LAST_OWN)
 
     def _deliver(self, ctx, m, kind, counts, payload, upcall) -> None:
-        here = kind <= kernels.HERE_APP
-        d = take_rows(m, here)
-        ctx.log("route", origin=d["origin"].astype(np.int32), root=d["dst"].astype(np.int32),
-                type=d["type"].astype(np.int16), start=(d["time"] - d["path_us"]).astype(np.int64),
-                end=d["time"].astype(np.int64), hops=d["hops"].astype(np.int16),
-                path_us=d["path_us"].astype(np.int64))
+        origin, root, ty, start, end, hops, path = kernels.route_log(
+            m, kind, int(counts[kernels.HERE_OWN] + counts[kernels.HERE_APP]))
+        ctx.log_owned("route", origin=origin, root=root, type=ty, start=start, end=end,
+                      hops=hops, path_us=path)
         if counts[kernels.HERE_OWN]:
             self.deliver_own(ctx, take_rows(m, kind == kernels.HERE_OWN), upcall)
         if counts[kernels.HERE_APP]:
