@@ -270,10 +270,10 @@ class Scribe:
         act = t.active_slots()
         qi, e = t.children_of(act)
         n = len(e)
-        ctx.log("tree_edge", group=t.slots["group"][act][qi].astype(np.int32),
-                parent=np.asarray(ctx.nodes)[t.slots["node"][act][qi]].astype(np.int32),
-                child=t.entries["child"][e].astype(np.int32),
-                variant=np.full(n, self.variant_label(), dtype=object))
+        ctx.log_owned("tree_edge", group=t.slots["group"][act][qi].astype(np.int32),
+                      parent=np.asarray(ctx.nodes)[t.slots["node"][act][qi]].astype(np.int32),
+                      child=t.entries["child"][e].astype(np.int32),
+                      variant=np.full(n, self.variant_label(), dtype=object))
 
     def checkpoint(self) -> dict:
         return {"tree": self.tree.state(), "collapsed": self.collapse.collapsed,

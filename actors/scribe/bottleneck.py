@@ -107,8 +107,8 @@ class BottleneckRemover:
             return
         sib = m[BnSibling.sibling]
         probe = np.asarray(ctx.latency(m["dst"], sib), np.int64)
-        ctx.log("probe", node=m["dst"].astype(np.int32), target=sib.astype(np.int32),
-                group=m["group"].astype(np.int32), time=m["time"].astype(np.int64))
+        ctx.log_owned("probe", node=m["dst"].astype(np.int32), target=sib.astype(np.int32),
+                      group=m["group"].astype(np.int32), time=m["time"].astype(np.int64))
         ctx.count("scribe_probes", n)
         cost = probe + m[BnSibling.sibling_delay]
         o = np.lexsort((sib, cost, m["group"], m["dst"]))

@@ -118,11 +118,13 @@ class Dissemination:
         mem = sl["member"][s]
         n = int(mem.sum())
         if n:
-            ctx.log("delivery", group=group[mem].astype(np.int32),
-                    member=nodes[mem].astype(np.int32), source=source[mem].astype(np.int32),
-                    publish_time=publish[mem].astype(np.int64), time=now[mem].astype(np.int64),
-                    hops=hops[mem].astype(np.int16), seqno=seqno[mem].astype(np.int64),
-                    variant=np.full(n, self.variant_of(), dtype=object))
+            ctx.log_owned("delivery", group=group[mem].astype(np.int32),
+                          member=nodes[mem].astype(np.int32),
+                          source=source[mem].astype(np.int32),
+                          publish_time=publish[mem].astype(np.int64),
+                          time=now[mem].astype(np.int64), hops=hops[mem].astype(np.int16),
+                          seqno=seqno[mem].astype(np.int64),
+                          variant=np.full(n, self.variant_of(), dtype=object))
         send_data_to_children(self.tree, self.messenger, ctx, s, nodes, group, source, publish,
                               seqno, hops, now)
 

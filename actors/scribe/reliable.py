@@ -161,11 +161,11 @@ class OrderedDelivery:
         released)."""
         am = self.tree.slots["member"][s]
         if am.any():
-            ctx.log("arrival", group=group[am].astype(np.int32),
-                    member=nodes[am].astype(np.int32), source=source[am].astype(np.int32),
-                    publish_time=publish[am].astype(np.int64), time=now[am].astype(np.int64),
-                    hops=hops[am].astype(np.int16), seqno=seqno[am].astype(np.int64),
-                    variant=np.full(int(am.sum()), self.variant_of(), dtype=object))
+            ctx.log_owned("arrival", group=group[am].astype(np.int32),
+                          member=nodes[am].astype(np.int32), source=source[am].astype(np.int32),
+                          publish_time=publish[am].astype(np.int64), time=now[am].astype(np.int64),
+                          hops=hops[am].astype(np.int16), seqno=seqno[am].astype(np.int64),
+                          variant=np.full(int(am.sum()), self.variant_of(), dtype=object))
 
     def _release_in_order(self, ctx, touched, t_now, t_node, t_group) -> None:
         """Advance each touched slot over consecutive buffered seqnos; members log each
@@ -183,13 +183,13 @@ class OrderedDelivery:
             mem = sl["member"][touched]
             n = int(mem.sum())
             if n:
-                ctx.log("delivery", group=t_group[mem].astype(np.int32),
-                        member=t_node[mem].astype(np.int32),
-                        source=ring.cols["source"][e[mem]].astype(np.int32),
-                        publish_time=ring.cols["publish"][e[mem]],
-                        time=t_now[mem].astype(np.int64),
-                        hops=ring.cols["hops"][e[mem]].astype(np.int16),
-                        seqno=nxt[mem], variant=np.full(n, self.variant_of(), dtype=object))
+                ctx.log_owned("delivery", group=t_group[mem].astype(np.int32),
+                              member=t_node[mem].astype(np.int32),
+                              source=ring.cols["source"][e[mem]].astype(np.int32),
+                              publish_time=ring.cols["publish"][e[mem]],
+                              time=t_now[mem].astype(np.int64),
+                              hops=ring.cols["hops"][e[mem]].astype(np.int16),
+                              seqno=nxt[mem], variant=np.full(n, self.variant_of(), dtype=object))
 
     def retransmit(self, ctx, s, child, after, now):
         """joinHandler: send a repairing child the buffered messages newer than `after`:
