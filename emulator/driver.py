@@ -163,7 +163,6 @@ class Emulator:
         # no shard has processed a cell at or after `now`, so stimuli may start there (the end
         # of the last cell any shard processed, not of its window: that depends on the cap)
         self.now = 0
-        self._window_start = None    # while `run` waits on a window: where it starts
         self._next_at = np.full(self.shards, NEVER, np.int64)   # T_i per shard
         self._inbox: list[list] = [[] for _ in range(self.shards)]  # injected, not yet sent
         self._inject_seq = 0
@@ -196,16 +195,18 @@ class Emulator:
             self._write_type_table()
 
     # ---- helpers ----------------------------------------------------------------------
-    def _get(self, refs, what: str, shard_ids=None):
+    def _get(self, refs, what: str, shard_ids=None, at_us=None):
         """ray.get that turns a crashed shard or a failing handler into one clear error.
-        `shard_ids` names the shard of each ref when they are not all shards in order."""
+        `shard_ids` names the shard of each ref when they are not all shards in order;
+        `at_us` the virtual time the error names (default `now`; a window's start)."""
+        at = self.now if at_us is None else int(at_us)
         try:
             return ray.get(refs)
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as e:
             # the process died (killed, OOM, node lost) or took in-flight batches with it
             k = self._which_failed(refs, shard_ids)
             raise ShardLostError(f"shard {k} crashed during {what} at virtual time "
-                                 f"{self._at_us} us: {str(e).strip().splitlines()[0]}") from e
+                                 f"{at} us: {str(e).strip().splitlines()[0]}") from e
         except ray.exceptions.RayTaskError as e:
             k = self._which_failed(refs, shard_ids)
             cause = e.cause if getattr(e, "cause", None) is not None else e
@@ -214,7 +215,7 @@ class Emulator:
                 dead = self._dead_shard(refs, shard_ids)
                 who = f"shard {dead}" if dead is not None else f"a peer of shard {k}"
                 raise ShardLostError(f"{who} crashed during {what} at virtual time "
-                                     f"{self._at_us} us: "
+                                     f"{at} us: "
                                      f"{str(cause).strip().splitlines()[0]}") from e
             if isinstance(cause, OSError) and cause.errno is not None:
                 # a log or checkpoint write failed (disk full, read-only): the runner
@@ -222,13 +223,8 @@ class Emulator:
                 raise OSError(cause.errno, f"shard {k} during {what}: {cause.strerror}",
                               cause.filename) from e
             raise EmulationError(f"shard {k} failed during {what} at virtual time "
-                                 f"{self._at_us} us: {type(cause).__name__}: "
+                                 f"{at} us: {type(cause).__name__}: "
                                  f"{str(cause).splitlines()[0]}") from e
-
-    @property
-    def _at_us(self) -> int:
-        """The virtual time an error names: the start of the window being run, else now."""
-        return self.now if self._window_start is None else self._window_start
 
     def _dead_shard(self, refs, shard_ids=None):
         """The shard among `refs` whose process died (its call raises RayActorError), once
@@ -325,12 +321,11 @@ class Emulator:
             first = self._next
             ends = window_ends(self._next_at, self.reach, d, self._cap_us, limit)
             start = first - first % d
-            self._window_start = start
             due = np.flatnonzero(self._next_at - self._next_at % d < ends)
             refs = [self._actors[k].advance.remote(int(ends[k]), phase, *self._inbox[k])
                     for k in due.tolist()]
             t_wait = time.perf_counter()
-            heads = self._get(refs, f"phase {phase!r}", due.tolist())
+            heads = self._get(refs, f"phase {phase!r}", due.tolist(), at_us=start)
             wait_s += time.perf_counter() - t_wait
             for k in due.tolist():
                 self._inbox[k] = []
@@ -352,11 +347,9 @@ class Emulator:
             window_us += furthest - start
             capped = furthest >= (first + self._cap_us) // d * d   # the cap, not L or until
             self._adapt_cap(time.perf_counter() - t_window, capped)
-
             if progress is not None and time.perf_counter() - last_report > 0.5:
                 last_report = time.perf_counter()
                 progress(phase, self.now, events)
-        self._window_start = None
         if until is not None:
             self.now = max(self.now, limit)
         wall = time.perf_counter() - t0
