@@ -25,6 +25,10 @@ from .topology import Topology
 # region costs windows (3x as many on ts5050 at k = 2), which costs far more on traffic of
 # a few hundred messages per window (BENCHMARKS.md, issue 15).
 REGION_SLACK = 0.05
+# The deal is evened out by moves and swaps only up to this many regions (transit-stub
+# graphs have tens): a round costs O(k^2) numpy calls, and with hundreds of regions (the
+# cities of a measured topology) the greedy deal is already close to even.
+EVEN_OUT_MAX_REGIONS = 64
 
 
 def partition_routers(topo: Topology, k: int, hosts_weight=None) -> np.ndarray:
@@ -84,7 +88,7 @@ def _whole_regions(region: np.ndarray, weight: np.ndarray, k: int) -> np.ndarray
 
     Regions are dealt heaviest first, each to the lightest part so far (ties: the lowest
     part), the longest-processing-time rule (at most 4/3 of the best largest part), then
-    evened out by moves and swaps (`_even_out`)."""
+    evened out by moves and swaps (`_even_out`, up to EVEN_OUT_MAX_REGIONS regions)."""
     ids, inverse = np.unique(region, return_inverse=True)
     if k < 2 or len(ids) < k:
         return None
@@ -95,7 +99,8 @@ def _whole_regions(region: np.ndarray, weight: np.ndarray, k: int) -> np.ndarray
         p = int(np.argmin(load))
         part_of_region[g] = p
         load[p] += region_weight[g]
-    _even_out(part_of_region, region_weight, load)
+    if len(ids) <= EVEN_OUT_MAX_REGIONS:
+        _even_out(part_of_region, region_weight, load)
     if load.max() > (1 + REGION_SLACK) * weight.sum() / k or load.min() == 0:
         return None
     return part_of_region[inverse]
