@@ -40,11 +40,13 @@ INJECT_SEQ_BASE = -(1 << 62)  # injected stimuli sort before protocol messages o
 # 2.5-8 ms of round trip and idle shard each on one shard, 40-50 ms of work). The cap
 # doubles while capped windows take less than CAP_GROW_BELOW_S, up to CAP_MAX_FACTOR times
 # the configured cap, and halves back when one takes more than CAP_SHRINK_ABOVE_S (the
-# progress display, redrawn every 0.5 s, stays fresh). Windows never change results
-# (cells are global), so neither does the cap.
+# progress display, redrawn every 0.5 s, stays fresh). The factor bounds how much traffic
+# one window can hold when a sparse stretch is followed by a dense one (the display waits
+# for the window's end): 3.2 s of virtual time at the default 200 ms. Windows never change
+# results (cells are global), so neither does the cap.
 CAP_GROW_BELOW_S = 0.2
 CAP_SHRINK_ABOVE_S = 1.0
-CAP_MAX_FACTOR = 64
+CAP_MAX_FACTOR = 16
 
 
 class EmulationError(RuntimeError):
