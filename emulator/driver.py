@@ -327,7 +327,7 @@ class Emulator:
             refs = [self._actors[k].advance.remote(int(ends[k]), phase, *self._inbox[k])
                     for k in due.tolist()]
             t_wait = time.perf_counter()
-            heads = self._get(refs, f"phase {phase!r}", due.tolist(), at_us=start)
+            heads = self._get(refs, f"phase {phase!r}", due.tolist(), start)
             wait_s += time.perf_counter() - t_wait
             for k in due.tolist():
                 self._inbox[k] = []
