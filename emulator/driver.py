@@ -34,6 +34,9 @@ from .storage import Storage, TableRef, ipc_bytes
 
 INJECT_SEQ_BASE = -(1 << 62)  # injected stimuli sort before protocol messages of a node
 
+# what each shard's `advance` reports, summed per phase and shard (seconds)
+PER_SHARD_TIMES = ("busy_s", "cpu_s", "push_s")
+
 # The window cap adapts to the wall time a window takes: where no lookahead bounds a window
 # (one shard, or shards far apart) sparse traffic would otherwise pay a driver round trip
 # per cap of virtual time (the faithful 10k protocol bootstrap: 1,037 windows of 200 ms,
@@ -313,9 +316,9 @@ class Emulator:
         windows = events = calls = 0
         window_us = 0
         wait_s = 0.0          # blocked on shards; the rest of the loop is the driver's own work
-        busy = np.zeros(self.shards)
-        cpu = np.zeros(self.shards)
-        push = np.zeros(self.shards)      # waiting for peers to take this shard's outboxes
+        # per shard: wall time inside `advance`, that thread's CPU time, and the wait for
+        # peers to take its outboxes
+        per_shard = {key: np.zeros(self.shards) for key in PER_SHARD_TIMES}
         last_report = t0
         self._cap_us = self.window_cap_us     # phases differ: each learns its own cap
         while self._next < limit:
@@ -336,9 +339,8 @@ class Emulator:
                 nxt[k] = queue_next
                 self.now = max(self.now, st["done_until"])
                 events += st["events"]
-                busy[k] += st["busy_s"]
-                cpu[k] += st["cpu_s"]
-                push[k] += st.get("push_s", 0.0)
+                for key, total in per_shard.items():
+                    total[k] += st[key]
             for _, st in heads:   # batches pushed this window, not yet in their queues
                 for dst, t in st["sent_min"].items():
                     if t < nxt[dst]:
@@ -359,9 +361,9 @@ class Emulator:
             progress(phase, self.now, events)
         self._windows += windows
         stats = {"windows": windows, "shard_calls": calls, "messages": events,
-                 "virtual_us": self.now, "wall_s": wall, "busy_s": busy.tolist(),
-                 "cpu_s": cpu.tolist(), "push_s": push.tolist(),
-                 "sync_s": max(0.0, wall - float(busy.max(initial=0.0))),
+                 "virtual_us": self.now, "wall_s": wall,
+                 **{key: total.tolist() for key, total in per_shard.items()},
+                 "sync_s": max(0.0, wall - float(per_shard["busy_s"].max(initial=0.0))),
                  "driver_s": wall - wait_s, "window_us_total": int(window_us),
                  "window_us_mean": window_us / windows if windows else 0.0}
         prev = self._phase_stats.get(phase)
@@ -369,8 +371,9 @@ class Emulator:
             for key in ("windows", "shard_calls", "messages", "wall_s", "sync_s", "driver_s",
                         "window_us_total"):
                 stats[key] += prev.get(key, 0)
-            for key in ("busy_s", "cpu_s", "push_s"):
-                stats[key] = [a + b for a, b in zip(stats[key], prev[key], strict=True)]
+            for key in PER_SHARD_TIMES:   # (a run resumed from an older checkpoint lacks some)
+                stats[key] = [a + b for a, b in
+                              zip(stats[key], prev.get(key, [0.0] * self.shards), strict=True)]
             stats["window_us_mean"] = stats["window_us_total"] / max(stats["windows"], 1)
         self._phase_stats[phase] = stats
         return stats
