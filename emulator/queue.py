@@ -1,23 +1,29 @@
-"""A shard's pending messages: records kept once in a pool, ordered by a binary heap.
+"""A shard's pending messages: records kept once in a pool, ordered by a calendar of cells
+in front of a binary heap.
 
 Every pending message occupies one slot of a pool of records (with its payload in a pool of
-ints); a binary min-heap of (time, slot) orders them. ``push`` writes the rows into free
-slots and sifts their times in; ``pop_before`` sifts out every message due, gathers their
-rows and payload into one batch and frees the slots. A message is copied twice in its life
-(into the pool, out of it) and each push or pop costs one compiled call plus O(log P) per
-message for P pending, whatever the batch size: sparse protocol traffic pushes and pops a
-few dozen messages a cell, where per-call cost rules.
+ints). A message due within the next ``ring_cells`` cells of the grid goes into that cell's
+bucket of a ring (a linked list of slots: O(1) to add, O(1) per message to take out); one
+due later (long timers), or earlier than the ring's first cell, goes into a binary min-heap
+of (time, slot). ``pop_before`` takes the buckets of the cells due and sifts the due
+messages out of the heap, gathers their rows and payload into one batch and frees the
+slots. A message is copied twice in its life (into the pool, out of it) and each push or
+pop is one compiled call plus O(1) per message in the ring and O(log H) in the heap of H.
 
 History, measured (BENCHMARKS.md, issue 13): a log-structured set of time-sorted runs (an
 LSM tree of numpy batches) copied every message O(log P) times through its merges and paid
 several numpy calls per run on every pop (12-17 % of a sparse protocol bootstrap); a
 calendar of per-cell numpy buckets was 4x slower still (one send spreads over ~150 cells
 of latency, so it made hundreds of tiny chunks per send); a 4-ary heap in one (time, slot)
-array was 10-20 % slower per message than this binary heap in two arrays at 300,000
-pending (a microbenchmark of push + pop cycles, 2026-11-26).
+array was 10-20 % slower per message than a binary heap in two arrays at 300,000 pending;
+the binary heap alone spent O(log P) cache-missing steps per message on its way out
+(~10 % of a protocol bootstrap's shard time at 10^5 pending: its sift-down walks the whole
+depth for every message), which the compiled ring removes for every message due within
+the ring's horizon.
 
 The queue returns the set of messages due; their order is the engine's business (it sorts
-a cell by its own total key), so the heap's tie order never reaches a result.
+a cell by its own total key), so neither the buckets' nor the heap's order reaches a
+result.
 """
 
 from __future__ import annotations
@@ -31,15 +37,21 @@ from .batch import ENGINE_DTYPE, Batch, as_messages, take_rows
 NEVER = np.iinfo(np.int64).max
 
 # meta[]: the pool's scalar state, kept in an array so the compiled calls update it in place
-_HEAP, _FREE, _PAY_USED, _PAY_LIVE = 0, 1, 2, 3
+_HEAP, _FREE, _PAY_USED, _PAY_LIVE, _RING_N, _BASE = 0, 1, 2, 3, 4, 5
 _FIRST_CAPACITY = 1024
+# cells of the ring (a power of two): 8 s of virtual time at the usual 2 ms cell, longer than
+# any network delay, so only long timers go to the heap
+RING_CELLS = 8192
 _FEW = 512   # pushes of up to this many records copy them in the compiled call
 
 
 class EventQueue:
-    def __init__(self, delta_us: int, message_dtype=ENGINE_DTYPE):
+    def __init__(self, delta_us: int, message_dtype=ENGINE_DTYPE, ring_cells: int = RING_CELLS):
         self.delta = int(delta_us)
         self.dtype = message_dtype       # the record of every batch it holds (and returns)
+        if ring_cells < 1 or ring_cells & (ring_cells - 1):
+            raise ValueError(f"ring_cells must be a power of two, got {ring_cells}")
+        self._head = np.full(int(ring_cells), -1, np.int64)   # first slot of each cell's list
         self._allocate(_FIRST_CAPACITY, _FIRST_CAPACITY)
 
     def _allocate(self, capacity: int, pay_capacity: int) -> None:
@@ -50,14 +62,17 @@ class EventQueue:
         self._free = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack of slots
         self._heap_t = np.zeros(capacity, np.int64)
         self._heap_s = np.zeros(capacity, np.int64)
+        self._next = np.full(capacity, -1, np.int64)  # the next slot of the same cell's list
         self._pay = np.zeros(pay_capacity, np.int32)
-        self._meta = np.array([0, capacity, 0, 0], np.int64)
+        self._head[:] = -1
+        # heap size, free slots, payload ints used / live, messages in the ring, its first cell
+        self._meta = np.array([0, capacity, 0, 0, 0, 0], np.int64)
 
     def __len__(self) -> int:
-        return int(self._meta[_HEAP])
+        return int(self._meta[_HEAP] + self._meta[_RING_N])
 
     def push(self, batch: Batch) -> None:
-        """Add messages in any order; O(n log P)."""
+        """Add messages in any order; O(n) in the ring, O(log H) each into the heap."""
         n = len(batch)
         if not n:
             return
@@ -69,7 +84,8 @@ class EventQueue:
         # moves a whole record at once where the compiled copy goes field by field
         few = n <= _FEW
         slots = _push(m, few, has_pay, batch.payload, self._meta, self._free, self._heap_t,
-                      self._heap_s, self._poff, self._plen, self._pay, self._rows)
+                      self._heap_s, self._poff, self._plen, self._pay, self._rows,
+                      self._head, self._next, self.delta)
         if not few:
             self._raw[slots] = m.view(self._raw.dtype) if m.flags.c_contiguous \
                 else take_rows(m, slice(None)).view(self._raw.dtype)
@@ -84,7 +100,7 @@ class EventQueue:
             # again: each move is paid for by the half pool pushed since the last one
             live = int(meta[_PAY_LIVE])
             size = max(len(self._pay), 2 * (live + pay))
-            self._pay = _repack_payload(self._meta, self._heap_s, self._poff, self._plen,
+            self._pay = _repack_payload(self._meta, self._pending(), self._poff, self._plen,
                                         self._pay, size)
 
     def _grow(self, capacity: int) -> None:
@@ -93,7 +109,7 @@ class EventQueue:
         raw = rows.view(self._raw.dtype)
         raw[:old] = self._raw          # whole records, not field by field
         self._rows, self._raw = rows, raw
-        for name in ("_poff", "_plen", "_heap_t", "_heap_s"):
+        for name in ("_poff", "_plen", "_heap_t", "_heap_s", "_next"):
             a = getattr(self, name)
             b = np.zeros(capacity, a.dtype)
             b[:old] = a
@@ -106,23 +122,28 @@ class EventQueue:
         self._meta[_FREE] = capacity - old + nfree
 
     def next_time(self) -> int:
-        """Earliest pending time (NEVER when empty); O(1)."""
-        return int(self._heap_t[0]) if self._meta[_HEAP] else NEVER
+        """Earliest pending time (NEVER when empty); O(cells to the first busy one + its
+        messages)."""
+        return int(_next_time(self._meta, self._heap_t, self._head, self._next, self._rows,
+                              self.delta, True))
 
     def next_cell(self) -> int:
-        t = self.next_time()
-        return NEVER if t == NEVER else t // self.delta
+        """Cell of the earliest pending message (NEVER when empty)."""
+        return int(_next_time(self._meta, self._heap_t, self._head, self._next, self._rows,
+                              self.delta, False))
 
     def pop_cell(self, cell: int) -> Batch:
         """Remove and return every message due before the end of `cell`."""
         return self.pop_before((cell + 1) * self.delta)
 
     def pop_before(self, t: int) -> Batch:
-        """Remove and return every message with time < t; O(k log P) for k popped."""
-        if not self._meta[_HEAP] or self._heap_t[0] >= t:
-            return Batch.empty(self.dtype)
+        """Remove and return every message with time < t; O(k) for k popped from the ring
+        (plus the ring cells before t), O(log H) each from the heap."""
         slots, payload, offsets = _pop(int(t), self._meta, self._free, self._heap_t,
-                                       self._heap_s, self._poff, self._plen, self._pay)
+                                       self._heap_s, self._poff, self._plen, self._pay,
+                                       self._head, self._next, self._rows, self.delta)
+        if not len(slots):
+            return Batch.empty(self.dtype)
         return self._batch(slots, payload, offsets)
 
     def _batch(self, slots, payload, offsets) -> Batch:
@@ -133,17 +154,22 @@ class EventQueue:
     def snapshot(self) -> Batch:
         """All pending messages as one batch (for checkpoints), by (time, src, seq); the
         queue is unchanged."""
-        slots = np.sort(self._heap_s[:self._meta[_HEAP]])
+        slots = np.sort(self._pending())
         payload, offsets = _gather_payload(slots, self._poff, self._plen, self._pay)
         b = self._batch(slots, payload, offsets)
         m = b.msgs
         return b.take(np.lexsort((m["seq"], m["src"], m["time"])))
 
+    def _pending(self) -> np.ndarray:
+        """Every pending message's slot (heap first, then the ring's cells)."""
+        return _pending_slots(self._meta, self._heap_s, self._head, self._next)
+
     def clear(self) -> None:
         """Drop every pending message; the pools keep their size."""
         capacity = len(self._rows)
         self._free = np.arange(capacity - 1, -1, -1, dtype=np.int64)
-        self._meta[:] = (0, capacity, 0, 0)
+        self._head[:] = -1
+        self._meta[:] = (0, capacity, 0, 0, 0, 0)
 
 
 @numba.njit(cache=True)
@@ -177,13 +203,17 @@ def _sift_down(heap_t, heap_s, size):
 
 
 @numba.njit(cache=True)
-def _push(m, copy_rows, with_pay, payload, meta, free, heap_t, heap_s, poff, plen, pay, rows):
+def _push(m, copy_rows, with_pay, payload, meta, free, heap_t, heap_s, poff, plen, pay, rows,
+          head, nxt, delta):
     """Take free slots for the records ``m`` (the caller made room), copy them into the
-    pool ``rows`` if ``copy_rows``, their payload into the payload pool, and sift their
-    times into the heap; returns the slots in row order (none if ``copy_rows``)."""
+    pool ``rows`` if ``copy_rows``, their payload into the payload pool, and link each into
+    its cell's list of the ring (due within the ring's cells) or sift it into the heap;
+    returns the slots in row order (none if ``copy_rows``)."""
     n = len(m)
     slots = np.empty(0 if copy_rows else n, np.int64)
     size, nfree, used = meta[0], meta[1], meta[2]
+    ring = len(head)
+    base = meta[5]
     for i in range(n):
         nfree -= 1
         s = free[nfree]
@@ -203,20 +233,61 @@ def _push(m, copy_rows, with_pay, payload, meta, free, heap_t, heap_s, poff, ple
         else:
             poff[s] = 0
             plen[s] = 0
-        heap_t[size] = m[i]["time"]
-        heap_s[size] = s
-        _sift_up(heap_t, heap_s, size)
-        size += 1
+        t = m[i]["time"]
+        c = t // delta
+        if base <= c < base + ring:
+            b = c & (ring - 1)
+            nxt[s] = head[b]
+            head[b] = s
+            meta[4] += 1
+        else:
+            heap_t[size] = t
+            heap_s[size] = s
+            _sift_up(heap_t, heap_s, size)
+            size += 1
     meta[0], meta[1], meta[2] = size, nfree, used
     return slots
 
 
 @numba.njit(cache=True)
-def _pop(t, meta, free, heap_t, heap_s, poff, plen, pay):
+def _pop(t, meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, delta):
     """Remove every message due before t: (slots, their packed payload, each row's offset
-    in it); the slots go back to the free stack."""
+    in it); the slots go back to the free stack. The ring's first cell moves up to t's."""
     size, nfree = meta[0], meta[1]
     k = 0
+    ring = len(head)
+    base = meta[5]
+    tc = t // delta
+    # whole cells of the ring before t's cell, while the ring has messages
+    c = base
+    while meta[4] > 0 and c < tc and c < base + ring:
+        b = c & (ring - 1)
+        s = head[b]
+        while s >= 0:
+            free[nfree] = s
+            nfree += 1
+            k += 1
+            meta[4] -= 1
+            s = nxt[s]
+        head[b] = -1
+        c += 1
+    # t's own cell, when t is inside it: the messages before t leave, the others stay
+    if meta[4] > 0 and t % delta and base <= tc < base + ring:
+        b = tc & (ring - 1)
+        s = head[b]
+        keep = -1
+        while s >= 0:
+            after = nxt[s]
+            if rows[s]["time"] < t:
+                free[nfree] = s
+                nfree += 1
+                k += 1
+                meta[4] -= 1
+            else:
+                nxt[s] = keep
+                keep = s
+            s = after
+        head[b] = keep
     while size > 0 and heap_t[0] < t:
         s = heap_s[0]
         size -= 1
@@ -226,11 +297,58 @@ def _pop(t, meta, free, heap_t, heap_s, poff, plen, pay):
         free[nfree] = s      # the slot is reused only by a later push
         nfree += 1
         k += 1
+    if tc > base:   # (bounded: base + the ring's cells must not overflow)
+        meta[5] = min(tc, np.iinfo(np.int64).max // 2)
     slots = free[nfree - k:nfree].copy()
     meta[0], meta[1] = size, nfree
     payload, offsets = _gather_payload(slots, poff, plen, pay)
     meta[3] -= len(payload)
     return slots, payload, offsets
+
+
+@numba.njit(cache=True)
+def _next_time(meta, heap_t, head, nxt, rows, delta, exact):
+    """Earliest pending time (``exact``) or its cell; NEVER when empty. The ring's first
+    busy cell is found by a scan from its first cell; its list is walked only for the
+    exact time."""
+    never = np.iinfo(np.int64).max
+    best = heap_t[0] if meta[0] > 0 else never
+    if not exact and best != never:
+        best = best // delta
+    if meta[4] > 0:
+        ring = len(head)
+        base = meta[5]
+        for c in range(base, base + ring):
+            if not exact and c >= best:
+                break
+            s = head[c & (ring - 1)]
+            if s < 0:
+                continue
+            if not exact:
+                best = c
+                break
+            while s >= 0:
+                if rows[s]["time"] < best:
+                    best = rows[s]["time"]
+                s = nxt[s]
+            break
+    return best
+
+
+@numba.njit(cache=True)
+def _pending_slots(meta, heap_s, head, nxt):
+    """Slots of every pending message: the heap's, then each ring cell's list."""
+    out = np.empty(meta[0] + meta[4], np.int64)
+    out[:meta[0]] = heap_s[:meta[0]]
+    k = meta[0]
+    if meta[4] > 0:
+        for b in range(len(head)):
+            s = head[b]
+            while s >= 0:
+                out[k] = s
+                k += 1
+                s = nxt[s]
+    return out
 
 
 @numba.njit(cache=True)
@@ -241,10 +359,9 @@ def _gather_payload(slots, poff, plen, pay):
 
 
 @numba.njit(cache=True)
-def _repack_payload(meta, heap_s, poff, plen, pay, size):
-    """A new payload pool of `size` ints holding the pending messages' payload at its
-    front (O(pending + their payload)); sets the ints used."""
-    slots = heap_s[:meta[0]]
+def _repack_payload(meta, slots, poff, plen, pay, size):
+    """A new payload pool of `size` ints holding the payload of the pending messages'
+    ``slots`` at its front (O(pending + their payload)); sets the ints used."""
     packed, offsets = _gather_payload(slots, poff, plen, pay)
     out = np.empty(max(size, len(packed)), np.int32)
     out[:len(packed)] = packed

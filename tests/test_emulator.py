@@ -14,7 +14,7 @@ from emu_protocols import BOOM, FLOOD_DTYPE, PING, TICK, TYPE_NAMES, Flood
 from emulator import ENGINE_DTYPE, Batch, RouterLatency, message_dtype, new_messages, rank_within
 from emulator.batch import as_messages, pack_rows
 from emulator.engine import ShardEngine
-from emulator.queue import NEVER, EventQueue
+from emulator.queue import NEVER, RING_CELLS, EventQueue
 from emulator.rng import node_uniform
 from topologies import make_topology
 from topologies.partition import partition_routers
@@ -86,8 +86,13 @@ def test_rank_within_counts_earlier_equal_keys():
     assert rank_within(np.array([], np.int64)).tolist() == []
 
 
-def test_queue_returns_each_cell_whole_and_in_order():
-    q = EventQueue(1000)
+# the default ring holds every test message; a ring of 4 cells sends most to the heap
+RINGS = pytest.mark.parametrize("ring", [RING_CELLS, 4])
+
+
+@RINGS
+def test_queue_returns_each_cell_whole_and_in_order(ring):
+    q = EventQueue(1000, ring_cells=ring)
     rng = np.random.default_rng(0)
     times = []
     for _ in range(40):
@@ -107,11 +112,13 @@ def test_queue_returns_each_cell_whole_and_in_order():
     assert len(q) == 0 and len(q.pop_cell(3)) == 0
 
 
-def test_queue_keeps_rows_and_payload_through_growth_and_packing():
+@RINGS
+def test_queue_keeps_rows_and_payload_through_growth_and_packing(ring):
     """Thousands of messages with payload pushed and popped at random: every popped
     message is one pushed, with its own payload, exactly once, and nothing is popped
-    early or late (the pool grows several times and its payload is packed)."""
-    q = EventQueue(1000)
+    early or late (the pool grows several times and its payload is packed). Pops stop
+    inside cells, and pushes come due before the ring's first cell (late) and beyond it."""
+    q = EventQueue(1000, ring_cells=ring)
     rng = np.random.default_rng(5)
     pushed, popped, seq = {}, {}, 0
     now = 0
@@ -119,7 +126,7 @@ def test_queue_keeps_rows_and_payload_through_growth_and_packing():
         if rng.random() < 0.55:
             # pushes of a few records (copied in the compiled call) and of many (by numpy)
             n = int(rng.integers(1, 400) if rng.random() < 0.8 else rng.integers(500, 1500))
-            m = new_messages(n, time=rng.integers(now, now + 300_000, n),
+            m = new_messages(n, time=rng.integers(max(now - 3_000, 0), now + 300_000, n),
                              seq=np.arange(seq, seq + n))
             seq += n
             rows = np.where(rng.random((n, 9)) < 0.6, rng.integers(0, 10**6, (n, 9)), -1)
