@@ -309,7 +309,9 @@ def scenario(
         help="Repeat the scenario over seeds A..B in one run: --seed A --topologies B-A+1 "
              "(topology t uses seed A+t); the report gives mean, std and 95 % CI.")] = None,
     shards: Annotated[int | None, typer.Option(
-        "--shards", min=0, help="Shard actors per topology (0: one per CPU Ray sees).")] = None,
+        "--shards", min=0,
+        help="Shard actors per topology (0: one per CPU Ray sees, at most one per 10,000 "
+             "nodes).")] = None,
     bootstrap: Annotated[Bootstrap | None, typer.Option(
         "--bootstrap", case_sensitive=False,
         help="Pastry bootstrap: join protocol on the virtual clock, or computed state.")] = None,

@@ -932,6 +932,19 @@ def _open_events(cfg, run_dir: Path, state: _State, resumed: bool) -> RunEvents:
     return RunEvents(run_dir, layout)
 
 
+# Below this many nodes per shard a window's synchronisation costs more than a second shard
+# saves: measured on 2 cores (BENCHMARKS.md, 2026-11-26), `churn` (3,000 nodes) ran its
+# phases in ~13 s on one shard and ~15 s on two, FreePastry's 10,000-node workload 8.3-8.4 s
+# on one and no faster on two, `small_groups_30k` (50,000 nodes) 1.46x faster on two.
+MIN_NODES_PER_SHARD = 10_000
+
+
+def auto_shards(cpus: int, nodes: int) -> int:
+    """Shards for ``shards = 0``: one per CPU, but at most one per MIN_NODES_PER_SHARD
+    nodes (a small overlay runs faster whole; results are the same for any count)."""
+    return max(1, min(int(cpus), int(nodes) // MIN_NODES_PER_SHARD))
+
+
 def _run_and_analyse(cfg, run_dir: Path, state: _State, events: RunEvents,
                      progress: bool) -> None:
     """Emulate every topology not done yet, analyse, write timing.total and COMPLETE."""
@@ -939,7 +952,7 @@ def _run_and_analyse(cfg, run_dir: Path, state: _State, events: RunEvents,
     if cfg.shards == 0:  # one shard per CPU of the cluster; recorded for --resume
         import ray
         cpus = int(ray.cluster_resources().get("CPU", 1))
-        cfg.run["shards"] = max(1, min(cpus, cfg.nodes))
+        cfg.run["shards"] = auto_shards(cpus, cfg.nodes)
         (run_dir / "config.toml").write_text(cfg.to_toml())
     log.info("scenario %s: %d nodes, %d groups, %d topologies, %d shards -> %s", cfg.name,
              cfg.nodes, cfg.groups, cfg.topologies, cfg.shards, run_dir)

@@ -212,3 +212,13 @@ def test_oracle_slice_whose_small_groups_share_the_next_digit():
     st = oracle_state(np.array([0]), hi, lo, np.array([0, 1, 0, 1]), dist, 1000)
     assert st.rt[0, 0, 2] == 2 and st.rt[0, 0, 3] == 3   # row 0: the other first digits
     assert (st.rt[0, 1:3] == -1).all()                   # rows 1, 2: node 1 shares them
+
+
+def test_automatic_shard_count_is_one_per_cpu_and_at_most_one_per_10k_nodes():
+    auto, per = runner_mod.auto_shards, runner_mod.MIN_NODES_PER_SHARD
+    assert per == 10_000
+    assert auto(2, 3_000) == 1            # churn: a small overlay runs whole
+    assert auto(2, 10_000) == 1 and auto(2, 19_999) == 1 and auto(2, 20_000) == 2
+    assert auto(2, 50_000) == 2           # small_groups_30k: one per CPU
+    assert auto(64, 1_000_000) == 64 and auto(256, 1_000_000) == 100
+    assert auto(8, 5) == 1 and auto(0, 100_000) == 1
