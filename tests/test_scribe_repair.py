@@ -110,3 +110,54 @@ def test_new_leafs_refreshes_replicas_on_the_next_tick():
     got = np.sort(d["member"][(d["group"] == g) & (d["seqno"] == 5)])
     assert np.array_equal(got, np.setdiff1d(members[g], [rp[g]]))
     assert w.counters["scribe_rp_takeovers"] == 1
+
+
+def _repair_run(shards):
+    """The failure scenario of the first test: every log row, counter and send count, and
+    each shard's final tree state."""
+    w, table, creds, members, rp = start(shards)
+    w.inject(multicast_requests(rp, np.arange(G), READY + 100_000, creds, seqno=1))
+    w.run(until=READY + 1_000_000)
+    fwd = [f for f in forwarders(w, members) if f not in set(rp.tolist())][:8]
+    w.fail(np.array(fwd + [int(rp[0])]))
+    src = np.array([m[-1] for m in members])
+    w.inject(multicast_requests(src, np.arange(G), READY + 2_000_000, creds, seqno=2))
+    w.run(until=READY + 3_000_000)
+    w.dump()
+    trees = [e.stack.app.tree.state() for e in w.emu.engines]
+    return ({name: w.table(name) for name in ("message", "delivery", "tree_edge")},
+            w.counters, w.sent, trees)
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch):
+    """The compiled common case of a TICK cell (TreeState.tick_plan) and of a DATA cell
+    (Dissemination._data_plain) send, log, count and leave in the tree state exactly what
+    the general numpy path does, through failures, repairs, expiries and multicasts."""
+    from actors.scribe.multicast import Dissemination
+    from actors.scribe.tree import TreeState
+
+    plans = []
+    real_plan, real_data = TreeState.tick_plan, Dissemination._data_plain
+    monkeypatch.setattr(TreeState, "tick_plan",
+                        lambda self, *a: plans.append(real_plan(self, *a)) or plans[-1])
+    datas = []
+    monkeypatch.setattr(Dissemination, "_data_plain",
+                        lambda self, *a: datas.append(1) or real_data(self, *a))
+    fast_logs, fast_counts, fast_sent, fast_trees = _repair_run(shards)
+    assert fast_counts["scribe_repairs"] > 0 and len(fast_logs["delivery"]["member"]) > 0
+    # both paths of a TICK cell ran, and the compiled DATA step
+    assert sum(p is None for p in plans) > 0 and sum(p is not None for p in plans) > 100
+    assert len(datas) > 10
+    monkeypatch.setattr(TreeState, "tick_plan", lambda self, *a: None)
+    monkeypatch.setattr(Dissemination, "_data_plain", Dissemination._data_general)
+    logs, counts, sent, trees = _repair_run(shards)
+    assert counts == fast_counts and sent == fast_sent
+    for name, cols in logs.items():
+        assert cols.keys() == fast_logs[name].keys(), name
+        for c, v in cols.items():
+            assert np.array_equal(v, fast_logs[name][c]), (name, c)
+    for tree, fast in zip(trees, fast_trees, strict=True):
+        for part in ("slots", "entries"):
+            for c, v in tree[part].items():
+                assert np.array_equal(v, fast[part][c]), (part, c)

@@ -58,3 +58,131 @@ def within(keys, vals, dkeys, dvals, bases, width, keep):
         lo[i] = np.int64(bases[i]) * width
         hi[i] = lo[i] + width
     return ranges_where(keys, vals, dkeys, dvals, lo, hi, keep)
+
+
+@numba.njit(cache=True)
+def tick_plan(skeys, svals, sdkeys, sdvals, ekeys, evals, edkeys, edvals, local_idx, times,
+              n_groups, n_nodes, active, root, parent, last_heard, last_sent, valid, refresh,
+              period, silent_after, stale_after):
+    """A cell's TICKs in the common case, in one pass: no parent silent for longer than
+    ``silent_after`` and no child entry older than ``stale_after`` (else nothing is written
+    and ``ok`` is False: the caller takes the general path, which re-joins and expires).
+
+    Returns (ok, nodes, now_n, qi, s, refresh_rows, hb_rows, hb_entries): the ticking local
+    nodes (sorted, as np.unique) and the time of each one's first TICK row; their active
+    slots (row qi into nodes, slot s, in group order, as ``TreeState.slots_of_nodes``); the
+    slot rows that refresh their entry at the parent; the (slot row, child entry) pairs
+    that get a heartbeat (no data sent to them within ``period``). Written, as
+    ``TreeRepair`` did in numpy: a slot's unset ``last_heard`` becomes its tick time, and
+    ``last_sent`` the tick time of every slot that sends heartbeats. O(q log S + children).
+    """
+    n = len(local_idx)
+    order = np.argsort(local_idx, kind="mergesort")
+    nodes = np.empty(n, np.int64)
+    now_n = np.empty(n, np.int64)
+    k = 0
+    for j in range(n):
+        i = order[j]
+        if k == 0 or local_idx[i] != nodes[k - 1]:
+            nodes[k] = local_idx[i]
+            now_n[k] = times[i]
+            k += 1
+    nodes, now_n = nodes[:k], now_n[:k]
+    lo = nodes * n_groups
+    qi, s = ranges_where(skeys, svals, sdkeys, sdvals, lo, lo + n_groups, active)
+    m = len(s)
+    lo = s.astype(np.int64) * n_nodes
+    ci, e = ranges_where(ekeys, evals, edkeys, edvals, lo, lo + n_nodes, valid)
+    empty = np.empty(0, np.int64)
+    for r in range(m):
+        lh = last_heard[s[r]]
+        if lh >= 0 and not root[s[r]] and now_n[qi[r]] - lh > silent_after:
+            return False, nodes, now_n, qi, s, empty, empty, e[:0]
+    for j in range(len(e)):
+        if now_n[qi[ci[j]]] - refresh[e[j]] > stale_after:
+            return False, nodes, now_n, qi, s, empty, empty, e[:0]
+    ref = np.empty(m, np.int64)
+    nr = 0
+    for r in range(m):
+        sr = s[r]
+        if last_heard[sr] < 0:
+            last_heard[sr] = now_n[qi[r]]
+        if not root[sr] and parent[sr] >= 0:
+            ref[nr] = r
+            nr += 1
+    quiet = np.empty(len(e), np.bool_)
+    nh = 0
+    for j in range(len(e)):
+        r = ci[j]
+        quiet[j] = now_n[qi[r]] - last_sent[s[r]] >= period
+        nh += quiet[j]
+    hb_rows = np.empty(nh, np.int64)
+    hb_entries = np.empty(nh, e.dtype)
+    h = 0
+    for j in range(len(e)):
+        if quiet[j]:
+            hb_rows[h] = ci[j]
+            hb_entries[h] = e[j]
+            h += 1
+    for j in range(nh):
+        r = hb_rows[j]
+        last_sent[s[r]] = now_n[qi[r]]
+    return True, nodes, now_n, qi, s, ref[:nr], hb_rows, hb_entries
+
+
+@numba.njit(cache=True)
+def data_plan(skeys, svals, sdkeys, sdvals, ekeys, evals, edkeys, edvals, local_idx, groups,
+              senders, times, total_hops, seqno, n_groups, n_nodes, max_hops, active,
+              parent, member, last_heard, last_seq, last_sent, valid):
+    """A cell's DATA copies without the reliable layer, in one pass, as ``Dissemination``
+    did in numpy: each row's active slot (rows without one are counted), ``last_heard``
+    set where the sender is the slot's parent, copies past ``max_hops`` dropped (counted),
+    and for the rest ``last_seq`` raised to the copy's seqno (the last row of a slot
+    written last, from the values before the cell), the rows of members (to log a
+    delivery) and one (row, child entry) pair per child (``last_sent`` set to the row's
+    time). Returns (hit rows, their slots, no-state count, hop-limit count, member rows
+    among the hits, child pairs' hit row, child entries). O(q log S + children)."""
+    n = len(local_idx)
+    s = np.empty(n, np.int64)
+    no_state = 0
+    looping = 0
+    hit = np.empty(n, np.int64)
+    nh = 0
+    for i in range(n):
+        v = key_value(skeys, svals, sdkeys, sdvals,
+                      np.int64(local_idx[i]) * n_groups + np.int64(groups[i]))
+        if v >= 0 and not active[v]:
+            v = -1
+        s[i] = v
+        if v < 0:
+            no_state += 1
+            continue
+        if parent[v] == senders[i]:
+            last_heard[v] = times[i]
+        if total_hops[i] > max_hops:
+            looping += 1
+            continue
+        hit[nh] = i
+        nh += 1
+    hit = hit[:nh]
+    hs = np.empty(nh, np.int64)
+    raised = np.empty(nh, np.int64)
+    for j in range(nh):
+        v = s[hit[j]]
+        hs[j] = v
+        raised[j] = max(last_seq[v], seqno[hit[j]])
+    nm = 0
+    for j in range(nh):
+        last_seq[hs[j]] = raised[j]
+        nm += member[hs[j]]
+    mem = np.empty(nm, np.int64)
+    k = 0
+    for j in range(nh):
+        if member[hs[j]]:
+            mem[k] = j
+            k += 1
+    lo = hs * n_nodes
+    qi, e = ranges_where(ekeys, evals, edkeys, edvals, lo, lo + n_nodes, valid)
+    for j in range(len(qi)):
+        last_sent[hs[qi[j]]] = times[hit[qi[j]]]
+    return hit, hs, no_state, looping, mem, qi, e

@@ -15,7 +15,7 @@ from .groups import GroupDirectory
 from .publishing import ReliablePublishing
 from .reliable import OrderedDelivery
 from .tree import TreeState, send_data_to_children
-from .types import MCAST, RP_ADDR, Data, Mcast, McastReq, RpAddr
+from .types import DATA, MCAST, RP_ADDR, Data, Mcast, McastReq, RpAddr
 from .wire import Messenger
 
 
@@ -118,19 +118,28 @@ class Dissemination:
         mem = sl["member"][s]
         n = int(mem.sum())
         if n:
-            ctx.log_owned("delivery", group=group[mem].astype(np.int32),
-                          member=nodes[mem].astype(np.int32),
-                          source=source[mem].astype(np.int32),
-                          publish_time=publish[mem].astype(np.int64),
-                          time=now[mem].astype(np.int64), hops=hops[mem].astype(np.int16),
-                          seqno=seqno[mem].astype(np.int64),
-                          variant=np.full(n, self.variant_of(), dtype=object))
+            self._log_delivery(ctx, group[mem], nodes[mem], source[mem], publish[mem],
+                               now[mem], hops[mem], seqno[mem])
         send_data_to_children(self.tree, self.messenger, ctx, s, nodes, group, source, publish,
                               seqno, hops, now)
+
+    def _log_delivery(self, ctx, group, member, source, publish, now, hops, seqno) -> None:
+        """One ``delivery`` row per member that got a message."""
+        ctx.log_owned("delivery", group=group.astype(np.int32), member=member.astype(np.int32),
+                      source=source.astype(np.int32), publish_time=publish.astype(np.int64),
+                      time=now.astype(np.int64), hops=hops.astype(np.int16),
+                      seqno=seqno.astype(np.int64),
+                      variant=np.full(len(group), self.variant_of(), dtype=object))
 
     def on_data(self, ctx, m) -> None:
         """A DATA copy from the parent: pass it on (and deliver it where a member)."""
         li = self.messenger.local(ctx, m["dst"])
+        if self.ordered is None:
+            self._data_plain(ctx, m, li)
+        else:
+            self._data_general(ctx, m, li)
+
+    def _data_general(self, ctx, m, li) -> None:
         s = self.tree.find_active(li, m["group"])
         hit = s >= 0
         ctx.count("scribe_data_no_state", int((~hit).sum()))
@@ -144,3 +153,26 @@ class Dissemination:
         self.disseminate(ctx, s[hit], sub["dst"], sub["group"], sub["origin"],
                          sub[Data.publish_time], sub[Data.seqno], sub[Data.total_hops],
                          sub["time"])
+
+    def _data_plain(self, ctx, m, li) -> None:
+        """on_data without the reliable layer: the slot look-ups, the parent's liveness,
+        the hop limit, the seqnos, the members and the children in one compiled pass
+        (``TreeState.data_plan``), then the same log rows and copies as ``disseminate``."""
+        hit, s, no_state, looping, mem, qi, e = self.tree.data_plan(
+            li, m["group"], m["src"], m["time"], m[Data.total_hops], m[Data.seqno],
+            self.max_tree_hops)
+        ctx.count("scribe_data_no_state", no_state)
+        # a copy that went round more tree hops than any tree is deep is in a loop
+        # (possible only under failures): dropped rather than circulated forever
+        ctx.count("scribe_data_hop_limit", looping)
+        sub = m[hit]
+        nodes, group, source, now = sub["dst"], sub["group"], sub["origin"], sub["time"]
+        publish, seqno, hops = sub[Data.publish_time], sub[Data.seqno], sub[Data.total_hops]
+        if len(mem):
+            self._log_delivery(ctx, group[mem], nodes[mem], source[mem], publish[mem],
+                               now[mem], hops[mem], seqno[mem])
+        if len(e):
+            self.messenger.send(ctx, nodes[qi], self.tree.entries["child"][e], DATA, now[qi],
+                                group[qi], origin=source[qi],
+                                **Data.fields(publish_time=publish[qi], seqno=seqno[qi],
+                                              total_hops=hops[qi] + 1))

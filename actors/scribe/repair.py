@@ -80,6 +80,24 @@ class TreeRepair:
 
     def on_tick(self, ctx, m) -> None:
         li = self.messenger.local(ctx, m["dst"])
+        period = self.period
+        plan = self.tree.tick_plan(li, m["time"], period, self.heartbeat_miss * period,
+                                   self.child_expiry_miss * period)
+        if plan is None:   # a parent fell silent or a child went stale
+            self._tick_general(ctx, li, m)
+            return
+        # the common case, computed in one compiled pass (the same rows as the general
+        # path's: no re-join, no expiry)
+        t, sl = self.tree, self.tree.slots
+        nodes, now_n, qi, s, ref, hb, hb_e = plan
+        gid_n = np.asarray(ctx.nodes)[nodes].astype(np.int64)
+        now, me, grp = now_n[qi], gid_n[qi], sl["group"][s]
+        self._refresh_parents(ctx, s[ref], now[ref], me[ref], grp[ref])
+        self.messenger.send(ctx, me[hb], t.entries["child"][hb_e], HEARTBEAT, now[hb], grp[hb],
+                            **self.guard.path_fields(s[hb], me[hb]))
+        self._after_tick(ctx, nodes, qi, s, now, now_n, gid_n)
+
+    def _tick_general(self, ctx, li, m) -> None:
         nodes, first = np.unique(li, return_index=True)
         now_n = m["time"][first]
         gid_n = np.asarray(ctx.nodes)[nodes].astype(np.int64)
@@ -88,10 +106,14 @@ class TreeRepair:
         self._check_parents(ctx, s, now, me, grp)
         self._expire_children(ctx, s, now, me, grp)
         self._heartbeat_children(ctx, s, now, me, grp)
+        self._after_tick(ctx, nodes, qi, s, now, now_n, gid_n)
+
+    def _after_tick(self, ctx, nodes, qi, s, now, now_n, gid_n) -> None:
+        """RP records re-sent where the leaf set changed, unacknowledged messages
+        re-routed, and the next TICK of every node that still holds tree state."""
         self.rendezvous.refresh_stale(ctx, nodes, qi, s, now)
         if self.publishing is not None:  # issue 22: sources re-route unacknowledged messages
             self.publishing.retry_pending(ctx, nodes, now_n)
-        # reschedule while the node holds any tree state
         qi2, _ = self.tree.slots_of_nodes(nodes)
         busy = np.zeros(len(nodes), bool)
         busy[qi2] = True
@@ -118,11 +140,15 @@ class TreeRepair:
                                                repair=np.ones(len(rs), np.int64)),
                                  origin=me[suspect])
         refresh = child_role & ~silent & (sl["parent"][s] >= 0)
+        self._refresh_parents(ctx, s[refresh], now[refresh], me[refresh], grp[refresh])
+
+    def _refresh_parents(self, ctx, s, now, me, grp) -> None:
+        """Slots s refresh their entry at their parent."""
+        sl = self.tree.slots
         # issue 22: with the reliable layer the refresh carries the child's last seqno
-        pos = {"last_seq": sl["last_seq"][s[refresh]]} if self.ordered is not None else {}
-        self.messenger.send(ctx, me[refresh], sl["parent"][s[refresh]], REFRESH, now[refresh],
-                            grp[refresh],
-                            **Refresh.fields(credential=sl["join_cred"][s[refresh]], **pos))
+        pos = {"last_seq": sl["last_seq"][s]} if self.ordered is not None else {}
+        self.messenger.send(ctx, me, sl["parent"][s], REFRESH, now, grp,
+                            **Refresh.fields(credential=sl["join_cred"][s], **pos))
 
     def _expire_children(self, ctx, s, now, me, grp) -> None:
         """Children that stopped refreshing expire; slots left empty leave their parent."""

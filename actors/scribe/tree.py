@@ -220,6 +220,34 @@ class TreeState:
                               np.ascontiguousarray(local_idx, np.int64).reshape(-1),
                               self.n_groups, self.slots["active"])
 
+    def tick_plan(self, local_idx, times, period: int, silent_after: int, stale_after: int):
+        """``kernels.tick_plan`` on this state: a TICK cell's slots, refreshes and
+        heartbeats in one compiled pass, or None (nothing written) when a parent is silent
+        or a child stale, which the general path handles."""
+        si, ei, sl, en = self.slot_index, self.entry_index, self.slots, self.entries
+        plan = kernels.tick_plan(si.keys, si.vals, si.dkeys, si.dvals, ei.keys, ei.vals,
+                                 ei.dkeys, ei.dvals, np.ascontiguousarray(local_idx, np.int64),
+                                 np.ascontiguousarray(times, np.int64), self.n_groups,
+                                 self.n_nodes, sl["active"], sl["root"], sl["parent"],
+                                 sl["last_heard"], sl["last_sent"], en["valid"],
+                                 en["refresh"], int(period), int(silent_after),
+                                 int(stale_after))
+        return plan[1:] if plan[0] else None
+
+    def data_plan(self, local_idx, groups, senders, times, total_hops, seqno, max_hops: int):
+        """``kernels.data_plan`` on this state: a cell of DATA copies (no reliable layer)
+        looked up, heard, numbered and fanned out in one compiled pass."""
+        si, ei, sl = self.slot_index, self.entry_index, self.slots
+        c64 = np.ascontiguousarray
+        return kernels.data_plan(si.keys, si.vals, si.dkeys, si.dvals, ei.keys, ei.vals,
+                                 ei.dkeys, ei.dvals, c64(local_idx, np.int64),
+                                 c64(groups, np.int64), c64(senders, np.int64),
+                                 c64(times, np.int64), c64(total_hops, np.int64),
+                                 c64(seqno, np.int64), self.n_groups, self.n_nodes,
+                                 int(max_hops), sl["active"], sl["parent"], sl["member"],
+                                 sl["last_heard"], sl["last_seq"], sl["last_sent"],
+                                 self.entries["valid"])
+
     def active_slots(self) -> np.ndarray:
         return np.flatnonzero(self.slots["active"][: self.slot_index.size])
 
