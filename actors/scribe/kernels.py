@@ -186,3 +186,53 @@ def data_plan(skeys, svals, sdkeys, sdvals, ekeys, evals, edkeys, edvals, local_
     for j in range(len(qi)):
         last_sent[hs[qi[j]]] = times[hit[qi[j]]]
     return hit, hs, no_state, looping, mem, qi, e
+
+
+@numba.njit(cache=True)
+def refresh_known(skeys, svals, sdkeys, sdvals, ekeys, evals, edkeys, edvals, local_idx,
+                  groups, children, creds, times, n_groups, n_nodes, active, slot_node,
+                  n_children, node_children, e_slot, e_child, e_valid, e_cred, e_refresh):
+    """A cell of REFRESHes whose (slot, child) entries all exist already (the common
+    case; else nothing is written and ``ok`` is False: the caller's general path inserts
+    them). As ``TreeState.add_children`` on the rows with an active slot: every row's
+    entry takes its slot, child, credential and time (the last row of an entry written
+    last) and becomes valid; an entry that was not valid counts as a new child (once, at
+    its first row). Returns (ok, rows with an active slot, their slots, new-child mask
+    over those rows). O(q log S + q log E)."""
+    n = len(local_idx)
+    s = np.empty(n, np.int64)
+    e = np.empty(n, np.int64)
+    live = np.empty(n, np.int64)
+    k = 0
+    for i in range(n):
+        v = key_value(skeys, svals, sdkeys, sdvals,
+                      np.int64(local_idx[i]) * n_groups + np.int64(groups[i]))
+        if v < 0 or not active[v]:
+            continue
+        x = key_value(ekeys, evals, edkeys, edvals, np.int64(v) * n_nodes + children[i])
+        if x < 0:
+            return False, live[:0], s[:0], np.zeros(0, np.bool_)
+        live[k] = i
+        s[k] = v
+        e[k] = x
+        k += 1
+    live, s, e = live[:k], s[:k], e[:k]
+    new = np.zeros(k, np.bool_)
+    order = np.argsort(e, kind="mergesort")    # stable: a run starts at its first row
+    for p in range(k):
+        j = order[p]
+        if (p == 0 or e[order[p - 1]] != e[j]) and not e_valid[e[j]]:
+            new[j] = True
+    for j in range(k):
+        x = e[j]
+        i = live[j]
+        e_slot[x] = s[j]
+        e_child[x] = children[i]
+        e_valid[x] = True
+        e_cred[x] = creds[i]
+        e_refresh[x] = times[i]
+    for j in range(k):
+        if new[j]:
+            n_children[s[j]] += 1
+            node_children[slot_node[s[j]]] += 1
+    return True, live, s, new

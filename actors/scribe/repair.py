@@ -190,15 +190,25 @@ class TreeRepair:
         """A child refreshes its entry; unknown children are (re-)admitted (soft state),
         a node without state for the group tells the child to join again."""
         t = self.tree
-        s = t.find_active(self.messenger.local(ctx, m["dst"]), m["group"])
-        live = s >= 0
-        sub = m[live]
-        new = t.add_children(s[live], sub["src"], sub[Refresh.credential], sub["time"])
+        li = self.messenger.local(ctx, m["dst"])
+        # the common case, every child already listed, in one compiled pass
+        known = t.refresh_known(li, m["group"], m["src"], m[Refresh.credential], m["time"])
+        if known is not None:
+            rows, s_live, new = known
+            live = np.zeros(len(m), bool)
+            live[rows] = True
+        else:
+            s = t.find_active(li, m["group"])
+            live = s >= 0
+            s_live = s[live]
+            sub = m[live]
+            new = t.add_children(s_live, sub["src"], sub[Refresh.credential], sub["time"])
         if self.ordered is not None and new.any():
             # issue 22: a child re-admitted here (its entry had expired, e.g. its first
             # refresh came late over a long link) missed what was sent meanwhile and never
             # noticed (it kept hearing from us): catch it up from its last seqno
-            self.ordered.retransmit(ctx, s[live][new], sub["src"][new],
+            sub = m[live]
+            self.ordered.retransmit(ctx, s_live[new], sub["src"][new],
                                     sub[Refresh.last_seq][new], sub["time"][new])
         dead = m[~live]
         self.messenger.send(ctx, dead["dst"], dead["src"], REJOIN, dead["time"], dead["group"])

@@ -172,6 +172,20 @@ class TreeState:
             np.add.at(self.node_children, self.slots["node"][slots[newly]], 1)
         return newly
 
+    def refresh_known(self, local_idx, groups, children, creds, now):
+        """``kernels.refresh_known``: REFRESH rows from children whose entries exist,
+        looked up and refreshed in one compiled pass -- (rows with an active slot, their
+        slots, new-child mask) -- or None (nothing written) when an entry is missing."""
+        si, ei, sl, en = self.slot_index, self.entry_index, self.slots, self.entries
+        c64 = np.ascontiguousarray
+        ok, live, s, new = kernels.refresh_known(
+            si.keys, si.vals, si.dkeys, si.dvals, ei.keys, ei.vals, ei.dkeys, ei.dvals,
+            c64(local_idx, np.int64), c64(groups, np.int64), c64(children, np.int64),
+            c64(creds, np.int64), c64(now, np.int64), self.n_groups, self.n_nodes,
+            sl["active"], sl["node"], sl["n_children"], self.node_children, en["slot"],
+            en["child"], en["valid"], en["cred"], en["refresh"])
+        return (live, s, new) if ok else None
+
     def remove_children(self, slots, children) -> np.ndarray:
         """Remove (slot, child) entries; returns a mask of rows that removed something."""
         keys = np.asarray(slots, np.int64) * self.n_nodes + np.asarray(children, np.int64)
