@@ -23,6 +23,7 @@ class ShardContext:
         self.alive = engine.alive
         self.delta_us = engine.delta_us
         self.message_dtype = engine.message_dtype   # the stack's message record
+        self._tables = None   # the latency model's arrays, for the compiled arrival times
 
     @property
     def phase(self) -> str:
@@ -35,6 +36,10 @@ class ShardContext:
 
     def local(self, global_ids) -> np.ndarray:
         """Local indices of global node ids (int32; -1 where not on this shard)."""
+        if isinstance(global_ids, np.ndarray) and global_ids.ndim == 1 \
+                and global_ids.dtype.kind == "i":
+            # a record's id column as it is (strided int32): no int64 copy first
+            return kernels.local_indices(self._e.local_index, global_ids)
         g = np.asarray(global_ids, np.int64)
         if g.ndim == 1:
             return kernels.local_indices(self._e.local_index, g)
@@ -49,8 +54,18 @@ class ShardContext:
             return
         m = new_messages(n, self.message_dtype, src=src, dst=dst, type=type, sent=sent,
                          **fields)
-        m["time"] = m["sent"] + self._e.latency.latency(m["src"], m["dst"])
+        self._set_arrivals(m)
         self._e.emit(Batch(m, payload))
+
+    def _set_arrivals(self, m) -> None:
+        """time = sent + latency(src, dst) for every record of m, in place."""
+        lat = self._e.latency
+        if self._tables is None:
+            self._tables = self.latency_tables() if hasattr(lat, "host_router") else ()
+        if self._tables:
+            kernels.set_arrivals(m, *self._tables)
+        else:   # another latency model (tests): its own vectorized call
+            m["time"] = m["sent"] + lat.latency(m["src"], m["dst"])
 
     def send_batch(self, batch, owned: bool = False, timed: bool = False) -> None:
         """Like send, for a prepared Batch (or array of message records); `time` is
@@ -64,7 +79,7 @@ class ShardContext:
         m = as_messages(msgs, self.message_dtype)
         m = take_rows(m, slice(None)) if m is msgs and not owned else m
         if not timed:
-            m["time"] = m["sent"] + self._e.latency.latency(m["src"], m["dst"])
+            self._set_arrivals(m)
         self._e.emit(Batch(m, payload))
 
     def timer(self, node, at, type, **fields) -> None:

@@ -31,6 +31,16 @@ def find_slots(keys, vals, dkeys, dvals, local_idx, groups, n_groups, active, on
 
 
 @numba.njit(cache=True)
+def all_set(flags, idx):
+    """Whether flags[i] holds for every i of idx (``flags[idx].all()`` without the
+    temporary). O(len(idx))."""
+    for i in idx:
+        if not flags[i]:
+            return False
+    return True
+
+
+@numba.njit(cache=True)
 def heard_from_parent(keys, vals, dkeys, dvals, local_idx, groups, n_groups, active, parent,
                       senders, times, last_heard):
     """Rows whose sender is the parent of the receiving node's active slot for the group;

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from .membership import TreeLeaves
 from .publishing import ReliablePublishing
 from .reliable import OrderedDelivery
@@ -60,9 +61,9 @@ class TreeRepair:
         if not period or not len(m):
             return
         li = self.messenger.local(ctx, m["dst"])
-        cand = ~self.ticking[li]
-        if not cand.any():
+        if kernels.all_set(self.ticking, li):   # (the usual case, in one compiled call)
             return
+        cand = ~self.ticking[li]
         nodes, inv = np.unique(li[cand], return_inverse=True)
         now = np.full(len(nodes), np.iinfo(np.int64).min, np.int64)
         np.maximum.at(now, inv, m["time"][cand])

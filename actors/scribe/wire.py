@@ -54,9 +54,10 @@ class Messenger:
 
     def send(self, ctx, src, dst, type_code, sent, group, **fields) -> None:
         """One direct message per row from ``src`` to the known node ``dst``."""
-        if len(np.atleast_1d(src)) == 0:
+        src, dst = np.asarray(src), np.asarray(dst)
+        if src.size == 0:
             return
-        if np.min(dst) < 0:  # a bug upstream, never a network event: fail loudly
+        if dst.min() < 0:  # a bug upstream, never a network event: fail loudly
             raise ScribeError(f"Scribe: {TYPE_NAMES[type_code]} addressed to node -1")
         hi, lo = self.groups.key(group)
         self.endpoint.send(ctx, src, dst, type_code, sent, group=group, key_hi=hi, key_lo=lo,
