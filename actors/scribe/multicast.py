@@ -16,7 +16,7 @@ from .publishing import ReliablePublishing
 from .reliable import OrderedDelivery
 from .tree import TreeState, send_data_to_children
 from .types import DATA, MCAST, RP_ADDR, Data, Mcast, McastReq, RpAddr
-from .wire import Messenger
+from .wire import Messenger, take_rows
 
 
 class Dissemination:
@@ -71,17 +71,17 @@ class Dissemination:
         is_rp[is_rp] = sl["root"][s[is_rp]] & sl["active"][s[is_rp]]
         if not routed:  # stale cache: this node is not the RP (any more); route on
             lost = ~is_rp
-            sub = m[lost]
+            sub = take_rows(m, lost)
             self.messenger.route(ctx, sub["dst"], MCAST, sub["time"], sub["group"],
                                  **Mcast.fields(credential=sub[Mcast.credential],
                                                 seqno=sub[Mcast.seqno],
                                                 publish_time=sub[Mcast.publish_time]),
                                  origin=sub["origin"])
-            m, s, is_rp = m[~lost], s[~lost], is_rp[~lost]
+            m, s, is_rp = take_rows(m, ~lost), s[~lost], is_rp[~lost]
         bad = ~is_rp | (m[Mcast.credential] != sl["acl"][np.maximum(s, 0)])
         self.groups.refuse(ctx, m["group"][bad], m["origin"][bad], "multicast", m["time"][bad])
         ok = ~bad
-        sub, s = m[ok], s[ok]
+        sub, s = take_rows(m, ok), s[ok]
         if self.publishing is not None:  # issue 22: each source's messages in source order;
             sub, s = self.publishing.source_fifo(ctx, sub, s)   # acks (RP_ADDR) sent there
         elif routed:  # the source learns the RP's address and sends directly next time
@@ -149,7 +149,7 @@ class Dissemination:
         looping = hit & (m[Data.total_hops] > self.max_tree_hops)
         ctx.count("scribe_data_hop_limit", int(looping.sum()))
         hit &= ~looping
-        sub = m[hit]
+        sub = take_rows(m, hit)
         self.disseminate(ctx, s[hit], sub["dst"], sub["group"], sub["origin"],
                          sub[Data.publish_time], sub[Data.seqno], sub[Data.total_hops],
                          sub["time"])
@@ -165,7 +165,7 @@ class Dissemination:
         # a copy that went round more tree hops than any tree is deep is in a loop
         # (possible only under failures): dropped rather than circulated forever
         ctx.count("scribe_data_hop_limit", looping)
-        sub = m[hit]
+        sub = take_rows(m, hit)
         nodes, group, source, now = sub["dst"], sub["group"], sub["origin"], sub["time"]
         publish, seqno, hops = sub[Data.publish_time], sub[Data.seqno], sub[Data.total_hops]
         if len(mem):

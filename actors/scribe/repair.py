@@ -22,7 +22,7 @@ from .rendezvous import RendezvousPoints
 from .rootpath import RootPathGuard
 from .tree import TreeState
 from .types import HEARTBEAT, JOIN, LEAVE, REFRESH, REJOIN, TICK, Join, Refresh
-from .wire import Messenger
+from .wire import Messenger, take_rows
 
 
 def _rows(nodes, groups, times):
@@ -182,7 +182,7 @@ class TreeRepair:
         # a former parent still counts us as a child: make it drop us
         sl = self.tree.slots
         s = self.tree.find_active(li, m["group"])
-        self.guard.take_path(ctx, m[ok], s[ok])
+        self.guard.take_path(ctx, take_rows(m, ok), s[ok])
         stray = ~ok & ((s < 0) | (sl["parent"][np.maximum(s, 0)] >= 0))
         self.messenger.send(ctx, m["dst"][stray], m["src"][stray], LEAVE, m["time"][stray],
                             m["group"][stray])
@@ -202,14 +202,14 @@ class TreeRepair:
             s = t.find_active(li, m["group"])
             live = s >= 0
             s_live = s[live]
-            sub = m[live]
+            sub = take_rows(m, live)
             new = t.add_children(s_live, sub["src"], sub[Refresh.credential], sub["time"])
         if self.ordered is not None and new.any():
             # issue 22: a child re-admitted here (its entry had expired, e.g. its first
             # refresh came late over a long link) missed what was sent meanwhile and never
             # noticed (it kept hearing from us): catch it up from its last seqno
-            sub = m[live]
+            sub = take_rows(m, live)
             self.ordered.retransmit(ctx, s_live[new], sub["src"][new],
                                     sub[Refresh.last_seq][new], sub["time"][new])
-        dead = m[~live]
+        dead = take_rows(m, ~live)
         self.messenger.send(ctx, dead["dst"], dead["src"], REJOIN, dead["time"], dead["group"])
