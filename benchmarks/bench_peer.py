@@ -3,11 +3,12 @@
 FreePastry 2.1's direct simulator runs this in ~85 s on this machine class: 10,000 nodes
 join by the protocol (arrivals over 10 s), ts5050, 10 groups of 1,000 subscribers, one
 multicast each. Here: the same as a scenario (written to ``<out>/bench_peer.toml``), run by
-the scenario runner's own per-topology code on Ray with 2 shards, without the Spark
+the scenario runner's own per-topology code on Ray with the scenarios' automatic shard count
+(one shard for 10,000 nodes; ``--shards K`` to choose), without the Spark
 analysis (not part of the comparison). Prints the emulation time of each phase, the
 table-quality check's time and the message counts, and writes them to ``<out>/bench.json``.
 
-Usage: ``python benchmarks/bench_peer.py --out /work/runs/NAME [--nodes 10000]``
+Usage: ``python benchmarks/bench_peer.py --out /work/runs/NAME [--nodes 10000] [--shards K]``
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=10_000)
     ap.add_argument("--groups", type=int, default=10)
     ap.add_argument("--size", type=int, default=1_000)
-    ap.add_argument("--shards", type=int, default=2)
+    ap.add_argument("--shards", type=int, default=0,
+                    help="shard actors (default 0: the scenarios' automatic count, one per "
+                         "CPU and at most one per 10,000 nodes)")
     a = ap.parse_args()
 
     from scenarios import run_scenario, runner
@@ -91,7 +94,7 @@ def main() -> None:
     run_scenario(cfg, out=run_dir, progress=False)
     total = time.perf_counter() - t0
     state = json.loads((run_dir / "state.json").read_text())   # the runner's record
-    out = {"nodes": a.nodes, "shards": a.shards, "total_s": round(total, 2),
+    out = {"nodes": a.nodes, "shards": cfg.shards, "total_s": round(total, 2),
            "quality_check_s": round(quality_s[0], 2) if quality_s else None,
            "phases": state["phases"], "timing": state["timing"],
            "quality": state["quality"].get("0")}
