@@ -39,7 +39,7 @@ NEVER = np.iinfo(np.int64).max
 # meta[]: the pool's scalar state, kept in an array so the compiled calls update it in place
 _HEAP, _FREE, _PAY_USED, _PAY_LIVE, _RING_N, _BASE = 0, 1, 2, 3, 4, 5
 _FIRST_CAPACITY = 1024
-# cells of the ring (a power of two): 8 s of virtual time at the usual 2 ms cell, longer than
+# cells of the ring (a power of two): 16 s of virtual time at the usual 2 ms cell, longer than
 # any network delay, so only long timers go to the heap
 RING_CELLS = 8192
 _FEW = 512   # pushes of up to this many records copy them in the compiled call
