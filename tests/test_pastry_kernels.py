@@ -328,3 +328,28 @@ def test_route_log_kernel_equals_the_numpy_columns():
         got = kernels.route_log(m, kind, int(here.sum()))
         for a, b in zip(got, ref, strict=True):
             assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_hop_identity_and_ack_matching_kernels_equal_numpy():
+    """A hop's 64-bit identity (every field width and sign the record has, keys with the
+    top bit set) and the multiset clearing of pending hops by acks, against the numpy
+    code they replaced."""
+    from actors.pastry.hop_acks import acked_pending_numpy, hop_hash
+    from actors.pastry.messages import MSG_DTYPE
+
+    rng = np.random.default_rng(3)
+    m = np.zeros(500, MSG_DTYPE)
+    m["src"], m["dst"] = rng.integers(0, 10**6, 500), rng.integers(0, 10**6, 500)
+    m["origin"] = rng.integers(-1, 10**6, 500)
+    m["type"], m["hops"] = rng.integers(10, 90, 500), rng.integers(0, 30, 500)
+    m["key_hi"] = rng.integers(0, 2**63, 500).astype(np.uint64) * np.uint64(2) + np.uint64(1)
+    m["key_lo"] = rng.integers(0, 2**63, 500).astype(np.uint64)
+    cols = [m[f] for f in ("src", "dst", "origin", "type", "hops", "key_hi", "key_lo")]
+    assert np.array_equal(kernels.hop_identity(*cols), hop_hash(*cols))
+    wide = [c.astype(np.int64) for c in cols[:5]] + cols[5:]
+    assert np.array_equal(kernels.hop_identity(*wide), hop_hash(*cols))
+    for _ in range(200):   # repeated identities on both sides, acks with no pending copy
+        identity = rng.integers(0, 6, int(rng.integers(0, 30))).astype(np.uint64)
+        acks = rng.integers(0, 8, int(rng.integers(1, 10))).astype(np.uint64)
+        assert np.array_equal(kernels.acked_pending(identity, acks),
+                              acked_pending_numpy(identity, acks))

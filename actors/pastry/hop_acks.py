@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from . import types as msg_types
 from .messages import MSG_DTYPE, msgs_of, take_rows
 from .types import HopAck
@@ -27,13 +28,29 @@ MIX = np.uint64(0x9E3779B97F4A7C15)
 
 def hop_hash(src, dst, origin, type_, hops, key_hi, key_lo) -> np.ndarray:
     """64-bit identity of a routed hop (the fields both ends see). Collisions would need
-    two hops of one sender to one receiver with different keys to hash equal: ~2^-64."""
+    two hops of one sender to one receiver with different keys to hash equal: ~2^-64.
+    The numpy reference of ``kernels.hop_identity``, which the handlers call."""
     h = np.zeros(len(np.atleast_1d(src)), np.uint64)
     with np.errstate(over="ignore"):
         for v in (src, dst, origin, type_, hops, key_hi, key_lo):
             h = (h ^ np.asarray(v).astype(np.int64).view(np.uint64)) * MIX
             h ^= h >> np.uint64(29)
     return h
+
+
+def acked_pending_numpy(identity, acks) -> np.ndarray:
+    """The numpy reference of ``kernels.acked_pending`` (what ``on_ack`` ran before it):
+    the mask of pending hops to keep when k acks of one identity clear its k earliest
+    pending copies. O((P + n) log P)."""
+    uh, cnt = np.unique(acks, return_counts=True)
+    o = np.argsort(identity, kind="stable")
+    ph = identity[o]
+    pos = np.searchsorted(uh, ph)
+    posc = np.minimum(pos, len(uh) - 1)
+    allowed = np.where(uh[posc] == ph, cnt[posc], 0)
+    drop = np.zeros(len(ph), bool)
+    drop[o] = _rank_in_runs(ph) < allowed
+    return ~drop
 
 
 def _rank_in_runs(sorted_keys) -> np.ndarray:
@@ -67,7 +84,7 @@ class HopAcks:
         dl = out["time"] + 2 * lat + self.slack_us
         self.pending = np.concatenate([self.pending, out])
         self.deadline = np.concatenate([self.deadline, dl])
-        self.identity = np.concatenate([self.identity, hop_hash(
+        self.identity = np.concatenate([self.identity, kernels.hop_identity(
             out["src"], out["dst"], out["origin"], out["type"], out["hops"], out["key_hi"],
             out["key_lo"])])
         ctx.timer(out["src"], dl, msg_types.ACK_TIMER)
@@ -94,18 +111,10 @@ class HopAcks:
         self.nodes.heard_from(self.nodes.local(ctx, m["dst"]), m["src"])
         if not len(self.pending):
             return
-        h = hop_hash(m["dst"], m["src"], m["origin"], m[HopAck.acked_type],
-                     m[HopAck.acked_hops], m["key_hi"], m["key_lo"])
-        # multiset matching: k acks with one identity clear k pending copies of it
-        uh, cnt = np.unique(h, return_counts=True)
-        o = np.argsort(self.identity, kind="stable")
-        ph = self.identity[o]
-        pos = np.searchsorted(uh, ph)
-        posc = np.minimum(pos, len(uh) - 1)
-        allowed = np.where(uh[posc] == ph, cnt[posc], 0)
-        drop = np.zeros(len(ph), bool)
-        drop[o] = _rank_in_runs(ph) < allowed
-        self._keep(~drop)
+        h = kernels.hop_identity(m["dst"], m["src"], m["origin"], m[HopAck.acked_type],
+                                 m[HopAck.acked_hops], m["key_hi"], m["key_lo"])
+        # multiset matching: k acks with one identity clear its k earliest pending copies
+        self._keep(kernels.acked_pending(self.identity, h))
 
     def on_timer(self, ctx, batch):
         """ACK_TIMER: hops of these nodes past their deadline were lost. Their next hops

@@ -779,3 +779,47 @@ def hop_on(out, hop, nh, host_router, router_dist, lan_us):
         hop[i]["pay_len"] = 0
         lat[i] = d
     return lat
+
+
+@numba.njit(cache=True)
+def hop_identity(src, dst, origin, type_, hops, key_hi, key_lo):
+    """``hop_acks.hop_hash`` in one pass: per row, h = 0, then for each field v in this
+    order h = (h ^ uint64(int64(v))) * MIX, h ^= h >> 29 (wrapping uint64). O(n)."""
+    n = len(src)
+    out = np.empty(n, np.uint64)
+    mix = np.uint64(0x9E3779B97F4A7C15)
+    s29 = np.uint64(29)
+    for i in range(n):
+        h = np.uint64(0)
+        h = (h ^ np.uint64(np.int64(src[i]))) * mix
+        h ^= h >> s29
+        h = (h ^ np.uint64(np.int64(dst[i]))) * mix
+        h ^= h >> s29
+        h = (h ^ np.uint64(np.int64(origin[i]))) * mix
+        h ^= h >> s29
+        h = (h ^ np.uint64(np.int64(type_[i]))) * mix
+        h ^= h >> s29
+        h = (h ^ np.uint64(np.int64(hops[i]))) * mix
+        h ^= h >> s29
+        h = (h ^ np.uint64(np.int64(key_hi[i]))) * mix
+        h ^= h >> s29
+        h = (h ^ np.uint64(np.int64(key_lo[i]))) * mix
+        h ^= h >> s29
+        out[i] = h
+    return out
+
+
+@numba.njit(cache=True)
+def acked_pending(identity, acks):
+    """Which pending hops the acknowledgements clear, as a multiset: k acks of one
+    identity clear its k earliest pending copies (in pending order). Returns the mask of
+    pending hops to keep. O(len(acks) x len(identity)): a handful of acks a cell against
+    the hops in flight."""
+    keep = np.ones(len(identity), np.bool_)
+    for a in range(len(acks)):
+        h = acks[a]
+        for p in range(len(identity)):
+            if keep[p] and identity[p] == h:
+                keep[p] = False
+                break
+    return keep
