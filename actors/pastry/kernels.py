@@ -782,30 +782,26 @@ def hop_on(out, hop, nh, host_router, router_dist, lan_us):
 
 
 @numba.njit(cache=True)
+def _mix(h, v):
+    """One field into a hop identity: (h ^ uint64(int64(v))) * MIX, then h ^= h >> 29."""
+    h = (h ^ np.uint64(np.int64(v))) * np.uint64(0x9E3779B97F4A7C15)
+    return h ^ (h >> np.uint64(29))
+
+
+@numba.njit(cache=True)
 def hop_identity(src, dst, origin, type_, hops, key_hi, key_lo):
-    """``hop_acks.hop_hash`` in one pass: per row, h = 0, then for each field v in this
-    order h = (h ^ uint64(int64(v))) * MIX, h ^= h >> 29 (wrapping uint64). O(n)."""
+    """``hop_acks.hop_hash`` in one pass: per row, h = 0, then each field in this order
+    mixed in by :func:`_mix` (wrapping uint64). O(n)."""
     n = len(src)
     out = np.empty(n, np.uint64)
-    mix = np.uint64(0x9E3779B97F4A7C15)
-    s29 = np.uint64(29)
     for i in range(n):
-        h = np.uint64(0)
-        h = (h ^ np.uint64(np.int64(src[i]))) * mix
-        h ^= h >> s29
-        h = (h ^ np.uint64(np.int64(dst[i]))) * mix
-        h ^= h >> s29
-        h = (h ^ np.uint64(np.int64(origin[i]))) * mix
-        h ^= h >> s29
-        h = (h ^ np.uint64(np.int64(type_[i]))) * mix
-        h ^= h >> s29
-        h = (h ^ np.uint64(np.int64(hops[i]))) * mix
-        h ^= h >> s29
-        h = (h ^ np.uint64(np.int64(key_hi[i]))) * mix
-        h ^= h >> s29
-        h = (h ^ np.uint64(np.int64(key_lo[i]))) * mix
-        h ^= h >> s29
-        out[i] = h
+        h = _mix(np.uint64(0), src[i])
+        h = _mix(h, dst[i])
+        h = _mix(h, origin[i])
+        h = _mix(h, type_[i])
+        h = _mix(h, hops[i])
+        h = _mix(h, key_hi[i])
+        out[i] = _mix(h, key_lo[i])
     return out
 
 
