@@ -38,6 +38,11 @@ class Endpoint(Protocol):
         """Send one message per row directly from ``src`` to the known node ``dst``
         (``Application.receive`` runs there)."""
 
+    def send_records(self, ctx, records) -> None:
+        """``send`` for messages an application kernel laid out itself: an array of
+        ``ctx.message_dtype`` records, zeroed but for ``src``, ``dst``, ``type``, ``sent``
+        and the application's fields (the caller gives the array away)."""
+
     def replica_set(self, ctx, nodes, k: int) -> np.ndarray:
         """(len(nodes), k) global ids: the k nodes numerically closest to each node's id
         that it knows (its leaf set), -1 where it knows fewer."""

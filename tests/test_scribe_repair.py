@@ -148,7 +148,15 @@ def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch
     real_known = TreeState.refresh_known
     monkeypatch.setattr(TreeState, "refresh_known",
                         lambda self, *a: known.append(real_known(self, *a)) or known[-1])
+    from emulator.engine import ShardEngine
+    real_emit, emitted = ShardEngine.emit, []   # every record sent, every field
+
+    def emit(self, batch):
+        emitted.append((self.shard_id, batch.msgs.tobytes(), batch.payload.tobytes()))
+        real_emit(self, batch)
+    monkeypatch.setattr(ShardEngine, "emit", emit)
     fast_logs, fast_counts, fast_sent, fast_trees = _repair_run(shards)
+    fast_emitted, emitted[:] = list(emitted), []
     assert fast_counts["scribe_repairs"] > 0 and len(fast_logs["delivery"]["member"]) > 0
     # both paths of a TICK cell ran, and the compiled DATA step
     assert sum(p is None for p in plans) > 0 and sum(p is not None for p in plans) > 100
@@ -160,10 +168,16 @@ def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch
     monkeypatch.setattr(Dissemination, "_data_plain", Dissemination._data_general)
     logs, counts, sent, trees = _repair_run(shards)
     assert counts == fast_counts and sent == fast_sent
+    # the same records, byte for byte, in the same sends (the compiled DATA step writes
+    # its copies' records itself)
+    assert len(emitted) == len(fast_emitted)
+    differ = [i for i, (a, b) in enumerate(zip(emitted, fast_emitted, strict=True)) if a != b]
+    assert not differ, f"{len(differ)} sends differ, the first is send {differ[:1]}"
     for name, cols in logs.items():
         assert cols.keys() == fast_logs[name].keys(), name
         for c, v in cols.items():
             assert np.array_equal(v, fast_logs[name][c]), (name, c)
+            assert v.dtype == fast_logs[name][c].dtype, (name, c)
     for tree, fast in zip(trees, fast_trees, strict=True):
         for part in ("slots", "entries"):
             for c, v in tree[part].items():

@@ -23,6 +23,11 @@ class OverlayEndpoint:
         fields.setdefault("mode", 0)
         ctx.send(src, dst, type_code, sent, **fields)
 
+    def send_records(self, ctx, records):
+        """Direct messages laid out as records by the application (mode 0: the records
+        come zeroed but for the fields it set); the records are the engine's from here."""
+        ctx.send_batch(records, owned=True)
+
     def replica_set(self, ctx, nodes, k: int) -> np.ndarray:
         """The k nodes numerically closest to each local node, from its leaf set."""
         li = self._nodes.local(ctx, nodes)

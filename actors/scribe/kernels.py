@@ -246,3 +246,56 @@ def refresh_known(skeys, svals, sdkeys, sdvals, ekeys, evals, edkeys, edvals, lo
             n_children[s[j]] += 1
             node_children[slot_node[s[j]]] += 1
     return True, live, s, new
+
+
+@numba.njit(cache=True)
+def delivery_columns(hit, mem, group, dst, origin, publish, time, hops, seqno):
+    """The ``delivery`` log columns of the member rows of a DATA cell (``data_plan``'s hit
+    rows ``hit`` and member positions ``mem`` among them), from the cell's record columns,
+    in the log's types (group, member, source int32; publish_time, time, seqno int64;
+    hops int16). O(len(mem))."""
+    n = len(mem)
+    g = np.empty(n, np.int32)
+    who = np.empty(n, np.int32)
+    src = np.empty(n, np.int32)
+    pub = np.empty(n, np.int64)
+    t = np.empty(n, np.int64)
+    h = np.empty(n, np.int16)
+    sq = np.empty(n, np.int64)
+    for k in range(n):
+        r = hit[mem[k]]
+        g[k] = group[r]
+        who[k] = dst[r]
+        src[k] = origin[r]
+        pub[k] = publish[r]
+        t[k] = time[r]
+        h[k] = hops[r]
+        sq[k] = seqno[r]
+    return g, who, src, pub, t, h, sq
+
+
+@numba.njit(cache=True)
+def data_copies(hit, qi, e, child, dst, group, origin, time, publish, seqno, hops, key_hi,
+                key_lo, o_src, o_dst, o_sent, o_group, o_key_hi, o_key_lo, o_origin,
+                o_publish, o_seqno, o_hops):
+    """The DATA copies of a cell written straight into their (zeroed) records' columns
+    ``o_*``: copy j goes from the node of hit row ``hit[qi[j]]`` to child entry ``e[j]``,
+    sent when that copy arrived, one tree hop further, with its group's key. Returns the
+    first copy addressed to node -1 (-1: none; a bug upstream). O(len(qi))."""
+    for j in range(len(qi)):
+        r = hit[qi[j]]
+        c = child[e[j]]
+        if c < 0:
+            return j
+        g = group[r]
+        o_src[j] = dst[r]
+        o_dst[j] = c
+        o_sent[j] = time[r]
+        o_group[j] = g
+        o_key_hi[j] = key_hi[g]
+        o_key_lo[j] = key_lo[g]
+        o_origin[j] = origin[r]
+        o_publish[j] = publish[r]
+        o_seqno[j] = seqno[r]
+        o_hops[j] = hops[r] + 1
+    return -1

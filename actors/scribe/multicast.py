@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from .groups import GroupDirectory
 from .publishing import ReliablePublishing
 from .reliable import OrderedDelivery
 from .tree import TreeState, send_data_to_children
 from .types import DATA, MCAST, RP_ADDR, Data, Mcast, McastReq, RpAddr
-from .wire import Messenger, take_rows
+from .wire import Messenger, ScribeError, take_rows
+
+# the ``delivery`` log's columns in the order kernels.delivery_columns returns them
+_DELIVERY_COLUMNS = ("group", "member", "source", "publish_time", "time", "hops", "seqno")
 
 
 class Dissemination:
@@ -165,14 +169,22 @@ class Dissemination:
         # a copy that went round more tree hops than any tree is deep is in a loop
         # (possible only under failures): dropped rather than circulated forever
         ctx.count("scribe_data_hop_limit", looping)
-        sub = take_rows(m, hit)
-        nodes, group, source, now = sub["dst"], sub["group"], sub["origin"], sub["time"]
-        publish, seqno, hops = sub[Data.publish_time], sub[Data.seqno], sub[Data.total_hops]
-        if len(mem):
-            self._log_delivery(ctx, group[mem], nodes[mem], source[mem], publish[mem],
-                               now[mem], hops[mem], seqno[mem])
+        publish, seqno, hops = m[Data.publish_time], m[Data.seqno], m[Data.total_hops]
+        group, nodes, source, now = m["group"], m["dst"], m["origin"], m["time"]
+        if len(mem):   # the log's columns and the copies' records written by kernels:
+            # a cell's hit rows are never gathered into arrays of their own
+            ctx.log_owned("delivery", **dict(zip(_DELIVERY_COLUMNS, kernels.delivery_columns(
+                hit, mem, group, nodes, source, publish, now, hops, seqno), strict=True)),
+                variant=np.full(len(mem), self.variant_of(), dtype=object))
         if len(e):
-            self.messenger.send(ctx, nodes[qi], self.tree.entries["child"][e], DATA, now[qi],
-                                group[qi], origin=source[qi],
-                                **Data.fields(publish_time=publish[qi], seqno=seqno[qi],
-                                              total_hops=hops[qi] + 1))
+            out = np.zeros(len(e), ctx.message_dtype)
+            out["type"] = DATA
+            bad = kernels.data_copies(
+                hit, qi, e, self.tree.entries["child"], nodes, group, source, now, publish,
+                seqno, hops, self.groups.table["id_hi"], self.groups.table["id_lo"],
+                out["src"], out["dst"], out["sent"], out["group"], out["key_hi"],
+                out["key_lo"], out["origin"], out[Data.publish_time], out[Data.seqno],
+                out[Data.total_hops])
+            if bad >= 0:  # a bug upstream, never a network event: fail loudly
+                raise ScribeError("Scribe: DATA addressed to node -1")
+            self.messenger.send_records(ctx, out)
