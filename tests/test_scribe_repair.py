@@ -134,7 +134,8 @@ def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch
     """The compiled common case of a TICK cell (TreeState.tick_plan), of a DATA cell
     (Dissemination._data_plain) and of a REFRESH cell (TreeState.refresh_known) send, log,
     count and leave in the tree state exactly what the general numpy path does, through
-    failures, repairs, expiries and multicasts."""
+    failures, repairs, expiries and multicasts: every sent record byte for byte (the
+    compiled TICK and DATA steps write their messages' records themselves)."""
     from actors.scribe.multicast import Dissemination
     from actors.scribe.tree import TreeState
 

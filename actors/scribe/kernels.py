@@ -299,3 +299,43 @@ def data_copies(hit, qi, e, child, dst, group, origin, time, publish, seqno, hop
         o_seqno[j] = seqno[r]
         o_hops[j] = hops[r] + 1
     return -1
+
+
+@numba.njit(cache=True)
+def tick_messages(node_ids, nodes, now_n, qi, s, ref, hb, hb_e, group, parent, join_cred,
+                  child, key_hi, key_lo, r_src, r_dst, r_sent, r_group, r_key_hi, r_key_lo,
+                  r_cred, h_src, h_dst, h_sent, h_group, h_key_hi, h_key_lo):
+    """The messages of a common-case TICK cell (``tick_plan``'s slot rows ``qi``/``s``,
+    refreshing rows ``ref``, heartbeat pairs ``hb``/``hb_e``) written straight into their
+    (zeroed) records' columns: a REFRESH from each refreshing slot's node to its parent
+    carrying the slot's JOIN credential (``r_*``), a HEARTBEAT to each quiet child
+    (``h_*``), sent at the node's tick time with the group's key. ``node_ids``: global id
+    of each local node. Returns the first message addressed to node -1 (refreshes first,
+    then heartbeats at len(ref) + j; -1: none -- a bug upstream). O(len(ref) + len(hb))."""
+    for j in range(len(ref)):
+        r = ref[j]
+        v = s[r]
+        p = parent[v]
+        if p < 0:
+            return j
+        g = group[v]
+        r_src[j] = node_ids[nodes[qi[r]]]
+        r_dst[j] = p
+        r_sent[j] = now_n[qi[r]]
+        r_group[j] = g
+        r_key_hi[j] = key_hi[g]
+        r_key_lo[j] = key_lo[g]
+        r_cred[j] = join_cred[v]
+    for j in range(len(hb)):
+        r = hb[j]
+        c = child[hb_e[j]]
+        if c < 0:
+            return len(ref) + j
+        g = group[s[r]]
+        h_src[j] = node_ids[nodes[qi[r]]]
+        h_dst[j] = c
+        h_sent[j] = now_n[qi[r]]
+        h_group[j] = g
+        h_key_hi[j] = key_hi[g]
+        h_key_lo[j] = key_lo[g]
+    return -1
