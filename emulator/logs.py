@@ -33,18 +33,21 @@ class LogBuffer:
         self._merged: dict[str, int] = {}     # chunks of each table up to here are merged
 
     def add(self, table: str, phase: str, columns: dict, copy: bool = True) -> None:
-        """Append rows; array columns must share one length, scalars are broadcast.
+        """Append rows; array columns must share one length, scalars are broadcast (a
+        string is kept as one value and a row count, :class:`_Const`, until `take`).
         ``copy=False``: the arrays are the caller's to give away (nothing writes them
         later), so they are kept as they are."""
-        arrays = {k: np.asarray(v) for k, v in columns.items()}
-        lengths = {len(v) for v in arrays.values() if v.ndim == 1}
-        if any(v.ndim > 1 for v in arrays.values()) or len(lengths) > 1:
-            shapes = {k: v.shape for k, v in arrays.items()}
+        arrays = {k: (v if isinstance(v, str) else np.asarray(v)) for k, v in columns.items()}
+        lengths = {len(v) for v in arrays.values() if not isinstance(v, str) and v.ndim == 1}
+        if any(not isinstance(v, str) and v.ndim > 1 for v in arrays.values()) \
+                or len(lengths) > 1:
+            shapes = {k: np.shape(v) for k, v in arrays.items()}
             raise ValueError(f"log {table!r}: columns must be 1-d of one length, got {shapes}")
         n = lengths.pop() if lengths else 1
         if n == 0:
             return
-        cols = {k: (np.full(n, v[()]) if v.ndim == 0 else (v.copy() if copy else v))
+        cols = {k: (_Const(v, n) if isinstance(v, str) else np.full(n, v[()]) if v.ndim == 0
+                    else (v.copy() if copy else v))
                 for k, v in arrays.items()}
         chunks = self._chunks.setdefault(table, [])
         chunks.append((phase, cols))
@@ -97,11 +100,37 @@ class _Records:
         return {name: np.ascontiguousarray(self.rows[field]) for name, field in self.columns}
 
 
+class _Const:
+    """A string column whose rows all hold one value (a label, such as a delivery's
+    variant): the value and the row count, not one Python object per row."""
+
+    __slots__ = ("value", "n")
+
+    def __init__(self, value: str, n: int):
+        self.value, self.n = value, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def rows(self) -> np.ndarray:
+        return np.full(self.n, self.value, dtype=object)
+
+
+def _concat(parts) -> np.ndarray | _Const:
+    """One column from a run's chunks of it, a constant while every chunk holds the same."""
+    if isinstance(parts[0], _Const):
+        if all(isinstance(p, _Const) and p.value == parts[0].value for p in parts):
+            return _Const(parts[0].value, sum(p.n for p in parts))
+        return np.concatenate([p.rows() if isinstance(p, _Const) else p for p in parts])
+    return np.concatenate(parts)
+
+
 def _layout(chunk) -> tuple:
     phase, cols = chunk
     if isinstance(cols, _Records):
         return phase, "records", cols.rows.dtype, cols.columns
-    return phase, tuple((k, v.dtype) for k, v in cols.items())
+    return phase, tuple((k, _Const if isinstance(v, _Const) else v.dtype)
+                        for k, v in cols.items())
 
 
 def _merge_runs(chunks: list) -> list:
@@ -121,7 +150,7 @@ def _merge_runs(chunks: list) -> list:
             out.append(run[0])
         elif run:
             phase, first = run[0]
-            out.append((phase, {k: np.concatenate([c[k] for _, c in run]) for k in first}))
+            out.append((phase, {k: _concat([c[k] for _, c in run]) for k in first}))
 
     key = None
     for chunk in chunks:
@@ -134,7 +163,10 @@ def _merge_runs(chunks: list) -> list:
     return out
 
 
-def _arrow(v: np.ndarray) -> pa.Array:
+def _arrow(v) -> pa.Array:
+    if isinstance(v, _Const):   # one dictionary entry, n zero indices: no per-row object
+        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(v.n, np.int32)),
+                                              pa.array([v.value])).cast(pa.string())
     if v.dtype == object or v.dtype.kind in "US":
         return pa.array(v.astype(str).tolist() if v.dtype.kind != "O" else list(v), pa.string())
     return pa.array(v)

@@ -76,3 +76,26 @@ def test_records_logged_whole_give_the_columns_cut_from_them():
     got, want = whole.take()["message"], as_columns.take()["message"]
     assert got.column_names == ["time", "arrival", "src", "type", "group", "phase"]
     assert got.equals(want)
+
+
+def test_a_string_label_is_kept_once_and_gives_the_rows_of_an_object_column():
+    """A string logged as a scalar (a delivery's variant) is one value and a row count in
+    the buffer, merged across chunks while the value stays, and gives the same table as
+    the object column of one Python string per row that handlers logged before."""
+    rng = np.random.default_rng(11)
+    labels, objects = LogBuffer(), LogBuffer()
+    labels.MERGE_EVERY = 8
+    for i in range(200):
+        n = int(rng.integers(0, 6))
+        variant = "scribe" if i < 120 else ("collapse" if i % 7 else "scribe")
+        member = rng.integers(0, 99, n).astype(np.int32)
+        labels.add("delivery", "multicast", {"member": member, "variant": variant})
+        objects.add("delivery", "multicast",
+                    {"member": member, "variant": np.full(n, variant, dtype=object)})
+    # the first chunks' labels merged (8 at a time here) into a constant, not an object
+    # array (a chunk holds at most 5 rows)
+    first = labels._chunks["delivery"][0][1]["variant"]
+    assert not isinstance(first, np.ndarray) and len(first) > 5
+    got, want = labels.take()["delivery"], objects.take()["delivery"]
+    assert got.schema.equals(want.schema) and got.column("variant").type == pa.string()
+    assert got.equals(want)

@@ -273,7 +273,7 @@ class Scribe:
         ctx.log_owned("tree_edge", group=t.slots["group"][act][qi].astype(np.int32),
                       parent=np.asarray(ctx.nodes)[t.slots["node"][act][qi]].astype(np.int32),
                       child=t.entries["child"][e].astype(np.int32),
-                      variant=np.full(n, self.variant_label(), dtype=object))
+                      variant=self.variant_label())
 
     def checkpoint(self) -> dict:
         return {"tree": self.tree.state(), "collapsed": self.collapse.collapsed,

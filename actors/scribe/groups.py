@@ -87,5 +87,5 @@ class GroupDirectory:
         """Log and count the requests refused (bad credential, duplicate create, ...)."""
         if len(group):
             ctx.log("refused", group=np.asarray(group, np.int32), node=np.asarray(node, np.int32),
-                    op=np.full(len(group), op, dtype=object), time=np.asarray(time, np.int64))
+                    op=op, time=np.asarray(time, np.int64))
             ctx.count(f"scribe_refused_{op}", len(group))

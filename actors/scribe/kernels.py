@@ -33,9 +33,10 @@ def find_slots(keys, vals, dkeys, dvals, local_idx, groups, n_groups, active, on
 @numba.njit(cache=True)
 def all_set(flags, idx):
     """Whether flags[i] holds for every i of idx (``flags[idx].all()`` without the
-    temporary). O(len(idx))."""
+    temporary); False where an index is negative (a node not on this shard: the caller's
+    general path reports it). O(len(idx))."""
     for i in idx:
-        if not flags[i]:
+        if i < 0 or not flags[i]:
             return False
     return True
 

@@ -133,7 +133,7 @@ class Dissemination:
                       source=source.astype(np.int32), publish_time=publish.astype(np.int64),
                       time=now.astype(np.int64), hops=hops.astype(np.int16),
                       seqno=seqno.astype(np.int64),
-                      variant=np.full(len(group), self.variant_of(), dtype=object))
+                      variant=self.variant_of())
 
     def on_data(self, ctx, m) -> None:
         """A DATA copy from the parent: pass it on (and deliver it where a member)."""
@@ -175,7 +175,7 @@ class Dissemination:
             # a cell's hit rows are never gathered into arrays of their own
             ctx.log_owned("delivery", **dict(zip(_DELIVERY_COLUMNS, kernels.delivery_columns(
                 hit, mem, group, nodes, source, publish, now, hops, seqno), strict=True)),
-                variant=np.full(len(mem), self.variant_of(), dtype=object))
+                variant=self.variant_of())
         if len(e):
             out = np.zeros(len(e), ctx.message_dtype)
             out["type"] = DATA

@@ -165,7 +165,7 @@ class OrderedDelivery:
                           member=nodes[am].astype(np.int32), source=source[am].astype(np.int32),
                           publish_time=publish[am].astype(np.int64), time=now[am].astype(np.int64),
                           hops=hops[am].astype(np.int16), seqno=seqno[am].astype(np.int64),
-                          variant=np.full(int(am.sum()), self.variant_of(), dtype=object))
+                          variant=self.variant_of())
 
     def _release_in_order(self, ctx, touched, t_now, t_node, t_group) -> None:
         """Advance each touched slot over consecutive buffered seqnos; members log each
@@ -189,7 +189,7 @@ class OrderedDelivery:
                               publish_time=ring.cols["publish"][e[mem]],
                               time=t_now[mem].astype(np.int64),
                               hops=ring.cols["hops"][e[mem]].astype(np.int16),
-                              seqno=nxt[mem], variant=np.full(n, self.variant_of(), dtype=object))
+                              seqno=nxt[mem], variant=self.variant_of())
 
     def retransmit(self, ctx, s, child, after, now):
         """joinHandler: send a repairing child the buffered messages newer than `after`:

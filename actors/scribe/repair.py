@@ -60,9 +60,11 @@ class TreeRepair:
         period = self.period
         if not period or not len(m):
             return
-        li = self.messenger.local(ctx, m["dst"])
-        if kernels.all_set(self.ticking, li):   # (the usual case, in one compiled call)
+        # the usual case, every node ticking already, on the engine's int32 local indices
+        # in one compiled call (Messenger.local's checked int64 copy only when not)
+        if kernels.all_set(self.ticking, ctx.local(m["dst"])):
             return
+        li = self.messenger.local(ctx, m["dst"])
         cand = ~self.ticking[li]
         nodes, inv = np.unique(li[cand], return_inverse=True)
         now = np.full(len(nodes), np.iinfo(np.int64).min, np.int64)
