@@ -217,8 +217,11 @@ class Pastry:
         routed = m["mode"] == 1
         n_routed = np.count_nonzero(routed)
         own = msg_types.is_pastry_type(type_code)
-        if own and not n_routed:
-            self._handler(type_code)(ctx, batch)
+        if not n_routed:    # (the batch as it came: the application copies what it keeps)
+            if own:
+                self._handler(type_code)(ctx, batch)
+            else:
+                self.app.receive(ctx, batch)
             return
         if n_routed == len(m):
             self.router.receive(ctx, take_rows(m, slice(None)), payload_of(batch))
