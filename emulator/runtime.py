@@ -467,7 +467,7 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     # an error and Spark's INFO/WARN banner); give it one that logs errors only.
     conf["spark.log4j.config.file.name"] = str(_log4j2_file())
     conf.update(configs or {})
-    conf = merge_options(app_master_jit(conf), conf)
+    conf = merge_options(merge_options(app_master_jit(conf), conf), _driver_log_dir())
     archives = _session_archives(java, executors) if class_archive and ray_is_local() else None
     if archives is not None:
         conf = merge_options(conf, archives.options())
@@ -496,6 +496,21 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     _state["spark_ray"] = _ray_session()
     _state["spark_app"] = app_name
     return spark
+
+
+def _driver_log_dir() -> dict[str, str]:
+    """The Spark driver JVM's ``ray.logging.dir``: this Ray node's log directory. RayDP
+    gives it to its master and executor JVMs but not to the driver, whose Java agent then
+    logs under /tmp/ray/session_latest/logs and exits ("Error create log dir.", which
+    PySpark reports as "Java gateway process exited") when that link is stale, e.g. after
+    /tmp/ray was cleaned. {} when this process has no Ray node (Ray Client)."""
+    try:
+        import ray._private.worker
+        logs = ray._private.worker._global_node.get_logs_dir_path()
+    except Exception:  # noqa: BLE001 - no local node: the agent's default, as before
+        return {}
+    value = f'"{logs}"' if any(c.isspace() for c in logs) else logs
+    return {"spark.driver.extraJavaOptions": f"-Dray.logging.dir={value}"}
 
 
 # RayDP's app master is two JVMs (a Py4J gateway and a Ray Java actor it creates) that start,
@@ -707,6 +722,24 @@ def _can_leave_idle() -> bool:
     allowing Ray's worker nice 15: Linux refuses it otherwise)."""
     import resource
     return os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20 - 15
+
+
+def lower_this_thread() -> None:
+    """This thread, and every thread and process it starts from now on, at the priority
+    `lower_spark_priority` gives Spark's JVMs (SCHED_IDLE where `restore_spark_priority`
+    can undo it, else nice 19). For starting Spark beside the emulation: the driver JVM
+    and spark-submit's launcher are children of this process, at its nice 0, and took the
+    CPU from the shards (Ray runs them at nice 15) while they started and compiled."""
+    if not hasattr(os, "sched_setscheduler"):
+        return
+    tid = threading.get_native_id()
+    try:
+        if _can_leave_idle():
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        else:
+            os.setpriority(os.PRIO_PROCESS, tid, 19)
+    except OSError:    # not allowed here: Spark starts at normal priority, as before
+        log.info("could not lower the Spark start's priority", exc_info=True)
 
 
 def lower_spark_priority() -> int:

@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from emulator.runtime import lower_spark_priority, restore_spark_priority
+from emulator.runtime import lower_spark_priority, lower_this_thread, restore_spark_priority
 
 log = logging.getLogger("scribe_emu.runner")
 
@@ -105,6 +105,7 @@ class SparkWarmup:
 
     def _run(self) -> None:
         try:
+            lower_this_thread()         # Spark's start too yields to the shards
             t0 = time.perf_counter()
             spark = start_analysis_spark(self.cfg)
             self._timing["spark_start"] = time.perf_counter() - t0

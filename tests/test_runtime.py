@@ -92,3 +92,28 @@ def test_arrow_table_from_ray_to_spark_and_back():
         assert {r[0] for r in df.limit(3).select(exe("group")).collect()} == {sys.executable}
     assert not ray.is_initialized()
     assert runtime._state["spark"] is None
+
+
+def test_spark_starts_when_the_session_latest_link_is_stale(tmp_path):
+    """RayDP's Java agent in the Spark driver JVM logs under ``ray.logging.dir``, by default
+    /tmp/ray/session_latest/logs: a stale link there (a cleaned /tmp) made the driver JVM
+    exit and Spark fail with "Java gateway process exited". The driver now gets this Ray
+    node's own log directory."""
+    from pathlib import Path
+
+    import ray
+    runtime.start_ray(num_cpus=2)
+    node = ray._private.worker._global_node
+    latest = Path(node.get_temp_dir_path()) / "session_latest"
+    target = os.readlink(latest)
+    os.unlink(latest)
+    os.symlink(tmp_path / "cleaned", latest)      # points nowhere now
+    try:
+        spark = runtime.start_spark(executors=1, cores=1)
+        assert spark.range(7).count() == 7
+        assert f"-Dray.logging.dir={node.get_logs_dir_path()}" in \
+            spark.conf.get("spark.driver.extraJavaOptions")
+    finally:
+        os.unlink(latest)
+        os.symlink(target, latest)
+        runtime.stop_ray()
