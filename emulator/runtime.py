@@ -742,6 +742,39 @@ def lower_this_thread() -> None:
         log.info("could not lower the Spark start's priority", exc_info=True)
 
 
+def keep_new_jvms_low(stop: threading.Event, every_s: float = 0.1) -> threading.Thread:
+    """A daemon thread that, until `stop` is set, gives every JVM this process has started
+    (spark-submit's launcher and the driver, its children; RayDP's master and executors,
+    children of the embedded Ray's raylet, a child of this process) the priority of
+    `lower_spark_priority` within `every_s` of its start: Ray starts them at the shards'
+    nice 15, and a JVM's start-up (class loading, JIT threads) then takes its share of the
+    shards' cores. For Spark started beside the emulation; `restore_spark_priority` after
+    `stop`. Each pass is a walk of this process's children (O(processes + JVM threads))."""
+    import psutil
+
+    idle = _can_leave_idle()
+
+    def lower(tid: int) -> None:
+        if idle:
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        else:
+            os.setpriority(os.PRIO_PROCESS, tid, 19)
+
+    def run() -> None:
+        while not stop.is_set():
+            try:
+                jvms = {p.pid for p in psutil.Process().children(recursive=True)
+                        if p.name() == "java"}
+            except psutil.Error:     # a process went away during the walk: next pass
+                jvms = set()
+            _each_thread(jvms, lower)
+            stop.wait(every_s)
+
+    thread = threading.Thread(target=run, name="spark-jvms-low", daemon=True)
+    thread.start()
+    return thread
+
+
 def lower_spark_priority() -> int:
     """Let this process's Spark JVMs run only on CPU the shards leave: SCHED_IDLE, thread
     by thread, where `restore_spark_priority` can undo it, else nice 19 (below Ray's

@@ -20,7 +20,12 @@ import threading
 import time
 from pathlib import Path
 
-from emulator.runtime import lower_spark_priority, lower_this_thread, restore_spark_priority
+from emulator.runtime import (
+    keep_new_jvms_low,
+    lower_spark_priority,
+    lower_this_thread,
+    restore_spark_priority,
+)
 
 log = logging.getLogger("scribe_emu.runner")
 
@@ -78,6 +83,8 @@ class SparkWarmup:
         self._warming = None            # the session while the warm-up's jobs run
         self._timing: dict[str, float] = {}
         self._thread = threading.Thread(target=self._run, name="spark-warmup", daemon=True)
+        self._jvms_low = threading.Event()     # set: stop lowering new JVMs
+        self._lowering = None
 
     def start(self) -> SparkWarmup:
         self._thread.start()
@@ -97,6 +104,9 @@ class SparkWarmup:
             if warming is not None:   # only the warm-up's jobs run now: stop them
                 warming.sparkContext.cancelAllJobs()
             self._thread.join(self.POLL_S)
+        self._jvms_low.set()
+        if self._lowering is not None:
+            self._lowering.join()
         try:
             restore_spark_priority()    # the analysis runs at normal priority
         except Exception:  # noqa: BLE001 - Ray or a JVM gone: the analysis reports it
@@ -105,7 +115,9 @@ class SparkWarmup:
 
     def _run(self) -> None:
         try:
-            lower_this_thread()         # Spark's start too yields to the shards
+            lower_this_thread()         # Spark's start too yields to the shards,
+            # and the JVMs Ray starts for it from their first second
+            self._lowering = keep_new_jvms_low(self._jvms_low)
             t0 = time.perf_counter()
             spark = start_analysis_spark(self.cfg)
             self._timing["spark_start"] = time.perf_counter() - t0
