@@ -92,6 +92,7 @@ class SparkWarmup:
 
     def cancel(self) -> None:
         self._cancelled.set()
+        self._jvms_low.set()
 
     def finish(self) -> dict[str, float]:
         """Spark up, the warm-up done or stopped; {"spark_start": s, "spark_warmup": s,
@@ -142,3 +143,5 @@ class SparkWarmup:
             # mid-emulation shutting Ray down under this thread, is no news)
             log.info("Spark warm-up %s; the analysis goes on without it",
                      "stopped" if self._cancelled.is_set() else "failed", exc_info=True)
+        finally:    # every JVM of the session is up by now (its Python workers inherit)
+            self._jvms_low.set()

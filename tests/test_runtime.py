@@ -117,3 +117,55 @@ def test_spark_starts_when_the_session_latest_link_is_stale(tmp_path):
         os.unlink(latest)
         os.symlink(target, latest)
         runtime.stop_ray()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getscheduler"), reason="Linux scheduling only")
+def test_new_jvms_are_lowered_while_spark_starts_beside_the_emulation(tmp_path):
+    """`keep_new_jvms_low`: a JVM started under this process after the lowering began runs
+    at SCHED_IDLE (where this user may undo it; else nice 19) within a fraction of a second,
+    every thread of it, until the lowering stops; a JVM started after that is left alone."""
+    import subprocess
+    import threading
+    import time
+
+    (tmp_path / "Wait.java").write_text(
+        "public class Wait { public static void main(String[] a) throws Exception "
+        "{ Thread.sleep(60000); } }")
+    java = runtime.java_executable()
+    idle = runtime._can_leave_idle()
+
+    def lowered(pid: int) -> bool:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        if idle:
+            return all(os.sched_getscheduler(t) == os.SCHED_IDLE for t in tids)
+        return all(os.getpriority(os.PRIO_PROCESS, t) == 19 for t in tids)
+
+    def start_jvm():
+        p = subprocess.Popen([java, str(tmp_path / "Wait.java")])
+        deadline = time.monotonic() + 60     # until the JVM has started its threads
+        while len(os.listdir(f"/proc/{p.pid}/task")) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return p
+
+    stop = threading.Event()
+    lowering = runtime.keep_new_jvms_low(stop, every_s=0.05)
+    first = later = None
+    try:
+        first = start_jvm()
+        deadline = time.monotonic() + 10
+        while not lowered(first.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lowered(first.pid)
+        stop.set()
+        lowering.join(timeout=5)
+        assert not lowering.is_alive()
+        later = start_jvm()
+        time.sleep(0.3)
+        assert os.sched_getscheduler(later.pid) == os.SCHED_OTHER
+        assert os.getpriority(os.PRIO_PROCESS, later.pid) == os.getpriority(os.PRIO_PROCESS, 0)
+    finally:
+        stop.set()
+        for p in (first, later):
+            if p is not None:
+                p.kill()
+                p.wait()
