@@ -724,6 +724,15 @@ def _can_leave_idle() -> bool:
     return os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20 - 15
 
 
+def _lowerer():
+    """tid -> None that lowers one thread as Spark's JVMs are lowered beside the emulation:
+    SCHED_IDLE where `restore_spark_priority` can undo it, else nice 19 (below Ray's
+    workers, which Ray starts at nice 15, the shards included)."""
+    if _can_leave_idle():
+        return lambda tid: os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+    return lambda tid: os.setpriority(os.PRIO_PROCESS, tid, 19)
+
+
 def lower_this_thread() -> None:
     """This thread, and every thread and process it starts from now on, at the priority
     `lower_spark_priority` gives Spark's JVMs (SCHED_IDLE where `restore_spark_priority`
@@ -732,12 +741,8 @@ def lower_this_thread() -> None:
     CPU from the shards (Ray runs them at nice 15) while they started and compiled."""
     if not hasattr(os, "sched_setscheduler"):
         return
-    tid = threading.get_native_id()
     try:
-        if _can_leave_idle():
-            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-        else:
-            os.setpriority(os.PRIO_PROCESS, tid, 19)
+        _lowerer()(threading.get_native_id())
     except OSError:    # not allowed here: Spark starts at normal priority, as before
         log.info("could not lower the Spark start's priority", exc_info=True)
 
@@ -752,13 +757,7 @@ def keep_new_jvms_low(stop: threading.Event, every_s: float = 0.1) -> threading.
     `stop`. Each pass is a walk of this process's children (O(processes + JVM threads))."""
     import psutil
 
-    idle = _can_leave_idle()
-
-    def lower(tid: int) -> None:
-        if idle:
-            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-        else:
-            os.setpriority(os.PRIO_PROCESS, tid, 19)
+    lower = _lowerer()
 
     def run() -> None:
         while not stop.is_set():
@@ -783,11 +782,7 @@ def lower_spark_priority() -> int:
     Python workers the executors fork later inherit it. Returns the processes changed."""
     if not hasattr(os, "sched_setscheduler"):
         return 0
-    if _can_leave_idle():
-        return _each_thread(_spark_jvm_pids(), lambda tid: os.sched_setscheduler(
-            tid, os.SCHED_IDLE, os.sched_param(0)))
-    return _each_thread(_spark_jvm_pids(), lambda tid: os.setpriority(
-        os.PRIO_PROCESS, tid, 19))
+    return _each_thread(_spark_jvm_pids(), _lowerer())
 
 
 def restore_spark_priority() -> int:
