@@ -7,7 +7,11 @@ spread over them) and reports per phase: windows, shard calls, driver time per w
 busiest shard), the busiest shard's CPU seconds in the phase and all shards' (thread CPU of
 `advance`: below its wall time when shards wait for a core), the longest any shard waited
 for its peers to take its outboxes (`deliver`), messages/s, and the peak
-resident memory of the largest shard process.
+resident memory of the largest shard process. Since the shards synchronise among
+themselves (emulator/shard_actor.py), "windows" are the busiest shard's windows and
+"rounds" the driver's (with how many ended early because every shard went idle); "peer
+wait" is the longest any shard waited for its peers' promises and for them to take its
+pushes.
 
     python benchmarks/bench_scale.py [--scenario paper_zipf_1500] [--nodes 100000]
         [--groups 1500] [--shards 1 2 4 8 16 32 64] [--cluster-nodes 4]
@@ -35,8 +39,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPA
 import ray  # noqa: E402
 
 import emulator  # noqa: E402
-from scenarios import load_scenario, run_scenario  # noqa: E402
-from scenarios import runner  # noqa: E402
+from scenarios import load_scenario, run_scenario, runner  # noqa: E402
 
 PHASES = ("join", "multicast")     # the default phases reported
 _EMULATOR = emulator.Emulator      # the real one: each K subclasses it afresh
@@ -95,7 +98,8 @@ def main():
         for k in a.shards:
             r = measure(a, k, cluster.address)
             rows.append(r)
-            print(k, {p: {x: r["phases"][p].get(x) for x in ("windows", "wall_s", "driver_s")}
+            print(k, {p: {x: r["phases"][p].get(x) for x in ("rounds", "windows", "wall_s",
+                                                              "driver_s")}
                       for p in a.phases if p in r["phases"]}, flush=True)
             ray.shutdown()
     finally:
@@ -106,23 +110,25 @@ def main():
           f"{a.scenario} --nodes {a.nodes} --groups {a.groups} --topologies 1, "
           f"{a.bootstrap} bootstrap{''.join(' --set ' + x for x in a.set)}, "
           f"{a.cluster_nodes} simulated Ray nodes\n")
-    print("| K | phase | messages | windows | shard calls | wall s | driver ms/window | "
-          "driver us/call | sync % | shard CPU s, max / sum | push wait s, max | msg/s | "
-          "peak shard RSS MB | run s | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| K | phase | messages | rounds (early) | windows | shard calls | wall s | "
+          "driver ms/window | driver ms/round | sync % | shard CPU s, max / sum | "
+          "peer wait s, max | msg/s | peak shard RSS MB | run s | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         for p in a.phases:
             st = r["phases"].get(p)
             if not st:
                 continue
             w = max(st["windows"], 1)
-            print(f"| {r['k']} | {p} | {st['messages']:,} | {st['windows']:,} | "
+            rounds = st.get("rounds", st["windows"])
+            print(f"| {r['k']} | {p} | {st['messages']:,} | {rounds:,} "
+                  f"({st.get('rounds_ended_early', 0):,}) | {st['windows']:,} | "
                   f"{st.get('shard_calls', 0):,} | {st['wall_s']:.2f} | "
                   f"{1000 * st.get('driver_s', 0.0) / w:.3f} | "
-                  f"{1e6 * st.get('driver_s', 0.0) / max(st.get('shard_calls', 0), 1):.0f} | "
+                  f"{1000 * st.get('driver_s', 0.0) / max(rounds, 1):.3f} | "
                   f"{100 * st['sync_s'] / max(st['wall_s'], 1e-9):.0f} | "
                   f"{max(st.get('cpu_s', [0.0])):.2f} / {sum(st.get('cpu_s', [])):.2f} | "
-                  f"{max(st.get('push_s', [0.0])):.2f} | "
+                  f"{max(st.get('wait_s', st.get('push_s', [0.0]))):.2f} | "
                   f"{st['messages'] / max(st['wall_s'], 1e-9):,.0f} | "
                   f"{r['peak_rss'] / 2**20:,.0f} | {r['total_s']:.0f} | {r['load']:.1f} |")
 

@@ -1,20 +1,21 @@
-"""The driver: shards as Ray actors advanced in conservative windows on a global grid.
+"""The driver: shards as Ray actors advanced in rounds on a global grid.
 
-The driver is no hub: shards push their outgoing batches straight to each other
-(emulator/shard_actor.py) and the driver only agrees on how far each may run. It keeps
-T_i, the earliest pending event of shard i (its queue, or a batch pushed to it and not yet
-processed). Within a window no shard sees another's messages, so everything shard i sends
-is due at or after ``T_i + L_ij`` at shard j, where L is the lookahead matrix (the smallest
-latency from a host of i to a host of j), and anything it causes further on, after a chain
-of hops, no earlier than ``T_i + R_ij`` with R the min-plus closure of L (its diagonal is
-the shortest round trip: j's own messages can come back to j). Shard j may therefore
-process every cell before ``E_j = floor(min_i (T_i + R_ij) / Δ)·Δ`` (YAWNS-style per-pair
-bounds, capped past the global earliest event by ``window_cap_us``, a cap that grows while
-windows are quick, see CAP_GROW_BELOW_S); a shard with nothing
-due before its bound is not called at all. Per window the driver makes one small call per
-shard that has work and fetches one small tuple from each; idle stretches cost nothing, as
-T jumps to the next event. Results never depend on the windows: cells are global and
-message times exact.
+The driver is no hub and keeps out of the windows. Shards push their outgoing batches
+straight to each other and bound each other's windows with promises
+(emulator/shard_actor.py: each push says that nothing else from its sender will arrive
+before a time; a shard runs every cell before the least promise it holds). The driver
+only starts rounds: it keeps T_i, the earliest pending event of shard i (its queue, or a
+batch pushed to it and not yet processed), picks the round's end (the earliest event
+anywhere plus the window cap, see CAP_GROW_BELOW_S, or the phase's end), and tells every
+shard that may have work before it what it knows: per shard i, the earliest time
+anything can still happen there, ``min(T_i, min_k T_k + R_ki)`` with R the min-plus
+closure of the lookahead matrix L (the smallest latency from a host of k to a host of i;
+R's diagonal is the shortest round trip). From that alone each shard starts where the
+old per-window driver barrier would have let it; the promises take it on from there.
+Per round the driver makes one small call per shard that has work and fetches one small
+tuple from each, whatever the number of windows inside; idle stretches cost nothing, as
+T jumps to the next event. Results never depend on rounds or windows: cells are global
+and message times exact.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from .storage import Storage, TableRef, ipc_bytes
 INJECT_SEQ_BASE = -(1 << 62)  # injected stimuli sort before protocol messages of a node
 
 # what each shard's `advance` reports, summed per phase and shard (seconds)
-PER_SHARD_TIMES = ("busy_s", "cpu_s", "push_s")
+PER_SHARD_TIMES = ("busy_s", "cpu_s", "wait_s")
 
 # The window cap adapts to the wall time a window takes: where no lookahead bounds a window
 # (one shard, or shards far apart) sparse traffic would otherwise pay a driver round trip
@@ -98,19 +99,37 @@ def window_ends(next_at: np.ndarray, reach: np.ndarray, delta_us: int, cap_us: i
     where `first` is the earliest event anywhere and `reach` is :func:`reach_matrix` (i = j
     included: a message of j can come back to j through another shard). O(K^2) numpy over
     the shards that have events. The shard(s) holding `first` always make progress since
-    every reach >= Δ.
+    every reach >= Δ. (The in-process LocalEmulator's windows; the Ray shards find their
+    own, see :func:`earliest_causes`.)
     """
     d = int(delta_us)
     first = int(next_at.min())
     bound = np.full(len(next_at), first + int(cap_us), np.int64)
+    np.minimum(bound, caused_at(next_at, reach), out=bound)
+    ends = (bound // d) * d
+    np.minimum(ends, limit, out=ends)
+    return np.maximum(ends, first - first % d + d)
+
+
+def caused_at(next_at: np.ndarray, reach: np.ndarray) -> np.ndarray:
+    """Per shard j, the earliest time a chain of messages from any shard (j included) can
+    make something happen at j: ``min_i next_at[i] + reach[i, j]``. O(K x shards with
+    events), numpy."""
+    bound = np.full(len(next_at), NEVER, np.int64)
     busy = np.flatnonzero(next_at < NEVER)
     if len(next_at) > 1 and len(busy):
         headroom = NEVER - int(next_at[busy].max())          # no int64 overflow
         arrive = next_at[busy, None] + np.minimum(reach[busy], headroom)
         np.minimum(bound, arrive.min(axis=0), out=bound)
-    ends = (bound // d) * d
-    np.minimum(ends, limit, out=ends)
-    return np.maximum(ends, first - first % d + d)
+    return bound
+
+
+def earliest_causes(next_at: np.ndarray, reach: np.ndarray) -> np.ndarray:
+    """Per shard, the earliest time anything can still happen there: its own next event,
+    or one that a chain of messages from a shard's next event can cause
+    (:func:`caused_at`). What a round tells every shard, so that each knows at once how
+    far each peer may get before it hears from it."""
+    return np.minimum(next_at, caused_at(next_at, reach))
 
 
 class Emulator:
@@ -173,6 +192,7 @@ class Emulator:
         self._inject_seq = 0
         self._refs: dict[str, list[TableRef]] = {}
         self._windows = 0
+        self._round_number = 0
         self._cells_sum = 0
         self._phase_stats: dict[str, dict] = {}
 
@@ -192,7 +212,9 @@ class Emulator:
         # stacks may schedule timers in setup (joins, keep-alives): the first event times
         try:
             self._next_at[:] = self._get([a.ready.remote() for a in self._actors], "setup")
-            self._get([a.connect.remote(self._actors) for a in self._actors], "setup")
+            look_ref = ray.put(self.lookahead)
+            self._get([a.connect.remote(self._actors, look_ref) for a in self._actors],
+                      "setup")
         except BaseException:
             self.shutdown()          # no shard outlives a failed start (a retry makes new ones)
             raise
@@ -206,6 +228,7 @@ class Emulator:
         `at_us` the virtual time the error names (default `now`; a window's start)."""
         at = self.now if at_us is None else int(at_us)
         try:
+            self._wait_all(refs)
             return ray.get(refs)
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as e:
             # the process died (killed, OOM, node lost) or took in-flight batches with it
@@ -230,6 +253,17 @@ class Emulator:
             raise EmulationError(f"shard {k} failed during {what} at virtual time "
                                  f"{at} us: {type(cause).__name__}: "
                                  f"{str(cause).splitlines()[0]}") from e
+
+    @staticmethod
+    def _wait_all(refs) -> None:
+        """Wait until every call of `refs` has finished, or raise the error of the first
+        one that failed: in a round, a shard whose peer died waits for it, so one failure
+        must not wait for the others. One `ray.wait` per second while they run."""
+        left = list(refs)
+        while len(left) > 1:
+            done, left = ray.wait(left, num_returns=len(left), timeout=1.0)
+            if left:
+                ray.get(done)          # raises if one of them failed
 
     def _dead_shard(self, refs, shard_ids=None):
         """The shard among `refs` whose process died (its call raises RayActorError), once
@@ -309,48 +343,62 @@ class Emulator:
         return int(self._next_at.min())
 
     def run(self, phase: str, until: int | None = None, progress=None) -> dict:
-        """Process every cell that starts before `until` (all events when None)."""
+        """Process every cell that starts before `until` (all events when None).
+
+        In rounds: each round ends at a grid point `limit`, at most the window cap past the
+        earliest event anywhere; every shard that may have something to do before it runs
+        there at its own pace (the shards bound each other's windows with promises,
+        emulator/shard_actor.py), and the driver hears from each once per round."""
         d = self.delta_us
         limit = NEVER if until is None else -(-int(until) // d) * d
         t0 = time.perf_counter()
-        windows = events = calls = 0
-        window_us = 0
+        rounds = early = windows = events = calls = 0
+        round_us = 0
         wait_s = 0.0          # blocked on shards; the rest of the loop is the driver's own work
-        # per shard: wall time inside `advance`, that thread's CPU time, and the wait for
-        # peers to take its outboxes
+        # per shard: wall time processing cells, that thread's CPU time, and the wait for
+        # peers (their promises, and their taking this shard's pushes)
         per_shard = {key: np.zeros(self.shards) for key in PER_SHARD_TIMES}
         last_report = t0
         self._cap_us = self.window_cap_us     # phases differ: each learns its own cap
         while self._next < limit:
-            t_window = time.perf_counter()
+            t_round = time.perf_counter()
             first = self._next
-            ends = window_ends(self._next_at, self.reach, d, self._cap_us, limit)
             start = first - first % d
-            due = np.flatnonzero(self._next_at - self._next_at % d < ends)
-            refs = [self._actors[k].advance.remote(int(ends[k]), phase, *self._inbox[k])
-                    for k in due.tolist()]
+            end = min(max((first + self._cap_us) // d * d, start + d), limit)
+            earliest = earliest_causes(self._next_at, self.reach)
+            due = np.flatnonzero(earliest < end).tolist()
+            arg = earliest if self.shards <= 64 else ray.put(earliest)
+            self._round_number += 1
+            refs = [self._actors[k].run_round.remote(self._round_number, end, phase, arg,
+                                                     *self._inbox[k])
+                    for k in due]
             t_wait = time.perf_counter()
-            heads = self._get(refs, f"phase {phase!r}", due.tolist(), start)
-            wait_s += time.perf_counter() - t_wait
-            for k in due.tolist():
-                self._inbox[k] = []
+            heads = self._get(refs, f"phase {phase!r}", due, start)
             nxt = self._next_at
-            for k, (queue_next, st) in zip(due.tolist(), heads, strict=True):
+            for k, (queue_next, st) in zip(due, heads, strict=True):
+                self._inbox[k] = []
                 nxt[k] = queue_next
                 self.now = max(self.now, st["done_until"])
                 events += st["events"]
                 for key, total in per_shard.items():
                     total[k] += st[key]
-            for _, st in heads:   # batches pushed this window, not yet in their queues
+            windows += max(st["windows"] for _, st in heads)
+            left = sum(st["left"] for _, st in heads)
+            if left:
+                # the round ended early: what a shard that stopped short holds in its inbox
+                # can be due anywhere after its last cell, so each says where it stands
+                nxt[due] = self._get([self._actors[k].accept.remote() for k in due],
+                                     f"phase {phase!r}", due, start)
+                early += 1
+            wait_s += time.perf_counter() - t_wait
+            for _, st in heads:   # batches pushed for after the round, not yet in queues
                 for dst, t in st["sent_min"].items():
                     if t < nxt[dst]:
                         nxt[dst] = t
-            windows += 1
+            rounds += 1
             calls += len(due)
-            furthest = int(ends[due].max())
-            window_us += furthest - start
-            capped = furthest >= (first + self._cap_us) // d * d   # the cap, not L or until
-            self._adapt_cap(time.perf_counter() - t_window, capped)
+            round_us += end - start
+            self._adapt_cap(time.perf_counter() - t_round, end < limit and not left)
             if progress is not None and time.perf_counter() - last_report > 0.5:
                 last_report = time.perf_counter()
                 progress(phase, self.now, events)
@@ -360,21 +408,23 @@ class Emulator:
         if progress is not None:
             progress(phase, self.now, events)
         self._windows += windows
-        stats = {"windows": windows, "shard_calls": calls, "messages": events,
+        stats = {"rounds": rounds, "rounds_ended_early": early, "windows": windows,
+                 "shard_calls": calls, "messages": events,
                  "virtual_us": self.now, "wall_s": wall,
                  **{key: total.tolist() for key, total in per_shard.items()},
                  "sync_s": max(0.0, wall - float(per_shard["busy_s"].max(initial=0.0))),
-                 "driver_s": wall - wait_s, "window_us_total": int(window_us),
-                 "window_us_mean": window_us / windows if windows else 0.0}
+                 "driver_s": wall - wait_s, "round_us_total": int(round_us),
+                 "round_us_mean": round_us / rounds if rounds else 0.0}
         prev = self._phase_stats.get(phase)
         if prev:
-            for key in ("windows", "shard_calls", "messages", "wall_s", "sync_s", "driver_s",
-                        "window_us_total"):
+            for key in ("rounds", "rounds_ended_early", "windows", "shard_calls", "messages",
+                        "wall_s", "sync_s",
+                        "driver_s", "round_us_total"):
                 stats[key] += prev.get(key, 0)
             for key in PER_SHARD_TIMES:   # (a run resumed from an older checkpoint lacks some)
                 stats[key] = [a + b for a, b in
                               zip(stats[key], prev.get(key, [0.0] * self.shards), strict=True)]
-            stats["window_us_mean"] = stats["window_us_total"] / max(stats["windows"], 1)
+            stats["round_us_mean"] = stats["round_us_total"] / max(stats["rounds"], 1)
         self._phase_stats[phase] = stats
         return stats
 

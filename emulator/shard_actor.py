@@ -7,13 +7,19 @@ checkpoint files under a `Storage` root (the run directory on one machine, or th
 Arrow IPC tables returned to the driver as object refs (RayDP's JVM reads them straight
 from the object store) and checkpoint state returned to the driver, which keeps it.
 
-No message goes through the driver. At the end of its window a shard pushes each
-non-empty outbox straight to the destination shard (`deliver`) and waits for the peers to
-take them before it reports to the driver; the driver only learns each shard's next event
-time and, per destination, the earliest arrival it sent (to bound the next windows). The
-actor runs with ``max_concurrency=2`` so a peer's `deliver` lands while this shard is busy
-in `advance`: deliveries only append to a locked inbox, which the next `advance` (or a
-checkpoint) takes into the event queue.
+No message goes through the driver, and the driver is not in the windows. It starts a
+*round* (`run_round`: process every cell before a grid point `limit`) on every shard
+that may have work before it, and the shards synchronise among themselves by null
+messages (Chandy-Misra-Bryant with lookahead): each push to a peer (`deliver`) carries,
+besides the outgoing batch if there is one, a promise that nothing else from this shard
+will arrive there before ``eit + L[i, j]``, eit being the earliest time anything can still
+happen on this shard (its next event, or the least promise it holds from its peers). A
+shard runs every cell before the least promise it holds, pushes, waits for a promise to
+rise, and again, until it reaches `limit`; then it waits for its pushes to land and
+reports its next event time. Promises are lower bounds for the whole run, so a late one
+is never wrong. Actor threads may run calls out of order, so each push is numbered per
+sender and applied in order. The actor runs with ``max_concurrency=2`` so a peer's
+`deliver` lands while this shard is busy in its round.
 
 Large read-only inputs (the latency tables, node ids, group tables) arrive as object-store
 references and are read zero-copy.
@@ -25,19 +31,40 @@ import pickle
 import threading
 import time
 
+import numpy as np
 import ray
 
 from .engine import ShardEngine
 from .logs import with_topo
+from .queue import NEVER
 from .storage import ipc_bytes
 
-# A shard must accept deliveries while it runs a window: two threads, one for `advance`
+# A shard must accept deliveries while it runs a round: two threads, one for `run_round`
 # (and the other driver calls, which never overlap it) and one for peers' `deliver`.
 SHARD_CONCURRENCY = 2
+
+# How long a shard waiting for a peer's promise sleeps before it checks that its own pushes
+# have not failed (a peer that died): a dead peer otherwise leaves it waiting until the
+# driver, which sees the death first, stops the run.
+CHECK_PEERS_EVERY_S = 2.0
+
+# A shard leaves a round early after this many wake-ups in a row that brought it nothing to
+# run (see `run_round`): enough to ride out a gap of a few round trips between messages
+# without a driver round, few enough that an idle stretch costs a handful of promise
+# exchanges rather than one per round trip until the round's end.
+IDLE_WAKES_BEFORE_LEAVING = 3
+
+# Finished pushes are collected (their errors raised) once this many are outstanding.
+PRUNE_PUSHES_ABOVE = 256
 
 
 def _resolve(value):
     return ray.get(value) if isinstance(value, ray.ObjectRef) else value
+
+
+def _plus(t, delay):
+    """t + delay for int64 arrays or ints, NEVER where either is NEVER (no overflow)."""
+    return np.minimum(t, NEVER - delay) + delay
 
 
 @ray.remote
@@ -53,47 +80,203 @@ class ShardActor:
         self.topo_index = int(topo_index)
         self._stash = []
         self._peers: list = []
+        # what peers deliver: batches for the queue, and per peer the promise that nothing
+        # else from it arrives before promise_in[peer] (guarded by _cond)
+        self._cond = threading.Condition()
         self._inbox: list = []
-        self._inbox_lock = threading.Lock()
+        self._promise_in = np.zeros(0, np.int64)
+        self._seq_in = np.zeros(0, np.int64)     # per peer: the next push number to apply
+        self._held: dict = {}                    # pushes that ran before an earlier one
+        self._left_in = np.zeros(0, np.int64)    # per peer: the last round it left early
+        self._notices = 0                        # leave notices applied so far
+        self._aborted = None                     # a peer whose round failed
+        # what this shard pushed: per peer, pushes numbered and the last promise made
+        self._seq_out = np.zeros(0, np.int64)
+        self._promised = np.zeros(0, np.int64)
+        self._through = 0      # every cell before this time has been processed
 
     def ready(self) -> int:
         """The shard's earliest pending event (timers its stack set up), once set up."""
         return self.engine.queue.next_time()
 
-    def connect(self, peers) -> None:
-        """The handles of every shard (this one included), indexed by shard id."""
+    def connect(self, peers, lookahead) -> None:
+        """The handles of every shard (this one included), indexed by shard id, and the
+        lookahead matrix (least latency from a host of shard i to one of shard j)."""
+        j = self.engine.shard_id
+        k = len(peers)
         self._peers = list(peers)
+        self._look_out = np.array(lookahead[j], np.int64)       # to each peer
+        self._look_in = np.array(lookahead[:, j], np.int64)     # from each peer
+        self._look_out[j] = self._look_in[j] = NEVER
+        self._promise_in = np.zeros(k, np.int64)
+        self._promise_in[j] = NEVER
+        self._seq_in = np.zeros(k, np.int64)
+        self._left_in = np.full(k, -1, np.int64)
+        self._seq_out = np.zeros(k, np.int64)
+        self._promised = np.full(k, -1, np.int64)
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
     # ---- message exchange -------------------------------------------------------------
-    def deliver(self, *batches) -> None:
-        """A peer's outbox for this shard (runs on the second thread, beside `advance`)."""
-        with self._inbox_lock:
-            self._inbox.extend(batches)
+    def deliver(self, src, seq, promise, batch=None, leaving=-1) -> None:
+        """Push number `seq` from shard `src`: a batch for this shard (or None), the
+        promise that nothing else from `src` arrives before `promise`, and `leaving`: the
+        number of the round `src` just left early (-1: none). Runs on the second thread,
+        beside the round; applied in `seq` order per sender."""
+        with self._cond:
+            if seq != self._seq_in[src]:
+                self._held[(src, seq)] = (promise, batch, leaving)
+                return
+            while True:
+                if batch is not None:
+                    self._inbox.append(batch)
+                if promise > self._promise_in[src]:
+                    self._promise_in[src] = promise
+                if leaving >= 0:
+                    self._left_in[src] = leaving
+                    self._notices += 1
+                seq += 1
+                if (src, seq) not in self._held:
+                    break
+                promise, batch, leaving = self._held.pop((src, seq))
+            self._seq_in[src] = seq
+            self._cond.notify()
+
+    def abort(self, src) -> None:
+        """Shard `src` failed in its round: a round waiting for its promises stops."""
+        with self._cond:
+            self._aborted = src
+            self._cond.notify()
 
     def _take_inbox(self) -> list:
-        with self._inbox_lock:
+        with self._cond:
             inbox, self._inbox = self._inbox, []
         return inbox
 
-    def advance(self, end, phase, *injected):
-        """Process every cell before `end`, push outboxes to their shards, and return
-        (next local event time, stats); stats["sent_min"] maps each destination shard to
-        the earliest arrival time pushed to it in this window."""
+    def run_round(self, number, limit, phase, earliest, *injected):
+        """Round `number`: process every cell before `limit` (a grid point), synchronising
+        with the peers by promises, and return (next local event time, stats).
+        `earliest[i]` is, from the driver's view at the round's start, the earliest time
+        anything can happen on shard i (its next event, or one a chain of messages from
+        another shard's could cause); shards with ``earliest >= limit`` take no part.
+
+        A shard leaves the round early when waiting has stopped paying: after
+        IDLE_WAKES_BEFORE_LEAVING promises in a row that brought it neither a message nor
+        an event to run (every shard is idle and the promises would only creep forward
+        by round trips), or when the promise it waits for is from a shard that left. It
+        tells its peers and returns; the round then ends before `limit` (stats["left"])
+        and the driver starts the next one from where every shard stands, jumping the
+        idle stretch. stats["sent_min"] maps each peer to the earliest arrival pushed to
+        it at or after `limit` (still in its inbox)."""
+        try:
+            return self._round(int(number), int(limit), phase,
+                               np.asarray(earliest, np.int64), injected)
+        except BaseException:
+            for k, peer in enumerate(self._peers):
+                if k != self.engine.shard_id:
+                    peer.abort.remote(self.engine.shard_id)
+            raise
+
+    def _round(self, number, limit, phase, earliest, injected):
         engine = self.engine
-        _, outs, stats = engine.advance(end, phase, [*self._take_inbox(), *injected])
+        me, d = engine.shard_id, engine.delta_us
+        running = earliest < limit          # peers that take part and have not left
+        running[me] = False
+        with self._cond:
+            # what the driver knows already bounds what each peer can still send
+            np.maximum(self._promise_in, _plus(earliest, self._look_in), out=self._promise_in)
+            self._aborted = None
+        stats = {"events": 0, "busy_s": 0.0, "cpu_s": 0.0, "wait_s": 0.0, "windows": 0,
+                 "done_until": engine.done_until, "left": False}
+        pushes, sent_min = [], {}
+        pending = list(injected)
+        idle_wakes = 0
+        leaving = False
+        while True:
+            with self._cond:
+                news = bool(self._inbox)
+                pending += self._inbox
+                self._inbox = []
+                least = int(self._promise_in.min())
+                running &= self._left_in != number
+                # the least promise can no longer rise: a shard that left holds it
+                stuck = bool((~running & (self._left_in == number)
+                              & (self._promise_in == least)).any())
+                notices = self._notices
+            safe = min(least, limit)
+            end = safe - safe % d
+            outs = None
+            if end > self._through:
+                if pending or engine.queue.next_time() < end:
+                    _, outs, st = engine.advance(end, phase, pending)
+                    pending = []
+                    stats["windows"] += 1
+                    for key in ("events", "busy_s", "cpu_s"):
+                        stats[key] += st[key]
+                    stats["done_until"] = st["done_until"]
+                    news = news or st["events"] > 0
+                self._through = end
+            if pending:
+                engine.accept(pending)
+                pending = []
+            idle_wakes = 0 if news else idle_wakes + 1
+            if self._through < limit and (idle_wakes > IDLE_WAKES_BEFORE_LEAVING or stuck):
+                leaving = True       # waiting would creep, or wait for a shard that left
+            # nothing more can happen here before `eit`, so nothing from here arrives at
+            # peer k before eit + L[me, k]
+            eit = min(engine.queue.next_time(), safe)
+            promise = _plus(eit, self._look_out)
+            for k, peer in enumerate(self._peers):
+                batch = outs[k] if outs is not None and len(outs[k]) else None
+                if batch is None and not (running[k] and (
+                        leaving or promise[k] > self._promised[k] < limit)):
+                    continue             # no news for k, or k needs none to finish
+                if batch is not None:
+                    t = batch.msgs["time"]
+                    later = t[t >= limit]         # the rest k runs in this round
+                    if len(later):
+                        sent_min[k] = min(sent_min.get(k, NEVER), int(later.min()))
+                pushes.append(peer.deliver.remote(me, int(self._seq_out[k]), int(promise[k]),
+                                                  batch, number if leaving else -1))
+                self._seq_out[k] += 1
+                self._promised[k] = max(self._promised[k], promise[k])
+            if len(pushes) > PRUNE_PUSHES_ABOVE:
+                pushes = self._prune(pushes)
+            if self._through >= limit or leaving:
+                break
+            t0 = time.perf_counter()
+            aborted = self._wait_for_promises(least, notices, pushes)
+            stats["wait_s"] += time.perf_counter() - t0
+            if aborted:      # a peer failed: the driver reports its error, not ours
+                stats["left"] = True
+                break
         t0 = time.perf_counter()
-        acks, sent_min = [], {}
-        for k, batch in enumerate(outs):
-            if len(batch):
-                acks.append(self._peers[k].deliver.remote(batch))
-                sent_min[k] = int(batch.msgs["time"].min())
-        ray.get(acks)  # the driver must not start the next window before peers hold them
+        ray.get(pushes)   # the driver must not start the next round before peers hold them
+        stats["wait_s"] += time.perf_counter() - t0
         stats["sent_min"] = sent_min
-        stats["push_s"] = time.perf_counter() - t0
+        stats["left"] = stats["left"] or leaving
         return engine.queue.next_time(), stats
+
+    def _wait_for_promises(self, least, notices, pushes) -> bool:
+        """Sleep until the least promise held passes `least`, or a peer leaves a round
+        (more than `notices` leave notices); True if a peer's round failed instead."""
+        while True:
+            with self._cond:
+                if self._aborted is not None:
+                    return True
+                if self._promise_in.min() > least or self._notices > notices:
+                    return False
+                if self._cond.wait(CHECK_PEERS_EVERY_S):
+                    continue
+            self._prune(pushes)   # raises if a push failed: the peer is gone
+
+    @staticmethod
+    def _prune(pushes) -> list:
+        """The pushes still in flight; raises the error of one that failed."""
+        done, left = ray.wait(pushes, num_returns=len(pushes), timeout=0)
+        ray.get(done)
+        return left
 
     def accept(self, *injected) -> int:
         """Take the inbox and any injected batches into the queue; the next event time."""
@@ -155,4 +338,10 @@ class ShardActor:
                                            f"shard{self.engine.shard_id}.pkl")
         self.engine.load_state(pickle.loads(data))
         self._take_inbox()
+        with self._cond:   # promises made on another timeline bound nothing here
+            self._promise_in[:] = 0
+            self._promise_in[self.engine.shard_id] = NEVER
+            self._left_in[:] = -1
+        self._promised[:] = -1
+        self._through = 0
         return self.engine.queue.next_time()
