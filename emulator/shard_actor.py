@@ -93,7 +93,6 @@ class ShardActor:
         # what this shard pushed: per peer, pushes numbered and the last promise made
         self._seq_out = np.zeros(0, np.int64)
         self._promised = np.zeros(0, np.int64)
-        self._through = 0      # every cell before this time has been processed
 
     def ready(self) -> int:
         """The shard's earliest pending event (timers its stack set up), once set up."""
@@ -207,21 +206,19 @@ class ShardActor:
             safe = min(least, limit)
             end = safe - safe % d
             outs = None
-            if end > self._through:
-                if pending or engine.queue.next_time() < end:
-                    _, outs, st = engine.advance(end, phase, pending)
-                    pending = []
-                    stats["windows"] += 1
-                    for key in ("events", "busy_s", "cpu_s"):
-                        stats[key] += st[key]
-                    stats["done_until"] = st["done_until"]
-                    news = news or st["events"] > 0
-                self._through = end
-            if pending:
-                engine.accept(pending)
+            # (a new phase's stimuli may be due before where the last round ended: `now`
+            # is the last cell processed, so every round checks the queue from the start)
+            if pending or engine.queue.next_time() < end:
+                _, outs, st = engine.advance(end, phase, pending)
                 pending = []
+                stats["windows"] += 1
+                for key in ("events", "busy_s", "cpu_s"):
+                    stats[key] += st[key]
+                stats["done_until"] = st["done_until"]
+                news = news or st["events"] > 0
+            reached = end        # every cell before it is processed
             idle_wakes = 0 if news else idle_wakes + 1
-            if self._through < limit and (idle_wakes > IDLE_WAKES_BEFORE_LEAVING or stuck):
+            if reached < limit and (idle_wakes > IDLE_WAKES_BEFORE_LEAVING or stuck):
                 leaving = True       # waiting would creep, or wait for a shard that left
             # nothing more can happen here before `eit`, so nothing from here arrives at
             # peer k before eit + L[me, k]
@@ -243,7 +240,7 @@ class ShardActor:
                 self._promised[k] = max(self._promised[k], promise[k])
             if len(pushes) > PRUNE_PUSHES_ABOVE:
                 pushes = self._prune(pushes)
-            if self._through >= limit or leaving:
+            if reached >= limit or leaving:
                 break
             t0 = time.perf_counter()
             aborted = self._wait_for_promises(least, notices, pushes)
@@ -343,5 +340,4 @@ class ShardActor:
             self._promise_in[self.engine.shard_id] = NEVER
             self._left_in[:] = -1
         self._promised[:] = -1
-        self._through = 0
         return self.engine.queue.next_time()
