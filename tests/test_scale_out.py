@@ -1,76 +1,18 @@
-"""Scale-out: the real Pastry + Scribe stack on 1, 3 and 8 shards (and on a 3-node Ray
-cluster) writes the same event logs, row for row; per-shard window bounds are safe.
+"""Scale-out: per-shard window bounds are safe, the lookahead matrix is exact, the partition
+for many shards balances hosts and keeps domains whole.
 
-The emulation is what is under test here, so these runs stop before the Spark analysis
-(which reads only the event logs compared below; test_scenario_quick covers it)."""
+The real Pastry + Scribe stack on 1, 2, 3 and 8 shards and on a 3-node Ray cluster (same
+event logs row for row, same CSVs and figures) is in tests/test_shard_invariance.py, which
+shares one set of runs between both checks."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from emulator.driver import reach_matrix, window_ends
 from emulator.queue import NEVER
-from scenarios import load_scenario, run_scenario
 from scenarios import runner as runner_mod
-
-NODES, GROUPS = 400, 12
-
-
-def _config(shards: int, partition: str = "locality"):
-    cfg = load_scenario("quick", nodes=NODES, groups=GROUPS, shards=shards,
-                        bootstrap="protocol")
-    cfg.topology["partition"] = partition
-    return cfg
-
-
-def _emulate(cfg, out: Path, monkeypatch, address=None) -> Path:
-    monkeypatch.setattr(runner_mod, "_analyse", lambda *a, **k: {})
-    monkeypatch.setattr(runner_mod, "_record_total", lambda *a, **k: None)  # no summary.json
-    return run_scenario(cfg, out=out, progress=False, address=address)
-
-
-def _event_tables(run_dir: Path) -> dict[str, pa.Table]:
-    """Every event table of a run (RUN_DIR, or the run.storage root it named), its rows
-    sorted by every column (files are per shard)."""
-    out = {}
-    for table_dir in sorted((run_dir / "events").iterdir()):
-        files = sorted(table_dir.rglob("*.parquet"))
-        tbl = pa.concat_tables([pq.ParquetFile(f).read() for f in files])
-        if "phase" in tbl.column_names and table_dir.name == "message_type":
-            continue  # written once per topology by the driver: no shard in it
-        keys = [(c, "ascending") for c in tbl.column_names]
-        out[table_dir.name] = tbl.sort_by(keys)
-    return out
-
-
-def _assert_same_logs(a: Path, b: Path) -> None:
-    ta, tb = _event_tables(a), _event_tables(b)
-    assert set(ta) == set(tb)
-    assert ta["message"].num_rows > 10_000   # the protocol bootstrap really ran
-    for name in ta:
-        assert ta[name].equals(tb[name]), f"table {name} differs"
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    from emulator.runtime import start_ray, stop_ray
-    start_ray(num_cpus=2)
-    yield
-    stop_ray()
-
-
-@pytest.fixture(scope="module")
-def one_shard(ray_local, tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    try:
-        return _emulate(_config(1), tmp_path_factory.mktemp("k1") / "run", mp)
-    finally:
-        mp.undo()
 
 
 # ---- pure parts -------------------------------------------------------------------------
@@ -126,55 +68,6 @@ def test_lookahead_matrix_is_the_least_latency_between_parts():
                 assert look[i, j] == every[np.ix_(part == i, part == j)].min()
     assert (np.diag(look) == NEVER).all()
     assert lat.cross_lookahead_us(part) == look.min()
-
-
-# ---- the real stack on the real engine ----------------------------------------------------
-@pytest.mark.slow
-# K = 1 (the reference), 3 and 8, both partitions once (tests/test_shard_invariance.py runs
-# K = 2, 3, 8 end to end through the analysis; CI's budget has no room for the cross product)
-@pytest.mark.parametrize("shards,partition", [(8, "locality"), (3, "random")])
-def test_real_stack_same_logs_for_any_shard_count(one_shard, tmp_path, monkeypatch,
-                                                  shards, partition):
-    run = _emulate(_config(shards, partition), tmp_path / "run", monkeypatch)
-    _assert_same_logs(one_shard, run)
-
-
-@pytest.mark.slow
-def test_three_node_cluster_gives_the_one_shard_logs(one_shard, tmp_path, monkeypatch):
-    """Three shards spread over the three nodes of a local Ray cluster (no driver hub: they
-    push batches to each other) write exactly the one-shard logs."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    from emulator.runtime import stop_ray
-    stop_ray()
-    cluster = Cluster()
-    try:
-        for n in range(3):
-            cluster.add_node(num_cpus=1, resources={f"node{n}": 1})
-        seen = []
-        import emulator
-
-        class NodeRecorder(emulator.Emulator):   # one shard per node; notes where they ran
-            def __init__(self, *args, **kwargs):
-                kwargs["actor_options"] = [{"resources": {f"node{k}": 0.01}} for k in range(3)]
-                super().__init__(*args, **kwargs)
-
-            def shutdown(self):
-                seen.append(set(ray.get([a.node_id.remote() for a in self._actors])))
-                super().shutdown()
-        monkeypatch.setattr(emulator, "Emulator", NodeRecorder)
-        # the nodes share this disk: a named run.storage, where every shard writes its logs
-        # (without one a multi-node run hands them to Spark: test_cluster_event_logs.py)
-        cfg = _config(3)
-        cfg.run["storage"] = str(tmp_path / "storage")
-        run = _emulate(cfg, tmp_path / "run", monkeypatch, address=cluster.address)
-        assert not (run / "events").exists()
-        _assert_same_logs(one_shard, tmp_path / "storage")
-        assert seen and len(seen[0]) == 3, f"shards ran on {seen} nodes"
-    finally:
-        stop_ray()
-        cluster.shutdown()
 
 
 @pytest.fixture(scope="module")
