@@ -49,3 +49,25 @@ def session():
     start_ray(num_cpus=2)
     yield
     stop_ray()
+
+
+@pytest.fixture(scope="module")
+def spark(request):
+    """A RayDP Spark session (one executor core) on the embedded Ray, for analysis tests.
+
+    Started once for a run of modules that use it: a module's teardown leaves the session up
+    when a later module of this test session asks for it too, and stops Ray and Spark after
+    the last (a Spark start costs 15-30 s of CI's budget; modules in between that need a
+    fresh Ray of their own stop this one first)."""
+    import test_analysis_helpers as hand
+    from pyspark import cloudpickle
+
+    from emulator.runtime import start_ray, start_spark, stop_ray
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    cloudpickle.register_pickle_by_value(hand)   # workers cannot import tests/
+    start_ray()
+    yield start_spark(cores=1)          # the running session, when an earlier module's is up
+    items = request.session.items
+    mine = [i for i, item in enumerate(items) if item.module is request.module]
+    if not any("spark" in item.fixturenames for item in items[max(mine, default=-1) + 1:]):
+        stop_ray()

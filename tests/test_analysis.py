@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -34,34 +32,6 @@ def test_core_expansion_refuses_latency_matrix():
         core_pair_loads(topo, np.array([0]), np.array([1]), np.array([1]))
     with pytest.raises(ValueError, match="no physical paths"):
         core_union_counts(topo, np.array([0]), np.array([0]), np.array([1]))
-
-
-@pytest.fixture(scope="module")
-def spark():
-    try:
-        from emulator.runtime import start_ray, start_spark  # the lead's plumbing, when landed
-    except ImportError:
-        start_ray = start_spark = None
-    import ray
-    import raydp
-    from pyspark import cloudpickle
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    cloudpickle.register_pickle_by_value(hand)   # workers cannot import tests/
-    if start_spark is not None:
-        start_ray()
-        session = start_spark(cores=1)
-    else:
-        ray.init(num_cpus=2, include_dashboard=False)
-        session = raydp.init_spark("analysis-tests", 1, 1, "1GB", configs={
-            "spark.sql.shuffle.partitions": "4", "spark.driver.bindAddress": "127.0.0.1"})
-    yield session
-    if start_spark is not None:
-        from emulator.runtime import stop_ray
-        stop_ray()
-    else:
-        raydp.stop_spark()
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")

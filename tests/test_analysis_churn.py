@@ -24,7 +24,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_analysis import spark  # noqa: F401  (the session-wide RayDP Spark fixture)
 
 from analysis import churn
 from analysis.load import load_events
@@ -135,7 +134,7 @@ def write_churn_run(run_dir, with_publish=True, with_arrivals=False):
 
 
 @pytest.fixture(scope="module")
-def frames(spark, tmp_path_factory):  # noqa: F811
+def frames(spark, tmp_path_factory):
     run_dir = write_churn_run(tmp_path_factory.mktemp("churn") / "churn-1")
     ev = load_events(spark, run_dir)
     phases = ("churn",)
@@ -238,7 +237,7 @@ def test_bucket_width():
 
 
 @pytest.mark.slow
-def test_run_analysis_writes_churn_outputs(spark, tmp_path):  # noqa: F811
+def test_run_analysis_writes_churn_outputs(spark, tmp_path):
     from analysis import AnalysisOptions, run_analysis
     from analysis.report import write_report
 

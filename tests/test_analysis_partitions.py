@@ -16,7 +16,6 @@ import shutil
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from test_analysis import spark  # noqa: F401  (the session-wide RayDP Spark fixture)
 from test_analysis_real import build_run
 
 from analysis import AnalysisOptions, run_analysis
@@ -42,7 +41,7 @@ def shuffle_logs(src, dst, seed: int = 5, parts: int = 3) -> None:
                                topo_dir / f"part{k}.parquet")
 
 
-def _analyse(spark, run_dir, partitions: int, options: AnalysisOptions) -> dict:  # noqa: F811
+def _analyse(spark, run_dir, partitions: int, options: AnalysisOptions) -> dict:
     before = spark.conf.get("spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     try:
@@ -54,7 +53,7 @@ def _analyse(spark, run_dir, partitions: int, options: AnalysisOptions) -> dict:
 
 
 @pytest.mark.slow
-def test_same_results_for_any_partitioning_and_row_order(spark, tmp_path):  # noqa: F811
+def test_same_results_for_any_partitioning_and_row_order(spark, tmp_path):
     first = tmp_path / "ts600-a"
     build_run(first)
     second = tmp_path / "ts600-b"
@@ -71,7 +70,7 @@ def test_same_results_for_any_partitioning_and_row_order(spark, tmp_path):  # no
         assert one == (second / "metrics" / name).read_bytes(), name
 
 
-def test_placement_deals_keys_to_partitions_in_turn(spark):  # noqa: F811
+def test_placement_deals_keys_to_partitions_in_turn(spark):
     """Grouping by (slot, *keys) after `placed` sends the i-th key to shuffle partition
     i mod n: Spark's shuffle is pmod(hash(slot, *keys), n), and our Murmur3 is Spark's."""
     from pyspark.sql import functions as F

@@ -15,7 +15,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_analysis import spark  # noqa: F401  (the session-wide RayDP Spark fixture)
 
 from analysis.physical import core_pair_loads, core_union_counts, default_reader, lan_base
 from topologies import Topology, make_topology
@@ -98,7 +97,7 @@ def read_csv(path):
 
 
 @pytest.fixture(scope="module")
-def real_run(spark, tmp_path_factory):  # noqa: F811
+def real_run(spark, tmp_path_factory):
     from analysis import run_analysis
 
     run_dir = tmp_path_factory.mktemp("real") / "ts600-20250101"

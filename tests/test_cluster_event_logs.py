@@ -8,17 +8,26 @@ the driver; it must finish, analyse every row (row counts per table equal to a o
 run's Parquet) and replay a phase after a shard is killed. The one-node run names a
 `run.storage`: its shards write logs and checkpoints there, not in the run directory.
 
+On the same cluster and Spark session, `run_analysis` of a hand-built run (that of
+test_analysis_real.build_run): the executors do not share the driver's disk, so the driver
+hands them the event logs and the topology file; every CSV must hold the rows an
+independent computation expects (a header-only CSV from a part file left on an executor's
+disk would fail here).
+
 The cluster and its Spark run in a child process (a Spark driver JVM stays attached to the
-Ray it first connected to); the one-node reference runs there afterwards, emulation only.
+Ray it first connected to), once for both tests; the one-node reference runs there
+afterwards, emulation only.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -32,9 +41,48 @@ def _config():
     return load_scenario("quick", nodes=NODES, groups=GROUPS, shards=2, sets=["run.retries=1"])
 
 
+def rows(path) -> int:
+    with open(path, newline="") as f:
+        return sum(1 for _ in csv.DictReader(f))
+
+
+def expected_rows(topo, groups, edges, group_sizes, n_hosts) -> dict[str, int]:
+    """Data rows of each CSV for the run of test_analysis_real.build_run."""
+    from topologies.baselines import ip_multicast, naive_unicast
+
+    scribe = Counter(int(x) for _, p, c in edges for x in topo.path_links(p, c))
+    ip, uni = set(), set()
+    for d in groups:
+        ip.update(ip_multicast(topo, d["rp"], d["members"])[1].tolist())
+        uni.update(naive_unicast(topo, d["rp"], d["members"])[1].tolist())
+    n_groups = len(group_sizes)
+    return {"delay_penalty_by_group.csv": n_groups, "delay_penalty_summary.csv": 2,
+            "rdp_rank1.csv": group_sizes[0], "rdp_rank1_summary.csv": 2,
+            "node_stress.csv": n_hosts, "node_stress_summary.csv": 4,
+            "link_stress.csv": len(scribe) + len(ip) + len(uni),
+            "link_stress_summary.csv": 6, "overlay_hops.csv": 0,
+            "overlay_hops_summary.csv": 0, "messages_by_type.csv": 1, "probes.csv": 1,
+            "groups.csv": n_groups}
+
+
+def _analyse_hand_run(run_dir: Path) -> dict:
+    """`run_analysis` of test_analysis_real's hand-built run on the cluster's Spark."""
+    from test_analysis_real import GROUP_SIZES, N_HOSTS, build_run
+
+    from analysis import run_analysis
+    from emulator import runtime
+
+    topo, groups, edges = build_run(run_dir)
+    shape = runtime.spark_shape()
+    run_analysis(run_dir, runtime.start_spark(memory="1g", driver_memory="1g"))
+    return {"shape": list(shape), "run_dir": str(run_dir),
+            "expected": expected_rows(topo, groups, edges, GROUP_SIZES, N_HOSTS)}
+
+
 def _cluster_run(tmp: Path) -> dict:
-    """The scenario on the 2-node cluster, a shard killed in the join phase; returns what
-    the analysis counted per table, where the shards ran and what the run left."""
+    """The scenario on the 2-node cluster, a shard killed in the join phase, then the hand
+    run's analysis there; returns what the analysis counted per table, where the shards
+    ran, what the run left, and what the hand run's CSVs must hold."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -76,6 +124,9 @@ def _cluster_run(tmp: Path) -> dict:
     try:
         run_dir = run_scenario(_config(), out=tmp / "cluster-run", address=cluster.address,
                                progress=False)
+        emulator.Emulator, Emulator._get = Emulator, real_get
+        analysis_run.load_events = real_load
+        hand = _analyse_hand_run(tmp / "ts600-cluster")
     finally:
         emulator.Emulator, Emulator._get = Emulator, real_get
         analysis_run.load_events = real_load
@@ -86,7 +137,8 @@ def _cluster_run(tmp: Path) -> dict:
             "state": json.loads((run_dir / "state.json").read_text()),
             "driver_files": sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")
                                    if p.is_file()),
-            "node_files": sorted(str(p) for r in roots for p in r.rglob("*") if p.is_file())}
+            "node_files": sorted(str(p) for r in roots for p in r.rglob("*") if p.is_file()),
+            "hand": hand}
 
 
 def _one_node_rows(tmp: Path) -> dict:
@@ -114,15 +166,20 @@ def _one_node_rows(tmp: Path) -> dict:
             "stored_checkpoints": sorted(p.name for p in (store / "checkpoints").iterdir())}
 
 
-@pytest.mark.slow
-def test_cluster_without_shared_disk_hands_logs_to_spark(tmp_path):
-    done = subprocess.run([sys.executable, __file__, str(tmp_path)], cwd=HERE,
+@pytest.fixture(scope="module")
+def child(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("cluster")
+    done = subprocess.run([sys.executable, __file__, str(tmp)], cwd=HERE,
                           capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_cluster_without_shared_disk_hands_logs_to_spark(child):
     print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "run_log"}
-                      for k, v in got.items()}))       # shown when an assertion fails
-    cluster, one_node = got["cluster"], got["one_node"]
+                      for k, v in child.items()}))     # shown when an assertion fails
+    cluster, one_node = child["cluster"], child["one_node"]
     reference = one_node["rows"]
     assert reference["message"] > 1_000 and reference["delivery"] > 0
     assert cluster["counted"] == reference          # every row of every table analysed
@@ -145,3 +202,14 @@ if __name__ == "__main__":
     tmp = Path(sys.argv[1])
     out = {"cluster": _cluster_run(tmp), "one_node": _one_node_rows(tmp)}
     print(json.dumps(out))
+
+
+@pytest.mark.slow
+def test_analyze_on_two_node_cluster(child):
+    got = child["cluster"]["hand"]
+    metrics = Path(got["run_dir"]) / "metrics"
+    assert got["shape"] == [2, 1]          # two executors, one per node
+    for name, want in got["expected"].items():
+        assert rows(metrics / name) == want, name
+    assert rows(metrics / "node_stress_histogram.csv") > 0
+    assert rows(metrics / "link_stress_histogram.csv") > 0
