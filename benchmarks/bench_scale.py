@@ -112,8 +112,9 @@ def main():
           f"{a.cluster_nodes} simulated Ray nodes\n")
     print("| K | phase | messages | rounds (early) | windows | shard calls | wall s | "
           "driver ms/window | driver ms/round | sync % | shard CPU s, max / sum | "
-          "peer wait s, max | msg/s | peak shard RSS MB | run s | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "peer wait s, max | bare promises / asks per window | msg/s | peak shard RSS MB | "
+          "run s | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         for p in a.phases:
             st = r["phases"].get(p)
@@ -129,6 +130,7 @@ def main():
                   f"{100 * st['sync_s'] / max(st['wall_s'], 1e-9):.0f} | "
                   f"{max(st.get('cpu_s', [0.0])):.2f} / {sum(st.get('cpu_s', [])):.2f} | "
                   f"{max(st.get('wait_s', st.get('push_s', [0.0]))):.2f} | "
+                  f"{st.get('promise_pushes', 0) / w:.1f} / {st.get('promise_wants', 0) / w:.1f} | "
                   f"{st['messages'] / max(st['wall_s'], 1e-9):,.0f} | "
                   f"{r['peak_rss'] / 2**20:,.0f} | {r['total_s']:.0f} | {r['load']:.1f} |")
 

@@ -76,7 +76,7 @@ def main():
     sizes = zipf_group_sizes(args.hosts, args.groups)
     t = time.perf_counter()
     n_links = 0
-    for gi, size in enumerate(sizes):
+    for size in sizes:
         members = rng.choice(args.hosts, size=int(size), replace=False)
         _, ids, _ = ip_multicast(topo, int(members[0]), members)
         n_links += len(ids)

@@ -352,7 +352,7 @@ class Emulator:
         d = self.delta_us
         limit = NEVER if until is None else -(-int(until) // d) * d
         t0 = time.perf_counter()
-        rounds = early = windows = events = calls = 0
+        rounds = early = windows = events = calls = promises = wants = 0
         round_us = 0
         wait_s = 0.0          # blocked on shards; the rest of the loop is the driver's own work
         # per shard: wall time processing cells, that thread's CPU time, and the wait for
@@ -380,6 +380,8 @@ class Emulator:
                 nxt[k] = queue_next
                 self.now = max(self.now, st["done_until"])
                 events += st["events"]
+                promises += st["promises"]
+                wants += st["wants"]
                 for key, total in per_shard.items():
                     total[k] += st[key]
             windows += max(st["windows"] for _, st in heads)
@@ -410,6 +412,7 @@ class Emulator:
         self._windows += windows
         stats = {"rounds": rounds, "rounds_ended_early": early, "windows": windows,
                  "shard_calls": calls, "messages": events,
+                 "promise_pushes": promises, "promise_wants": wants,
                  "virtual_us": self.now, "wall_s": wall,
                  **{key: total.tolist() for key, total in per_shard.items()},
                  "sync_s": max(0.0, wall - float(per_shard["busy_s"].max(initial=0.0))),
@@ -418,7 +421,7 @@ class Emulator:
         prev = self._phase_stats.get(phase)
         if prev:
             for key in ("rounds", "rounds_ended_early", "windows", "shard_calls", "messages",
-                        "wall_s", "sync_s",
+                        "promise_pushes", "promise_wants", "wall_s", "sync_s",
                         "driver_s", "round_us_total"):
                 stats[key] += prev.get(key, 0)
             for key in PER_SHARD_TIMES:   # (a run resumed from an older checkpoint lacks some)

@@ -16,10 +16,20 @@ will arrive there before ``eit + L[i, j]``, eit being the earliest time anything
 happen on this shard (its next event, or the least promise it holds from its peers). A
 shard runs every cell before the least promise it holds, pushes, waits for a promise to
 rise, and again, until it reaches `limit`; then it waits for its pushes to land and
-reports its next event time. Promises are lower bounds for the whole run, so a late one
-is never wrong. Actor threads may run calls out of order, so each push is numbered per
-sender and applied in order. The actor runs with ``max_concurrency=2`` so a peer's
-`deliver` lands while this shard is busy in its round.
+reports its next event time.
+
+Promises go where they bind. A shard pushes a bare promise (no batch) only to the peers it
+is *eager* for in this round: those it is the nearest shard to (least lookahead into them,
+the likely holder of their least promise) and those that asked (`want`) this round. A shard
+blocked on a promise from a peer that is not eager for it asks once per round; the peer
+answers at once from its last promise if that is higher, and pushes it every rise for the
+rest of the round. At K = 2 every peer is the nearest, as before; at larger K this trims
+the O(K^2) promise pushes per window to those that bind. Batches always go, with a promise.
+
+Promises are lower bounds for the whole run, so a late one is never wrong. Actor threads
+may run calls out of order, so each push is numbered per sender and applied in order. The
+actor runs with ``max_concurrency=2`` so a peer's `deliver` (or `want`) lands while this
+shard is busy in its round.
 
 Large read-only inputs (the latency tables, node ids, group tables) arrive as object-store
 references and are read zero-copy.
@@ -89,10 +99,20 @@ class ShardActor:
         self._held: dict = {}                    # pushes that ran before an earlier one
         self._left_in = np.zeros(0, np.int64)    # per peer: the last round it left early
         self._notices = 0                        # leave notices applied so far
-        self._aborted = None                     # a peer whose round failed
+        self._aborted = -1                       # the last round in which a peer failed
         # what this shard pushed: per peer, pushes numbered and the last promise made
+        # (pushes may also leave from the second thread, answering a `want`: under _cond)
         self._seq_out = np.zeros(0, np.int64)
         self._promised = np.zeros(0, np.int64)
+        # the promises this shard could make now (those of its last pushes), the peers it
+        # pushes bare promises to (nearest, or: the round in which they asked), the round
+        # in which this shard last asked each peer, and answers pushed from the second thread
+        self._promise_now = np.zeros(0, np.int64)
+        self._nearest = np.zeros(0, bool)
+        self._nearest_in = np.zeros(0, bool)
+        self._asked_in = np.zeros(0, np.int64)
+        self._asked_out = np.zeros(0, np.int64)
+        self._answers: list = []
 
     def ready(self) -> int:
         """The shard's earliest pending event (timers its stack set up), once set up."""
@@ -113,6 +133,15 @@ class ShardActor:
         self._left_in = np.full(k, -1, np.int64)
         self._seq_out = np.zeros(k, np.int64)
         self._promised = np.full(k, -1, np.int64)
+        self._promise_now = np.zeros(k, np.int64)
+        look = np.array(lookahead, np.int64)
+        np.fill_diagonal(look, NEVER)
+        self._nearest = look[j] <= look.min(axis=0)    # no shard is nearer to them than j
+        self._nearest[j] = False
+        self._nearest_in = look[:, j] <= look[:, j].min()   # peers that push to j unasked
+        self._nearest_in[j] = False
+        self._asked_in = np.full(k, -1, np.int64)
+        self._asked_out = np.full(k, -1, np.int64)
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -142,10 +171,29 @@ class ShardActor:
             self._seq_in[src] = seq
             self._cond.notify()
 
-    def abort(self, src) -> None:
-        """Shard `src` failed in its round: a round waiting for its promises stops."""
+    def want(self, src, number, above) -> None:
+        """Shard `src`, in round `number`, waits for a promise above `above` from this one:
+        push it at once if the last promise made is higher, and push every rise to `src`
+        for the rest of that round. Runs on the second thread."""
         with self._cond:
-            self._aborted = src
+            self._asked_in[src] = max(self._asked_in[src], number)
+            if self._promise_now[src] > above and self._promise_now[src] > self._promised[src]:
+                self._answers.append(self._push(src, int(self._promise_now[src]), None, -1))
+
+    def _push(self, k, promise, batch, leaving):
+        """Push number seq_out[k] to peer k (call under _cond: both threads push)."""
+        ref = self._peers[k].deliver.remote(self.engine.shard_id, int(self._seq_out[k]),
+                                            promise, batch, leaving)
+        self._seq_out[k] += 1
+        if promise > self._promised[k]:
+            self._promised[k] = promise
+        return ref
+
+    def abort(self, src, number) -> None:
+        """Shard `src` failed in round `number`: this shard's round of that number stops
+        waiting (also when the notice lands before that round starts here)."""
+        with self._cond:
+            self._aborted = max(self._aborted, number)
             self._cond.notify()
 
     def _take_inbox(self) -> list:
@@ -174,7 +222,7 @@ class ShardActor:
         except BaseException:
             for k, peer in enumerate(self._peers):
                 if k != self.engine.shard_id:
-                    peer.abort.remote(self.engine.shard_id)
+                    peer.abort.remote(self.engine.shard_id, int(number))
             raise
 
     def _round(self, number, limit, phase, earliest, injected):
@@ -185,9 +233,8 @@ class ShardActor:
         with self._cond:
             # what the driver knows already bounds what each peer can still send
             np.maximum(self._promise_in, _plus(earliest, self._look_in), out=self._promise_in)
-            self._aborted = None
         stats = {"events": 0, "busy_s": 0.0, "cpu_s": 0.0, "wait_s": 0.0, "windows": 0,
-                 "done_until": engine.done_until, "left": False}
+                 "done_until": engine.done_until, "left": False, "promises": 0, "wants": 0}
         pushes, sent_min = [], {}
         pending = list(injected)
         idle_wakes = 0
@@ -224,43 +271,63 @@ class ShardActor:
             # peer k before eit + L[me, k]
             eit = min(engine.queue.next_time(), safe)
             promise = _plus(eit, self._look_out)
-            for k, peer in enumerate(self._peers):
-                batch = outs[k] if outs is not None and len(outs[k]) else None
-                if batch is None and not (running[k] and (
-                        leaving or promise[k] > self._promised[k] < limit)):
-                    continue             # no news for k, or k needs none to finish
-                if batch is not None:
-                    t = batch.msgs["time"]
-                    later = t[t >= limit]         # the rest k runs in this round
-                    if len(later):
-                        sent_min[k] = min(sent_min.get(k, NEVER), int(later.min()))
-                pushes.append(peer.deliver.remote(me, int(self._seq_out[k]), int(promise[k]),
-                                                  batch, number if leaving else -1))
-                self._seq_out[k] += 1
-                self._promised[k] = max(self._promised[k], promise[k])
+            with self._cond:
+                eager = self._nearest | (self._asked_in == number)
+                for k in range(len(self._peers)):
+                    batch = outs[k] if outs is not None and len(outs[k]) else None
+                    if batch is None and not (running[k] and (leaving or (
+                            eager[k] and promise[k] > self._promised[k] < limit))):
+                        continue         # no news for k, or k needs none to finish
+                    if batch is not None:
+                        t = batch.msgs["time"]
+                        later = t[t >= limit]         # the rest k runs in this round
+                        if len(later):
+                            sent_min[k] = min(sent_min.get(k, NEVER), int(later.min()))
+                    else:
+                        stats["promises"] += 1
+                    pushes.append(self._push(k, int(promise[k]), batch,
+                                             number if leaving else -1))
+                # a `want` may be answered from here on with these: every batch made
+                # before them has been pushed ahead of the answer
+                np.maximum(self._promise_now, promise, out=self._promise_now)
+                pushes += self._answers
+                stats["promises"] += len(self._answers)
+                self._answers = []
+                if not (reached >= limit or leaving):
+                    # ask the peers holding the least promise that push none unasked
+                    ask = np.flatnonzero(running & (self._promise_in == least)
+                                         & ~self._nearest_in & (self._asked_out < number))
+                    for m in ask.tolist():
+                        self._asked_out[m] = number
+                        pushes.append(self._peers[m].want.remote(me, number, least))
+                    stats["wants"] += len(ask)
             if len(pushes) > PRUNE_PUSHES_ABOVE:
                 pushes = self._prune(pushes)
             if reached >= limit or leaving:
                 break
             t0 = time.perf_counter()
-            aborted = self._wait_for_promises(least, notices, pushes)
+            aborted = self._wait_for_promises(number, least, notices, pushes)
             stats["wait_s"] += time.perf_counter() - t0
             if aborted:      # a peer failed: the driver reports its error, not ours
                 stats["left"] = True
                 break
         t0 = time.perf_counter()
+        with self._cond:
+            pushes += self._answers
+            self._answers = []
         ray.get(pushes)   # the driver must not start the next round before peers hold them
         stats["wait_s"] += time.perf_counter() - t0
         stats["sent_min"] = sent_min
         stats["left"] = stats["left"] or leaving
         return engine.queue.next_time(), stats
 
-    def _wait_for_promises(self, least, notices, pushes) -> bool:
+    def _wait_for_promises(self, number, least, notices, pushes) -> bool:
         """Sleep until the least promise held passes `least`, or a peer leaves a round
-        (more than `notices` leave notices); True if a peer's round failed instead."""
+        (more than `notices` leave notices); True if a peer's round `number` failed
+        instead."""
         while True:
             with self._cond:
-                if self._aborted is not None:
+                if self._aborted >= number:
                     return True
                 if self._promise_in.min() > least or self._notices > notices:
                     return False
@@ -339,5 +406,9 @@ class ShardActor:
             self._promise_in[:] = 0
             self._promise_in[self.engine.shard_id] = NEVER
             self._left_in[:] = -1
-        self._promised[:] = -1
+            self._promised[:] = -1
+            self._promise_now[:] = 0
+            self._asked_in[:] = -1
+            self._asked_out[:] = -1
+            self._aborted = -1
         return self.engine.queue.next_time()
