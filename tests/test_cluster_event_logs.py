@@ -122,14 +122,14 @@ def _cluster_run(tmp: Path) -> dict:
     Emulator._get = get_and_kill
     emulator.Emulator = OneShardPerNode
     try:
-        run_dir = run_scenario(_config(), out=tmp / "cluster-run", address=cluster.address,
-                               progress=False)
-        emulator.Emulator, Emulator._get = Emulator, real_get
-        analysis_run.load_events = real_load
+        try:
+            run_dir = run_scenario(_config(), out=tmp / "cluster-run",
+                                   address=cluster.address, progress=False)
+        finally:
+            emulator.Emulator, Emulator._get = Emulator, real_get
+            analysis_run.load_events = real_load
         hand = _analyse_hand_run(tmp / "ts600-cluster")
     finally:
-        emulator.Emulator, Emulator._get = Emulator, real_get
-        analysis_run.load_events = real_load
         runtime.stop_ray()
         cluster.shutdown()
     return {"counted": counted, "nodes": nodes, "killed": len(killed),
