@@ -11,7 +11,9 @@ resident memory of the largest shard process. Since the shards synchronise among
 themselves (emulator/shard_actor.py), "windows" are the busiest shard's windows and
 "rounds" the driver's (with how many ended early because every shard went idle); "peer
 wait" is the longest any shard waited for its peers' promises and for them to take its
-pushes.
+pushes; "host busy cores" is the whole machine's CPU time in the phase (from /proc/stat,
+every process: shards, the driver, Ray's daemons) over its wall time, which tells a phase
+short of cores from one that waits.
 
     python benchmarks/bench_scale.py [--scenario paper_zipf_1500] [--nodes 100000]
         [--groups 1500] [--shards 1 2 4 8 16 32 64] [--cluster-nodes 4]
@@ -45,6 +47,17 @@ PHASES = ("join", "multicast")     # the default phases reported
 _EMULATOR = emulator.Emulator      # the real one: each K subclasses it afresh
 
 
+def _host_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy since boot (not idle, not waiting for
+    I/O), from /proc/stat; 0.0 where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            t = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return 0.0
+    return (sum(t[:8]) - t[3] - t[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(args, k: int, address: str) -> dict:
     """One emulation with K shards; per-phase driver stats and peak shard memory."""
     phases: dict[str, dict] = {}
@@ -52,8 +65,9 @@ def measure(args, k: int, address: str) -> dict:
 
     class Measured(_EMULATOR):
         def run(self, phase, until=None, progress=None):
+            busy0 = _host_busy_s()
             st = super().run(phase, until=until, progress=progress)
-            phases[phase] = dict(st)
+            phases[phase] = dict(st, host_busy_s=_host_busy_s() - busy0)
             return st
 
         def shutdown(self):
@@ -113,8 +127,8 @@ def main():
     print("| K | phase | messages | rounds (early) | windows | shard calls | wall s | "
           "driver ms/window | driver ms/round | sync % | shard CPU s, max / sum | "
           "peer wait s, max | bare promises / asks per window | msg/s | peak shard RSS MB | "
-          "run s | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "host busy cores | run s | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         for p in a.phases:
             st = r["phases"].get(p)
@@ -132,7 +146,9 @@ def main():
                   f"{max(st.get('wait_s', st.get('push_s', [0.0]))):.2f} | "
                   f"{st.get('promise_pushes', 0) / w:.1f} / {st.get('promise_wants', 0) / w:.1f} | "
                   f"{st['messages'] / max(st['wall_s'], 1e-9):,.0f} | "
-                  f"{r['peak_rss'] / 2**20:,.0f} | {r['total_s']:.0f} | {r['load']:.1f} |")
+                  f"{r['peak_rss'] / 2**20:,.0f} | "
+                  f"{st['host_busy_s'] / max(st['wall_s'], 1e-9):.2f} | "
+                  f"{r['total_s']:.0f} | {r['load']:.1f} |")
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def test_partition_keeps_stubs_whole_and_balances_hosts():
 
 def test_partition_of_whole_regions_when_they_balance():
     # ts5050: 10 transit regions; 2 and 4 parts of whole regions balance within the slack,
-    # and cutting only between regions triples the lookahead of a cut through one
+    # and cutting only between regions at least triples the lookahead of a cut through one
     from topologies.partition import REGION_SLACK, _even_out
     topo = attach_hosts(generate_transit_stub(preset="ts5050", seed=1), 100_000, seed=1)
     lat = RouterLatency.from_topology(topo)
@@ -89,6 +89,18 @@ def test_partition_of_whole_regions_when_they_balance():
         hosts = np.bincount(part[topo.host_router], minlength=k)
         assert hosts.max() <= (1 + REGION_SLACK) * topo.n_hosts / k
         assert lat.cross_lookahead_us(part[topo.host_router]) >= 3 * 8000
+    # which regions go together: at k = 2 the cut is the balanced one farthest from any
+    # pair of regions, found here by trying every split of the 10 regions
+    reg_hosts = region[topo.host_router]
+    look = lat.lookahead_matrix_us(reg_hosts)
+    w = np.bincount(reg_hosts)
+    best = 0
+    for mask in range(1, 2 ** (len(w) - 1)):
+        side = (mask >> np.arange(len(w))) & 1 == 1
+        if max(w[side].sum(), w[~side].sum()) <= (1 + REGION_SLACK) * topo.n_hosts / 2:
+            best = max(best, look[np.ix_(side, ~side)].min())
+    assert best == 130_000 > 24_000 == look.min()        # the closest pair of regions is split
+    assert lat.cross_lookahead_us(partition_routers(topo, 2)[topo.host_router]) == best
     # 8 parts cannot be balanced from 10 regions: domains are the units again
     part8 = partition_routers(topo, 8)
     assert max(len(np.unique(part8[region == g])) for g in np.unique(region)) > 1
