@@ -23,9 +23,8 @@ def pick_drops(tree: TreeState, ctx, over_local: np.ndarray):
     Ties: the lowest group index among the largest tables, then the lowest child id among
     the farthest children. O(slots and children of the given nodes, log factors).
     Returns (row index into over_local, slot, entry) for the nodes that drop a child."""
-    g = tree.n_groups
     over_local = np.asarray(over_local, np.int64)
-    qi, slots = tree.slot_index.ranges(over_local * g, (over_local + 1) * g)
+    qi, slots = tree.slot_index.within(over_local)
     act = tree.slots["active"][slots]
     qi, slots = qi[act], slots[act]
     if not len(slots):

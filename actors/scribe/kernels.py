@@ -17,13 +17,12 @@ from .keyindex import key_value, ranges_where
 
 
 @numba.njit(cache=True)
-def find_slots(keys, vals, dkeys, dvals, local_idx, groups, n_groups, active, only_active):
+def find_slots(ix, local_idx, groups, n_groups, active, only_active):
     """Slot of each (local node, group) (int32), -1 where the node has none (or, with
-    ``only_active``, none that is active). O(q log S)."""
+    ``only_active``, none that is active); ix: the slot index's arrays. O(q)."""
     out = np.empty(len(local_idx), np.int32)
     for i in range(len(local_idx)):
-        s = key_value(keys, vals, dkeys, dvals,
-                      np.int64(local_idx[i]) * n_groups + np.int64(groups[i]))
+        s = key_value(ix, np.int64(local_idx[i]) * n_groups + np.int64(groups[i]))
         if only_active and s >= 0 and not active[s]:
             s = -1
         out[i] = s
@@ -42,15 +41,14 @@ def all_set(flags, idx):
 
 
 @numba.njit(cache=True)
-def heard_from_parent(keys, vals, dkeys, dvals, local_idx, groups, n_groups, active, parent,
-                      senders, times, last_heard):
+def heard_from_parent(ix, local_idx, groups, n_groups, active, parent, senders, times,
+                      last_heard):
     """Rows whose sender is the parent of the receiving node's active slot for the group;
     their time becomes the slot's ``last_heard`` (in row order: the last row wins).
-    O(q log S)."""
+    O(q)."""
     ok = np.zeros(len(local_idx), np.bool_)
     for i in range(len(local_idx)):
-        s = key_value(keys, vals, dkeys, dvals,
-                      np.int64(local_idx[i]) * n_groups + np.int64(groups[i]))
+        s = key_value(ix, np.int64(local_idx[i]) * n_groups + np.int64(groups[i]))
         if s >= 0 and active[s] and parent[s] == senders[i]:
             ok[i] = True
             last_heard[s] = times[i]
@@ -58,23 +56,8 @@ def heard_from_parent(keys, vals, dkeys, dvals, local_idx, groups, n_groups, act
 
 
 @numba.njit(cache=True)
-def within(keys, vals, dkeys, dvals, bases, width, keep):
-    """(row, value) of the keys in [bases[r] * width, (bases[r] + 1) * width) whose value
-    has keep[value], by row then key: the children of slots (width n_nodes) or the slots
-    of nodes (width n_groups). O(q log n + output)."""
-    n = len(bases)
-    lo = np.empty(n, np.int64)
-    hi = np.empty(n, np.int64)
-    for i in range(n):
-        lo[i] = np.int64(bases[i]) * width
-        hi[i] = lo[i] + width
-    return ranges_where(keys, vals, dkeys, dvals, lo, hi, keep)
-
-
-@numba.njit(cache=True)
-def tick_plan(skeys, svals, sdkeys, sdvals, ekeys, evals, edkeys, edvals, local_idx, times,
-              n_groups, n_nodes, active, root, parent, last_heard, last_sent, valid, refresh,
-              period, silent_after, stale_after):
+def tick_plan(six, eix, local_idx, times, n_groups, n_nodes, active, root, parent, last_heard,
+              last_sent, valid, refresh, period, silent_after, stale_after):
     """A cell's TICKs in the common case, in one pass: no parent silent for longer than
     ``silent_after`` and no child entry older than ``stale_after`` (else nothing is written
     and ``ok`` is False: the caller takes the general path, which re-joins and expires).
@@ -85,7 +68,7 @@ def tick_plan(skeys, svals, sdkeys, sdvals, ekeys, evals, edkeys, edvals, local_
     slot rows that refresh their entry at the parent; the (slot row, child entry) pairs
     that get a heartbeat (no data sent to them within ``period``). Written, as
     ``TreeRepair`` did in numpy: a slot's unset ``last_heard`` becomes its tick time, and
-    ``last_sent`` the tick time of every slot that sends heartbeats. O(q log S + children).
+    ``last_sent`` the tick time of every slot that sends heartbeats. O(q + children).
     """
     n = len(local_idx)
     order = np.argsort(local_idx, kind="mergesort")
@@ -99,11 +82,9 @@ def tick_plan(skeys, svals, sdkeys, sdvals, ekeys, evals, edkeys, edvals, local_
             now_n[k] = times[i]
             k += 1
     nodes, now_n = nodes[:k], now_n[:k]
-    lo = nodes * n_groups
-    qi, s = ranges_where(skeys, svals, sdkeys, sdvals, lo, lo + n_groups, active)
+    qi, s = ranges_where(six, nodes, active)
     m = len(s)
-    lo = s.astype(np.int64) * n_nodes
-    ci, e = ranges_where(ekeys, evals, edkeys, edvals, lo, lo + n_nodes, valid)
+    ci, e = ranges_where(eix, s.astype(np.int64), valid)
     empty = np.empty(0, np.int64)
     for r in range(m):
         lh = last_heard[s[r]]
@@ -142,9 +123,8 @@ def tick_plan(skeys, svals, sdkeys, sdvals, ekeys, evals, edkeys, edvals, local_
 
 
 @numba.njit(cache=True)
-def data_plan(skeys, svals, sdkeys, sdvals, ekeys, evals, edkeys, edvals, local_idx, groups,
-              senders, times, total_hops, seqno, n_groups, n_nodes, max_hops, active,
-              parent, member, last_heard, last_seq, last_sent, valid):
+def data_plan(six, eix, local_idx, groups, senders, times, total_hops, seqno, n_groups, n_nodes,
+              max_hops, active, parent, member, last_heard, last_seq, last_sent, valid):
     """A cell's DATA copies without the reliable layer, in one pass, as ``Dissemination``
     did in numpy: each row's active slot (rows without one are counted), ``last_heard``
     set where the sender is the slot's parent, copies past ``max_hops`` dropped (counted),
@@ -152,7 +132,7 @@ def data_plan(skeys, svals, sdkeys, sdvals, ekeys, evals, edkeys, edvals, local_
     written last, from the values before the cell), the rows of members (to log a
     delivery) and one (row, child entry) pair per child (``last_sent`` set to the row's
     time). Returns (hit rows, their slots, no-state count, hop-limit count, member rows
-    among the hits, child pairs' hit row, child entries). O(q log S + children)."""
+    among the hits, child pairs' hit row, child entries). O(q + children)."""
     n = len(local_idx)
     s = np.empty(n, np.int64)
     no_state = 0
@@ -160,8 +140,7 @@ def data_plan(skeys, svals, sdkeys, sdvals, ekeys, evals, edkeys, edvals, local_
     hit = np.empty(n, np.int64)
     nh = 0
     for i in range(n):
-        v = key_value(skeys, svals, sdkeys, sdvals,
-                      np.int64(local_idx[i]) * n_groups + np.int64(groups[i]))
+        v = key_value(six, np.int64(local_idx[i]) * n_groups + np.int64(groups[i]))
         if v >= 0 and not active[v]:
             v = -1
         s[i] = v
@@ -192,35 +171,33 @@ def data_plan(skeys, svals, sdkeys, sdvals, ekeys, evals, edkeys, edvals, local_
         if member[hs[j]]:
             mem[k] = j
             k += 1
-    lo = hs * n_nodes
-    qi, e = ranges_where(ekeys, evals, edkeys, edvals, lo, lo + n_nodes, valid)
+    qi, e = ranges_where(eix, hs, valid)
     for j in range(len(qi)):
         last_sent[hs[qi[j]]] = times[hit[qi[j]]]
     return hit, hs, no_state, looping, mem, qi, e
 
 
 @numba.njit(cache=True)
-def refresh_known(skeys, svals, sdkeys, sdvals, ekeys, evals, edkeys, edvals, local_idx,
-                  groups, children, creds, times, n_groups, n_nodes, active, slot_node,
-                  n_children, node_children, e_slot, e_child, e_valid, e_cred, e_refresh):
+def refresh_known(six, eix, local_idx, groups, children, creds, times, n_groups, n_nodes, active,
+                  slot_node, n_children, node_children, e_slot, e_child, e_valid, e_cred,
+                  e_refresh):
     """A cell of REFRESHes whose (slot, child) entries all exist already (the common
     case; else nothing is written and ``ok`` is False: the caller's general path inserts
     them). As ``TreeState.add_children`` on the rows with an active slot: every row's
     entry takes its slot, child, credential and time (the last row of an entry written
     last) and becomes valid; an entry that was not valid counts as a new child (once, at
     its first row). Returns (ok, rows with an active slot, their slots, new-child mask
-    over those rows). O(q log S + q log E)."""
+    over those rows). O(q)."""
     n = len(local_idx)
     s = np.empty(n, np.int64)
     e = np.empty(n, np.int64)
     live = np.empty(n, np.int64)
     k = 0
     for i in range(n):
-        v = key_value(skeys, svals, sdkeys, sdvals,
-                      np.int64(local_idx[i]) * n_groups + np.int64(groups[i]))
+        v = key_value(six, np.int64(local_idx[i]) * n_groups + np.int64(groups[i]))
         if v < 0 or not active[v]:
             continue
-        x = key_value(ekeys, evals, edkeys, edvals, np.int64(v) * n_nodes + children[i])
+        x = key_value(eix, np.int64(v) * n_nodes + children[i])
         if x < 0:
             return False, live[:0], s[:0], np.zeros(0, np.bool_)
         live[k] = i

@@ -1,14 +1,24 @@
-"""A growable int64-key -> int32-value map for vectorized lookups (no per-key Python work).
+"""A growable int64-key -> int32-value map for compiled lookups (no per-key Python work).
 
-Keys live in a large sorted ``main`` array plus a small sorted ``delta`` that absorbs
-inserts; the delta is merged into main when it exceeds a fraction of main, so an insert
-costs O(|delta| + k log k) and the amortized cost per key is O(1) plus the sort. Lookups
-are binary searches: O(q log n). Values are never removed (callers keep a validity flag
-per value and revive it on re-insert), so a key keeps its value for life.
+Keys are ``prefix * width + suffix`` (Scribe's slots: local node x group; child entries:
+slot x child), values the integers 0, 1, 2, ... in the order keys were first inserted;
+a key keeps its value for life (callers keep a validity flag per value).
 
-`lookup` and `ranges` are compiled loops (numba): Scribe's handlers ask them a few dozen
-keys at a time, where the dozen small numpy calls each used to make cost more than the
-searches themselves (they were ~11 % of a shard's time in `churn`).
+Two structures answer the two questions Scribe asks:
+- **point look-ups** (is this (node, group) on the tree? is this child listed?): an
+  open-addressing hash table with linear probing, load at most 1/2, Fibonacci hashing:
+  O(1) expected, one or two cache lines per key. The sorted arrays it replaced cost a
+  binary search in each of two runs (~40 probes, 0.5-0.9 us per key at a million keys)
+  and re-sorted their delta run on every insert (~100-300 us per handler call once the
+  delta held tens of thousands of keys: a third of a shard's time in the 100,000-node
+  join phase; BENCHMARKS.md, issue 15, 2026-11-27);
+- **prefix ranges** (a node's slots in group order, a slot's children in child order):
+  with ``width`` set, every prefix heads a chain of its values linked in key order, kept
+  sorted as keys arrive (O(chain length) per insert: a node's groups, a slot's children).
+
+Every function here is a numba kernel over the index's arrays, which it hands out as one
+tuple (``KeyIndex.arrays``) so that Scribe's compiled steps (``kernels.py``) can look keys
+up in the same pass as the rest of their work.
 """
 
 from __future__ import annotations
@@ -16,126 +26,216 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-_EMPTY_K = np.zeros(0, dtype=np.int64)
-_EMPTY_V = np.zeros(0, dtype=np.int32)
-_EVERY = np.zeros(0, dtype=bool)   # ranges_where's "no filter"
+_EMPTY = np.iinfo(np.int64).min            # a free hash cell (never a key)
+_FIB = np.uint64(0x9E3779B97F4A7C15)       # 2^64 / golden ratio: Fibonacci hashing
+_NO_FILTER = np.zeros(0, dtype=bool)       # ranges' "keep every value"
 
 
 class KeyIndex:
-    def __init__(self, merge_fraction: float = 0.125, min_delta: int = 4096):
-        self.keys, self.vals = _EMPTY_K, _EMPTY_V
-        self.dkeys, self.dvals = _EMPTY_K, _EMPTY_V
+    """int64 key -> int32 value (0, 1, ... by first insertion); with ``width``, the values
+    of each prefix ``key // width`` can be listed in key order (`within`)."""
+
+    def __init__(self, width: int | None = None, capacity: int = 1024):
+        self.width = None if width is None else int(width)
+        if self.width is not None and self.width < 1:
+            raise ValueError(f"width must be >= 1, got {width}")
+        cap = 1 << max(4, int(2 * capacity - 1).bit_length())
+        self._hkeys = np.full(cap, _EMPTY, np.int64)
+        self._hvals = np.full(cap, -1, np.int32)
+        self._key_of = np.zeros(capacity, np.int64)      # value -> key
+        self._next = np.full(capacity if width else 0, -1, np.int32)   # chain links
+        self._head = np.full(0, -1, np.int32)            # prefix -> first value
         self.size = 0
-        self._merge_fraction = merge_fraction
-        self._min_delta = min_delta
 
     def __len__(self) -> int:
         return self.size
 
+    @property
+    def arrays(self) -> tuple:
+        """(hash keys, hash values, chain heads, chain links, key of each value): what the
+        compiled look-ups take (`key_value`, `ranges_where`); valid until the next insert."""
+        return (self._hkeys, self._hvals, self._head, self._next, self._key_of)
+
     def lookup(self, q) -> np.ndarray:
-        """Values of the keys q (int32, -1 where absent). O(q log n)."""
-        return _lookup(self.keys, self.vals, self.dkeys, self.dvals,
-                       np.ascontiguousarray(q, dtype=np.int64).reshape(-1))
+        """Values of the keys q (int32, -1 where absent). O(q)."""
+        return _lookup(self._hkeys, self._hvals, np.ascontiguousarray(q, np.int64).reshape(-1))
 
     def insert(self, q) -> tuple[np.ndarray, np.ndarray]:
         """Give every absent key of q a new value (next integers, in first-occurrence order).
 
-        Returns (values for each q, bool mask of the q entries that were newly created —
-        only the first occurrence of a new key is marked)."""
-        q = np.asarray(q, dtype=np.int64)
-        vals = self.lookup(q)
-        absent = np.flatnonzero(vals < 0)
-        new_mask = np.zeros(len(q), dtype=bool)
-        if len(absent):
-            uniq, first = np.unique(q[absent], return_index=True)
-            order = np.argsort(first, kind="stable")  # first-occurrence order
-            new_vals = np.empty(len(uniq), dtype=np.int32)
-            new_vals[order] = np.arange(self.size, self.size + len(uniq), dtype=np.int32)
-            self.size += len(uniq)
-            new_mask[absent[first]] = True
-            dk = np.concatenate([self.dkeys, uniq])
-            dv = np.concatenate([self.dvals, new_vals])
-            o = np.argsort(dk, kind="stable")
-            self.dkeys, self.dvals = dk[o], dv[o]
-            if len(self.dkeys) > max(self._min_delta, self._merge_fraction * len(self.keys)):
-                self._merge()
-            vals[absent] = self.lookup(q[absent])
-        return vals, new_mask
+        Returns (values for each q, bool mask of the q entries that were newly created --
+        only the first occurrence of a new key is marked). O(q) plus, with ``width``, the
+        chain walks; amortized O(1) growth."""
+        q = np.ascontiguousarray(q, np.int64).reshape(-1)
+        self._reserve(self.size + len(q), q)
+        vals = np.empty(len(q), np.int32)
+        new = np.zeros(len(q), np.bool_)
+        self.size = _insert(self._hkeys, self._hvals, self._key_of, self._head, self._next,
+                            self.width or 0, self.size, q, vals, new)
+        return vals, new
 
-    def _merge(self):
-        k = np.concatenate([self.keys, self.dkeys])
-        v = np.concatenate([self.vals, self.dvals])
-        o = np.argsort(k, kind="stable")
-        self.keys, self.vals = k[o], v[o]
-        self.dkeys, self.dvals = _EMPTY_K, _EMPTY_V
+    def within(self, prefixes, keep=None) -> tuple[np.ndarray, np.ndarray]:
+        """(row, value) of every key with prefix ``prefixes[row]`` (whose value v has
+        keep[v], when given), by row then key. O(q + output)."""
+        if self.width is None:
+            raise ValueError("this KeyIndex has no width: it lists no prefixes")
+        return ranges_where(self.arrays, np.ascontiguousarray(prefixes, np.int64).reshape(-1),
+                            _NO_FILTER if keep is None else keep)
 
-    def ranges(self, lo, hi) -> tuple[np.ndarray, np.ndarray]:
-        """All values whose key is in [lo[i], hi[i]) for each query i.
-
-        Returns (query index, value) pairs ordered by query then key. O(q log n + output)."""
-        return ranges_where(self.keys, self.vals, self.dkeys, self.dvals,
-                            np.ascontiguousarray(lo, dtype=np.int64).reshape(-1),
-                            np.ascontiguousarray(hi, dtype=np.int64).reshape(-1), _EVERY)
+    def _reserve(self, n: int, q: np.ndarray) -> None:
+        """Room for n values (hash load <= 1/2) and for the prefixes of the keys q."""
+        if 2 * n > len(self._hkeys):
+            cap = len(self._hkeys)
+            while 2 * n > cap:
+                cap *= 2
+            self._hkeys, self._hvals = _rehash(self._hkeys, self._hvals, cap)
+        if n > len(self._key_of):
+            cap = max(n, 2 * len(self._key_of))
+            self._key_of = _grown(self._key_of, cap, 0)
+            if self.width is not None:
+                self._next = _grown(self._next, cap, -1)
+        if self.width is not None and len(q):
+            lo, hi = int(q.min()), int(q.max())
+            if lo < 0:
+                raise ValueError(f"key {lo} is negative: a prefixed KeyIndex needs keys >= 0")
+            need = hi // self.width + 1
+            if need > len(self._head):
+                self._head = _grown(self._head, max(need, 2 * len(self._head), 64), -1)
 
     def state(self) -> dict:
-        self._merge()
-        return {"keys": self.keys.copy(), "vals": self.vals.copy(), "size": self.size}
+        """The keys and their values, sorted by key (and the width), for checkpoints."""
+        keys = self._key_of[: self.size].copy()
+        order = np.argsort(keys, kind="stable")
+        return {"keys": keys[order], "vals": order.astype(np.int32), "size": self.size,
+                "width": self.width}
 
     @classmethod
-    def from_state(cls, st: dict) -> KeyIndex:
-        ix = cls()
-        ix.keys, ix.vals, ix.size = st["keys"], st["vals"], int(st["size"])
+    def from_state(cls, st: dict, width: int | None = None) -> KeyIndex:
+        """The index `state` saved (``width`` for states saved without one)."""
+        w = st.get("width", width)
+        size = int(st["size"])
+        ix = cls(w, capacity=max(size, 1))
+        by_value = np.empty(size, np.int64)
+        by_value[np.asarray(st["vals"], np.int64)] = st["keys"]
+        vals, new = ix.insert(by_value)
+        if ix.size != size or not new.all():
+            raise ValueError("KeyIndex state: keys repeat or values are not 0..size-1")
         return ix
 
 
-@numba.njit(cache=True)
-def key_value(keys, vals, dkeys, dvals, k):
-    """The value of key k in (keys, vals), else in (dkeys, dvals), else -1. O(log n)."""
-    p = np.searchsorted(keys, k)
-    if p < len(keys) and keys[p] == k:
-        return vals[p]
-    p = np.searchsorted(dkeys, k)
-    if p < len(dkeys) and dkeys[p] == k:
-        return dvals[p]
-    return -1
+def _grown(a: np.ndarray, cap: int, fill) -> np.ndarray:
+    out = np.full(cap, fill, a.dtype)
+    out[: len(a)] = a
+    return out
+
+
+@numba.njit(cache=True, inline="always")
+def _cell(k, mask):
+    return np.int64((np.uint64(k) * _FIB) >> np.uint64(32)) & mask
 
 
 @numba.njit(cache=True)
-def _lookup(keys, vals, dkeys, dvals, q):
+def key_value(ix, k):
+    """The value of key k in index arrays ix (`KeyIndex.arrays`), else -1. O(1) expected."""
+    hkeys, hvals = ix[0], ix[1]
+    mask = len(hkeys) - 1
+    c = _cell(k, mask)
+    while True:
+        x = hkeys[c]
+        if x == k:
+            return hvals[c]
+        if x == _EMPTY:
+            return np.int32(-1)
+        c = (c + 1) & mask
+
+
+@numba.njit(cache=True)
+def _lookup(hkeys, hvals, q):
     out = np.empty(len(q), np.int32)
+    ix = (hkeys, hvals)
     for i in range(len(q)):
-        out[i] = key_value(keys, vals, dkeys, dvals, q[i])
+        out[i] = key_value(ix, q[i])
     return out
 
 
 @numba.njit(cache=True)
-def ranges_where(keys, vals, dkeys, dvals, lo, hi, keep):
-    """(query index, value) of every key in [lo[i], hi[i]) whose value v has keep[v]
-    (`keep` empty: every value), by query then key: the two sorted runs merged (a key is
-    in one run only). O(q log n + output)."""
-    nq = len(lo)
-    a = np.searchsorted(keys, lo)
-    b = np.searchsorted(keys, hi)
-    da = np.searchsorted(dkeys, lo)
-    db = np.searchsorted(dkeys, hi)
+def _insert(hkeys, hvals, key_of, head, nxt, width, size, q, vals, new):
+    """Look up or add every key of q (in order); returns the new size. The caller has
+    made room (`KeyIndex._reserve`)."""
+    mask = len(hkeys) - 1
+    for i in range(len(q)):
+        k = q[i]
+        if k == _EMPTY:
+            raise ValueError("KeyIndex: the smallest int64 is reserved")
+        c = _cell(k, mask)
+        while hkeys[c] != _EMPTY and hkeys[c] != k:
+            c = (c + 1) & mask
+        if hkeys[c] == k:
+            vals[i] = hvals[c]
+            continue
+        v = size
+        size += 1
+        hkeys[c] = k
+        hvals[c] = v
+        key_of[v] = k
+        vals[i] = v
+        new[i] = True
+        if width > 0:          # link v into its prefix's chain, in key order
+            p = k // width
+            prev = -1
+            cur = head[p]
+            while cur >= 0 and key_of[cur] < k:
+                prev = cur
+                cur = nxt[cur]
+            nxt[v] = cur
+            if prev < 0:
+                head[p] = v
+            else:
+                nxt[prev] = v
+    return size
+
+
+@numba.njit(cache=True)
+def _rehash(hkeys, hvals, cap):
+    """The table's entries in a new table of `cap` cells (a power of two). O(cap)."""
+    nk = np.full(cap, _EMPTY, np.int64)
+    nv = np.full(cap, -1, np.int32)
+    mask = cap - 1
+    for j in range(len(hkeys)):
+        k = hkeys[j]
+        if k != _EMPTY:
+            c = _cell(k, mask)
+            while nk[c] != _EMPTY:
+                c = (c + 1) & mask
+            nk[c] = k
+            nv[c] = hvals[j]
+    return nk, nv
+
+
+@numba.njit(cache=True)
+def ranges_where(ix, prefixes, keep):
+    """(query index, value) of every key with prefix ``prefixes[i]`` whose value v has
+    keep[v] (`keep` empty: every value), by query then key. O(q + output)."""
+    head, nxt = ix[2], ix[3]
+    every = len(keep) == 0
     total = 0
-    for i in range(nq):
-        total += max(b[i] - a[i], 0) + max(db[i] - da[i], 0)
+    for i in range(len(prefixes)):
+        p = prefixes[i]
+        cur = head[p] if 0 <= p < len(head) else -1
+        while cur >= 0:
+            if every or keep[cur]:
+                total += 1
+            cur = nxt[cur]
     qi = np.empty(total, np.int64)
     out = np.empty(total, np.int32)
-    every = len(keep) == 0
     j = 0
-    for i in range(nq):
-        p, pe, d, de = a[i], b[i], da[i], db[i]
-        while p < pe or d < de:
-            if d >= de or (p < pe and keys[p] < dkeys[d]):
-                v = vals[p]
-                p += 1
-            else:
-                v = dvals[d]
-                d += 1
-            if every or keep[v]:
-                out[j] = v
+    for i in range(len(prefixes)):
+        p = prefixes[i]
+        cur = head[p] if 0 <= p < len(head) else -1
+        while cur >= 0:
+            if every or keep[cur]:
                 qi[j] = i
+                out[j] = cur
                 j += 1
-    return qi[:j], out[:j]
+            cur = nxt[cur]
+    return qi, out

@@ -26,7 +26,7 @@ from .wire import Messenger
 
 
 class MessageRing:
-    """Per-slot ring of recent messages: key slot * B + seqno % B. O(log n) per access."""
+    """Per-slot ring of recent messages: key slot * B + seqno % B. O(1) per access."""
 
     def __init__(self, size: int):
         self.size = int(size)

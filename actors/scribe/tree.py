@@ -86,8 +86,8 @@ class _Columns:
 class TreeState:
     def __init__(self, n_local: int, n_nodes: int, n_groups: int):
         self.n_local, self.n_nodes, self.n_groups = n_local, n_nodes, max(int(n_groups), 1)
-        self.slot_index = KeyIndex()
-        self.entry_index = KeyIndex()
+        self.slot_index = KeyIndex(self.n_groups)       # key local node x group
+        self.entry_index = KeyIndex(n_nodes)            # key slot x child
         self.slots = _Columns(_SLOT_COLS)
         self.entries = _Columns(_ENTRY_COLS)
         self.node_children = np.zeros(n_local, dtype=np.int64)  # total children, all groups
@@ -102,9 +102,8 @@ class TreeState:
     def find(self, local_idx, groups, only_active=False) -> np.ndarray:
         """Slot of each (local node, group) (int32), -1 if the node never had state (or,
         ``only_active``, has no active state). O(q log S)."""
-        ix = self.slot_index
         li, g = _pairs(local_idx, groups)
-        return kernels.find_slots(ix.keys, ix.vals, ix.dkeys, ix.dvals, li, g, self.n_groups,
+        return kernels.find_slots(self.slot_index.arrays, li, g, self.n_groups,
                                   self.slots["active"], only_active)
 
     def find_active(self, local_idx, groups) -> np.ndarray:
@@ -133,9 +132,9 @@ class TreeState:
     def heard_from_parent(self, local_idx, groups, senders, times) -> np.ndarray:
         """Messages from the current parent (heartbeats, data) reset the suspicion clock.
         Returns the mask of rows that came from the receiving slot's parent."""
-        ix, sl = self.slot_index, self.slots
+        sl = self.slots
         li, g = _pairs(local_idx, groups)
-        return kernels.heard_from_parent(ix.keys, ix.vals, ix.dkeys, ix.dvals, li, g,
+        return kernels.heard_from_parent(self.slot_index.arrays, li, g,
                                          self.n_groups, sl["active"], sl["parent"],
                                          np.asarray(senders), np.asarray(times),
                                          sl["last_heard"])
@@ -179,9 +178,8 @@ class TreeState:
         si, ei, sl, en = self.slot_index, self.entry_index, self.slots, self.entries
         c64 = np.ascontiguousarray
         ok, live, s, new = kernels.refresh_known(
-            si.keys, si.vals, si.dkeys, si.dvals, ei.keys, ei.vals, ei.dkeys, ei.dvals,
-            c64(local_idx, np.int64), c64(groups, np.int64), c64(children, np.int64),
-            c64(creds, np.int64), c64(now, np.int64), self.n_groups, self.n_nodes,
+            si.arrays, ei.arrays, c64(local_idx, np.int64), c64(groups, np.int64),
+            c64(children, np.int64), c64(creds, np.int64), c64(now, np.int64), self.n_groups, self.n_nodes,
             sl["active"], sl["node"], sl["n_children"], self.node_children, en["slot"],
             en["child"], en["valid"], en["cred"], en["refresh"])
         return (live, s, new) if ok else None
@@ -209,11 +207,8 @@ class TreeState:
 
     def children_of(self, slots) -> tuple[np.ndarray, np.ndarray]:
         """Valid child entries of the given slots: (row index into slots, entry id),
-        ordered by row then child id. O(q log E + output)."""
-        ix = self.entry_index
-        return kernels.within(ix.keys, ix.vals, ix.dkeys, ix.dvals,
-                              np.ascontiguousarray(slots, np.int64).reshape(-1), self.n_nodes,
-                              self.entries["valid"])
+        ordered by row then child id. O(q + output)."""
+        return self.entry_index.within(slots, self.entries["valid"])
 
     def clear_children(self, slots) -> tuple[np.ndarray, np.ndarray]:
         """Drop every child of the slots; returns the removed (row, entry) pairs."""
@@ -228,19 +223,15 @@ class TreeState:
     # ---- snapshots --------------------------------------------------------------
     def slots_of_nodes(self, local_idx) -> tuple[np.ndarray, np.ndarray]:
         """Active slots of each local node: (row index into local_idx, slot), in group
-        order. O(q log S + output)."""
-        ix = self.slot_index
-        return kernels.within(ix.keys, ix.vals, ix.dkeys, ix.dvals,
-                              np.ascontiguousarray(local_idx, np.int64).reshape(-1),
-                              self.n_groups, self.slots["active"])
+        order. O(q + output)."""
+        return self.slot_index.within(local_idx, self.slots["active"])
 
     def tick_plan(self, local_idx, times, period: int, silent_after: int, stale_after: int):
         """``kernels.tick_plan`` on this state: a TICK cell's slots, refreshes and
         heartbeats in one compiled pass, or None (nothing written) when a parent is silent
         or a child stale, which the general path handles."""
         si, ei, sl, en = self.slot_index, self.entry_index, self.slots, self.entries
-        plan = kernels.tick_plan(si.keys, si.vals, si.dkeys, si.dvals, ei.keys, ei.vals,
-                                 ei.dkeys, ei.dvals, np.ascontiguousarray(local_idx, np.int64),
+        plan = kernels.tick_plan(si.arrays, ei.arrays, np.ascontiguousarray(local_idx, np.int64),
                                  np.ascontiguousarray(times, np.int64), self.n_groups,
                                  self.n_nodes, sl["active"], sl["root"], sl["parent"],
                                  sl["last_heard"], sl["last_sent"], en["valid"],
@@ -253,8 +244,7 @@ class TreeState:
         looked up, heard, numbered and fanned out in one compiled pass."""
         si, ei, sl = self.slot_index, self.entry_index, self.slots
         c64 = np.ascontiguousarray
-        return kernels.data_plan(si.keys, si.vals, si.dkeys, si.dvals, ei.keys, ei.vals,
-                                 ei.dkeys, ei.dvals, c64(local_idx, np.int64),
+        return kernels.data_plan(si.arrays, ei.arrays, c64(local_idx, np.int64),
                                  c64(groups, np.int64), c64(senders, np.int64),
                                  c64(times, np.int64), c64(total_hops, np.int64),
                                  c64(seqno, np.int64), self.n_groups, self.n_nodes,
@@ -276,8 +266,8 @@ class TreeState:
     @classmethod
     def from_state(cls, st: dict) -> TreeState:
         t = cls(*st["dims"])
-        t.slot_index = KeyIndex.from_state(st["slot_index"])
-        t.entry_index = KeyIndex.from_state(st["entry_index"])
+        t.slot_index = KeyIndex.from_state(st["slot_index"], t.n_groups)
+        t.entry_index = KeyIndex.from_state(st["entry_index"], t.n_nodes)
         t.slots.ensure(max(t.slot_index.size, 1))
         t.entries.ensure(max(t.entry_index.size, 1))
         for k, v in st["slots"].items():
