@@ -34,7 +34,8 @@ def test_arithmetic_matches_big_ints(a, b):
     x = a ^ b
     spl = 32 if x == 0 else (128 - x.bit_length()) // 4
     assert int(I.shared_prefix_len(ah, al, bh, bl, 4)[0]) == spl
-    assert int(I.shared_prefix_len(ah, al, bh, bl, 1)[0]) == (128 if x == 0 else 128 - x.bit_length())
+    expect = 128 if x == 0 else 128 - x.bit_length()
+    assert int(I.shared_prefix_len(ah, al, bh, bl, 1)[0]) == expect
 
 
 @settings(max_examples=100, deadline=None)
@@ -51,13 +52,15 @@ def test_bad_b_is_rejected():
 
 
 @settings(max_examples=50, deadline=None)
-@given(nodes=st.lists(u128, min_size=1, max_size=30, unique=True), keys=st.lists(u128, min_size=1, max_size=10))
+@given(nodes=st.lists(u128, min_size=1, max_size=30, unique=True),
+       keys=st.lists(u128, min_size=1, max_size=10))
 def test_closest_node_brute_force(nodes, keys):
     hi, lo = I.from_int(nodes)
     order = I.sorted_order(hi, lo)
     got = I.closest_node(hi[order], lo[order], order, *I.from_int(keys))
-    for k, g in zip(keys, got):
-        best = min(range(len(nodes)), key=lambda i: (min((nodes[i] - k) % 2**128, (k - nodes[i]) % 2**128), nodes[i]))
+    for k, g in zip(keys, got, strict=True):
+        best = min(range(len(nodes)),
+                   key=lambda i: (min((nodes[i] - k) % 2**128, (k - nodes[i]) % 2**128), nodes[i]))
         assert g == best
 
 

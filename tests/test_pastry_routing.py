@@ -38,7 +38,8 @@ def test_table_rows_and_memory():
 
 
 def test_oracle_entries_are_closest_with_right_prefix(net, state):
-    hi, lo, hr, d = net["node_ids_hi"], net["node_ids_lo"], net["host_router"], net["router_dist_us"]
+    hi, lo = net["node_ids_hi"], net["node_ids_lo"]
+    hr, d = net["host_router"], net["router_dist_us"]
     rng = np.random.default_rng(1)
     for x in rng.integers(0, N, 25):
         p = I.shared_prefix_len(hi[x], lo[x], hi, lo)
@@ -54,7 +55,8 @@ def test_oracle_entries_are_closest_with_right_prefix(net, state):
 
 
 def test_oracle_leaf_and_neighbourhood_sets(net, state):
-    hi, lo, hr, d = net["node_ids_hi"], net["node_ids_lo"], net["host_router"], net["router_dist_us"]
+    hi, lo = net["node_ids_hi"], net["node_ids_lo"]
+    hr, d = net["host_router"], net["router_dist_us"]
     vals = I.to_int(hi, lo)
     order = sorted(range(N), key=lambda i: vals[i])
     pos = {v: k for k, v in enumerate(order)}

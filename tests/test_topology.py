@@ -36,7 +36,8 @@ def test_policy_weights_override_delay_with_delay_tiebreak():
 def test_path_links_ids_and_delay_sum():
     topo = line_topology()
     links = topo.path_links(0, 1)
-    e = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(topo.edge_src, topo.edge_dst))}
+    e = {(int(a), int(b)): i
+         for i, (a, b) in enumerate(zip(topo.edge_src, topo.edge_dst, strict=True))}
     expected_core = [2 * e[(0, 1)], 2 * e[(1, 2)], 2 * e[(2, 3)]]
     E = topo.n_edges
     assert links.tolist() == [2 * E + 0] + expected_core + [2 * E + 2 * 1 + 1]

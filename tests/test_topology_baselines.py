@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
+from emulator.latency import RouterLatency
 from topologies import Topology, TopologyError, attach_hosts, generate_transit_stub
 from topologies.baselines import ip_multicast, naive_unicast
-from emulator.latency import RouterLatency
 from topologies.partition import partition_routers
 
 
@@ -25,11 +25,11 @@ def test_ip_multicast_by_hand():
 def test_naive_unicast_by_hand():
     delays, links, counts = naive_unicast(hand_tree(), 0, [1, 2, 3, 4])
     assert delays.tolist() == [5000, 6000, 6000, 2000]
-    assert dict(zip(links.tolist(), counts.tolist())) == {
+    assert dict(zip(links.tolist(), counts.tolist(), strict=True)) == {
         0: 3, 2: 1, 4: 2, 6: 4, 9: 1, 11: 1, 13: 1, 15: 1}
     # from a leaf the routes go the other way: reverse ids
     _, links2, counts2 = naive_unicast(hand_tree(), 1, [2, 0])
-    assert dict(zip(links2.tolist(), counts2.tolist())) == {
+    assert dict(zip(links2.tolist(), counts2.tolist(), strict=True)) == {
         1: 1, 3: 2, 4: 1, 8: 2, 7: 1, 11: 1}
 
 

@@ -118,7 +118,8 @@ def test_small_cch_with_latency_rule(tmp_path):
     lat.write_text("Seattle,+WA10 Chicago,+IL20 30\nChicago,+IL20 Dallas,+TX30 12\n"
                    "Seattle,+WA11 Chicago,+IL21 28\n")
     g = load_rocketfuel(c, latencies=lat)
-    d = {(int(a), int(b)): int(x) for a, b, x in zip(g.edge_src, g.edge_dst, g.edge_delay_us)}
+    d = {(int(a), int(b)): int(x) for a, b, x in zip(g.edge_src, g.edge_dst, g.edge_delay_us,
+                                                     strict=True)}
     assert d[(0, 1)] == 500            # same city
     assert d[(0, 2)] == 28000          # smallest measured Seattle-Chicago
     assert d[(2, 3)] == 12000          # measured

@@ -105,7 +105,7 @@ def test_custom_spec_with_waxman_and_extra_edges():
     assert g.n_routers == 2 * 3 * (2 * 4 + 1)
     assert g.meta["n_stub_domains"] == 12
     assert (g.edge_class == TRANSIT_STUB).sum() <= 12 + 3
-    attach_hosts(g, 5, seed=1).routes        # connected
+    attach_hosts(g, 5, seed=1).routes        # noqa: B018 (builds the routes: connected)
     with pytest.raises(TopologyError, match="alpha"):
         generate_transit_stub(spec=TransitStubSpec(GeoParams(2, 3, 0), GeoParams(2),
                                                    GeoParams(2), 1), seed=0)

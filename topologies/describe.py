@@ -23,7 +23,7 @@ def describe_topology(topo, sample_sources: int = 256, seed: int = 0) -> dict:
            "domains": len(np.unique(g.router_domain)),
            "core_edges": g.n_edges, "directed_links": topo.n_links,
            "links_by_class": {EDGE_CLASS_NAMES[c]: int(k) for c, k in
-                              zip(*np.unique(g.edge_class, return_counts=True))},
+                              zip(*np.unique(g.edge_class, return_counts=True), strict=True)},
            "lan_us": topo.lan_us, "min_latency_us": int(topo.min_latency_us)}
     if g.n_edges:
         out["mean_degree"] = 2 * g.n_edges / n

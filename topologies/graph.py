@@ -59,7 +59,8 @@ class RouterGraph:
         if len(delay) and (not np.all(np.isfinite(delay)) or delay.min() <= 0):
             raise TopologyError("edge delays must be positive finite microseconds")
         delay = np.rint(delay).astype(np.int64)
-        policy = None if self.edge_policy is None else np.asarray(self.edge_policy, np.int64).ravel()
+        policy = (None if self.edge_policy is None
+                  else np.asarray(self.edge_policy, np.int64).ravel())
         if policy is not None and (len(policy) != len(src) or (len(policy) and policy.min() < 1)):
             raise TopologyError("edge_policy must give a weight >= 1 for every edge")
         eclass = (np.full(len(src), MEASURED, np.int8) if self.edge_class is None

@@ -40,7 +40,8 @@ def _open_text(path: Path, member: str | None = None) -> list[str]:
         else:
             data = path.read_bytes()
     except (OSError, tarfile.TarError, KeyError, EOFError) as exc:
-        raise TopologyError(f"{path}{':' + member if member else ''}: cannot read ({exc})") from None
+        where = f"{path}{':' + member if member else ''}"
+        raise TopologyError(f"{where}: cannot read ({exc})") from None
     return data.decode("utf-8", errors="replace").splitlines()
 
 
@@ -146,7 +147,8 @@ def load_rocketfuel(path, asn: str | None = None, latencies=None) -> RouterGraph
     for u, ns in neigh.items():
         for w in ns:
             if w in index and w != u:
-                eu.append(index[u]); ev.append(index[w])
+                eu.append(index[u])
+                ev.append(index[w])
     eu, ev = np.array(eu, np.int64), np.array(ev, np.int64)
     lo, hi = np.minimum(eu, ev), np.maximum(eu, ev)
     key = np.unique(lo * len(uids) + hi)
@@ -170,7 +172,7 @@ def load_rocketfuel(path, asn: str | None = None, latencies=None) -> RouterGraph
     mu = [(ci[a], ci[b], us) for (a, b), us in lat.items() if a in ci and b in ci and a != b]
     nc = len(city_names)
     if mu:
-        a, b, w = map(np.array, zip(*mu))
+        a, b, w = map(np.array, zip(*mu, strict=True))
         cm = csr_matrix((np.concatenate([w, w]).astype(float),
                          (np.concatenate([a, b]), np.concatenate([b, a]))), shape=(nc, nc))
         city_dist = shortest_path(cm, directed=False)
@@ -182,7 +184,8 @@ def load_rocketfuel(path, asn: str | None = None, latencies=None) -> RouterGraph
     delay = np.where(~known[ca] | ~known[cb], default, delay)
     delay = np.where(ca == cb, SAME_CITY_US, delay).astype(np.int64)
     measured = int(sum(x != y and (min(x, y), max(x, y)) in lat
-                       for x, y in zip(city_names[ca].tolist(), city_names[cb].tolist())))
+                       for x, y in zip(city_names[ca].tolist(), city_names[cb].tolist(),
+                                       strict=True)))
     meta = dict(source="rocketfuel", file=label, asn=asn, routers_in_file=len(uids),
                 cities=int(nc), links_measured_city_pair=measured,
                 links_same_city=int((ca == cb).sum()), latency_file=latencies is not None)
@@ -223,7 +226,7 @@ def load_zoo(path) -> RouterGraph:
     pairs = {(min(idx[a], idx[b]), max(idx[a], idx[b])) for a, b in g.edges() if a != b}
     if not pairs:
         raise TopologyError(f"{path}: no links")
-    eu, ev = map(lambda x: np.array(x, np.int64), zip(*sorted(pairs)))
+    eu, ev = map(lambda x: np.array(x, np.int64), zip(*sorted(pairs), strict=True))
     remap, n = largest_component(len(nodes), eu, ev)
     keep = remap[eu] >= 0
     eu, ev = eu[keep], ev[keep]

@@ -138,7 +138,7 @@ def make_topology(source: str, seed: int, n_hosts: int, cache_dir=None,
                                     "delays could be scaled (mean core delay target)")
             core = Topology(scale_mean_delay(core.graph, mean_core_delay_us), [])
         if core.has_paths and core.n_routers <= core.dense_limit:
-            core.routes            # build tables once, they go into the cache
+            core.routes            # noqa: B018 (builds the tables once, for the cache)
         if path is not None:
             core.save(path)
     return attach_hosts(core, n_hosts, seed=seed, lan_us=lan_us, placement=placement,

@@ -8,10 +8,11 @@ k = 2: 24 ms between whole-region halves against 8 ms when a cut runs through a 
 i.e. a third of the synchronisation windows). Which regions go together matters as much:
 the lookahead is the least latency across the cut, so regions close to each other are
 kept in one part where the balance allows (`_spaced_deal`: on ts5050 with 100,000 hosts
-at k = 2, 130 ms instead of the 24 ms of a deal by weight alone). Otherwise units are whole domains (a stub
-domain, or a transit domain's own routers); units are ordered by region and cut into k
-contiguous runs of balanced host weight, so a shard holds whole stubs of few regions and
-most host pairs inside a shard are close while pairs across shards are far apart.
+at k = 2, 130 ms instead of the 24 ms of a deal by weight alone). Otherwise units are
+whole domains (a stub domain, or a transit domain's own routers); units are ordered by
+region and cut into k contiguous runs of balanced host weight, so a shard holds whole
+stubs of few regions and most host pairs inside a shard are close while pairs across
+shards are far apart.
 
 The latency between parts (the engine's lookahead, per pair of parts) is computed by
 `emulator.latency.RouterLatency.lookahead_matrix_us` from the same dense tables.

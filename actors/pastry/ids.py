@@ -59,7 +59,8 @@ def to_hex(hi, lo) -> np.ndarray:
     """32-digit lowercase hex strings (object array), for logs meant for people."""
     hi = np.atleast_1d(np.asarray(hi, U64))
     lo = np.atleast_1d(np.asarray(lo, U64))
-    return np.array([f"{int(h):016x}{int(l):016x}" for h, l in zip(hi, lo)], dtype=object)
+    return np.array([f"{int(h):016x}{int(l):016x}" for h, l in zip(hi, lo, strict=True)],
+                    dtype=object)
 
 
 def from_int(values) -> tuple[np.ndarray, np.ndarray]:
@@ -76,7 +77,7 @@ def to_int(hi, lo) -> list[int]:
     """Python ints of (hi, lo) arrays (for tests)."""
     hi = np.atleast_1d(np.asarray(hi, U64)).ravel()
     lo = np.atleast_1d(np.asarray(lo, U64)).ravel()
-    return [(int(h) << 64) | int(l) for h, l in zip(hi, lo)]
+    return [(int(h) << 64) | int(l) for h, l in zip(hi, lo, strict=True)]
 
 
 def digit(hi, lo, pos, b: int = 4) -> np.ndarray:

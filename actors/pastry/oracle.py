@@ -101,7 +101,7 @@ def _neighbourhood(nodes, present_hosts, host_router, router_dist, m) -> np.ndar
         rows = q_r[c0:c0 + ROW_CHUNK]
         d = router_dist[np.ix_(rows, cand_r)]
         kth = np.partition(d, k - 1, axis=1)[:, k - 1]
-        for i, r in enumerate(rows):
+        for i in range(len(rows)):
             cols = np.flatnonzero(d[i] <= kth[i])
             lens = ends[cols] - starts[cols]
             idx = np.repeat(starts[cols] - np.cumsum(np.r_[0, lens[:-1]]), lens) + \
@@ -195,7 +195,7 @@ def oracle_state(nodes, ids_hi, ids_lo, host_router, router_dist, lan_us=1000, *
             o = np.argsort(qg, kind="stable")
             ug, ustart = np.unique(qg[o], return_index=True)
             uend = np.r_[ustart[1:], len(o)]
-            for g, a, z in zip(ug, ustart, uend):
+            for g, a, z in zip(ug, ustart, uend, strict=True):
                 sel = big[o[a:z]]
                 _table_row_dense(r, gstart[g], gstart[g] + gsize[g], qpos[sel], dig, order,
                                  host_router, router_dist, state.rt, q_local[sel], base)

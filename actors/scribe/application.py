@@ -269,7 +269,6 @@ class Scribe:
         t = self.tree
         act = t.active_slots()
         qi, e = t.children_of(act)
-        n = len(e)
         ctx.log_owned("tree_edge", group=t.slots["group"][act][qi].astype(np.int32),
                       parent=np.asarray(ctx.nodes)[t.slots["node"][act][qi]].astype(np.int32),
                       child=t.entries["child"][e].astype(np.int32),

@@ -179,7 +179,8 @@ class TreeState:
         c64 = np.ascontiguousarray
         ok, live, s, new = kernels.refresh_known(
             si.arrays, ei.arrays, c64(local_idx, np.int64), c64(groups, np.int64),
-            c64(children, np.int64), c64(creds, np.int64), c64(now, np.int64), self.n_groups, self.n_nodes,
+            c64(children, np.int64), c64(creds, np.int64), c64(now, np.int64), self.n_groups,
+            self.n_nodes,
             sl["active"], sl["node"], sl["n_children"], self.node_children, en["slot"],
             en["child"], en["valid"], en["cred"], en["refresh"])
         return (live, s, new) if ok else None
