@@ -104,8 +104,7 @@ def _whole_regions(region: np.ndarray, weight: np.ndarray, k: int,
     if part_of_region is None:
         return None
     if region_latency is not None and len(ids) <= EVEN_OUT_MAX_REGIONS:
-        part_of_region = _spaced_deal(region_weight, region_latency[np.ix_(ids, ids)], k, cap,
-                                      part_of_region)
+        part_of_region = _spaced_deal(region_weight, region_latency, k, cap, part_of_region)
     return part_of_region[inverse]
 
 
@@ -164,10 +163,10 @@ def _spaced_deal(weight: np.ndarray, latency: np.ndarray, k: int, cap: float,
 
 
 def _region_latency(topo: Topology, region: np.ndarray) -> np.ndarray | None:
-    """float64[G', G'] indexed by region id: the least router-to-router delay between the
-    routers with hosts of two regions (what the lookahead between them adds to its two LAN
-    hops), +inf on the diagonal; None when the topology has no dense delay table or too
-    many regions to deal by latency. O(R^2)."""
+    """float64[G, G] over the regions in sorted id order (np.unique): the least
+    router-to-router delay between the routers with hosts of two regions (what the
+    lookahead between them adds to its two LAN hops), +inf on the diagonal; None when the
+    topology has no dense delay table or too many regions to deal by latency. O(R^2)."""
     if not getattr(topo, "is_dense", False):
         return None
     ids = np.unique(region)
@@ -178,14 +177,14 @@ def _region_latency(topo: Topology, region: np.ndarray) -> np.ndarray | None:
     with_hosts[topo.host_router] = True
     if not with_hosts.any():
         with_hosts[:] = True
-    size = int(ids.max()) + 1
-    out = np.full((size, size), np.inf)
+    g = len(ids)
+    out = np.full((g, g), np.inf)
     rows = [np.flatnonzero(with_hosts & (region == r)) for r in ids.tolist()]
     nearest = [dist[r].min(axis=0) if len(r) else None for r in rows]
-    for i, a in enumerate(ids.tolist()):
-        for j, b in enumerate(ids.tolist()):
+    for i in range(g):
+        for j in range(g):
             if i != j and nearest[i] is not None and len(rows[j]):
-                out[a, b] = float(nearest[i][rows[j]].min())
+                out[i, j] = float(nearest[i][rows[j]].min())
     return out
 
 
