@@ -59,7 +59,7 @@ class MessageRing:
         return np.where(ok, e, -1)
 
     def forget(self, slots) -> None:
-        """Drop every buffered message of these slots (O(len(slots) x B log n))."""
+        """Drop every buffered message of these slots (O(len(slots) x B))."""
         slots = np.unique(np.asarray(slots, np.int64))
         if not len(slots) or not self.index.size:
             return

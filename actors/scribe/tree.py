@@ -101,7 +101,7 @@ class TreeState:
 
     def find(self, local_idx, groups, only_active=False) -> np.ndarray:
         """Slot of each (local node, group) (int32), -1 if the node never had state (or,
-        ``only_active``, has no active state). O(q log S)."""
+        ``only_active``, has no active state). O(q)."""
         li, g = _pairs(local_idx, groups)
         return kernels.find_slots(self.slot_index.arrays, li, g, self.n_groups,
                                   self.slots["active"], only_active)
@@ -110,7 +110,7 @@ class TreeState:
         return self.find(local_idx, groups, only_active=True)
 
     def get_or_make(self, local_idx, groups) -> np.ndarray:
-        """Slot of each pair, creating inactive slots where needed. O(q log S)."""
+        """Slot of each pair, creating inactive slots where needed. O(q), amortized."""
         s, new = self.slot_index.insert(self.slot_keys(local_idx, groups))
         self.slots.ensure(self.slot_index.size)
         if new.any():
