@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernels
-from .batch import Batch, as_messages, new_messages, take_rows
+from .batch import Batch
 from .rng import next_draws
 
 
@@ -52,10 +52,21 @@ class ShardContext:
         n = max(src.size, np.size(dst), np.size(sent))
         if n == 0:
             return
-        m = new_messages(n, self.message_dtype, src=src, dst=dst, type=type, sent=sent,
-                         **fields)
-        self._set_arrivals(m)
-        self._e.emit(Batch(m, payload))
+        out = self._e.sends
+        m = out.reserve(n)    # zeroed rows, written in place (as `new_messages` would)
+        try:
+            m["src"] = src
+            m["dst"] = dst
+            m["type"] = type
+            m["sent"] = sent
+            for name, value in fields.items():
+                m[name] = value
+            self._set_arrivals(m)
+            if payload is not None:
+                out.add_payload(m, payload)
+        except BaseException:
+            out.unreserve(n)   # a bad send leaves nothing half-written behind
+            raise
 
     def _set_arrivals(self, m) -> None:
         """time = sent + latency(src, dst) for every record of m, in place."""
@@ -69,18 +80,16 @@ class ShardContext:
 
     def send_batch(self, batch, owned: bool = False, timed: bool = False) -> None:
         """Like send, for a prepared Batch (or array of message records); `time` is
-        computed here. ``owned``: the caller gives the records away (nothing reads or
-        writes them later), so they are not copied first. ``timed``: the caller already
-        set each `time` to `sent` + the latency of :meth:`latency_tables`' model (a
-        compiled kernel that computed the delay anyway)."""
+        computed here. The records are copied (``owned``, the caller giving them away,
+        is kept for callers: a copy into the pass's buffer is made either way).
+        ``timed``: the caller already set each `time` to `sent` + the latency of
+        :meth:`latency_tables`' model (a compiled kernel that computed the delay anyway)."""
         msgs, payload = (batch.msgs, batch.payload) if isinstance(batch, Batch) else (batch, None)
         if not len(msgs):
             return
-        m = as_messages(msgs, self.message_dtype)
-        m = take_rows(m, slice(None)) if m is msgs and not owned else m
+        m = self._e.sends.append(msgs, payload)
         if not timed:
             self._set_arrivals(m)
-        self._e.emit(Batch(m, payload))
 
     def timer(self, node, at, type, **fields) -> None:
         """Self-messages due at `at` (us) at `node`; dropped if the node is dead then."""
@@ -88,10 +97,19 @@ class ShardContext:
         n = max(node.size, np.size(at))
         if n == 0:
             return
-        m = new_messages(n, self.message_dtype, src=node, dst=node, type=type, **fields)
-        m["time"] = at
-        m["sent"] = m["time"]
-        self._e.emit(Batch(m))
+        out = self._e.sends
+        m = out.reserve(n)
+        try:
+            m["src"] = node
+            m["dst"] = node
+            m["type"] = type
+            for name, value in fields.items():
+                m[name] = value
+            m["time"] = at
+            m["sent"] = m["time"]
+        except BaseException:
+            out.unreserve(n)
+            raise
 
     def latency(self, a, b) -> np.ndarray:
         return self._e.latency.latency(a, b)

@@ -24,6 +24,7 @@ from .batch import ENGINE_DTYPE, Batch, check_message_dtype, dispatch_order, tak
 from .context import ShardContext
 from .logs import LogBuffer
 from .queue import NEVER, EventQueue
+from .sendbuf import SendBuffer
 
 # engine control types (0-9): dispatched before protocol types in a cell
 FAIL = 1
@@ -93,7 +94,7 @@ class ShardEngine:
         # the window's end: cells past the last event were never looked at, so the driver
         # may still inject there, whatever the window cap.)
         self.done_until = 0
-        self._sending: list[Batch] = []   # sends of the current pass (`emit`)
+        self.sends = SendBuffer(self.message_dtype)   # sends of the current pass
         self._cell_end = 0                 # end of the cell being processed
         self._due_in_cell = False          # a send of this pass is due in that cell
         self.ctx = ShardContext(self)
@@ -113,20 +114,18 @@ class ShardEngine:
 
     # ---- sending --------------------------------------------------------------------
     def emit(self, batch: Batch) -> None:
-        """Take a handler's sends; they are stamped and routed together when its pass over
-        the cell ends (`_flush`): a cell of sparse traffic makes a handful of small sends,
-        and one stamp, one log chunk and one queue push per pass cost less than one each.
-        The rows, their order and their sequence numbers are those of sending them one by
-        one."""
+        """Take a handler's sends (copied); they are stamped and routed together when its
+        pass over the cell ends (`_flush`): a cell of sparse traffic makes a handful of
+        small sends, and one stamp, one log chunk and one queue push per pass cost less
+        than one each. The rows, their order and their sequence numbers are those of
+        sending them one by one. (`ShardContext` writes into `sends` directly.)"""
         if len(batch):
-            self._sending.append(batch)
+            self.sends.append(batch.msgs, batch.payload)
 
     def _flush(self) -> None:
         """Stamp, log and route every send taken since the last flush."""
-        if not self._sending:
-            return
-        sends, self._sending = self._sending, []
-        self._route(sends[0] if len(sends) == 1 else Batch.concat(sends, self.message_dtype))
+        if len(self.sends):
+            self._route(self.sends.take())
 
     def _route(self, batch: Batch) -> None:
         """Stamp per-sender sequence numbers, log hops, route to the queue or an outbox."""

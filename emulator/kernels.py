@@ -210,3 +210,31 @@ def run_bounds(values):
             k += 1
     out[k] = n
     return out[:k + 1]
+
+
+@numba.njit(cache=True)
+def append_payload(pay_off, pay_len, payload, pool, used):
+    """Copy each row's payload segment (``payload[pay_off:pay_off + pay_len]``) to
+    ``pool`` from ``used`` on, in row order, and point ``pay_off`` there (in place; a row
+    without payload gets the cursor, as ``compact_payload`` does). Returns the new cursor;
+    -1 (nothing written) when ``pool`` lacks room, -2 when a segment lies outside
+    ``payload``. O(rows + payload copied)."""
+    n = len(pay_off)
+    need = 0
+    for i in range(n):
+        o = pay_off[i]
+        ln = pay_len[i]
+        if ln < 0 or (ln > 0 and (o < 0 or o + ln > len(payload))):
+            return -2
+        need += ln
+    if used + need > len(pool):
+        return -1
+    pos = used
+    for i in range(n):
+        o = pay_off[i]
+        ln = pay_len[i]
+        for j in range(ln):
+            pool[pos + j] = payload[o + j]
+        pay_off[i] = pos
+        pos += ln
+    return pos

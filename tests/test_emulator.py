@@ -41,6 +41,47 @@ def test_batch_take_and_concat_keep_payload_rows():
     assert [c.segment(i).tolist() for i in range(4)] == [[20, 21, 22], [10, 11], [10, 11], []]
 
 
+def test_send_buffer_equals_the_sends_concatenated():
+    """A pass's sends written into one SendBuffer come out as the same rows, in the same
+    order, with the same payload segments as the sends made one by one and concatenated,
+    across growth of both pools, payload given as slices of a larger payload, and a send
+    that fails half-way (which leaves nothing behind)."""
+    from emulator.sendbuf import SendBuffer
+
+    rng = np.random.default_rng(3)
+    buf, sends = SendBuffer(ENGINE_DTYPE), []
+    for i in range(400):
+        n = int(rng.integers(1, 9))
+        lens = rng.integers(0, 40, n) if i % 3 else np.zeros(n, np.int64)
+        big = rng.integers(0, 10**6, int(lens.sum()) + 50).astype(np.int32)
+        offs = rng.integers(0, 50, n)       # segments anywhere in a larger payload
+        m = new_messages(n, ENGINE_DTYPE, src=rng.integers(0, 100, n), dst=i, type=i % 7,
+                         pay_off=offs, pay_len=lens)
+        b = Batch(m, big if lens.any() else None)
+        sends.append(b)
+        if i % 2:
+            buf.append(b.msgs, b.payload)
+        else:
+            view = buf.reserve(n)
+            for name in ("src", "dst", "type", "pay_off", "pay_len"):
+                view[name] = m[name]
+            if lens.any():
+                buf.add_payload(view, big)
+        if i == 7:   # a segment outside its payload: an error, and nothing half-written
+            before = len(buf)
+            bad = new_messages(2, ENGINE_DTYPE, pay_off=[0, 45], pay_len=[1, 9])
+            with pytest.raises(ValueError, match="outside its payload"):
+                buf.append(bad, np.zeros(50, np.int32))
+            assert len(buf) == before
+    got = buf.take()
+    want = Batch.concat(sends, ENGINE_DTYPE)
+    assert len(buf) == 0 and len(got) == len(want) > 256
+    for f in ("src", "dst", "type", "pay_len"):
+        assert np.array_equal(got.msgs[f], want.msgs[f])
+    assert all(np.array_equal(got.segment(i), want.segment(i)) for i in range(len(got)))
+    assert len(got.payload) == int(want.msgs["pay_len"].sum()) > 4096
+
+
 def test_cell_order_equals_lexsort_for_small_and_large_cells():
     """A cell's dispatch order (type, time, src, seq; stable) is the same whether the
     compiled insertion sort (small cells) or np.lexsort (large ones) computes it, with

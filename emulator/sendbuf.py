@@ -1,0 +1,105 @@
+"""SendBuffer: the sends of one pass over a cell, written in order into one growing record
+array and one payload pool, and taken out as a single Batch.
+
+A cell of sparse protocol traffic makes tens of small sends (a few rows each, some with
+payload). Making each its own array and joining them at the end of the pass cost a zeroed
+allocation and a Batch per send, then a concatenation that checked, copied and re-offset
+every part (BENCHMARKS.md, issue 13: ~14 % of a faithful bootstrap's shard time). Here a
+send reserves zeroed rows at the end of the buffer and writes its fields in place, and its
+payload is copied once into the pool; `take` copies the whole pass out in one piece.
+Rows, their order and their payload segments are exactly those of the sends one by one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import kernels
+from .batch import NO_PAYLOAD, Batch, as_messages
+
+_FIRST_ROWS = 256
+_FIRST_PAYLOAD = 4096
+
+
+class SendBuffer:
+    def __init__(self, dtype: np.dtype):
+        self.dtype = dtype
+        self._rows = np.zeros(_FIRST_ROWS, dtype)
+        self._bytes = self._rows.view(np.uint8)   # for zeroing reserved rows in one call
+        self._raw = self._rows.view(np.dtype((np.void, dtype.itemsize)))
+        self._pool = np.zeros(_FIRST_PAYLOAD, np.int32)
+        self._n = 0          # rows written
+        self._used = 0       # payload ints written
+
+    def __len__(self) -> int:
+        return self._n
+
+    def reserve(self, n: int) -> np.ndarray:
+        """n zeroed records at the end (a view: valid until the next reserve, append or
+        take). Amortized O(n)."""
+        end = self._n + n
+        if end > len(self._rows):
+            self._grow(end)
+        size = self.dtype.itemsize
+        self._bytes[self._n * size:end * size] = 0
+        view = self._rows[self._n:end]
+        self._n = end
+        return view
+
+    def unreserve(self, n: int) -> None:
+        """Drop the last n rows (a send that failed half-way leaves nothing behind)."""
+        self._n -= n
+
+    def add_payload(self, rows: np.ndarray, payload) -> None:
+        """`rows` (the last rows reserved) reference `payload` by pay_off/pay_len: copy
+        the segments they reference to the pool and point them there. O(rows + copied)."""
+        payload = np.asarray(payload)
+        if not len(payload):
+            return
+        while True:
+            pos = kernels.append_payload(rows["pay_off"], rows["pay_len"], payload,
+                                         self._pool, self._used)
+            if pos >= 0:
+                self._used = int(pos)
+                return
+            if pos == -2:
+                raise ValueError("a message's payload segment (pay_off, pay_len) lies "
+                                 f"outside its payload of {len(payload)} ints")
+            need = int(rows["pay_len"].sum())
+            pool = np.zeros(max(2 * len(self._pool), self._used + need), np.int32)
+            pool[:self._used] = self._pool[:self._used]
+            self._pool = pool
+
+    def append(self, msgs: np.ndarray, payload=None) -> np.ndarray:
+        """Copy records (converted to the buffer's record if they are another) and the
+        payload they reference; returns the copied rows (a view, as `reserve`)."""
+        msgs = as_messages(msgs, self.dtype)
+        n = len(msgs)
+        view = self.reserve(n)   # (zeroed for nothing: one memset, cheaper than a branch)
+        raw = self._raw[self._n - n:self._n]
+        raw[:] = msgs.view(raw.dtype) if msgs.flags.c_contiguous \
+            else np.ascontiguousarray(msgs).view(raw.dtype)
+        if payload is not None and len(payload):
+            try:
+                self.add_payload(view, payload)
+            except BaseException:
+                self.unreserve(n)
+                raise
+        return view
+
+    def take(self) -> Batch:
+        """Everything written since the last take, as one new Batch; empties the buffer."""
+        rows = self._raw[:self._n].copy().view(self.dtype)
+        payload = self._pool[:self._used].copy() if self._used else NO_PAYLOAD
+        self._n = self._used = 0
+        return Batch(rows, payload)
+
+    def _grow(self, rows: int) -> None:
+        old = self._n
+        new = np.zeros(max(2 * len(self._rows), rows), self.dtype)
+        raw = new.view(self._raw.dtype)
+        raw[:old] = self._raw[:old]
+        self._rows, self._raw, self._bytes = new, raw, new.view(np.uint8)
+
+
+__all__ = ["SendBuffer"]
