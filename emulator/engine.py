@@ -233,30 +233,39 @@ class ShardEngine:
         m = due.msgs
         types = m["type"]
         bounds = kernels.run_bounds(types).tolist()   # one run per message type
+        li_all = self.local_index[m["dst"]]
+        # whether every node the rest of the cell goes to is alive: checked once per cell
+        # (only FAIL and RECOVER, the lowest types and so the first runs, change it)
+        rest_alive = None
         for s, e in zip(bounds[:-1], bounds[1:], strict=True):
             ty = int(types[s])
             sub = Batch(m[s:e], due.payload)
-            li = self.local_index[sub.msgs["dst"]]
+            li = li_all[s:e]
             if ty == RECOVER:
                 dead = ~self.alive[li]
                 li = np.unique(li[dead])
                 self.alive[li] = True
                 if len(li):
                     self.stack.on_recover(self.ctx, li)
+                rest_alive = None
                 continue
-            ok = self.alive[li]
-            alive = np.count_nonzero(ok)
-            if alive < len(ok):
-                lost = len(ok) - alive
-                self.lost_by_type[ty] = self.lost_by_type.get(ty, 0) + lost
-                sub = sub.take(ok)
-                li = li[ok]
-                if not len(sub):
-                    continue
+            if rest_alive is None:
+                rest_alive = bool(self.alive[li_all[s:]].all())
+            if not rest_alive:
+                ok = self.alive[li]
+                alive = np.count_nonzero(ok)
+                if alive < len(ok):
+                    lost = len(ok) - alive
+                    self.lost_by_type[ty] = self.lost_by_type.get(ty, 0) + lost
+                    sub = sub.take(ok)
+                    li = li[ok]
+                    if not len(sub):
+                        continue
             if ty == FAIL:
                 li = np.unique(li)
                 self.alive[li] = False
                 self.stack.on_fail(self.ctx, li)
+                rest_alive = None
                 continue
             self.stack.handle(self.ctx, ty, sub)
 

@@ -819,3 +819,20 @@ def acked_pending(identity, acks):
                 keep[p] = False
                 break
     return keep
+
+
+@numba.njit(cache=True)
+def row_contains(members, li, ids):
+    """Whether ``ids[i]`` is in row ``li[i]`` of ``members`` (bool[n]): ``(members[li] ==
+    ids[:, None]).any(axis=1)`` without the row copies. O(n * width)."""
+    n = len(li)
+    out = np.zeros(n, np.bool_)
+    w = members.shape[1]
+    for i in range(n):
+        x = ids[i]
+        r = li[i]
+        for j in range(w):
+            if members[r, j] == x:
+                out[i] = True
+                break
+    return out

@@ -58,7 +58,8 @@ class LeafSet:
 
     def contains(self, li, ids) -> np.ndarray:
         """Whether ``ids[i]`` is a member of node ``li[i]``'s leaf set."""
-        return (self.members[li] == np.asarray(ids)[:, None]).any(axis=1)
+        return kernels.row_contains(self.members, np.asarray(li, np.int64),
+                                    np.asarray(ids, np.int64))
 
     def farthest(self, li, side: slice):
         """(member count, farthest member or the first slot's value) of one side."""

@@ -127,9 +127,8 @@ class LeafSetMaintenance:
         uli, changed, _added = nodes.learn(ctx, li, cand, m["time"])
         nodes.merge_nbrs(ctx, li, cand)
         # the announcer now sits in our leaf set: tell it our leaf set
-        ch = np.zeros(len(nodes), bool)
-        ch[uli[changed]] = True
-        new_member = nodes.leaves.contains(li, m["src"]) & ch[li]
+        # (uli: the sorted distinct li, so each li's row of `changed` is found by search)
+        new_member = nodes.leaves.contains(li, m["src"]) & changed[np.searchsorted(uli, li)]
         inleaf = new_member | (m[Announce.in_leaf_set] == 1)
         # and ask the new member for its leaf set: an announcer heard of through a third
         # node (LEAF_REPLY) may know neighbours of ours that nobody else will tell us about
@@ -149,10 +148,12 @@ class LeafSetMaintenance:
                                            m["time"])
         r, c = np.nonzero(added >= 0)
         if len(r):
-            t_of = np.zeros(len(nodes), np.int64)
-            np.maximum.at(t_of, li, m["time"])
+            # each node's latest reply time (uli: the sorted distinct li), without an
+            # array over every local node per call
+            t_of = np.full(len(uli), np.iinfo(np.int64).min, np.int64)
+            np.maximum.at(t_of, np.searchsorted(uli, li), m["time"])
             me = nodes.global_ids[uli[r]]
-            ctx.send(me, added[r, c], msg_types.ANNOUNCE, t_of[uli[r]],
+            ctx.send(me, added[r, c], msg_types.ANNOUNCE, np.maximum(t_of[r], 0),
                      **Announce.fields(announcer=me, in_leaf_set=1), mode=0)
 
     def on_leaf_req(self, ctx, batch) -> None:
