@@ -46,7 +46,9 @@ class PastryNodes:
     @staticmethod
     def local(ctx, nodes) -> np.ndarray:
         """Local indices (int64) of global node ids of this shard."""
-        return np.asarray(ctx.local(np.asarray(nodes, np.int64)), np.int64)
+        if not (isinstance(nodes, np.ndarray) and nodes.ndim == 1 and nodes.dtype.kind == "i"):
+            nodes = np.asarray(nodes, np.int64)   # (an id column is looked up as it is)
+        return np.asarray(ctx.local(nodes), np.int64)
 
     def tables(self) -> PastryState:
         """The three tables as one :class:`PastryState` (views, not copies): the form the
