@@ -117,15 +117,23 @@ def compact_payload(pay_off, pay_len, payload):
     for i in range(n):
         total += pay_len[i]
     out = np.empty(total, payload.dtype)
-    pos = 0
-    for i in range(n):
+    _copy_segments(pay_off, pay_len, payload, out, 0)
+    return out
+
+
+@numba.njit(cache=True)
+def _copy_segments(pay_off, pay_len, payload, out, pos):
+    """Each row's segment of ``payload`` to ``out`` from ``pos`` on, in row order,
+    ``pay_off`` pointed there (in place); returns the position after the last. O(rows +
+    copied)."""
+    for i in range(len(pay_off)):
         o = pay_off[i]
         ln = pay_len[i]
         for j in range(ln):
             out[pos + j] = payload[o + j]
         pay_off[i] = pos
         pos += ln
-    return out
+    return pos
 
 
 @numba.njit(cache=True)
@@ -229,12 +237,4 @@ def append_payload(pay_off, pay_len, payload, pool, used):
         need += ln
     if used + need > len(pool):
         return -1
-    pos = used
-    for i in range(n):
-        o = pay_off[i]
-        ln = pay_len[i]
-        for j in range(ln):
-            pool[pos + j] = payload[o + j]
-        pay_off[i] = pos
-        pos += ln
-    return pos
+    return _copy_segments(pay_off, pay_len, payload, pool, used)
