@@ -78,12 +78,11 @@ class ShardContext:
         else:   # another latency model (tests): its own vectorized call
             m["time"] = m["sent"] + lat.latency(m["src"], m["dst"])
 
-    def send_batch(self, batch, owned: bool = False, timed: bool = False) -> None:
-        """Like send, for a prepared Batch (or array of message records); `time` is
-        computed here. The records are copied (``owned``, the caller giving them away,
-        is kept for callers: a copy into the pass's buffer is made either way).
-        ``timed``: the caller already set each `time` to `sent` + the latency of
-        :meth:`latency_tables`' model (a compiled kernel that computed the delay anyway)."""
+    def send_batch(self, batch, timed: bool = False) -> None:
+        """Like send, for a prepared Batch (or array of message records), copied into the
+        pass's sends; `time` is computed here. ``timed``: the caller already set each
+        `time` to `sent` + the latency of :meth:`latency_tables`' model (a compiled kernel
+        that computed the delay anyway)."""
         msgs, payload = (batch.msgs, batch.payload) if isinstance(batch, Batch) else (batch, None)
         if not len(msgs):
             return

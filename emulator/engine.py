@@ -113,17 +113,12 @@ class ShardEngine:
         return v
 
     # ---- sending --------------------------------------------------------------------
-    def emit(self, batch: Batch) -> None:
-        """Take a handler's sends (copied); they are stamped and routed together when its
-        pass over the cell ends (`_flush`): a cell of sparse traffic makes a handful of
-        small sends, and one stamp, one log chunk and one queue push per pass cost less
-        than one each. The rows, their order and their sequence numbers are those of
-        sending them one by one. (`ShardContext` writes into `sends` directly.)"""
-        if len(batch):
-            self.sends.append(batch.msgs, batch.payload)
-
     def _flush(self) -> None:
-        """Stamp, log and route every send taken since the last flush."""
+        """Stamp, log and route every send of the pass (`ShardContext` writes them into
+        `sends`) as one batch: a cell of sparse traffic makes a handful of small sends, and
+        one stamp, one log chunk and one queue push per pass cost less than one each. The
+        rows, their order and their sequence numbers are those of sending them one by
+        one."""
         if len(self.sends):
             self._route(self.sends.take())
 

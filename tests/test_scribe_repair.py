@@ -150,15 +150,16 @@ def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch
     monkeypatch.setattr(TreeState, "refresh_known",
                         lambda self, *a: known.append(real_known(self, *a)) or known[-1])
     from emulator.engine import ShardEngine
-    real_emit, emitted = ShardEngine.emit, []   # every record sent, every field
+    real_route, emitted = ShardEngine._route, []   # every record sent, every field
 
-    def emit(self, batch):
+    def route(self, batch):   # a handler pass's sends, as one batch, before the stamp
         emitted.append((self.shard_id, batch.msgs.tobytes(), batch.payload.tobytes()))
-        real_emit(self, batch)
-    monkeypatch.setattr(ShardEngine, "emit", emit)
+        real_route(self, batch)
+    monkeypatch.setattr(ShardEngine, "_route", route)
     fast_logs, fast_counts, fast_sent, fast_trees = _repair_run(shards)
     fast_emitted, emitted[:] = list(emitted), []
     assert fast_counts["scribe_repairs"] > 0 and len(fast_logs["delivery"]["member"]) > 0
+    assert len(fast_emitted) > 100
     # both paths of a TICK cell ran, and the compiled DATA step
     assert sum(p is None for p in plans) > 0 and sum(p is not None for p in plans) > 100
     assert len(datas) > 10
@@ -169,11 +170,11 @@ def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch
     monkeypatch.setattr(Dissemination, "_data_plain", Dissemination._data_general)
     logs, counts, sent, trees = _repair_run(shards)
     assert counts == fast_counts and sent == fast_sent
-    # the same records, byte for byte, in the same sends (the compiled DATA step writes
-    # its copies' records itself)
+    # the same records, byte for byte, in the same handler passes (the compiled DATA
+    # step writes its copies' records itself)
     assert len(emitted) == len(fast_emitted)
     differ = [i for i, (a, b) in enumerate(zip(emitted, fast_emitted, strict=True)) if a != b]
-    assert not differ, f"{len(differ)} sends differ, the first is send {differ[:1]}"
+    assert not differ, f"{len(differ)} passes' sends differ, the first is {differ[:1]}"
     for name, cols in logs.items():
         assert cols.keys() == fast_logs[name].keys(), name
         for c, v in cols.items():

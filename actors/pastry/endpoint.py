@@ -25,8 +25,8 @@ class OverlayEndpoint:
 
     def send_records(self, ctx, records):
         """Direct messages laid out as records by the application (mode 0: the records
-        come zeroed but for the fields it set); the records are the engine's from here."""
-        ctx.send_batch(records, owned=True)
+        come zeroed but for the fields it set); the engine takes a copy."""
+        ctx.send_batch(records)
 
     def replica_set(self, ctx, nodes, k: int) -> np.ndarray:
         """The k nodes numerically closest to each local node, from its leaf set."""

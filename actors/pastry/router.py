@@ -134,5 +134,5 @@ class Router:
         hr, rdist, lan = self.nodes.latency_tables(ctx)
         hop = take_rows(out, slice(None))
         lat = kernels.hop_on(out, hop, np.ascontiguousarray(nh, np.int64), hr, rdist, lan)
-        ctx.send_batch(hop, owned=True, timed=True)
+        ctx.send_batch(hop, timed=True)
         self.acks.expect(ctx, out, lat)
