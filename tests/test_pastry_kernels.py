@@ -227,23 +227,33 @@ def test_unique_first_equals_numpy_unique_with_first_indices():
         assert np.array_equal(vals, ref_vals) and np.array_equal(first, ref_first)
 
 
-def test_leaf_set_merge_in_one_kernel_equals_select_then_changes(net, holey_state):
-    """LeafSet.merge's one compiled call writes what selecting, diffing and writing the
-    rows in numpy wrote: members, keep-alive clocks (empty slots' too) and the result."""
-    from actors.pastry.leafset import LeafSet
+def test_learn_in_one_kernel_equals_the_parts_one_after_the_other(net, holey_state):
+    """kernels.learn (PastryNodes.learn's one compiled call) writes what forgetting the
+    senders, inserting into the tables, then selecting, diffing and writing the leaf sets
+    in numpy wrote: failed memory, tables, members, keep-alive clocks (empty slots' too),
+    probe count and result."""
     rng = np.random.default_rng(10)
     hi, lo = net["node_ids_hi"], net["node_ids_lo"]
-    members = holey_state.leaf.copy()
+    lat = (np.asarray(net["host_router"], np.int32), np.asarray(net["router_dist_us"], np.int32),
+           int(net["lan_us"]))
+    members, rt = holey_state.leaf.copy(), holey_state.rt.copy()
     heard = rng.integers(0, 10**6, members.shape)
     failed = np.where(rng.random((N, 8)) < 0.3, rng.integers(0, N, (N, 8)), -1).astype(np.int32)
     ids = np.arange(N, dtype=np.int64)
-    leaves = LeafSet(members.copy())
-    leaves.heard = heard.copy()
-    for _ in range(30):
+    got_m, got_rt, got_h, got_f = members.copy(), rt.copy(), heard.copy(), failed.copy()
+    for step in range(30):
         li = rng.integers(0, N, 40)
         cand = _cand(rng, 40, 5, li)
         t = rng.integers(10**6, 2 * 10**6, 40)
-        got = leaves.merge(li, cand, t, ids, hi, lo, failed)
+        forget = step % 2 == 1
+        senders = np.where(rng.random(40) < 0.5, failed[li, 0], rng.integers(0, N, 40))
+        got = kernels.learn(got_rt, got_m, got_h, got_f, ids, li, cand, t, hi, lo, 4, 8,
+                            *lat, senders.astype(np.int64), forget)
+        if forget:
+            hit = failed[li] == senders[:, None]
+            r, c = np.nonzero(hit)
+            failed[li[r], c] = -1
+        probes = kernels.insert_table(rt, li, ids[li], cand, hi, lo, 4, *lat, failed[li])
         uk, grouped, tmax = group_rows(li, cand, t)
         old = members[uk]
         new = kernels.select_leaves(ids[uk], np.concatenate([old, grouped], axis=1), hi, lo, 8,
@@ -251,9 +261,11 @@ def test_leaf_set_merge_in_one_kernel_equals_select_then_changes(net, holey_stat
         changed, added, clocks = kernels.leaf_changes(old, new, heard[uk], tmax)
         if changed.any():
             heard[uk], members[uk] = clocks, new
-        assert np.array_equal(got[0], uk) and np.array_equal(got[1], changed)
-        assert np.array_equal(got[2], added)
-        assert np.array_equal(leaves.members, members) and np.array_equal(leaves.heard, heard)
+        assert got[0] == probes and np.array_equal(got[1], uk)
+        assert np.array_equal(got[2], changed) and np.array_equal(got[3], added)
+        assert np.array_equal(got_m, members) and np.array_equal(got_h, heard)
+        assert np.array_equal(got_rt, rt) and np.array_equal(got_f, failed)
+    assert (got_rt != holey_state.rt).any() and (got_m != holey_state.leaf).any()
 
 
 def test_failed_memory_forget_and_next_draws_equal_their_references():

@@ -836,3 +836,37 @@ def row_contains(members, li, ids):
                 out[i] = True
                 break
     return out
+
+
+@numba.njit(cache=True)
+def learn(rt, members, heard, failed, global_ids, li, cand, now, ids_hi, ids_lo, b, half,
+          hr, rdist, lan_us, senders, forget):
+    """``PastryNodes.learn`` in one compiled call: what the parts' kernels do one after the
+    other, without the array glue between them (a handler learns of a few nodes per call,
+    where that glue cost more than the work):
+
+    1. ``forget``: each node ``li[i]`` heard from ``senders[i]`` directly, out of its
+       failed memory (:func:`forget_failed`);
+    2. candidates ``cand[i]`` offered to the routing table of ``li[i]`` (:func:`insert_table`,
+       the node's failed ids left out);
+    3. the rows of equal ``li`` combined (:func:`group_rows`) and merged into the leaf sets
+       (:func:`merge_leaf_sets`, clocks at the latest ``now`` of the node's rows).
+
+    Returns (probes, distinct sorted li, changed bool[U], added int32[U, l]).
+    O(B * C * (memory + half) + B log B)."""
+    if forget:
+        forget_failed(failed, li, senders)
+    self_ids = np.empty(len(li), np.int64)
+    dead = np.empty((len(li), failed.shape[1]), failed.dtype)
+    for i in range(len(li)):
+        self_ids[i] = global_ids[li[i]]
+        for e in range(failed.shape[1]):
+            dead[i, e] = failed[li[i], e]
+    probes = insert_table(rt, li, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan_us, dead)
+    uli, grouped, tmax = group_rows(li, cand, now, True)
+    u_ids = np.empty(len(uli), np.int64)
+    for i in range(len(uli)):
+        u_ids[i] = global_ids[uli[i]]
+    changed, added = merge_leaf_sets(members, heard, uli, grouped, tmax, u_ids, ids_hi,
+                                     ids_lo, half, failed)
+    return probes, uli, changed, added

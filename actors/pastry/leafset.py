@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernels
-from .merge import group_rows
 
 
 class LeafSet:
@@ -30,18 +29,6 @@ class LeafSet:
     def sides(self):
         """The column slices of the smaller and the larger side."""
         return slice(0, self.half), slice(self.half, self.size)
-
-    def merge(self, li, cand, t, global_ids, ids_hi, ids_lo, failed_ids):
-        """Merge candidate ids (rows of one node are combined first) into the leaf sets of
-        local nodes ``li``; ids in ``failed_ids`` (rows per local node) stay out.
-        Returns (nodes' local indices, changed mask, members added). O(B c log c)."""
-        li, cand, t = group_rows(li, cand, t)
-        # one compiled call: select, then keep-alive clocks follow their nodes and
-        # newcomers count as just heard; only changed rows are written
-        changed, added = kernels.merge_leaf_sets(self.members, self.heard, li, cand, t,
-                                                 np.ascontiguousarray(global_ids[li], np.int64),
-                                                 ids_hi, ids_lo, self.half, failed_ids)
-        return li, changed, added
 
     def drop(self, li, dead_ids) -> None:
         """Remove ``dead_ids[i]`` from the leaf set of node ``li[i]`` and close the holes

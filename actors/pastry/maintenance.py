@@ -122,9 +122,8 @@ class LeafSetMaintenance:
         m = msgs_of(batch)
         nodes = self.nodes
         li = nodes.local(ctx, m["dst"])
-        nodes.heard_from(li, m["src"])
         cand = m["src"].astype(np.int64)[:, None]
-        uli, changed, _added = nodes.learn(ctx, li, cand, m["time"])
+        uli, changed, _added = nodes.learn(ctx, li, cand, m["time"], senders=m["src"])
         nodes.merge_nbrs(ctx, li, cand)
         # the announcer now sits in our leaf set: tell it our leaf set
         # (uli: the sorted distinct li, so each li's row of `changed` is found by search)
@@ -143,9 +142,8 @@ class LeafSetMaintenance:
         m = msgs_of(batch)
         nodes = self.nodes
         li = nodes.local(ctx, m["dst"])
-        nodes.heard_from(li, m["src"])
         uli, _changed, added = nodes.learn(ctx, li, sender_and_payload(m, payload_of(batch)),
-                                           m["time"])
+                                           m["time"], senders=m["src"])
         r, c = np.nonzero(added >= 0)
         if len(r):
             # each node's latest reply time (uli: the sorted distinct li), without an

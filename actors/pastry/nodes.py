@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from .failed import FailedNodes
 from .leafset import LeafSet
 from .neighbourhood import NeighbourhoodSet
@@ -75,26 +76,34 @@ class PastryNodes:
         return self._latency_tables
 
     # ---- learning of nodes ----------------------------------------------------------
-    def learn(self, ctx, li, cand, t):
-        """Offer candidate ids to the routing tables and leaf sets of local nodes ``li``;
-        returns :meth:`merge_leaves`' result."""
-        self.insert_table(ctx, li, cand)
-        return self.merge_leaves(ctx, li, cand, t)
+    def learn(self, ctx, li, cand, t, senders=None):
+        """Offer candidate ids (a padded matrix, one row per entry of ``li``) to the routing
+        tables and leaf sets of local nodes ``li`` (leaf-set clocks of newcomers: the
+        latest ``t`` of the node's rows); ``senders``: each row came straight from that
+        node, so it is alive (out of the failed memory first). Fires ``app.new_leafs`` for
+        the nodes whose leaf set changed. Returns (distinct sorted li, changed mask, members
+        added). One compiled call (``kernels.learn``)."""
+        li = np.ascontiguousarray(li, np.int64)
+        hr, rdist, lan = self.latency_tables(ctx)
+        forget = senders is not None
+        probes, uli, changed, added = kernels.learn(
+            self.table.entries, self.leaves.members, self.leaves.heard, self.failed.ids,
+            self.global_ids, li, np.ascontiguousarray(cand, np.int64),
+            np.ascontiguousarray(t, np.int64), self.ids_hi, self.ids_lo, self.table.b,
+            self.leaves.half, hr, rdist, lan,
+            np.ascontiguousarray(senders, np.int64) if forget else li, forget)
+        if probes:
+            ctx.count("pastry_probes", probes)
+        if changed.any():
+            self.app.new_leafs(ctx, uli[changed])
+        return uli, changed, added
 
     def insert_table(self, ctx, li, cand) -> None:
+        """Offer candidate ids to the routing tables only (probes counted)."""
         probes = self.table.insert(li, self.global_ids, cand, self.ids_hi, self.ids_lo,
                                    self.latency_tables(ctx), self.failed.ids)
         if probes:
             ctx.count("pastry_probes", probes)
-
-    def merge_leaves(self, ctx, li, cand, t):
-        """Merge candidates into leaf sets; fires ``app.new_leafs`` for the changed ones.
-        Returns (nodes' local indices, changed mask, added members)."""
-        li, changed, added = self.leaves.merge(li, cand, t, self.global_ids, self.ids_hi,
-                                               self.ids_lo, self.failed.ids)
-        if changed.any():
-            self.app.new_leafs(ctx, li[changed])
-        return li, changed, added
 
     def merge_nbrs(self, ctx, li, cand) -> None:
         self.nbrs.merge(li, cand, self.global_ids, self.latency_tables(ctx), self.failed.ids)
