@@ -48,6 +48,15 @@ class ShardContext:
 
     def send(self, src, dst, type, sent, payload=None, **fields) -> None:
         """Messages from local nodes; each arrives at sent + latency(src, dst)."""
+        self._send(src, dst, type, sent, payload, None, fields)
+
+    def send_rows(self, src, dst, type, sent, rows, **fields) -> None:
+        """As `send`, message i carrying row i of the int matrix ``rows`` as its payload
+        (-1 entries dropped): ``send(..., **batch.pack_rows(rows))`` without the packed
+        copy."""
+        self._send(src, dst, type, sent, None, rows, fields)
+
+    def _send(self, src, dst, type, sent, payload, rows, fields) -> None:
         src = np.asarray(src)
         n = max(src.size, np.size(dst), np.size(sent))
         if n == 0:
@@ -64,6 +73,10 @@ class ShardContext:
             self._set_arrivals(m)
             if payload is not None:
                 out.add_payload(m, payload)
+            elif rows is not None:
+                if len(rows) != n:
+                    raise ValueError(f"send_rows: {len(rows)} payload rows for {n} messages")
+                out.add_rows(m, rows)
         except BaseException:
             out.unreserve(n)   # a bad send leaves nothing half-written behind
             raise

@@ -164,6 +164,34 @@ def pack_rows(rows):
 
 
 @numba.njit(cache=True)
+def pack_rows_into(rows, pay_off, pay_len, pool, used):
+    """:func:`pack_rows` written straight into a send pool from ``used`` on: row i's
+    non-negative entries become its segment, ``pay_off`` / ``pay_len`` set in place, as
+    ``pack_rows`` then ``append_payload`` set them (offsets left 0 when no row has an
+    entry). Returns the new cursor; -1 (nothing written) when ``pool`` lacks room.
+    O(rows.size)."""
+    n, w = rows.shape
+    need = 0
+    for i in range(n):
+        for j in range(w):
+            if rows[i, j] >= 0:
+                need += 1
+    if need == 0:
+        return used
+    if used + need > len(pool):
+        return -1
+    pos = used
+    for i in range(n):
+        pay_off[i] = pos
+        for j in range(w):
+            if rows[i, j] >= 0:
+                pool[pos] = rows[i, j]
+                pos += 1
+        pay_len[i] = pos - pay_off[i]
+    return pos
+
+
+@numba.njit(cache=True)
 def payload_rows(pay_off, pay_len, payload, width):
     """Each row's payload segment as a row of an int64 matrix, -1 padded, cut at `width`
     columns (``batch.payload_rows``). O(rows * width)."""

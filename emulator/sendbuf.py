@@ -65,10 +65,24 @@ class SendBuffer:
             if pos == -2:
                 raise ValueError("a message's payload segment (pay_off, pay_len) lies "
                                  f"outside its payload of {len(payload)} ints")
-            need = int(rows["pay_len"].sum())
-            pool = np.zeros(max(2 * len(self._pool), self._used + need), np.int32)
-            pool[:self._used] = self._pool[:self._used]
-            self._pool = pool
+            self._grow_pool(int(rows["pay_len"].sum()))
+
+    def add_rows(self, rows: np.ndarray, ids: np.ndarray) -> None:
+        """`rows` (the last rows reserved) carry row i of the int matrix `ids` each, its -1
+        entries dropped: packed straight into the pool (what `add_payload` of
+        ``batch.pack_rows(ids)`` stores, without the packed copy). O(ids.size)."""
+        ids = np.asarray(ids)
+        if ids.dtype.kind not in "iu":
+            ids = ids.astype(np.int64)
+        if not ids.flags.c_contiguous:
+            ids = np.ascontiguousarray(ids)
+        while True:
+            pos = kernels.pack_rows_into(ids, rows["pay_off"], rows["pay_len"], self._pool,
+                                         self._used)
+            if pos >= 0:
+                self._used = int(pos)
+                return
+            self._grow_pool(int((ids >= 0).sum()))
 
     def append(self, msgs: np.ndarray, payload=None) -> np.ndarray:
         """Copy records (converted to the buffer's record if they are another) and the
@@ -93,6 +107,11 @@ class SendBuffer:
         payload = self._pool[:self._used].copy() if self._used else NO_PAYLOAD
         self._n = self._used = 0
         return Batch(rows, payload)
+
+    def _grow_pool(self, need: int) -> None:
+        pool = np.zeros(max(2 * len(self._pool), self._used + need), np.int32)
+        pool[:self._used] = self._pool[:self._used]
+        self._pool = pool
 
     def _grow(self, rows: int) -> None:
         old = self._n

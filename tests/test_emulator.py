@@ -82,6 +82,33 @@ def test_send_buffer_equals_the_sends_concatenated():
     assert len(got.payload) == int(want.msgs["pay_len"].sum()) > 4096
 
 
+def test_send_buffer_rows_equal_packed_payload():
+    """Id rows packed straight into the pool (`add_rows`, behind ``ctx.send_rows``) give
+    the records, offsets included, and the pool that ``pack_rows`` then `add_payload`
+    give: rows with no entry, all-empty sends, wide rows that grow the pool."""
+    from emulator.sendbuf import SendBuffer
+
+    rng = np.random.default_rng(4)
+    a, b = SendBuffer(ENGINE_DTYPE), SendBuffer(ENGINE_DTYPE)
+    for i in range(300):
+        n = int(rng.integers(1, 6))
+        ids = rng.integers(-1, 10**6, (n, int(rng.integers(1, 60))))
+        ids[rng.random(ids.shape) < 0.4] = -1
+        if i % 4 == 0:
+            ids[:] = -1                       # a send without any payload entry
+        packed = pack_rows(ids)
+        va = a.reserve(n)
+        va["dst"] = i
+        va["pay_off"], va["pay_len"] = packed["pay_off"], packed["pay_len"]
+        a.add_payload(va, packed["payload"])
+        vb = b.reserve(n)
+        vb["dst"] = i
+        b.add_rows(vb, ids if i % 2 else ids.astype(np.int32).T.copy().T)
+    ga, gb = a.take(), b.take()
+    assert np.array_equal(ga.msgs, gb.msgs) and np.array_equal(ga.payload, gb.payload)
+    assert len(gb.payload) > 4096 and (gb.msgs["pay_len"] == 0).any()
+
+
 def test_cell_order_equals_lexsort_for_small_and_large_cells():
     """A cell's dispatch order (type, time, src, seq; stable) is the same whether the
     compiled insertion sort (small cells) or np.lexsort (large ones) computes it, with

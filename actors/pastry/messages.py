@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from actors.messages import MSG_DTYPE  # the stack's message record
-from emulator.batch import Batch, pack_rows, payload_rows, take_rows
+from emulator.batch import Batch, payload_rows, take_rows
 
 __all__ = ["MSG_DTYPE", "Batch", "make_batch", "msgs_of", "payload_of",
            "send_rows", "sender_and_payload", "take_rows"]
@@ -34,8 +34,8 @@ def make_batch(msgs, payload=None) -> Batch:
 
 def send_rows(ctx, src, dst, type_code, sent, rows, **fields) -> None:
     """Direct messages each carrying one row of the id matrix ``rows`` as payload (-1
-    entries are dropped by ``pack_rows``)."""
-    ctx.send(src, dst, type_code, sent, mode=0, **pack_rows(rows), **fields)
+    entries dropped)."""
+    ctx.send_rows(src, dst, type_code, sent, rows, mode=0, **fields)
 
 
 def sender_and_payload(msgs, payload) -> np.ndarray:

@@ -51,9 +51,13 @@ class Router:
         if randomize:
             first = self._random_known(ctx, src)
             jump = first >= 0
+            if jump.all():   # (the usual case: every sender knows some node)
+                self._send_hop(ctx, m, first)
+                return
             self._send_hop(ctx, take_rows(m, jump), first[jump])
             m = take_rows(m, ~jump)
-        self.step(ctx, m, None)
+        if len(m):
+            self.step(ctx, m, None)
 
     def receive(self, ctx, routed, payload) -> None:
         """Routed messages that arrived at their ``dst``: acknowledge the hop, route on."""
