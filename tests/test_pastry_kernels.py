@@ -182,6 +182,15 @@ def test_pack_and_unpack_rows_kernels_equal_numpy():
             assert np.array_equal(got, ref)
 
 
+def _merge_nearest(nbrs, li, cand, global_ids, lat, failed):
+    """A neighbourhood-set merge as ``kernels.learn`` makes it: rows of one node grouped,
+    then ``merge_nearest`` with the set's key cache."""
+    uk, grouped, _ = group_rows(li, cand)
+    keys, known = nbrs.key_cache()
+    kernels.merge_nearest(nbrs.members, keys, known, uk, global_ids[uk], grouped, failed[uk],
+                          *lat)
+
+
 def test_neighbourhood_merges_with_kept_keys_equal_selection_from_scratch(net):
     """Rounds of merges (one candidate or many, repeats, the node itself, failed ids, ids
     dropped between rounds as a presumed failure does) give, round after round, the sets
@@ -211,7 +220,7 @@ def test_neighbourhood_merges_with_kept_keys_equal_selection_from_scratch(net):
             hit = ref[x] == dead
             ref[x, hit] = -1
             nbrs.drop(np.array([x]), np.array([dead]))
-        nbrs.merge(li, cand, me, lat, failed)
+        _merge_nearest(nbrs, li, cand, me, lat, failed)
         uk, grouped, _ = group_rows(li, cand)
         both = np.concatenate([ref[uk].astype(np.int64), grouped], axis=1)
         ref[uk] = kernels.select_nearest(me[uk], both, m, failed[uk], *lat)
@@ -230,8 +239,9 @@ def test_unique_first_equals_numpy_unique_with_first_indices():
 def test_learn_in_one_kernel_equals_the_parts_one_after_the_other(net, holey_state):
     """kernels.learn (PastryNodes.learn's one compiled call) writes what forgetting the
     senders, inserting into the tables, then selecting, diffing and writing the leaf sets
-    in numpy wrote: failed memory, tables, members, keep-alive clocks (empty slots' too),
-    probe count and result."""
+    in numpy, and merging the neighbourhood sets, wrote: failed memory, tables, members,
+    keep-alive clocks (empty slots' too), neighbourhood sets, probe count and result."""
+    from actors.pastry.neighbourhood import NeighbourhoodSet
     rng = np.random.default_rng(10)
     hi, lo = net["node_ids_hi"], net["node_ids_lo"]
     lat = (np.asarray(net["host_router"], np.int32), np.asarray(net["router_dist_us"], np.int32),
@@ -241,14 +251,18 @@ def test_learn_in_one_kernel_equals_the_parts_one_after_the_other(net, holey_sta
     failed = np.where(rng.random((N, 8)) < 0.3, rng.integers(0, N, (N, 8)), -1).astype(np.int32)
     ids = np.arange(N, dtype=np.int64)
     got_m, got_rt, got_h, got_f = members.copy(), rt.copy(), heard.copy(), failed.copy()
+    got_nbrs, ref_nbrs = NeighbourhoodSet(holey_state.nbr.copy()), NeighbourhoodSet(
+        holey_state.nbr.copy())
     for step in range(30):
         li = rng.integers(0, N, 40)
         cand = _cand(rng, 40, 5, li)
         t = rng.integers(10**6, 2 * 10**6, 40)
         forget = step % 2 == 1
         senders = np.where(rng.random(40) < 0.5, failed[li, 0], rng.integers(0, N, 40))
-        got = kernels.learn(got_rt, got_m, got_h, got_f, ids, li, cand, t, hi, lo, 4, 8,
-                            *lat, senders.astype(np.int64), forget)
+        nbrs = step % 3 != 0
+        got = kernels.learn(got_rt, got_m, got_h, got_f, got_nbrs.members,
+                            *got_nbrs.key_cache(), ids, li, cand, t, hi, lo, 4, 8, *lat,
+                            senders.astype(np.int64), forget, nbrs)
         if forget:
             hit = failed[li] == senders[:, None]
             r, c = np.nonzero(hit)
@@ -261,11 +275,15 @@ def test_learn_in_one_kernel_equals_the_parts_one_after_the_other(net, holey_sta
         changed, added, clocks = kernels.leaf_changes(old, new, heard[uk], tmax)
         if changed.any():
             heard[uk], members[uk] = clocks, new
+        if nbrs:
+            _merge_nearest(ref_nbrs, li, cand, ids, lat, failed)
+        assert np.array_equal(got_nbrs.members, ref_nbrs.members)
         assert got[0] == probes and np.array_equal(got[1], uk)
         assert np.array_equal(got[2], changed) and np.array_equal(got[3], added)
         assert np.array_equal(got_m, members) and np.array_equal(got_h, heard)
         assert np.array_equal(got_rt, rt) and np.array_equal(got_f, failed)
     assert (got_rt != holey_state.rt).any() and (got_m != holey_state.leaf).any()
+    assert (got_nbrs.members != holey_state.nbr).any()
 
 
 def test_failed_memory_forget_and_next_draws_equal_their_references():

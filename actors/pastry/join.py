@@ -295,8 +295,7 @@ class JoinProtocol:
         m = msgs_of(batch)
         li = self.nodes.local(ctx, m["dst"])
         cand = sender_and_payload(m, payload_of(batch))
-        self.nodes.learn(ctx, li, cand, m["time"])
-        self.nodes.merge_nbrs(ctx, li, cand)
+        self.nodes.learn(ctx, li, cand, m["time"], nbrs=True)
         self.nbrs_got[li] = True
         self._maybe_joined(ctx, li, m["time"])
 

@@ -839,8 +839,8 @@ def row_contains(members, li, ids):
 
 
 @numba.njit(cache=True)
-def learn(rt, members, heard, failed, global_ids, li, cand, now, ids_hi, ids_lo, b, half,
-          hr, rdist, lan_us, senders, forget):
+def learn(rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, li, cand, now,
+          ids_hi, ids_lo, b, half, hr, rdist, lan_us, senders, forget, nbrs):
     """``PastryNodes.learn`` in one compiled call: what the parts' kernels do one after the
     other, without the array glue between them (a handler learns of a few nodes per call,
     where that glue cost more than the work):
@@ -850,17 +850,20 @@ def learn(rt, members, heard, failed, global_ids, li, cand, now, ids_hi, ids_lo,
     2. candidates ``cand[i]`` offered to the routing table of ``li[i]`` (:func:`insert_table`,
        the node's failed ids left out);
     3. the rows of equal ``li`` combined (:func:`group_rows`) and merged into the leaf sets
-       (:func:`merge_leaf_sets`, clocks at the latest ``now`` of the node's rows).
+       (:func:`merge_leaf_sets`, clocks at the latest ``now`` of the node's rows);
+    4. ``nbrs``: and into the neighbourhood sets (:func:`merge_nearest` with the set's
+       cached keys ``nbr_keys`` / ``nbr_known``).
 
     Returns (probes, distinct sorted li, changed bool[U], added int32[U, l]).
-    O(B * C * (memory + half) + B log B)."""
+    O(B * C * (memory + half + M) + B log B)."""
     if forget:
         forget_failed(failed, li, senders)
+    ne = failed.shape[1]
     self_ids = np.empty(len(li), np.int64)
-    dead = np.empty((len(li), failed.shape[1]), failed.dtype)
+    dead = np.empty((len(li), ne), failed.dtype)
     for i in range(len(li)):
         self_ids[i] = global_ids[li[i]]
-        for e in range(failed.shape[1]):
+        for e in range(ne):
             dead[i, e] = failed[li[i], e]
     probes = insert_table(rt, li, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan_us, dead)
     uli, grouped, tmax = group_rows(li, cand, now, True)
@@ -869,4 +872,10 @@ def learn(rt, members, heard, failed, global_ids, li, cand, now, ids_hi, ids_lo,
         u_ids[i] = global_ids[uli[i]]
     changed, added = merge_leaf_sets(members, heard, uli, grouped, tmax, u_ids, ids_hi,
                                      ids_lo, half, failed)
+    if nbrs:
+        u_dead = np.empty((len(uli), ne), failed.dtype)
+        for i in range(len(uli)):
+            for e in range(ne):
+                u_dead[i, e] = failed[uli[i], e]
+        merge_nearest(nbr, nbr_keys, nbr_known, uli, u_ids, grouped, u_dead, hr, rdist, lan_us)
     return probes, uli, changed, added

@@ -123,8 +123,8 @@ class LeafSetMaintenance:
         nodes = self.nodes
         li = nodes.local(ctx, m["dst"])
         cand = m["src"].astype(np.int64)[:, None]
-        uli, changed, _added = nodes.learn(ctx, li, cand, m["time"], senders=m["src"])
-        nodes.merge_nbrs(ctx, li, cand)
+        uli, changed, _added = nodes.learn(ctx, li, cand, m["time"], senders=m["src"],
+                                           nbrs=True)
         # the announcer now sits in our leaf set: tell it our leaf set
         # (uli: the sorted distinct li, so each li's row of `changed` is found by search)
         new_member = nodes.leaves.contains(li, m["src"]) & changed[np.searchsorted(uli, li)]

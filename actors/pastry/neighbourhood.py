@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernels
-from .merge import group_rows
 
 
 class NeighbourhoodSet:
@@ -29,17 +27,13 @@ class NeighbourhoodSet:
     def size(self) -> int:
         return self.members.shape[1]
 
-    def merge(self, li, cand, global_ids, latency_tables, failed_ids) -> None:
-        """Keep the M nearest (probed) of the members and the candidate ids (rows of one
-        node are combined first); ids in ``failed_ids`` stay out. O(B c) for nodes merged
-        before, O(B c log c) the first time."""
-        li, cand, _ = group_rows(li, cand)
+    def key_cache(self):
+        """(keys int64[n, M], known bool[n]) that ``kernels.merge_nearest`` keeps with the
+        members (allocated at the first merge)."""
         if self._keys is None:
             self._keys = np.full(self.members.shape, -1, np.int64)
             self._known = np.zeros(len(self.members), bool)
-        hr, rdist, lan = latency_tables
-        kernels.merge_nearest(self.members, self._keys, self._known, li, global_ids[li], cand,
-                              failed_ids[li], hr, rdist, lan)
+        return self._keys, self._known
 
     def drop(self, li, dead_ids) -> None:
         """Remove ``dead_ids[i]`` from node ``li[i]``'s set (the hole stays until a merge)."""

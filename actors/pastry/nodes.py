@@ -76,22 +76,24 @@ class PastryNodes:
         return self._latency_tables
 
     # ---- learning of nodes ----------------------------------------------------------
-    def learn(self, ctx, li, cand, t, senders=None):
+    def learn(self, ctx, li, cand, t, senders=None, nbrs=False):
         """Offer candidate ids (a padded matrix, one row per entry of ``li``) to the routing
         tables and leaf sets of local nodes ``li`` (leaf-set clocks of newcomers: the
-        latest ``t`` of the node's rows); ``senders``: each row came straight from that
-        node, so it is alive (out of the failed memory first). Fires ``app.new_leafs`` for
-        the nodes whose leaf set changed. Returns (distinct sorted li, changed mask, members
+        latest ``t`` of the node's rows), and with ``nbrs`` to their neighbourhood sets;
+        ``senders``: each row came straight from that node, so it is alive (out of the
+        failed memory first). Fires ``app.new_leafs`` for the nodes whose leaf set changed,
+        once their state is all in. Returns (distinct sorted li, changed mask, members
         added). One compiled call (``kernels.learn``)."""
         li = np.ascontiguousarray(li, np.int64)
         hr, rdist, lan = self.latency_tables(ctx)
         forget = senders is not None
+        keys, known = self.nbrs.key_cache()
         probes, uli, changed, added = kernels.learn(
             self.table.entries, self.leaves.members, self.leaves.heard, self.failed.ids,
-            self.global_ids, li, np.ascontiguousarray(cand, np.int64),
-            np.ascontiguousarray(t, np.int64), self.ids_hi, self.ids_lo, self.table.b,
-            self.leaves.half, hr, rdist, lan,
-            np.ascontiguousarray(senders, np.int64) if forget else li, forget)
+            self.nbrs.members, keys, known, self.global_ids, li,
+            np.ascontiguousarray(cand, np.int64), np.ascontiguousarray(t, np.int64),
+            self.ids_hi, self.ids_lo, self.table.b, self.leaves.half, hr, rdist, lan,
+            np.ascontiguousarray(senders, np.int64) if forget else li, forget, bool(nbrs))
         if probes:
             ctx.count("pastry_probes", probes)
         if changed.any():
@@ -104,9 +106,6 @@ class PastryNodes:
                                    self.latency_tables(ctx), self.failed.ids)
         if probes:
             ctx.count("pastry_probes", probes)
-
-    def merge_nbrs(self, ctx, li, cand) -> None:
-        self.nbrs.merge(li, cand, self.global_ids, self.latency_tables(ctx), self.failed.ids)
 
     # ---- forgetting of nodes --------------------------------------------------------
     def remember_failed(self, li, dead_ids) -> None:
