@@ -149,6 +149,12 @@ class ShardContext:
         they are, not copied."""
         self._e.logs.add(table, self._e.phase, columns, copy=False)
 
+    def log_records(self, table: str, records: np.ndarray, columns) -> None:
+        """As `log_owned`, for whole structured records the handler gives away: the log's
+        columns are cut from them, ``columns`` ((log column, record field), ...), when the
+        buffer merges its chunks (one record array per call instead of a column each)."""
+        self._e.logs.add_records(table, self._e.phase, records, tuple(columns))
+
     def count(self, name: str, n=1) -> None:
         c = self._e.counts
         c[name] = c.get(name, 0) + int(n)

@@ -280,6 +280,7 @@ def test_learn_in_one_kernel_equals_the_parts_one_after_the_other(net, holey_sta
         assert np.array_equal(got_nbrs.members, ref_nbrs.members)
         assert got[0] == probes and np.array_equal(got[1], uk)
         assert np.array_equal(got[2], changed) and np.array_equal(got[3], added)
+        assert np.array_equal(got[4], tmax)
         assert np.array_equal(got_m, members) and np.array_equal(got_h, heard)
         assert np.array_equal(got_rt, rt) and np.array_equal(got_f, failed)
     assert (got_rt != holey_state.rt).any() and (got_m != holey_state.leaf).any()
@@ -355,8 +356,10 @@ def test_route_log_kernel_equals_the_numpy_columns():
                d["type"].astype(np.int16), (d["time"] - d["path_us"]).astype(np.int64),
                d["time"].astype(np.int64), d["hops"].astype(np.int16),
                d["path_us"].astype(np.int64))
-        got = kernels.route_log(m, kind, int(here.sum()))
-        for a, b in zip(got, ref, strict=True):
+        got = np.empty(int(here.sum()), kernels.ROUTE_LOG_DTYPE)
+        kernels.route_log(m, kind, got)
+        for name, b in zip(kernels.ROUTE_LOG_DTYPE.names, ref, strict=True):
+            a = np.ascontiguousarray(got[name])
             assert a.dtype == b.dtype and np.array_equal(a, b)
 
 
@@ -383,3 +386,32 @@ def test_hop_identity_and_ack_matching_kernels_equal_numpy():
         acks = rng.integers(0, 8, int(rng.integers(1, 10))).astype(np.uint64)
         assert np.array_equal(kernels.acked_pending(identity, acks),
                               acked_pending_numpy(identity, acks))
+
+
+def test_sender_and_payload_kernel_equals_payload_rows_with_the_sender():
+    """The compiled candidates matrix is the payload rows (batch.payload_rows) with the
+    sender appended, for empty segments, a batch without payload and strided records."""
+    from actors.pastry.messages import MSG_DTYPE, sender_and_payload
+    from emulator.batch import pack_rows, payload_rows
+    rng = np.random.default_rng(12)
+    for n, width in ((0, 3), (1, 1), (7, 20), (50, 40)):
+        ids = rng.integers(-1, N, (n, width))
+        ids[rng.random(ids.shape) < 0.5] = -1
+        p = pack_rows(ids)
+        m = np.zeros(2 * n, MSG_DTYPE)[::2]                  # strided, as a sub-batch
+        m["src"] = rng.integers(0, N, n)
+        m["pay_off"], m["pay_len"] = p["pay_off"], p["pay_len"]
+        for payload in (p["payload"], np.zeros(0, np.int32)):
+            ref = np.concatenate([payload_rows(m, payload), m["src"].astype(np.int64)[:, None]],
+                                 axis=1)
+            got = sender_and_payload(m, payload)
+            assert got.dtype == np.int64 and np.array_equal(got, ref)
+
+
+def test_rows_and_equals_rows_concatenated_with_a_column(holey_state):
+    rng = np.random.default_rng(13)
+    li = rng.integers(0, N, 30)
+    last = rng.integers(0, N, 30)
+    ref = np.concatenate([holey_state.leaf[li], last.astype(np.int32)[:, None]], axis=1)
+    got = kernels.rows_and(holey_state.leaf, li, last)
+    assert got.dtype == np.int32 and np.array_equal(got, ref)

@@ -724,32 +724,31 @@ def route_step(m, li, rt, leaf, nbr, ids_hi, ids_lo, b, lookup_type, own_lo, own
     return nxt, kind, counts
 
 
+# the `route` log's record: one row per routed message delivered at its key's node
+ROUTE_LOG_DTYPE = np.dtype([("origin", np.int32), ("root", np.int32), ("type", np.int16),
+                            ("start", np.int64), ("end", np.int64), ("hops", np.int16),
+                            ("path_us", np.int64)])
+
+
 @numba.njit(cache=True)
-def route_log(m, kind, n_here):
-    """The `route` log's columns of the routed records ``m`` delivered here (``kind`` <=
-    HERE_APP; ``n_here`` of them), in one pass: origin, root (int32), type (int16),
-    start, end (int64), hops (int16), path_us (int64); start = end - path_us. O(n)."""
-    origin = np.empty(n_here, np.int32)
-    root = np.empty(n_here, np.int32)
-    ty = np.empty(n_here, np.int16)
-    start = np.empty(n_here, np.int64)
-    end = np.empty(n_here, np.int64)
-    hops = np.empty(n_here, np.int16)
-    path = np.empty(n_here, np.int64)
+def route_log(m, kind, out):
+    """The `route` log's rows of the routed records ``m`` delivered here (``kind`` <=
+    HERE_APP), written in one pass into ``out`` (``ROUTE_LOG_DTYPE``, one row per such
+    record): origin, root = dst, type, start = end - path_us, end = time, hops, path_us.
+    O(n)."""
     j = 0
     for i in range(len(m)):
         if kind[i] > HERE_APP:
             continue
         r = m[i]
-        origin[j] = r["origin"]
-        root[j] = r["dst"]
-        ty[j] = r["type"]
-        end[j] = r["time"]
-        path[j] = r["path_us"]
-        start[j] = end[j] - path[j]
-        hops[j] = r["hops"]
+        out[j]["origin"] = r["origin"]
+        out[j]["root"] = r["dst"]
+        out[j]["type"] = r["type"]
+        out[j]["end"] = r["time"]
+        out[j]["path_us"] = r["path_us"]
+        out[j]["start"] = r["time"] - r["path_us"]
+        out[j]["hops"] = r["hops"]
         j += 1
-    return origin, root, ty, start, end, hops, path
 
 
 @numba.njit(cache=True)
@@ -854,8 +853,8 @@ def learn(rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, li, 
     4. ``nbrs``: and into the neighbourhood sets (:func:`merge_nearest` with the set's
        cached keys ``nbr_keys`` / ``nbr_known``).
 
-    Returns (probes, distinct sorted li, changed bool[U], added int32[U, l]).
-    O(B * C * (memory + half + M) + B log B)."""
+    Returns (probes, distinct sorted li, changed bool[U], added int32[U, l], latest
+    ``now`` of each one's rows int64[U]). O(B * C * (memory + half + M) + B log B)."""
     if forget:
         forget_failed(failed, li, senders)
     ne = failed.shape[1]
@@ -878,4 +877,37 @@ def learn(rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, li, 
             for e in range(ne):
                 u_dead[i, e] = failed[uli[i], e]
         merge_nearest(nbr, nbr_keys, nbr_known, uli, u_ids, grouped, u_dead, hr, rdist, lan_us)
-    return probes, uli, changed, added
+    return probes, uli, changed, added, tmax
+
+
+@numba.njit(cache=True)
+def sender_and_payload(m, payload):
+    """Each record's payload ids as a row of an int64 matrix, -1 padded to the longest
+    segment, with its sender appended as one more column (``messages.sender_and_payload``:
+    the candidates a receiver offers its tables). O(rows * longest)."""
+    n = len(m)
+    width = 0
+    for i in range(n):
+        if m[i]["pay_len"] > width:
+            width = m[i]["pay_len"]
+    out = np.full((n, width + 1), -1, np.int64)
+    for i in range(n):
+        o = m[i]["pay_off"]
+        if len(payload):   # (no payload at all: -1 rows of the longest segment's width)
+            for j in range(m[i]["pay_len"]):
+                out[i, j] = payload[o + j]
+        out[i, width] = m[i]["src"]
+    return out
+
+
+@numba.njit(cache=True)
+def rows_and(table, li, last):
+    """Row ``li[i]`` of ``table`` with ``last[i]`` appended, as a new int32 matrix (a
+    LEAF_REPLY's payload: the leaf set and the sender). O(len(li) * width)."""
+    n, w = len(li), table.shape[1]
+    out = np.empty((n, w + 1), np.int32)
+    for i in range(n):
+        for j in range(w):
+            out[i, j] = table[li[i], j]
+        out[i, w] = last[i]
+    return out

@@ -48,8 +48,8 @@ class LeafSetMaintenance:
 
     def send_leaf_set(self, ctx, li, me, to, t) -> None:
         """LEAF_REPLY from local nodes ``li`` (ids ``me``) to ``to``: leaf set + sender."""
-        rows = np.concatenate([self.nodes.leaves.members[li], np.asarray(me, np.int32)[:, None]],
-                              axis=1)
+        rows = kernels.rows_and(self.nodes.leaves.members, np.asarray(li, np.int64),
+                                np.asarray(me, np.int64))
         send_rows(ctx, me, to, msg_types.LEAF_REPLY, t, rows)
 
     # ---- keep-alives and failure detection --------------------------------------------
@@ -123,7 +123,7 @@ class LeafSetMaintenance:
         nodes = self.nodes
         li = nodes.local(ctx, m["dst"])
         cand = m["src"].astype(np.int64)[:, None]
-        uli, changed, _added = nodes.learn(ctx, li, cand, m["time"], senders=m["src"],
+        uli, changed, _added, _latest = nodes.learn(ctx, li, cand, m["time"], senders=m["src"],
                                            nbrs=True)
         # the announcer now sits in our leaf set: tell it our leaf set
         # (uli: the sorted distinct li, so each li's row of `changed` is found by search)
@@ -142,16 +142,12 @@ class LeafSetMaintenance:
         m = msgs_of(batch)
         nodes = self.nodes
         li = nodes.local(ctx, m["dst"])
-        uli, _changed, added = nodes.learn(ctx, li, sender_and_payload(m, payload_of(batch)),
-                                           m["time"], senders=m["src"])
+        uli, _changed, added, latest = nodes.learn(
+            ctx, li, sender_and_payload(m, payload_of(batch)), m["time"], senders=m["src"])
         r, c = np.nonzero(added >= 0)
-        if len(r):
-            # each node's latest reply time (uli: the sorted distinct li), without an
-            # array over every local node per call
-            t_of = np.full(len(uli), np.iinfo(np.int64).min, np.int64)
-            np.maximum.at(t_of, np.searchsorted(uli, li), m["time"])
+        if len(r):   # announced at each node's latest reply time
             me = nodes.global_ids[uli[r]]
-            ctx.send(me, added[r, c], msg_types.ANNOUNCE, np.maximum(t_of[r], 0),
+            ctx.send(me, added[r, c], msg_types.ANNOUNCE, np.maximum(latest[r], 0),
                      **Announce.fields(announcer=me, in_leaf_set=1), mode=0)
 
     def on_leaf_req(self, ctx, batch) -> None:

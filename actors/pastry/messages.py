@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from actors.messages import MSG_DTYPE  # the stack's message record
-from emulator.batch import Batch, payload_rows, take_rows
+from emulator.batch import Batch, take_rows
+
+from . import kernels
 
 __all__ = ["MSG_DTYPE", "Batch", "make_batch", "msgs_of", "payload_of",
            "send_rows", "sender_and_payload", "take_rows"]
@@ -41,5 +43,4 @@ def send_rows(ctx, src, dst, type_code, sent, rows, **fields) -> None:
 def sender_and_payload(msgs, payload) -> np.ndarray:
     """Each message's payload ids as a padded int64 matrix (-1 pads) with its sender
     appended as the last column: the candidates a receiver offers its tables."""
-    return np.concatenate([payload_rows(msgs, payload), msgs["src"].astype(np.int64)[:, None]],
-                          axis=1)
+    return kernels.sender_and_payload(msgs, np.asarray(payload, np.int32))

@@ -83,12 +83,12 @@ class PastryNodes:
         ``senders``: each row came straight from that node, so it is alive (out of the
         failed memory first). Fires ``app.new_leafs`` for the nodes whose leaf set changed,
         once their state is all in. Returns (distinct sorted li, changed mask, members
-        added). One compiled call (``kernels.learn``)."""
+        added, latest ``t`` of each). One compiled call (``kernels.learn``)."""
         li = np.ascontiguousarray(li, np.int64)
         hr, rdist, lan = self.latency_tables(ctx)
         forget = senders is not None
         keys, known = self.nbrs.key_cache()
-        probes, uli, changed, added = kernels.learn(
+        probes, uli, changed, added, latest = kernels.learn(
             self.table.entries, self.leaves.members, self.leaves.heard, self.failed.ids,
             self.nbrs.members, keys, known, self.global_ids, li,
             np.ascontiguousarray(cand, np.int64), np.ascontiguousarray(t, np.int64),
@@ -98,7 +98,7 @@ class PastryNodes:
             ctx.count("pastry_probes", probes)
         if changed.any():
             self.app.new_leafs(ctx, uli[changed])
-        return uli, changed, added
+        return uli, changed, added, latest
 
     def insert_table(self, ctx, li, cand) -> None:
         """Offer candidate ids to the routing tables only (probes counted)."""

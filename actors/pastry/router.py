@@ -16,6 +16,9 @@ from . import types as msg_types
 from .messages import MSG_DTYPE, make_batch, msgs_of, take_rows
 
 
+ROUTE_LOG_COLUMNS = tuple((name, name) for name in kernels.ROUTE_LOG_DTYPE.names)
+
+
 class Router:
     def __init__(self, nodes, acks, app, deliver_own, forward_own):
         """``nodes`` :class:`~.nodes.PastryNodes`; ``acks`` :class:`~.hop_acks.HopAcks`
@@ -112,10 +115,10 @@ class Router:
                                   msg_types.LAST_OWN)
 
     def _deliver(self, ctx, m, kind, counts, payload, upcall) -> None:
-        origin, root, ty, start, end, hops, path = kernels.route_log(
-            m, kind, int(counts[kernels.HERE_OWN] + counts[kernels.HERE_APP]))
-        ctx.log_owned("route", origin=origin, root=root, type=ty, start=start, end=end,
-                      hops=hops, path_us=path)
+        rows = np.empty(int(counts[kernels.HERE_OWN] + counts[kernels.HERE_APP]),
+                        kernels.ROUTE_LOG_DTYPE)
+        kernels.route_log(m, kind, rows)
+        ctx.log_records("route", rows, ROUTE_LOG_COLUMNS)
         if counts[kernels.HERE_OWN]:
             self.deliver_own(ctx, take_rows(m, kind == kernels.HERE_OWN), upcall)
         if counts[kernels.HERE_APP]:
