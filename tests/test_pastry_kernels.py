@@ -415,3 +415,22 @@ def test_rows_and_equals_rows_concatenated_with_a_column(holey_state):
     ref = np.concatenate([holey_state.leaf[li], last.astype(np.int32)[:, None]], axis=1)
     got = kernels.rows_and(holey_state.leaf, li, last)
     assert got.dtype == np.int32 and np.array_equal(got, ref)
+
+
+def test_newly_joined_equals_unique_then_masks():
+    rng = np.random.default_rng(14)
+    n = 50
+    for _ in range(50):
+        joined = rng.random(n) < 0.3
+        nbrs_got = rng.random(n) < 0.7
+        expected = rng.integers(-1, 4, n)
+        got_rows = rng.integers(0, 5, n)
+        li = rng.integers(0, n, int(rng.integers(0, 12)))
+        t = rng.integers(0, 10**6, len(li))
+        u, first = np.unique(li, return_index=True)
+        done = ~joined[u] & nbrs_got[u] & (expected[u] >= 0) & (got_rows[u] >= expected[u])
+        ref_joined = joined.copy()
+        ref_joined[u[done]] = True
+        out_li, out_t = kernels.newly_joined(li, t, joined, nbrs_got, expected, got_rows)
+        assert np.array_equal(out_li, u[done]) and np.array_equal(out_t, t[first][done])
+        assert np.array_equal(joined, ref_joined)

@@ -310,14 +310,11 @@ class JoinProtocol:
         """Nodes with every piece in are joined: they announce themselves to every node
         they know, start keep-alives and leaf refresh, and ask for better rows."""
         nodes = self.nodes
-        li, first = kernels.unique_first(np.ascontiguousarray(li, np.int64))
-        t = np.asarray(t)[first]
-        done = (~nodes.joined[li]) & self.nbrs_got[li] & (self.rows_expected[li] >= 0) & \
-            (self.rows_got[li] >= self.rows_expected[li])
-        if not done.any():
+        li, t = kernels.newly_joined(np.ascontiguousarray(li, np.int64),
+                                     np.ascontiguousarray(t, np.int64), nodes.joined,
+                                     self.nbrs_got, self.rows_expected, self.rows_got)
+        if not len(li):
             return
-        li, t = li[done], t[done]
-        nodes.joined[li] = True
         ctx.count("pastry_joined", len(li))
         self._announce(ctx, li, t)
         self.maintenance.start_keepalive(ctx, li, t)

@@ -911,3 +911,25 @@ def rows_and(table, li, last):
             out[i, j] = table[li[i], j]
         out[i, w] = last[i]
     return out
+
+
+@numba.njit(cache=True)
+def newly_joined(li, t, joined, nbrs_got, rows_expected, rows_got):
+    """The distinct nodes among ``li`` that have every join piece in and were not joined:
+    marked joined in place and returned as (sorted local indices int64, the ``t`` of each
+    one's first row int64): what ``unique_first`` and four masks computed in
+    ``JoinProtocol._maybe_joined``. O(n log n)."""
+    u, first = unique_first(li)
+    out_li = np.empty(len(u), np.int64)
+    out_t = np.empty(len(u), np.int64)
+    k = 0
+    for q in range(len(u)):
+        x = u[q]
+        if (not joined[x]) and nbrs_got[x] and rows_expected[x] >= 0 and \
+                rows_got[x] >= rows_expected[x]:
+            out_li[k] = x
+            out_t[k] = t[first[q]]
+            k += 1
+    for q in range(k):
+        joined[out_li[q]] = True
+    return out_li[:k], out_t[:k]

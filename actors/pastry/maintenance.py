@@ -202,6 +202,8 @@ class LeafSetMaintenance:
         if tick.any():
             self.maintain_table(ctx, take_rows(m, tick))
             m = take_rows(m, ~tick)
+        if not len(m):
+            return
         li = nodes.local(ctx, m["dst"])
         x = m["dst"].astype(np.int64)
         self.router.route(ctx, x, nodes.ids_hi[x], nodes.ids_lo[x], msg_types.LEAF_LOOKUP,
