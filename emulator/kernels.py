@@ -142,24 +142,15 @@ def pack_rows(rows):
     int32, pay_off int64, pay_len int64), as ``batch.pack_rows`` computed them in numpy.
     O(rows.size)."""
     n, w = rows.shape
-    lens = np.zeros(n, np.int64)
     total = 0
     for i in range(n):
-        k = 0
         for j in range(w):
             if rows[i, j] >= 0:
-                k += 1
-        lens[i] = k
-        total += k
+                total += 1
     payload = np.empty(total, np.int32)
-    offs = np.empty(n, np.int64)
-    pos = 0
-    for i in range(n):
-        offs[i] = pos
-        for j in range(w):
-            if rows[i, j] >= 0:
-                payload[pos] = rows[i, j]
-                pos += 1
+    offs = np.zeros(n, np.int64)
+    lens = np.zeros(n, np.int64)
+    pack_rows_into(rows, offs, lens, payload, 0)
     return payload, offs, lens
 
 
