@@ -627,7 +627,7 @@ def unique_first(keys):
 @numba.njit(cache=True)
 def merge_leaf_sets(members, heard, local_idx, cand, now, self_ids, ids_hi, ids_lo, half,
                     failed):
-    """``LeafSet.merge`` in one compiled call, in place: rows ``local_idx`` (distinct) of
+    """The leaf-set merge of :func:`learn`, in place: rows ``local_idx`` (distinct) of
     ``members`` become :func:`select_leaves` of their members and ``cand``, their keep-alive
     clocks those of :func:`leaf_changes` -- every row when any changed, none otherwise, as
     the numpy code wrote them (an empty slot's clock can move; it is never read).
