@@ -81,6 +81,30 @@ class ShardContext:
             out.unreserve(n)   # a bad send leaves nothing half-written behind
             raise
 
+    def send_compiled(self, rows: int, ints: int, kernel, *args):
+        """Run a compiled handler that writes its sends in the same call as its work:
+        ``kernel(*args, records, pool, cursor, host_router, router_dist_us, lan_us)``, where
+        ``records`` are ``rows`` zeroed message records of this pass and ``pool`` has room
+        for ``ints`` payload ids from ``cursor`` on. The kernel fills records 0..k-1 in
+        sending order (:func:`emulator.kernels.put_send` sets the arrival time of this
+        latency model), their payload from ``cursor`` on, and returns its results followed
+        by (k, new cursor); those results are returned. If it raises, nothing is sent."""
+        sends = self._e.sends
+        m, pool, cursor = sends.room(int(rows), int(ints))
+        if self._tables is None:
+            self._tables = self.latency_tables() if hasattr(self._e.latency, "host_router") \
+                else ()
+        if not self._tables:
+            sends.commit(int(rows), 0, cursor)
+            raise TypeError("ctx.send_compiled needs the engine's router latency model")
+        try:
+            res = kernel(*args, m, pool, cursor, *self._tables)
+        except BaseException:
+            sends.commit(int(rows), 0, cursor)
+            raise
+        sends.commit(int(rows), int(res[-2]), int(res[-1]))
+        return res[:-2]
+
     def _set_arrivals(self, m) -> None:
         """time = sent + latency(src, dst) for every record of m, in place."""
         lat = self._e.latency
@@ -140,6 +164,13 @@ class ShardContext:
         if (li < 0).any():
             raise ValueError("ctx.random: nodes must be local to this shard")
         return next_draws(self._e.seed, nodes, li, self._e.draws)
+
+    def rng_state(self):
+        """(uint64 seed, draw counters per local node) behind :meth:`random`, for compiled
+        handlers that draw inside their own call: draw ``counters[li]`` of node ``g`` is
+        ``emulator.rng.node_draw(seed, g, counters[li])``, and the handler advances the
+        counter for each number it takes, as :meth:`random` does."""
+        return np.uint64(self._e.seed & 0xFFFFFFFFFFFFFFFF), self._e.draws
 
     def log(self, table: str, **columns) -> None:
         self._e.logs.add(table, self._e.phase, columns)

@@ -39,6 +39,21 @@ def set_arrivals(m, host_router, router_dist, lan_us):
 
 
 @numba.njit(cache=True)
+def put_send(out, j, src, dst, type_, sent, host_router, router_dist, lan_us):
+    """Record ``j`` of ``out`` (zeroed rows of ``ShardContext.send_room``) becomes a send
+    from ``src`` to ``dst``: type, sent and time = sent + :func:`router_latency` (src,
+    dst), as ``ShardContext.send`` writes it; the caller sets the protocol's fields. O(1)."""
+    r = out[j]
+    r["src"] = src
+    r["dst"] = dst
+    r["type"] = type_
+    r["sent"] = sent
+    d = np.int64(0) if src == dst else \
+        np.int64(router_dist[host_router[src], host_router[dst]]) + 2 * np.int64(lan_us)
+    r["time"] = sent + d
+
+
+@numba.njit(cache=True)
 def stamp_senders(src, dst, time, types, local_index, seq, n_nodes, now):
     """Check and stamp a batch being sent, in one pass (``ShardEngine._route``):
 

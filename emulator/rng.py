@@ -33,6 +33,13 @@ def _uniform(seed, node, draw):
 
 
 @numba.njit(cache=True)
+def node_draw(seed, node, draw):
+    """Draw ``draw`` of node ``node``'s stream (uint64 seed), for compiled handlers that
+    draw inside their own call (``ShardContext.rng_state``: the seed and the counters)."""
+    return _uniform(seed, node, draw)
+
+
+@numba.njit(cache=True)
 def _uniforms(seed, nodes, draws):
     out = np.empty(len(nodes), np.float64)
     for i in range(len(nodes)):

@@ -101,6 +101,26 @@ class SendBuffer:
                 raise
         return view
 
+    def room(self, rows: int, ints: int):
+        """For a compiled handler that writes its sends itself: ``rows`` zeroed records at
+        the end (as `reserve`) and a pool with room for ``ints`` more payload ints. Returns
+        (records, pool, cursor): the handler writes records 0..k-1 in sending order, their
+        payload from ``cursor`` on (pay_off = pool position), then calls `commit`. The
+        views are valid until the next reserve, append, room or take."""
+        if self._used + ints > len(self._pool):
+            self._grow_pool(ints)
+        return self.reserve(rows), self._pool, self._used
+
+    def commit(self, rows_reserved: int, rows_written: int, cursor: int) -> None:
+        """Keep the first ``rows_written`` of the last ``rows_reserved`` rows of `room`
+        and the pool up to ``cursor``."""
+        if not 0 <= rows_written <= rows_reserved or not self._used <= cursor <= len(self._pool):
+            self.unreserve(rows_reserved)
+            raise ValueError(f"a compiled send wrote {rows_written} of {rows_reserved} rows "
+                             f"and moved the payload cursor {self._used} -> {cursor}")
+        self._n -= rows_reserved - rows_written
+        self._used = int(cursor)
+
     def take(self) -> Batch:
         """Everything written since the last take, as one new Batch; empties the buffer."""
         rows = self._raw[:self._n].copy().view(self.dtype)

@@ -109,6 +109,54 @@ def test_send_buffer_rows_equal_packed_payload():
     assert len(gb.payload) > 4096 and (gb.msgs["pay_len"] == 0).any()
 
 
+def test_compiled_sends_equal_ctx_sends_and_a_failed_kernel_sends_nothing(lat):
+    """``ctx.send_compiled``: records written with ``kernels.put_send`` and a payload
+    written into the lent pool equal the same messages sent by ``ctx.send_rows`` (arrival
+    times of the engine's model, offsets included); rows lent but not written are not
+    sent; a kernel that raises, or returns a bad count, leaves nothing behind."""
+    from emulator.kernels import put_send
+
+    def engine():
+        e = ShardEngine(0, np.zeros(lat.n_hosts, np.int32), lat, Flood, seed=1,
+                        delta_us=lat.min_latency_us(), message_dtype=FLOOD_DTYPE)
+        e.sends.take()
+        return e
+
+    src = np.array([3, 5, 5, 0], np.int64)
+    dst = np.array([7, 5, 1, 9], np.int64)     # (5 -> 5: a self-message, no delay)
+    ids = np.array([[4, -1, 6], [-1, -1, -1], [8, 9, 10], [11, -1, -1]], np.int64)
+    a = engine()
+    a.ctx.send_rows(src, dst, PING, 1000 + src, ids)
+
+    def kernel(s, d, rows, out, pool, cursor, hr, rdist, lan):
+        for i in range(len(s)):
+            put_send(out, i, s[i], d[i], PING, 1000 + s[i], hr, rdist, lan)
+            out[i]["pay_off"] = cursor
+            for v in rows[i]:
+                if v >= 0:
+                    pool[cursor] = v
+                    cursor += 1
+            out[i]["pay_len"] = cursor - out[i]["pay_off"]
+        return "done", len(s), cursor
+
+    b = engine()
+    assert b.ctx.send_compiled(2 * len(src), ids.size, kernel, src, dst, ids) == ("done",)
+    ga, gb = a.sends.take(), b.sends.take()
+    assert len(gb) == 4 and np.array_equal(ga.msgs, gb.msgs)
+    assert np.array_equal(ga.payload, gb.payload)
+    assert gb.msgs["time"][1] == 1005 and (gb.msgs["time"][[0, 2, 3]] > 1000 + src[[0, 2, 3]]).all()
+
+    def boom(out, pool, cursor, hr, rdist, lan):
+        put_send(out, 0, 1, 2, PING, 0, hr, rdist, lan)
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        b.ctx.send_compiled(3, 10, boom)
+    with pytest.raises(ValueError, match="wrote 4 of 3 rows"):
+        b.ctx.send_compiled(3, 0, lambda out, pool, cursor, *_: (4, cursor))
+    assert len(b.sends) == 0 and len(b.sends.take().payload) == 0
+
+
 def test_cell_order_equals_lexsort_for_small_and_large_cells():
     """A cell's dispatch order (type, time, src, seq; stable) is the same whether the
     compiled insertion sort (small cells) or np.lexsort (large ones) computes it, with

@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from protocol_digest import digest, run_workload  # noqa: E402
+from protocol_digest import digest, run_faithful, run_workload  # noqa: E402
 
 REFERENCE = {  # nodes -> digest from the numpy code (identical for 1 and 2 shards)
     200: "f4783aca02d36b3e8606e80de71f83f005bfc2a80c97cdc4c153ee1922fd397c",
@@ -28,3 +28,24 @@ def test_small_protocol_run_reproduces_the_reference_digest(shards):
     d, rows = digest(emu)
     assert rows["message"] > 50_000 and rows["counters"]["counts.pastry_rejoins"] > 0
     assert d == REFERENCE[200]
+
+
+# the faithful-bootstrap workload (300 nodes, seed 5), recorded 2026-11-27 from 47d9126, the
+# code before the compiled handlers (handler_kernels.py): logs sorted (any shard count),
+# and in the order they were written, per shard count
+FAITHFUL = "0a44ae3f5a94f0d748f45d1741580117636e38991e796c02cdbb91e3d0d5ddb0"
+FAITHFUL_ORDERED = {1: "c096ce074c2367478e2fd4fa1321cc1c7c59f7218b4a1479458f64b69d78444c",
+                    2: "0c9338f15469172efd358e785809b0302cdf09f790e2cc177d771b2f605d2603"}
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+def test_faithful_bootstrap_reproduces_the_reference_digest(shards):
+    """No keep-alives, so no hop acks: the compiled lookup, refresh and exchange handlers
+    run; their sends, in their order, are those of the code before them."""
+    emu, _ = run_faithful(300, shards)
+    d, rows = digest(emu, ordered=True)
+    counters = rows["counters"]
+    assert counters["counts.pastry_joined"] == 299 and counters["sent_by_type.29"] > 1000
+    assert d == FAITHFUL_ORDERED[shards]
+    emu, _ = run_faithful(300, shards)
+    assert digest(emu)[0] == FAITHFUL

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernels
+from . import handler_kernels, kernels
 from . import types as msg_types
 from .messages import msgs_of, payload_of, send_rows, sender_and_payload, take_rows
 from .types import Announce, Join, JoinLeafs, JoinReq, JoinStart, RowsReply, RowsReq
@@ -357,12 +357,13 @@ class JoinProtocol:
                      np.asarray(t)[r], **RowsReq.fields(row=c // table.width), mode=0)
 
     def on_rows_req(self, ctx, batch) -> None:
+        """The requester gets our table row r (one compiled call)."""
         m = msgs_of(batch)
         table = self.nodes.table
-        li = self.nodes.local(ctx, m["dst"])
-        row = table.entries[li, np.minimum(m[RowsReq.row], table.rows - 1)]
-        send_rows(ctx, m["dst"], m["src"], msg_types.ROWS_REPLY, m["time"], row,
-                  **RowsReply.fields(row=m[RowsReq.row]))
+        n = len(m)
+        ctx.send_compiled(n, n * table.width, handler_kernels.on_rows_req, m,
+                          self.nodes.local(ctx, m["dst"]), m[RowsReq.row], table.entries,
+                          msg_types.ROWS_REPLY)
 
     def on_rows_reply(self, ctx, batch) -> None:
         m = msgs_of(batch)

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernels
+from . import handler_kernels, kernels
 from . import types as msg_types
-from .messages import msgs_of, payload_of, send_rows, sender_and_payload, take_rows
+from .messages import msgs_of, payload_of, send_rows, take_rows
+from .router import ROUTE_LOG_COLUMNS
 from .types import Announce, KaTimer, Keepalive, LeafRefresh, RowsReq
 
 
@@ -119,42 +120,37 @@ class LeafSetMaintenance:
 
     # ---- the announce walk -------------------------------------------------------------
     def on_announce(self, ctx, batch) -> None:
+        """The announcer into the receiver's state; a new leaf-set member, or an announcer
+        whose leaf set holds the receiver, gets the receiver's leaf set (one compiled call,
+        ``handler_kernels.on_announce``)."""
         m = msgs_of(batch)
         nodes = self.nodes
-        li = nodes.local(ctx, m["dst"])
-        cand = m["src"].astype(np.int64)[:, None]
-        uli, changed, _added, _latest = nodes.learn(ctx, li, cand, m["time"], senders=m["src"],
-                                           nbrs=True)
-        # the announcer now sits in our leaf set: tell it our leaf set
-        # (uli: the sorted distinct li, so each li's row of `changed` is found by search)
-        new_member = nodes.leaves.contains(li, m["src"]) & changed[np.searchsorted(uli, li)]
-        inleaf = new_member | (m[Announce.in_leaf_set] == 1)
-        # and ask the new member for its leaf set: an announcer heard of through a third
-        # node (LEAF_REPLY) may know neighbours of ours that nobody else will tell us about
-        ask = new_member & (m[Announce.in_leaf_set] == 1)
-        if ask.any():
-            ctx.send(m["dst"][ask], m["src"][ask], msg_types.LEAF_REQ, m["time"][ask], mode=0)
-        if inleaf.any():
-            self.send_leaf_set(ctx, li[inleaf], m["dst"][inleaf], m["src"][inleaf],
-                               m["time"][inleaf])
+        n = len(m)
+        probes, uli, changed = ctx.send_compiled(
+            2 * n, n * (nodes.leaves.members.shape[1] + 1), handler_kernels.on_announce, m,
+            nodes.local(ctx, m["dst"]), m[Announce.in_leaf_set], *nodes.learn_inputs(ctx),
+            msg_types.LEAF_REQ, msg_types.LEAF_REPLY)
+        nodes.learned(ctx, probes, uli, changed)
 
     def on_leaf_reply(self, ctx, batch) -> None:
+        """Learn of the leaf set; announce to each member it gained (one compiled call,
+        ``handler_kernels.on_leaf_reply``)."""
         m = msgs_of(batch)
         nodes = self.nodes
-        li = nodes.local(ctx, m["dst"])
-        uli, _changed, added, latest = nodes.learn(
-            ctx, li, sender_and_payload(m, payload_of(batch)), m["time"], senders=m["src"])
-        r, c = np.nonzero(added >= 0)
-        if len(r):   # announced at each node's latest reply time
-            me = nodes.global_ids[uli[r]]
-            ctx.send(me, added[r, c], msg_types.ANNOUNCE, np.maximum(latest[r], 0),
-                     **Announce.fields(announcer=me, in_leaf_set=1), mode=0)
+        probes, uli, changed = ctx.send_compiled(
+            len(m) * nodes.leaves.members.shape[1], 0, handler_kernels.on_leaf_reply, m,
+            np.asarray(payload_of(batch), np.int32), nodes.local(ctx, m["dst"]),
+            *nodes.learn_inputs(ctx), msg_types.ANNOUNCE)
+        nodes.learned(ctx, probes, uli, changed)
 
     def on_leaf_req(self, ctx, batch) -> None:
+        """The requester is alive; it gets our leaf set (one compiled call)."""
         m = msgs_of(batch)
-        li = self.nodes.local(ctx, m["dst"])
-        self.nodes.heard_from(li, m["src"])
-        self.send_leaf_set(ctx, li, m["dst"], m["src"], m["time"])
+        nodes = self.nodes
+        n = len(m)
+        ctx.send_compiled(n, n * (nodes.leaves.members.shape[1] + 1),
+                          handler_kernels.on_leaf_req, m, nodes.local(ctx, m["dst"]),
+                          nodes.leaves.members, nodes.failed.ids, msg_types.LEAF_REPLY)
 
     # ---- leaf-set refresh during the protocol bootstrap ---------------------------------
     # A node that joined early got its leaf set from a small network; nodes that arrive
@@ -196,6 +192,18 @@ class LeafSetMaintenance:
     def on_leaf_refresh(self, ctx, batch) -> None:
         m = msgs_of(batch)
         nodes = self.nodes
+        if not self.router.acks.enabled and not np.count_nonzero(m[LeafRefresh.table_tick]):
+            # the common case in one compiled call (handler_kernels.on_leaf_refresh): the
+            # lookups' first hops and the next timers; not when a node knows nobody
+            seed, draws = ctx.rng_state()
+            done, = ctx.send_compiled(
+                2 * len(m), 0, handler_kernels.on_leaf_refresh, m, nodes.local(ctx, m["dst"]),
+                nodes.incarnation, m[LeafRefresh.incarnation], m[LeafRefresh.lookups_done],
+                nodes.ids_hi, nodes.ids_lo, nodes.leaves.members, nodes.table.entries, seed,
+                draws, nodes.global_ids, msg_types.LEAF_LOOKUP, msg_types.LEAF_REFRESH,
+                self.leaf_refresh_us, self.refresh_until, self.leaf_refresh_rounds)
+            if done:
+                return
         m = take_rows(m, m[LeafRefresh.incarnation]
                       == nodes.incarnation[nodes.local(ctx, m["dst"])])
         tick = m[LeafRefresh.table_tick] == 1  # the table-maintenance ticks ride on this timer
@@ -245,6 +253,32 @@ class LeafSetMaintenance:
             ctx.send(me, rt[r_node, r_row, col], msg_types.ROWS_REQ, m["time"][r_node],
                      **RowsReq.fields(row=r_row), mode=0)
         self.schedule_table_maintenance(ctx, li, m["time"])
+
+    def receive_lookups(self, ctx, batch) -> bool:
+        """LEAF_LOOKUPs arriving at a node, with no hop acknowledgements: the routing step,
+        the route log, the delivery (:meth:`deliver_lookup`) and the next hops in one
+        compiled call (``handler_kernels.on_leaf_lookup``). False: not taken (acks on, or
+        records the router's general path must handle), nothing done."""
+        if self.router.acks.enabled:
+            return False
+        m = msgs_of(batch)
+        nodes = self.nodes
+        n = len(m)
+        keys, known = nodes.nbrs.key_cache()
+        hr, rdist, lan = nodes.latency_tables(ctx)
+        ok, log, probes, uli, changed = ctx.send_compiled(
+            n, n * (nodes.leaves.members.shape[1] + 1), handler_kernels.on_leaf_lookup, m,
+            nodes.local(ctx, m["dst"]), nodes.table.entries, nodes.leaves.members,
+            nodes.nbrs.members, nodes.ids_hi, nodes.ids_lo, nodes.table.b,
+            msg_types.LEAF_LOOKUP, msg_types.FIRST_OWN, msg_types.LAST_OWN,
+            nodes.leaves.heard, nodes.failed.ids, keys, known, nodes.global_ids,
+            nodes.leaves.half, hr, rdist, lan, msg_types.LEAF_REPLY)
+        if not ok:
+            return False
+        if len(log):
+            ctx.log_records("route", log, ROUTE_LOG_COLUMNS)
+        nodes.learned(ctx, probes, uli, changed)
+        return True
 
     def deliver_lookup(self, ctx, m) -> None:
         """LEAF_LOOKUPs that reached their key's node: where that is not the origin, the

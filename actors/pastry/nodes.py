@@ -100,6 +100,25 @@ class PastryNodes:
             self.app.new_leafs(ctx, uli[changed])
         return uli, changed, added, latest
 
+    def learn_inputs(self, ctx) -> tuple:
+        """The state arrays ``kernels.learn`` works on, in its argument order around the
+        per-call ones (rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids,
+        ids_hi, ids_lo, b, half, host_router, router_dist, lan_us): for the compiled
+        handlers (:mod:`.handler_kernels`) that learn inside their own call."""
+        hr, rdist, lan = self.latency_tables(ctx)
+        keys, known = self.nbrs.key_cache()
+        return (self.table.entries, self.leaves.members, self.leaves.heard, self.failed.ids,
+                self.nbrs.members, keys, known, self.global_ids, self.ids_hi, self.ids_lo,
+                self.table.b, self.leaves.half, hr, rdist, lan)
+
+    def learned(self, ctx, probes, uli, changed) -> None:
+        """After a compiled handler learned: count its probes, fire ``app.new_leafs`` for
+        the nodes whose leaf set changed (as :meth:`learn` does)."""
+        if probes:
+            ctx.count("pastry_probes", probes)
+        if changed.any():
+            self.app.new_leafs(ctx, uli[changed])
+
     def insert_table(self, ctx, li, cand) -> None:
         """Offer candidate ids to the routing tables only (probes counted)."""
         probes = self.table.insert(li, self.global_ids, cand, self.ids_hi, self.ids_lo,

@@ -191,6 +191,9 @@ class Pastry:
                                  join_exchange_rows=p["join_exchange_rows"],
                                  rejoin_timeout_us=p["rejoin_timeout_us"], seed=p["seed"])
         j, lm, r, a = self.join, self.maintenance, self.repair, self.acks
+        # routed messages of Pastry's own types that a compiled handler may take whole
+        # (it returns False to leave them to the router)
+        self._routed_handlers = {msg_types.LEAF_LOOKUP: lm.receive_lookups}
         self._handlers = {
             msg_types.JOIN_START: j.on_join_start, msg_types.JOIN_REQ: j.on_join_req,
             msg_types.JOIN_ROWS: j.on_join_rows, msg_types.JOIN_NBRS: j.on_join_nbrs,
@@ -213,6 +216,9 @@ class Pastry:
         """One sub-batch of one message type: Pastry's own direct messages to their
         handler, routed messages (mode 1) to the router, the application's direct
         messages to ``app.receive``."""
+        fast = self._routed_handlers.get(type_code)
+        if fast is not None and fast(ctx, batch):
+            return
         m = msgs_of(batch)
         routed = m["mode"] == 1
         n_routed = np.count_nonzero(routed)

@@ -1,0 +1,326 @@
+"""Whole handler passes compiled: a handler's work and its sends in one numba call.
+
+A cell of sparse protocol traffic hands each handler a few messages, and a handler written
+as numpy calls, a compiled kernel or two and ``ctx.send`` calls spent 40-140 us per call on
+that glue (BENCHMARKS.md, issue 13), far more than the work. The handlers here run as one
+call: they read the message records, change the node state through the same kernels as
+before (:func:`.kernels.learn`) and write their sends straight into the rows the engine's
+``ShardContext.send_compiled`` lends them (:func:`emulator.kernels.put_send`: the arrival
+time of the engine's latency model), payload ids into its pool. Each writes the same rows,
+in the same order, with the same fields as the handler it replaced (the protocol digest
+test checks a whole run).
+
+Every kernel here ends with the arguments ``send_compiled`` appends (out, pool, cursor,
+host_router, router_dist, lan_us) and returns its results followed by (rows written, new
+pool cursor).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from emulator.kernels import put_send
+from emulator.rng import node_draw
+
+from .kernels import (
+    HERE_APP,
+    HERE_OWN,
+    ROUTE_LOG_DTYPE,
+    forget_failed,
+    learn,
+    random_known,
+    route_log,
+    route_step,
+    row_contains,
+    sender_and_payload,
+)
+from .types import Announce, LeafRefresh, RowsReply
+
+# type-specific columns the kernels write (compile-time constants inside them)
+_ANNOUNCER = Announce.announcer
+_IN_LEAF_SET = Announce.in_leaf_set
+_ROW = RowsReply.row
+_INCARNATION = LeafRefresh.incarnation
+_LOOKUPS_DONE = LeafRefresh.lookups_done
+
+
+@numba.njit(cache=True)
+def _put_leaf_set(out, k, members, x, me, pool, pos):
+    """Payload of send ``k``: node ``x``'s leaf-set members (-1 slots dropped) then ``me``
+    (``kernels.rows_and`` packed as ``ctx.send_rows`` packs it). Returns the new cursor."""
+    out[k]["pay_off"] = pos
+    for j in range(members.shape[1]):
+        v = members[x, j]
+        if v >= 0:
+            pool[pos] = v
+            pos += 1
+    pool[pos] = me
+    pos += 1
+    out[k]["pay_len"] = pos - out[k]["pay_off"]
+    return pos
+
+
+@numba.njit(cache=True)
+def on_announce(m, li, in_leaf_set, rt, members, heard, failed, nbr, nbr_keys, nbr_known,
+                global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan, req_type, reply_type,
+                out, pool, cursor, s_hr, s_rdist, s_lan):
+    """ANNOUNCE (``LeafSetMaintenance.on_announce``): each receiver ``li[i]`` learns of the
+    announcer (tables, leaf set, neighbourhood set; out of its failed memory); an announcer
+    that is now a new leaf-set member, or one that says the receiver is in its leaf set,
+    gets the receiver's leaf set (LEAF_REPLY); a new member heard of through a third node
+    (``in_leaf_set`` 1) is asked for its own (LEAF_REQ, sent first). Returns (probes,
+    distinct sorted li, changed, rows written, cursor). Room: 2 rows and l + 1 ids per
+    message. O(learn + n * l)."""
+    n = len(m)
+    cand = np.empty((n, 1), np.int64)
+    now = np.empty(n, np.int64)
+    for i in range(n):
+        cand[i, 0] = m[i]["src"]
+        now[i] = m[i]["time"]
+    probes, uli, changed, _added, _latest = learn(
+        rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, li, cand, now,
+        ids_hi, ids_lo, b, half, hr, rdist, lan, cand[:, 0], True, True)
+    member = row_contains(members, li, cand[:, 0])
+    answer = np.zeros(n, np.bool_)
+    k = 0
+    for i in range(n):
+        new_member = member[i] and changed[np.searchsorted(uli, li[i])]
+        answer[i] = new_member or in_leaf_set[i] == 1
+        if new_member and in_leaf_set[i] == 1:
+            put_send(out, k, m[i]["dst"], m[i]["src"], req_type, m[i]["time"], s_hr, s_rdist,
+                     s_lan)
+            k += 1
+    pos = cursor
+    for i in range(n):
+        if answer[i]:
+            put_send(out, k, m[i]["dst"], m[i]["src"], reply_type, m[i]["time"], s_hr,
+                     s_rdist, s_lan)
+            pos = _put_leaf_set(out, k, members, li[i], m[i]["dst"], pool, pos)
+            k += 1
+    return probes, uli, changed, k, pos
+
+
+@numba.njit(cache=True)
+def on_leaf_reply(m, payload, li, rt, members, heard, failed, nbr, nbr_keys, nbr_known,
+                  global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan, announce_type,
+                  out, pool, cursor, s_hr, s_rdist, s_lan):
+    """LEAF_REPLY (``LeafSetMaintenance.on_leaf_reply``): each receiver learns of the leaf
+    set and its sender (tables and leaf set; the sender out of its failed memory) and
+    announces itself (ANNOUNCE, in_leaf_set 1) to each member its leaf set gained, at its
+    latest reply time of the cell. Returns (probes, distinct sorted li, changed, rows
+    written, cursor). Room: l rows per distinct receiver. O(learn)."""
+    n = len(m)
+    cand = sender_and_payload(m, payload)
+    now = np.empty(n, np.int64)
+    senders = np.empty(n, np.int64)
+    for i in range(n):
+        now[i] = m[i]["time"]
+        senders[i] = m[i]["src"]
+    probes, uli, changed, added, latest = learn(
+        rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, li, cand, now,
+        ids_hi, ids_lo, b, half, hr, rdist, lan, senders, True, False)
+    k = 0
+    for r in range(len(uli)):
+        me = global_ids[uli[r]]
+        t = max(latest[r], 0)
+        for c in range(added.shape[1]):
+            if added[r, c] >= 0:
+                put_send(out, k, me, added[r, c], announce_type, t, s_hr, s_rdist, s_lan)
+                out[k][_ANNOUNCER] = me
+                out[k][_IN_LEAF_SET] = 1
+                k += 1
+    return probes, uli, changed, k, cursor
+
+
+@numba.njit(cache=True)
+def on_leaf_req(m, li, members, failed, reply_type, out, pool, cursor, s_hr, s_rdist, s_lan):
+    """LEAF_REQ (``LeafSetMaintenance.on_leaf_req``): the requester is alive (out of the
+    receiver's failed memory); it gets the receiver's leaf set (LEAF_REPLY). Returns
+    (rows written, cursor). Room: 1 row and l + 1 ids per message. O(n * (l + memory))."""
+    n = len(m)
+    senders = np.empty(n, np.int64)
+    for i in range(n):
+        senders[i] = m[i]["src"]
+    forget_failed(failed, li, senders)
+    pos = cursor
+    for i in range(n):
+        put_send(out, i, m[i]["dst"], m[i]["src"], reply_type, m[i]["time"], s_hr, s_rdist,
+                 s_lan)
+        pos = _put_leaf_set(out, i, members, li[i], m[i]["dst"], pool, pos)
+    return n, pos
+
+
+@numba.njit(cache=True)
+def on_rows_req(m, li, rows_asked, rt, reply_type, out, pool, cursor, s_hr, s_rdist, s_lan):
+    """ROWS_REQ (``JoinProtocol.on_rows_req``): the requester gets the receiver's routing
+    table row ``rows_asked[i]`` (the last row where it asks past the end), its entries as
+    payload and the row asked in the reply's ``row`` column; payload offsets as
+    ``ctx.send_rows`` packs them (all left 0 when no row has an entry). Returns (rows
+    written, cursor). Room: 1 row and 2^b ids per message. O(n * 2^b)."""
+    n = len(m)
+    nrows, width = rt.shape[1], rt.shape[2]
+    need = 0
+    for i in range(n):
+        r = min(rows_asked[i], nrows - 1)
+        for d in range(width):
+            if rt[li[i], r, d] >= 0:
+                need += 1
+    pos = cursor
+    for i in range(n):
+        put_send(out, i, m[i]["dst"], m[i]["src"], reply_type, m[i]["time"], s_hr, s_rdist,
+                 s_lan)
+        out[i][_ROW] = rows_asked[i]
+        if need:
+            r = min(rows_asked[i], nrows - 1)
+            out[i]["pay_off"] = pos
+            for d in range(width):
+                v = rt[li[i], r, d]
+                if v >= 0:
+                    pool[pos] = v
+                    pos += 1
+            out[i]["pay_len"] = pos - out[i]["pay_off"]
+    return n, pos
+
+
+@numba.njit(cache=True)
+def _hop_on(out, k, r, nh, s_hr, s_rdist, s_lan):
+    """Send ``k``: routed record ``r`` (at r.dst) one hop on to ``nh``, as
+    ``Router._send_hop`` sends it (``kernels.hop_on``: src = the node it is at, hops + 1,
+    path_us + latency, sent = its arrival here, seq and payload 0)."""
+    out[k] = r
+    put_send(out, k, r["dst"], nh, r["type"], r["time"], s_hr, s_rdist, s_lan)
+    out[k]["hops"] = r["hops"] + 1
+    out[k]["path_us"] = r["path_us"] + (out[k]["time"] - out[k]["sent"])
+    out[k]["seq"] = 0
+    out[k]["pay_off"] = 0
+    out[k]["pay_len"] = 0
+
+
+@numba.njit(cache=True)
+def on_leaf_lookup(m, li, rt, members, nbr, ids_hi, ids_lo, b, lookup_type, own_lo, own_hi,
+                   heard, failed, nbr_keys, nbr_known, global_ids, half, hr, rdist, lan,
+                   reply_type, out, pool, cursor, s_hr, s_rdist, s_lan):
+    """LEAF_LOOKUPs arriving over a hop, with no hop acknowledgements
+    (``Router.receive`` -> ``step``, ``LeafSetMaintenance.deliver_lookup``): one routing
+    step each; at the key's node the lookup is logged (route log rows, returned) and,
+    when the origin is another node, that node learns of the origin (tables, leaf set)
+    and sends it its leaf set (LEAF_REPLY, sent first); the others go one hop on.
+    Returns (ok, route log rows, probes, distinct sorted li, changed, rows written,
+    cursor); ok False -- nothing done -- when a record is not routed (mode 1) or not
+    this shard's (the caller's general path handles or reports it). Room: 1 row and l + 1
+    ids per message. O(routing step + learn)."""
+    n = len(m)
+    no_log = np.empty(0, ROUTE_LOG_DTYPE)
+    no_li = np.empty(0, np.int64)
+    no_changed = np.empty(0, np.bool_)
+    for i in range(n):
+        if m[i]["mode"] != 1 or li[i] < 0:
+            return False, no_log, 0, no_li, no_changed, 0, cursor
+    nxt, kind, counts = route_step(m, li, rt, members, nbr, ids_hi, ids_lo, b, lookup_type,
+                                   own_lo, own_hi)
+    log = np.empty(counts[HERE_OWN] + counts[HERE_APP], ROUTE_LOG_DTYPE)
+    route_log(m, kind, log)
+    q = 0
+    for i in range(n):
+        if kind[i] <= HERE_APP and m[i]["type"] == lookup_type and m[i]["origin"] != m[i]["dst"]:
+            q += 1
+    probes, uli, changed = 0, no_li, no_changed
+    k = 0
+    pos = cursor
+    if q:
+        sel = np.empty(q, np.int64)
+        j = 0
+        for i in range(n):
+            if kind[i] <= HERE_APP and m[i]["type"] == lookup_type and \
+                    m[i]["origin"] != m[i]["dst"]:
+                sel[j] = i
+                j += 1
+        lli = np.empty(q, np.int64)
+        cand = np.empty((q, 1), np.int64)
+        now = np.empty(q, np.int64)
+        for j in range(q):
+            lli[j] = li[sel[j]]
+            cand[j, 0] = m[sel[j]]["origin"]
+            now[j] = m[sel[j]]["time"]
+        probes, uli, changed, _added, _latest = learn(
+            rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, lli, cand, now,
+            ids_hi, ids_lo, b, half, hr, rdist, lan, lli, False, False)
+        for j in range(q):
+            r = m[sel[j]]
+            put_send(out, k, r["dst"], r["origin"], reply_type, r["time"], s_hr, s_rdist,
+                     s_lan)
+            pos = _put_leaf_set(out, k, members, lli[j], r["dst"], pool, pos)
+            k += 1
+    for i in range(n):
+        if kind[i] > HERE_APP:
+            _hop_on(out, k, m[i], nxt[i], s_hr, s_rdist, s_lan)
+            k += 1
+    return True, log, probes, uli, changed, k, pos
+
+
+@numba.njit(cache=True)
+def on_leaf_refresh(m, li, incarnation, inc_col, done_col, ids_hi, ids_lo, members, rt,
+                    seed, draws, global_ids, lookup_type, refresh_type, period, until, rounds,
+                    out, pool, cursor, s_hr, s_rdist, s_lan):
+    """LEAF_REFRESH timers without table ticks, with no hop acknowledgements
+    (``LeafSetMaintenance.on_leaf_refresh``): timers of a node's current incarnation route
+    a LEAF_LOOKUP to its own id with a randomized first hop (``Router.route``: the first
+    hop drawn from the node's leaf set and table with its next random draw) and set the
+    next refresh (``schedule_refresh``: ``period`` later while that is <= ``until`` and,
+    with ``rounds`` > 0, fewer than ``rounds`` lookups were made; the count rides in
+    ``done_col``). Returns (ok, rows written, cursor); ok False -- nothing done, no draw
+    taken -- when a node knows nobody (its lookup takes the router's general path).
+    Room: 2 rows per timer. O(n * (l + table))."""
+    n = len(m)
+    keep = np.empty(n, np.int64)
+    nk = 0
+    for i in range(n):
+        if inc_col[i] == incarnation[li[i]]:
+            keep[nk] = i
+            nk += 1
+    kli = np.empty(nk, np.int64)
+    u = np.empty(nk, np.float64)
+    for j in range(nk):
+        x = li[keep[j]]
+        kli[j] = x
+        earlier = 0   # a node listed twice draws its next two numbers
+        for p in range(j):
+            if kli[p] == x:
+                earlier += 1
+        u[j] = node_draw(seed, m[keep[j]]["dst"], draws[x] + earlier)
+    first = random_known(members, rt, kli, u)
+    for j in range(nk):
+        if first[j] < 0:
+            return False, 0, cursor
+    for j in range(nk):
+        draws[kli[j]] += 1
+    for j in range(nk):
+        r = m[keep[j]]
+        x = r["dst"]
+        put_send(out, j, x, first[j], lookup_type, r["time"], s_hr, s_rdist, s_lan)
+        out[j]["key_hi"] = ids_hi[x]
+        out[j]["key_lo"] = ids_lo[x]
+        out[j]["origin"] = x
+        out[j]["group"] = -1
+        out[j]["mode"] = 1
+        out[j]["hops"] = 1
+        out[j]["path_us"] = out[j]["time"] - out[j]["sent"]
+    k = nk
+    if period:
+        for j in range(nk):
+            r = m[keep[j]]
+            nxt = r["time"] + period
+            done = done_col[keep[j]] + 1
+            if nxt <= until and (rounds <= 0 or done < rounds):
+                x = r["dst"]
+                out[k]["src"] = x
+                out[k]["dst"] = x
+                out[k]["type"] = refresh_type
+                out[k]["time"] = nxt
+                out[k]["sent"] = nxt
+                out[k][_INCARNATION] = incarnation[kli[j]]
+                if rounds > 0:
+                    out[k][_LOOKUPS_DONE] = done
+                k += 1
+    return True, k, cursor
