@@ -82,7 +82,10 @@ class ShardEngine:
         self.outbox: list[list[Batch]] = [[] for _ in range(self.n_shards)]
         self.logs = LogBuffer()
         self.counts: dict[str, int] = {}
-        self.sent_by_type: dict[int, int] = {}
+        # messages sent per type: counted by the stamping kernel, listed in the order
+        # each type was first sent (the `sent_by_type` dict's order)
+        self._sent_counts = np.zeros(2 * kernels.TYPE_OFFSET, np.int64)
+        self._sent_types: list[int] = []
         self.lost_by_type: dict[int, int] = {}
         self.phase = "setup"
         self.now = 0
@@ -125,10 +128,8 @@ class ShardEngine:
     def _route(self, batch: Batch) -> None:
         """Stamp per-sender sequence numbers, log hops, route to the queue or an outbox."""
         m = batch.msgs
-        ty = m["type"]
-        seq, late, bad_src, bad_dst, earliest, one_type, all_hops = kernels.stamp_senders(
-            m["src"], m["dst"], m["time"], ty, self.local_index, self.seq, self.n_nodes,
-            self.now)
+        late, bad_src, bad_dst, earliest, all_hops, new_type = kernels.stamp_records(
+            m, self.local_index, self.seq, self.n_nodes, self.now, self._sent_counts)
         if bad_src >= 0:
             raise ValueError(f"shard {self.shard_id}: send from node {int(m['src'][bad_src])}, "
                              "not on this shard")
@@ -139,14 +140,10 @@ class ShardEngine:
             self.counts["late_events"] = self.counts.get("late_events", 0) + int(late)
         if earliest < self._cell_end:   # due in the cell being processed: another pass
             self._due_in_cell = True
-        m["seq"] = seq
-        if one_type:
-            t0 = int(ty[0])
-            self.sent_by_type[t0] = self.sent_by_type.get(t0, 0) + len(m)
-        else:
-            types, counts = kernels.type_counts(ty)
-            for t, c in zip(types.tolist(), counts.tolist(), strict=True):
-                self.sent_by_type[t] = self.sent_by_type.get(t, 0) + c
+        if new_type:
+            seen = set(self._sent_types)
+            self._sent_types += [t for t in kernels.type_counts(m["type"])[0].tolist()
+                                 if t not in seen]
         if self.log_messages:
             if all_hops:   # the batch's records stay unchanged from here (the queue and
                 # the outboxes take copies), so the log may keep them as they are
@@ -263,6 +260,18 @@ class ShardEngine:
                 rest_alive = None
                 continue
             self.stack.handle(self.ctx, ty, sub)
+
+    @property
+    def sent_by_type(self) -> dict[int, int]:
+        """Messages sent per type code, in the order each type was first sent."""
+        return {t: int(self._sent_counts[t + kernels.TYPE_OFFSET]) for t in self._sent_types}
+
+    @sent_by_type.setter
+    def sent_by_type(self, counts: dict) -> None:
+        self._sent_counts[:] = 0
+        self._sent_types = [int(t) for t in counts]
+        for t, v in counts.items():
+            self._sent_counts[int(t) + kernels.TYPE_OFFSET] = int(v)
 
     # ---- phase ends, logs, counters, checkpoints --------------------------------------
     def call(self, method: str, *args, phase: str | None = None):

@@ -53,44 +53,48 @@ def put_send(out, j, src, dst, type_, sent, host_router, router_dist, lan_us):
     r["time"] = sent + d
 
 
-@numba.njit(cache=True)
-def stamp_senders(src, dst, time, types, local_index, seq, n_nodes, now):
-    """Check and stamp a batch being sent, in one pass (``ShardEngine._route``):
+TYPE_OFFSET = 32768   # a type code t (int16) is counted at t + TYPE_OFFSET
 
-    returns (seq int64[n] -- each sender's next sequence numbers in row order, the
-    sender's counter advanced --, number of rows whose ``time`` was raised to ``now``,
-    first row sent from a node not on this shard or -1, first row sent to a node outside
-    0..n_nodes-1 or -1, the earliest time after stamping, whether every row has the first
-    row's type, whether every row is a hop (src != dst)). O(n). On a bad row nothing is
-    stamped."""
-    n = len(src)
+
+@numba.njit(cache=True)
+def stamp_records(m, local_index, seq, n_nodes, now, sent_counts):
+    """Check and stamp the records of a pass being sent, in place (``ShardEngine._route``):
+    each gets its sender's next sequence number (the sender's counter advanced) and a
+    ``time`` before ``now`` is raised to ``now``; ``sent_counts[type + TYPE_OFFSET]``
+    counts them. Returns (rows raised to ``now``, first row sent from a node not on this
+    shard or -1, first row sent to a node outside 0..n_nodes-1 or -1, the earliest time
+    after stamping, whether every row is a hop (src != dst), whether a type was counted for
+    the first time). On a bad row nothing is stamped or counted. O(n), no array made."""
+    n = len(m)
     never = np.iinfo(np.int64).max
     for i in range(n):
-        s = src[i]
+        s = m[i]["src"]
         if s < 0 or s >= len(local_index) or local_index[s] < 0:
-            return np.empty(0, np.int64), 0, i, -1, never, False, False
+            return 0, i, -1, never, False, False
     for i in range(n):
-        if dst[i] < 0 or dst[i] >= n_nodes:
-            return np.empty(0, np.int64), 0, -1, i, never, False, False
-    out = np.empty(n, np.int64)
+        if m[i]["dst"] < 0 or m[i]["dst"] >= n_nodes:
+            return 0, -1, i, never, False, False
     late = 0
     earliest = never
-    one_type = True
     all_hops = True
+    new_type = False
     for i in range(n):
-        li = local_index[src[i]]
-        out[i] = seq[li]
+        r = m[i]
+        li = local_index[r["src"]]
+        r["seq"] = seq[li]
         seq[li] += 1
-        if time[i] < now:
-            time[i] = now
+        if r["time"] < now:
+            r["time"] = now
             late += 1
-        if time[i] < earliest:
-            earliest = time[i]
-        if types[i] != types[0]:
-            one_type = False
-        if src[i] == dst[i]:
+        if r["time"] < earliest:
+            earliest = r["time"]
+        if r["src"] == r["dst"]:
             all_hops = False
-    return out, late, -1, -1, earliest, one_type, all_hops
+        t = np.int64(r["type"]) + TYPE_OFFSET
+        if sent_counts[t] == 0:
+            new_type = True
+        sent_counts[t] += 1
+    return late, -1, -1, earliest, all_hops, new_type
 
 
 @numba.njit(cache=True)
