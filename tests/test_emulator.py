@@ -386,25 +386,26 @@ def test_timers_idle_jumps_and_failures(lat, tmp_path, ray_session):
     from emulator import Emulator
     n = lat.n_hosts
     emu = Emulator(n, lat, functools.partial(Flood, 1, 0, period_us=1_000_000,
-                                             stop_us=5_000_000_000),
+                                             stop_us=600_000_000),
                    shards=2, seed=1, run_dir=tmp_path, type_names=TYPE_NAMES,
                    message_dtype=FLOOD_DTYPE)
     assert emu.idle is False  # the timers set up by the stack are known to the driver
     emu.fail([3, 4], 2_500_000)
     emu.recover([3], 3_500_000)
-    stats = emu.run("t", until=5_000_000_001)
+    stats = emu.run("t", until=600_000_001)
     emu.flush("t")
     ticks = _table(ray, emu, "tick")
     # exact timer times; node 4 stops at its failure, node 3 misses one tick only
     per = ticks.groupby("node").time.apply(list)
-    assert per[0] == [k * 1_000_000 for k in range(1, 5001)]
+    assert per[0] == [k * 1_000_000 for k in range(1, 601)]
     assert per[4] == [1_000_000, 2_000_000]
     assert per[3] == [1_000_000, 2_000_000]  # its timer chain died with it (state is kept)
     assert ((ticks.time >= ticks.cell) & (ticks.time < ticks.cell + emu.delta_us)).all()
-    # 5,000 seconds of virtual time with events once a second: rounds ~ busy cells, not
+    # 600 seconds of virtual time with events once a second: rounds ~ busy cells, not
     # time; between ticks the idle shards leave their round rather than creep through it
-    assert stats["windows"] <= 5000 + 10
-    assert stats["rounds"] <= 5000 + 10 and stats["rounds_ended_early"] > 0
+    # (600 s: 5,000 took two minutes of CI for the same check)
+    assert stats["windows"] <= 600 + 10
+    assert stats["rounds"] <= 600 + 10 and stats["rounds_ended_early"] > 0
     c = emu.counters()
     assert c["lost"].get("test.tick", 0) >= 2
     failed = _table(ray, emu, "failed")
