@@ -28,6 +28,7 @@ from .kernels import (
     HERE_OWN,
     ROUTE_LOG_DTYPE,
     forget_failed,
+    insert_table,
     learn,
     random_known,
     route_log,
@@ -35,7 +36,7 @@ from .kernels import (
     row_contains,
     sender_and_payload,
 )
-from .types import Announce, LeafRefresh, RowsReply
+from .types import Announce, KaTimer, LeafRefresh, RowsReply
 
 # type-specific columns the kernels write (compile-time constants inside them)
 _ANNOUNCER = Announce.announcer
@@ -43,6 +44,8 @@ _IN_LEAF_SET = Announce.in_leaf_set
 _ROW = RowsReply.row
 _INCARNATION = LeafRefresh.incarnation
 _LOOKUPS_DONE = LeafRefresh.lookups_done
+_TABLE_TICK = LeafRefresh.table_tick
+_KA_INCARNATION = KaTimer.incarnation
 
 
 @numba.njit(cache=True)
@@ -324,3 +327,111 @@ def on_leaf_refresh(m, li, incarnation, inc_col, done_col, ids_hi, ids_lo, membe
                     out[k][_LOOKUPS_DONE] = done
                 k += 1
     return True, k, cursor
+
+
+@numba.njit(cache=True)
+def on_rows_reply(m, payload, li, rt, failed, global_ids, ids_hi, ids_lo, b, hr, rdist, lan,
+                  out, pool, cursor, s_hr, s_rdist, s_lan):
+    """ROWS_REPLY (``JoinProtocol.on_rows_reply``): the row and its sender offered to the
+    receiver's routing table only (probes; its failed ids left out). Sends nothing.
+    Returns (probes, 0, cursor). O(n * 2^b)."""
+    cand = sender_and_payload(m, payload)
+    n = len(li)
+    self_ids = np.empty(n, np.int64)
+    dead = np.empty((n, failed.shape[1]), failed.dtype)
+    for i in range(n):
+        self_ids[i] = global_ids[li[i]]
+        for e in range(failed.shape[1]):
+            dead[i, e] = failed[li[i], e]
+    probes = insert_table(rt, li, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan, dead)
+    return probes, 0, cursor
+
+
+@numba.njit(cache=True)
+def joined(li, t, members, rt, nbr, heard, global_ids, incarnation, announce_type,
+           keepalive_us, ka_type, refresh_us, refresh_until, refresh_rounds, refresh_type,
+           table_us, exchange_rows, rows_req_type, out, pool, cursor, s_hr, s_rdist, s_lan):
+    """Nodes ``li`` (distinct, sorted) that just joined at times ``t``
+    (``JoinProtocol._maybe_joined`` after its count), their sends in its order: an
+    ANNOUNCE to every node each knows (leaf set, table, neighbourhood set; in id order per
+    node; in_leaf_set 1 for its leaf-set members); with keep-alives, the clocks set and
+    the first KA_TIMER; the first LEAF_REFRESH (``schedule_refresh``, no lookup made yet)
+    and table-maintenance tick (``schedule_table_maintenance``) while before
+    ``refresh_until``; a ROWS_REQ to each entry of the top ``exchange_rows`` table rows
+    (the second join stage, row-major). Returns (rows written, cursor). Room: l + rows * 2^b
+    + m + 3 + exchange_rows * 2^b rows per node. O(n * (known log known))."""
+    n = len(li)
+    nl, nrows, width, nm = members.shape[1], rt.shape[1], rt.shape[2], nbr.shape[1]
+    ids = np.empty(nl + nrows * width + nm, np.int64)
+    k = 0
+    for q in range(n):
+        x = li[q]
+        me = global_ids[x]
+        c = 0
+        for j in range(nl):
+            if members[x, j] >= 0:
+                ids[c] = members[x, j]
+                c += 1
+        for r in range(nrows):
+            for d in range(width):
+                if rt[x, r, d] >= 0:
+                    ids[c] = rt[x, r, d]
+                    c += 1
+        for j in range(nm):
+            if nbr[x, j] >= 0:
+                ids[c] = nbr[x, j]
+                c += 1
+        srt = np.sort(ids[:c])
+        for p in range(c):
+            v = srt[p]
+            if p > 0 and v == srt[p - 1]:
+                continue
+            put_send(out, k, me, v, announce_type, t[q], s_hr, s_rdist, s_lan)
+            out[k][_ANNOUNCER] = me
+            for j in range(nl):
+                if members[x, j] == v:
+                    out[k][_IN_LEAF_SET] = 1
+                    break
+            k += 1
+    if keepalive_us:
+        for q in range(n):
+            for j in range(heard.shape[1]):
+                heard[li[q], j] = t[q]
+        for q in range(n):
+            k = _timer(out, k, global_ids[li[q]], t[q] + keepalive_us, ka_type)
+            out[k - 1][_KA_INCARNATION] = incarnation[li[q]]
+    if refresh_us:
+        for q in range(n):
+            if t[q] + refresh_us <= refresh_until:
+                k = _timer(out, k, global_ids[li[q]], t[q] + refresh_us, refresh_type)
+                out[k - 1][_INCARNATION] = incarnation[li[q]]
+                # (lookups_done 0 when bounded: the zeroed record's)
+    if table_us:
+        for q in range(n):
+            if t[q] + table_us <= refresh_until:
+                k = _timer(out, k, global_ids[li[q]], t[q] + table_us, refresh_type)
+                out[k - 1][_TABLE_TICK] = 1
+                out[k - 1][_INCARNATION] = incarnation[li[q]]
+    top = min(exchange_rows, nrows)
+    for q in range(n):
+        me = global_ids[li[q]]
+        for r in range(top):
+            for d in range(width):
+                v = rt[li[q], r, d]
+                if v >= 0:
+                    put_send(out, k, me, v, rows_req_type, t[q], s_hr, s_rdist, s_lan)
+                    out[k][_ROW] = r
+                    k += 1
+    return k, cursor
+
+
+@numba.njit(cache=True)
+def _timer(out, k, node, at, type_):
+    """Record ``k`` becomes a timer of ``node`` at ``at`` (``ShardContext.timer``: src =
+    dst = node, time = sent = at); returns k + 1."""
+    out[k]["src"] = node
+    out[k]["dst"] = node
+    out[k]["type"] = type_
+    out[k]["time"] = at
+    out[k]["sent"] = at
+    return k + 1

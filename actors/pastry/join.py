@@ -38,7 +38,7 @@ import numpy as np
 from . import handler_kernels, kernels
 from . import types as msg_types
 from .messages import msgs_of, payload_of, send_rows, sender_and_payload, take_rows
-from .types import Announce, Join, JoinLeafs, JoinReq, JoinStart, RowsReply, RowsReq
+from .types import Join, JoinLeafs, JoinReq, JoinStart, RowsReq
 
 CHUNK = 1024
 # an unjoined contact A holds a JOIN_REQ and looks again this much later, up to this many
@@ -308,7 +308,8 @@ class JoinProtocol:
 
     def _maybe_joined(self, ctx, li, t) -> None:
         """Nodes with every piece in are joined: they announce themselves to every node
-        they know, start keep-alives and leaf refresh, and ask for better rows."""
+        they know, start keep-alives and leaf refresh, and ask for better rows (one
+        compiled call, ``handler_kernels.joined``, for their sends)."""
         nodes = self.nodes
         li, t = kernels.newly_joined(np.ascontiguousarray(li, np.int64),
                                      np.ascontiguousarray(t, np.int64), nodes.joined,
@@ -316,28 +317,16 @@ class JoinProtocol:
         if not len(li):
             return
         ctx.count("pastry_joined", len(li))
-        self._announce(ctx, li, t)
-        self.maintenance.start_keepalive(ctx, li, t)
-        self.maintenance.schedule_refresh(ctx, li, t)
-        self.maintenance.schedule_table_maintenance(ctx, li, t)
-        self._exchange_rows(ctx, li, t)
-
-    def _announce(self, ctx, li, t) -> None:
-        nodes = self.nodes
-        known = nodes.known(li).astype(np.int64)
-        r, c = np.nonzero(known >= 0)
-        # distinct (row, id) pairs in (row, id) order: ids are < 2^31, one compiled sort of
-        # packed keys (np.unique over rows sorts a structured view, ~10x slower)
-        key = kernels.unique_first((r.astype(np.int64) << 32) | known[r, c])[0]
-        pair = np.stack([key >> 32, key & 0xFFFFFFFF], axis=1)
-        if len(pair):
-            # in_leaf_set = 1: "you are in my leaf set" -- such receivers always answer
-            # with theirs, so a joiner that got a stale leaf set walks to its true neighbours
-            is_leaf = (nodes.leaves.members[li][pair[:, 0]] == pair[:, 1:2]).any(axis=1)
-            me = nodes.global_ids[li][pair[:, 0]]
-            ctx.send(me, pair[:, 1], msg_types.ANNOUNCE, t[pair[:, 0]],
-                     **Announce.fields(announcer=me, in_leaf_set=is_leaf.astype(np.int64)),
-                     mode=0)
+        lm, table = self.maintenance, nodes.table
+        top = min(int(self.join_exchange_rows), table.rows)
+        room = len(li) * (nodes.leaves.members.shape[1] + table.rows * table.width
+                          + nodes.nbrs.members.shape[1] + 3 + top * table.width)
+        ctx.send_compiled(room, 0, handler_kernels.joined, li, t, nodes.leaves.members,
+                          table.entries, nodes.nbrs.members, nodes.leaves.heard,
+                          nodes.global_ids, nodes.incarnation, msg_types.ANNOUNCE,
+                          lm.keepalive_us, msg_types.KA_TIMER, lm.leaf_refresh_us,
+                          lm.refresh_until, lm.leaf_refresh_rounds, msg_types.LEAF_REFRESH,
+                          lm.table_maintenance_us, top, msg_types.ROWS_REQ)
 
     # ---- second join stage: routing-table rows from the table's own nodes ------------------
     # The rows X got on its join route come from nodes near A's route, not near X; as in
@@ -345,17 +334,7 @@ class JoinProtocol:
     # row r for that node's row r (same prefix, so every entry fits X's row r) and keeps any
     # closer entry (insert_table probes). Only the top join_exchange_rows rows: they have the
     # most candidates, so that is where the route-built choice is furthest from the nearest.
-    def _exchange_rows(self, ctx, li, t) -> None:
-        table = self.nodes.table
-        k = min(int(self.join_exchange_rows), table.rows)
-        if k <= 0 or not len(li):
-            return
-        ent = table.entries[li, :k].reshape(len(li), -1).astype(np.int64)
-        r, c = np.nonzero(ent >= 0)
-        if len(r):
-            ctx.send(self.nodes.global_ids[li[r]], ent[r, c], msg_types.ROWS_REQ,
-                     np.asarray(t)[r], **RowsReq.fields(row=c // table.width), mode=0)
-
+    # (The requests go out with the join's other sends: handler_kernels.joined.)
     def on_rows_req(self, ctx, batch) -> None:
         """The requester gets our table row r (one compiled call)."""
         m = msgs_of(batch)
@@ -366,8 +345,14 @@ class JoinProtocol:
                           msg_types.ROWS_REPLY)
 
     def on_rows_reply(self, ctx, batch) -> None:
-        m = msgs_of(batch)
-        li = self.nodes.local(ctx, m["dst"])
         # routing table only: a leaf member taken in silently would never be announced to
         # (the walk announces to members a LEAF_REPLY adds), so it would not learn of X
-        self.nodes.insert_table(ctx, li, sender_and_payload(m, payload_of(batch)))
+        m = msgs_of(batch)
+        nodes = self.nodes
+        hr, rdist, lan = nodes.latency_tables(ctx)
+        probes, = ctx.send_compiled(
+            0, 0, handler_kernels.on_rows_reply, m, np.asarray(payload_of(batch), np.int32),
+            nodes.local(ctx, m["dst"]), nodes.table.entries, nodes.failed.ids,
+            nodes.global_ids, nodes.ids_hi, nodes.ids_lo, nodes.table.b, hr, rdist, lan)
+        if probes:
+            ctx.count("pastry_probes", probes)
