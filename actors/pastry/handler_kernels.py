@@ -30,13 +30,15 @@ from .kernels import (
     forget_failed,
     insert_table,
     learn,
+    newly_joined,
     random_known,
     route_log,
     route_step,
     row_contains,
     sender_and_payload,
+    table_rows,
 )
-from .types import Announce, KaTimer, LeafRefresh, RowsReply
+from .types import Announce, Join, JoinLeafs, JoinReq, KaTimer, LeafRefresh, RowsReply
 
 # type-specific columns the kernels write (compile-time constants inside them)
 _ANNOUNCER = Announce.announcer
@@ -46,6 +48,10 @@ _INCARNATION = LeafRefresh.incarnation
 _LOOKUPS_DONE = LeafRefresh.lookups_done
 _TABLE_TICK = LeafRefresh.table_tick
 _KA_INCARNATION = KaTimer.incarnation
+_ROUTE_NODES = JoinLeafs.route_nodes
+_JOINER = Join.joiner
+_REQ_JOINER = JoinReq.joiner
+_RETRIES = JoinReq.retries
 
 
 @numba.njit(cache=True)
@@ -435,3 +441,204 @@ def _timer(out, k, node, at, type_):
     out[k]["time"] = at
     out[k]["sent"] = at
     return k + 1
+
+
+@numba.njit(cache=True)
+def _pack_rows(out, k0, rows, pool, pos):
+    """Payload of sends k0.. k0 + len(rows) - 1: row i's non-negative entries each, as
+    ``ctx.send_rows`` packs one call's rows (offsets left 0 when no row has an entry).
+    Returns the new cursor."""
+    need = 0
+    for i in range(rows.shape[0]):
+        for j in range(rows.shape[1]):
+            if rows[i, j] >= 0:
+                need += 1
+    if need == 0:
+        return pos
+    for i in range(rows.shape[0]):
+        out[k0 + i]["pay_off"] = pos
+        for j in range(rows.shape[1]):
+            if rows[i, j] >= 0:
+                pool[pos] = rows[i, j]
+                pos += 1
+        out[k0 + i]["pay_len"] = pos - out[k0 + i]["pay_off"]
+    return pos
+
+
+@numba.njit(cache=True)
+def _join_rows(m, sel, li, joiner, rt, ids_hi, ids_lo, b, rows_type, out, k, pool, pos,
+               s_hr, s_rdist, s_lan):
+    """JOIN_ROWS from the nodes of JOINs ``sel`` to their joiners: each node's rows
+    0..spl (``JoinProtocol._send_rows``, one send call). Returns (k, cursor)."""
+    n = len(sel)
+    lli = np.empty(n, np.int64)
+    mine = np.empty(n, np.int64)
+    them = np.empty(n, np.int64)
+    for j in range(n):
+        lli[j] = li[sel[j]]
+        mine[j] = m[sel[j]]["dst"]
+        them[j] = joiner[sel[j]]
+    rows = table_rows(rt, lli, mine, them, ids_hi, ids_lo, b)
+    for j in range(n):
+        put_send(out, k + j, mine[j], them[j], rows_type, m[sel[j]]["time"], s_hr, s_rdist,
+                 s_lan)
+    return k + n, _pack_rows(out, k, rows, pool, pos)
+
+
+@numba.njit(cache=True)
+def on_join(m, li, joiner, rt, members, nbr, ids_hi, ids_lo, b, lookup_type, own_lo, own_hi,
+            rows_type, leafs_type, out, pool, cursor, s_hr, s_rdist, s_lan):
+    """JOINs arriving over a hop, with no hop acknowledgements (``Router.receive`` ->
+    ``step``, ``JoinProtocol.deliver`` / ``forward``): :func:`_route_joins`. Returns (ok,
+    route log rows, rows written, cursor); ok False -- nothing done -- when a record is
+    not routed (mode 1) or not this shard's. Room: 3 rows and rows * 2^b + l ids per
+    message. O(routing step + n * rows * 2^b)."""
+    for i in range(len(m)):
+        if m[i]["mode"] != 1 or li[i] < 0:
+            return False, np.empty(0, ROUTE_LOG_DTYPE), 0, cursor
+    log, k, pos = _route_joins(m, li, joiner, rt, members, nbr, ids_hi, ids_lo, b,
+                               lookup_type, own_lo, own_hi, rows_type, leafs_type, out, 0,
+                               pool, cursor, s_hr, s_rdist, s_lan)
+    return True, log, k, pos
+
+
+@numba.njit(cache=True)
+def _route_joins(m, li, joiner, rt, members, nbr, ids_hi, ids_lo, b, lookup_type, own_lo,
+                 own_hi, rows_type, leafs_type, out, k, pool, pos, s_hr, s_rdist, s_lan):
+    """One routing step of JOIN records ``m`` at their nodes ``li`` (``Router.step`` with
+    ``JoinProtocol.deliver`` / ``forward``): at Z, the node closest to the joiner, the
+    JOIN is logged (route log rows, returned) and Z sends the joiner its rows (JOIN_ROWS)
+    and its leaf set with the route's node count (JOIN_LEAFS); a node passed on the way
+    sends its rows, and the JOIN goes one hop on. Sends from ``k`` on, in the router's
+    order: Z's rows, Z's leaf sets, the passed nodes' rows, the hops. Returns (route log
+    rows, k, cursor)."""
+    n = len(m)
+    nxt, kind, counts = route_step(m, li, rt, members, nbr, ids_hi, ids_lo, b, lookup_type,
+                                   own_lo, own_hi)
+    n_here = counts[HERE_OWN] + counts[HERE_APP]
+    log = np.empty(n_here, ROUTE_LOG_DTYPE)
+    route_log(m, kind, log)
+    here = np.empty(n_here, np.int64)
+    on = np.empty(n - n_here, np.int64)
+    h = 0
+    o = 0
+    for i in range(n):
+        if kind[i] <= HERE_APP:
+            here[h] = i
+            h += 1
+        else:
+            on[o] = i
+            o += 1
+    if n_here:
+        k, pos = _join_rows(m, here, li, joiner, rt, ids_hi, ids_lo, b, rows_type, out, k,
+                            pool, pos, s_hr, s_rdist, s_lan)
+        leaves = np.empty((n_here, members.shape[1]), members.dtype)
+        for j in range(n_here):
+            r = m[here[j]]
+            for c in range(members.shape[1]):
+                leaves[j, c] = members[li[here[j]], c]
+            put_send(out, k + j, r["dst"], joiner[here[j]], leafs_type, r["time"], s_hr,
+                     s_rdist, s_lan)
+            out[k + j][_ROUTE_NODES] = r["hops"] + 1
+        pos = _pack_rows(out, k, leaves, pool, pos)
+        k += n_here
+    if len(on):
+        k, pos = _join_rows(m, on, li, joiner, rt, ids_hi, ids_lo, b, rows_type, out, k,
+                            pool, pos, s_hr, s_rdist, s_lan)
+        for j in range(len(on)):
+            _hop_on(out, k, m[on[j]], nxt[on[j]], s_hr, s_rdist, s_lan)
+            k += 1
+    return log, k, pos
+
+
+@numba.njit(cache=True)
+def on_join_req(m, li, joined, joiner_col, retries_col, max_retries, retry_us, rt, members,
+                nbr, ids_hi, ids_lo, b, lookup_type, own_lo, own_hi, req_type, nbrs_type,
+                join_type, rows_type, leafs_type, out, pool, cursor, s_hr, s_rdist, s_lan):
+    """JOIN_REQ at contact A, with no hop acknowledgements (``JoinProtocol.on_join_req``):
+    a contact not joined yet holds the request (a JOIN_REQ timer ``retry_us`` later,
+    retries + 1) while under ``max_retries``; the others send the joiner their
+    neighbourhood set (JOIN_NBRS) and route its JOIN from here (``Router.route``:
+    :func:`_route_joins` on the new JOIN records). Returns (route log rows, rows written,
+    cursor). Room: 4 rows and m + rows * 2^b + l ids per message."""
+    n = len(m)
+    k = 0
+    go = np.empty(n, np.int64)
+    ng = 0
+    for i in range(n):
+        if not joined[li[i]] and retries_col[i] < max_retries:
+            r = m[i]
+            k = _timer(out, k, r["dst"], r["time"] + retry_us, req_type)
+            out[k - 1][_REQ_JOINER] = joiner_col[i]
+            out[k - 1][_RETRIES] = retries_col[i] + 1
+        else:
+            go[ng] = i
+            ng += 1
+    if ng == 0:
+        return np.empty(0, ROUTE_LOG_DTYPE), k, cursor
+    nb = np.empty((ng, nbr.shape[1]), nbr.dtype)
+    for j in range(ng):
+        r = m[go[j]]
+        for c in range(nbr.shape[1]):
+            nb[j, c] = nbr[li[go[j]], c]
+        put_send(out, k + j, r["dst"], joiner_col[go[j]], nbrs_type, r["time"], s_hr,
+                 s_rdist, s_lan)
+    pos = _pack_rows(out, k, nb, pool, cursor)
+    k += ng
+    joins = np.zeros(ng, m.dtype)
+    gli = np.empty(ng, np.int64)
+    gx = np.empty(ng, np.int64)
+    for j in range(ng):
+        r = m[go[j]]
+        x = joiner_col[go[j]]
+        a = r["dst"]
+        joins[j]["src"] = a
+        joins[j]["dst"] = a
+        joins[j]["time"] = r["time"]
+        joins[j]["sent"] = r["time"]
+        joins[j]["type"] = join_type
+        joins[j]["key_hi"] = ids_hi[x]
+        joins[j]["key_lo"] = ids_lo[x]
+        joins[j]["origin"] = x
+        joins[j]["group"] = -1
+        joins[j][_JOINER] = x
+        joins[j]["mode"] = 1
+        gli[j] = li[go[j]]
+        gx[j] = x
+    return _route_joins(joins, gli, gx, rt, members, nbr, ids_hi, ids_lo, b, lookup_type,
+                        own_lo, own_hi, rows_type, leafs_type, out, k, pool, pos, s_hr,
+                        s_rdist, s_lan)
+
+
+# the join pieces a joiner waits for (on_join_piece's ``piece``)
+PIECE_ROWS, PIECE_NBRS, PIECE_LEAFS = 0, 1, 2
+
+
+@numba.njit(cache=True)
+def on_join_piece(m, payload, li, piece, route_nodes, rt, members, heard, failed, nbr,
+                  nbr_keys, nbr_known, global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan,
+                  joined, nbrs_got, rows_expected, rows_got, out, pool, cursor, s_hr,
+                  s_rdist, s_lan):
+    """JOIN_ROWS, JOIN_NBRS or JOIN_LEAFS at the joiner (``JoinProtocol.on_join_rows`` /
+    ``on_join_nbrs`` / ``on_join_leafs``): it learns of the ids and their sender (and, for
+    a neighbourhood set, into its own), counts the piece (rows: one more; nbrs: got;
+    leafs: the route's node count ``route_nodes[i]`` expected), and the joiners that now
+    have every piece are marked joined (``kernels.newly_joined``). Sends nothing; returns
+    (probes, distinct sorted li, changed, newly joined li, their times, 0, cursor)."""
+    n = len(m)
+    cand = sender_and_payload(m, payload)
+    now = np.empty(n, np.int64)
+    for i in range(n):
+        now[i] = m[i]["time"]
+    probes, uli, changed, _added, _latest = learn(
+        rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, li, cand, now,
+        ids_hi, ids_lo, b, half, hr, rdist, lan, li, False, piece == PIECE_NBRS)
+    for i in range(n):
+        if piece == PIECE_ROWS:
+            rows_got[li[i]] += 1
+        elif piece == PIECE_NBRS:
+            nbrs_got[li[i]] = True
+        else:
+            rows_expected[li[i]] = route_nodes[i]
+    jli, jt = newly_joined(li, now, joined, nbrs_got, rows_expected, rows_got)
+    return probes, uli, changed, jli, jt, 0, cursor

@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import handler_kernels, kernels
+from . import handler_kernels
 from . import types as msg_types
-from .messages import msgs_of, payload_of, send_rows, sender_and_payload, take_rows
+from .messages import msgs_of, payload_of, send_rows, take_rows
+from .router import ROUTE_LOG_COLUMNS
 from .types import Join, JoinLeafs, JoinReq, JoinStart, RowsReq
 
 CHUNK = 1024
@@ -240,6 +241,20 @@ class JoinProtocol:
         # empty state and a JOIN delivered at A itself, so X's leaf set would never reach
         # its true neighbours (and short sides claim whole half rings: routing loops).
         # Hold the request until A has joined (retry timer, counting the retries).
+        if not self.router.acks.enabled:   # the whole handler in one compiled call
+            n, table = len(m), nodes.table
+            log, = ctx.send_compiled(
+                4 * n, n * (nodes.nbrs.members.shape[1] + table.rows * table.width
+                            + nodes.leaves.members.shape[1]),
+                handler_kernels.on_join_req, m, li, nodes.joined, m[JoinReq.joiner],
+                m[JoinReq.retries], JOIN_REQ_MAX_RETRIES, JOIN_REQ_RETRY_US, table.entries,
+                nodes.leaves.members, nodes.nbrs.members, nodes.ids_hi, nodes.ids_lo,
+                table.b, msg_types.LEAF_LOOKUP, msg_types.FIRST_OWN, msg_types.LAST_OWN,
+                msg_types.JOIN_REQ, msg_types.JOIN_NBRS, msg_types.JOIN, msg_types.JOIN_ROWS,
+                msg_types.JOIN_LEAFS)
+            if len(log):
+                ctx.log_records("route", log, ROUTE_LOG_COLUMNS)
+            return
         wait = ~nodes.joined[li] & (m[JoinReq.retries] < JOIN_REQ_MAX_RETRIES)
         if wait.any():
             w = take_rows(m, wait)
@@ -261,6 +276,26 @@ class JoinProtocol:
         nodes = self.nodes
         rows = nodes.table.rows_for(nodes.local(ctx, y), y, x, nodes.ids_hi, nodes.ids_lo)
         send_rows(ctx, y, x, msg_types.JOIN_ROWS, m["time"], rows)
+
+    def receive_joins(self, ctx, batch) -> bool:
+        """JOINs arriving at a node, with no hop acknowledgements: the routing step, the
+        route log, :meth:`deliver` at Z, :meth:`forward` on the way and the next hops in one
+        compiled call (``handler_kernels.on_join``). False: not taken (acks on, or records
+        the router's general path must handle), nothing done."""
+        if self.router.acks.enabled:
+            return False
+        m = msgs_of(batch)
+        nodes = self.nodes
+        n, table = len(m), nodes.table
+        ok, log = ctx.send_compiled(
+            3 * n, n * (table.rows * table.width + nodes.leaves.members.shape[1]),
+            handler_kernels.on_join, m, nodes.local(ctx, m["dst"]), m[Join.joiner],
+            table.entries, nodes.leaves.members, nodes.nbrs.members, nodes.ids_hi,
+            nodes.ids_lo, table.b, msg_types.LEAF_LOOKUP, msg_types.FIRST_OWN,
+            msg_types.LAST_OWN, msg_types.JOIN_ROWS, msg_types.JOIN_LEAFS)
+        if ok and len(log):
+            ctx.log_records("route", log, ROUTE_LOG_COLUMNS)
+        return ok
 
     def forward(self, ctx, m) -> None:
         """Pastry's own routed messages passing a node: JOINs collect its rows."""
@@ -285,37 +320,33 @@ class JoinProtocol:
                   **JoinLeafs.fields(route_nodes=m["hops"].astype(np.int64) + 1))
 
     def on_join_rows(self, ctx, batch) -> None:
-        m = msgs_of(batch)
-        li = self.nodes.local(ctx, m["dst"])
-        self.nodes.learn(ctx, li, sender_and_payload(m, payload_of(batch)), m["time"])
-        np.add.at(self.rows_got, li, 1)
-        self._maybe_joined(ctx, li, m["time"])
+        self._on_piece(ctx, batch, handler_kernels.PIECE_ROWS)
 
     def on_join_nbrs(self, ctx, batch) -> None:
-        m = msgs_of(batch)
-        li = self.nodes.local(ctx, m["dst"])
-        cand = sender_and_payload(m, payload_of(batch))
-        self.nodes.learn(ctx, li, cand, m["time"], nbrs=True)
-        self.nbrs_got[li] = True
-        self._maybe_joined(ctx, li, m["time"])
+        self._on_piece(ctx, batch, handler_kernels.PIECE_NBRS)
 
     def on_join_leafs(self, ctx, batch) -> None:
-        m = msgs_of(batch)
-        li = self.nodes.local(ctx, m["dst"])
-        self.nodes.learn(ctx, li, sender_and_payload(m, payload_of(batch)), m["time"])
-        self.rows_expected[li] = m[JoinLeafs.route_nodes]
-        self._maybe_joined(ctx, li, m["time"])
+        self._on_piece(ctx, batch, handler_kernels.PIECE_LEAFS)
 
-    def _maybe_joined(self, ctx, li, t) -> None:
-        """Nodes with every piece in are joined: they announce themselves to every node
-        they know, start keep-alives and leaf refresh, and ask for better rows (one
-        compiled call, ``handler_kernels.joined``, for their sends)."""
+    def _on_piece(self, ctx, batch, piece) -> None:
+        """A join piece at the joiner: learn of it, count it; the joiners with every piece
+        in are joined (``handler_kernels.on_join_piece``, then :meth:`_joined`)."""
+        m = msgs_of(batch)
         nodes = self.nodes
-        li, t = kernels.newly_joined(np.ascontiguousarray(li, np.int64),
-                                     np.ascontiguousarray(t, np.int64), nodes.joined,
-                                     self.nbrs_got, self.rows_expected, self.rows_got)
-        if not len(li):
-            return
+        probes, uli, changed, li, t = ctx.send_compiled(
+            0, 0, handler_kernels.on_join_piece, m, np.asarray(payload_of(batch), np.int32),
+            nodes.local(ctx, m["dst"]), piece, m[JoinLeafs.route_nodes],
+            *nodes.learn_inputs(ctx), nodes.joined, self.nbrs_got, self.rows_expected,
+            self.rows_got)
+        nodes.learned(ctx, probes, uli, changed)
+        if len(li):
+            self._joined(ctx, li, t)
+
+    def _joined(self, ctx, li, t) -> None:
+        """Nodes ``li`` (distinct, sorted) just joined at ``t``: they announce themselves
+        to every node they know, start keep-alives and leaf refresh, and ask for better
+        rows (one compiled call, ``handler_kernels.joined``, for their sends)."""
+        nodes = self.nodes
         ctx.count("pastry_joined", len(li))
         lm, table = self.maintenance, nodes.table
         top = min(int(self.join_exchange_rows), table.rows)

@@ -193,7 +193,8 @@ class Pastry:
         j, lm, r, a = self.join, self.maintenance, self.repair, self.acks
         # routed messages of Pastry's own types that a compiled handler may take whole
         # (it returns False to leave them to the router)
-        self._routed_handlers = {msg_types.LEAF_LOOKUP: lm.receive_lookups}
+        self._routed_handlers = {msg_types.LEAF_LOOKUP: lm.receive_lookups,
+                                 msg_types.JOIN: j.receive_joins}
         self._handlers = {
             msg_types.JOIN_START: j.on_join_start, msg_types.JOIN_REQ: j.on_join_req,
             msg_types.JOIN_ROWS: j.on_join_rows, msg_types.JOIN_NBRS: j.on_join_nbrs,
