@@ -466,6 +466,21 @@ def _pack_rows(out, k0, rows, pool, pos):
 
 
 @numba.njit(cache=True)
+def _send_table_rows(m, sel, li, to, table, type_, out, k, pool, pos, s_hr, s_rdist, s_lan):
+    """Sends k.. (one ``ctx.send_rows`` call): from the node of each record ``sel[j]`` to
+    ``to[sel[j]]``, carrying the node's row of ``table`` (its leaf set or neighbourhood
+    set). Returns (k, cursor)."""
+    n = len(sel)
+    rows = np.empty((n, table.shape[1]), table.dtype)
+    for j in range(n):
+        r = m[sel[j]]
+        for c in range(table.shape[1]):
+            rows[j, c] = table[li[sel[j]], c]
+        put_send(out, k + j, r["dst"], to[sel[j]], type_, r["time"], s_hr, s_rdist, s_lan)
+    return k + n, _pack_rows(out, k, rows, pool, pos)
+
+
+@numba.njit(cache=True)
 def _join_rows(m, sel, li, joiner, rt, ids_hi, ids_lo, b, rows_type, out, k, pool, pos,
                s_hr, s_rdist, s_lan):
     """JOIN_ROWS from the nodes of JOINs ``sel`` to their joiners: each node's rows
@@ -532,16 +547,11 @@ def _route_joins(m, li, joiner, rt, members, nbr, ids_hi, ids_lo, b, lookup_type
     if n_here:
         k, pos = _join_rows(m, here, li, joiner, rt, ids_hi, ids_lo, b, rows_type, out, k,
                             pool, pos, s_hr, s_rdist, s_lan)
-        leaves = np.empty((n_here, members.shape[1]), members.dtype)
+        k0 = k
+        k, pos = _send_table_rows(m, here, li, joiner, members, leafs_type, out, k, pool, pos,
+                                  s_hr, s_rdist, s_lan)
         for j in range(n_here):
-            r = m[here[j]]
-            for c in range(members.shape[1]):
-                leaves[j, c] = members[li[here[j]], c]
-            put_send(out, k + j, r["dst"], joiner[here[j]], leafs_type, r["time"], s_hr,
-                     s_rdist, s_lan)
-            out[k + j][_ROUTE_NODES] = r["hops"] + 1
-        pos = _pack_rows(out, k, leaves, pool, pos)
-        k += n_here
+            out[k0 + j][_ROUTE_NODES] = m[here[j]]["hops"] + 1
     if len(on):
         k, pos = _join_rows(m, on, li, joiner, rt, ids_hi, ids_lo, b, rows_type, out, k,
                             pool, pos, s_hr, s_rdist, s_lan)
@@ -576,15 +586,8 @@ def on_join_req(m, li, joined, joiner_col, retries_col, max_retries, retry_us, r
             ng += 1
     if ng == 0:
         return np.empty(0, ROUTE_LOG_DTYPE), k, cursor
-    nb = np.empty((ng, nbr.shape[1]), nbr.dtype)
-    for j in range(ng):
-        r = m[go[j]]
-        for c in range(nbr.shape[1]):
-            nb[j, c] = nbr[li[go[j]], c]
-        put_send(out, k + j, r["dst"], joiner_col[go[j]], nbrs_type, r["time"], s_hr,
-                 s_rdist, s_lan)
-    pos = _pack_rows(out, k, nb, pool, cursor)
-    k += ng
+    k, pos = _send_table_rows(m, go[:ng], li, joiner_col, nbr, nbrs_type, out, k, pool,
+                              cursor, s_hr, s_rdist, s_lan)
     joins = np.zeros(ng, m.dtype)
     gli = np.empty(ng, np.int64)
     gx = np.empty(ng, np.int64)
