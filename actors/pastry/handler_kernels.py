@@ -645,3 +645,21 @@ def on_join_piece(m, payload, li, piece, route_nodes, rt, members, heard, failed
             rows_expected[li[i]] = route_nodes[i]
     jli, jt = newly_joined(li, now, joined, nbrs_got, rows_expected, rows_got)
     return probes, uli, changed, jli, jt, 0, cursor
+
+
+@numba.njit(cache=True)
+def on_join_start(m, contact, attempt, req_type, out, pool, cursor, s_hr, s_rdist, s_lan):
+    """JOIN_START of first joins that have a contact (``JoinProtocol.on_join_start``'s
+    common case): each joiner asks its contact to route its join (JOIN_REQ). Returns (ok,
+    rows written, cursor); ok False -- nothing sent -- when a row is a rejoin attempt or
+    has no contact (the first node): the handler's general path takes the batch. Room: 1
+    row per message. O(n)."""
+    n = len(m)
+    for i in range(n):
+        if attempt[i] > 0 or contact[i] < 0:
+            return False, 0, cursor
+    for i in range(n):
+        x = m[i]["dst"]
+        put_send(out, i, x, contact[i], req_type, m[i]["time"], s_hr, s_rdist, s_lan)
+        out[i][_REQ_JOINER] = x
+    return True, n, cursor

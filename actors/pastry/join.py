@@ -205,6 +205,10 @@ class JoinProtocol:
         """JOIN_START: X asks its contact A to route its join; no contact: X is the
         first node and forms the overlay alone."""
         m = msgs_of(batch)
+        ok, = ctx.send_compiled(len(m), 0, handler_kernels.on_join_start, m,
+                                m[JoinStart.contact], m[JoinStart.attempt], msg_types.JOIN_REQ)
+        if ok:   # (the common case in one compiled call: first joins with a contact)
+            return
         nodes = self.nodes
         rj = m[JoinStart.attempt] > 0
         if rj.any():  # rejoin attempts of recovered nodes
