@@ -78,7 +78,8 @@ def on_announce(m, li, in_leaf_set, rt, members, heard, failed, nbr, nbr_keys, n
     announcer (tables, leaf set, neighbourhood set; out of its failed memory); an announcer
     that is now a new leaf-set member, or one that says the receiver is in its leaf set,
     gets the receiver's leaf set (LEAF_REPLY); a new member heard of through a third node
-    (``in_leaf_set`` 1) is asked for its own (LEAF_REQ, sent first). Returns (probes,
+    (``in_leaf_set`` 1) is asked for its own (LEAF_REQ, sent first): it may know neighbours
+    of the receiver that nobody else will tell it about. Returns (probes,
     distinct sorted li, changed, rows written, cursor). Room: 2 rows and l + 1 ids per
     message. O(learn + n * l)."""
     n = len(m)
@@ -360,7 +361,9 @@ def joined(li, t, members, rt, nbr, heard, global_ids, incarnation, announce_typ
     """Nodes ``li`` (distinct, sorted) that just joined at times ``t``
     (``JoinProtocol._maybe_joined`` after its count), their sends in its order: an
     ANNOUNCE to every node each knows (leaf set, table, neighbourhood set; in id order per
-    node; in_leaf_set 1 for its leaf-set members); with keep-alives, the clocks set and
+    node; in_leaf_set 1 for its leaf-set members: "you are in my leaf set", so they always
+    answer with theirs and a joiner that got a stale leaf set walks to its true
+    neighbours); with keep-alives, the clocks set and
     the first KA_TIMER; the first LEAF_REFRESH (``schedule_refresh``, no lookup made yet)
     and table-maintenance tick (``schedule_table_maintenance``) while before
     ``refresh_until``; a ROWS_REQ to each entry of the top ``exchange_rows`` table rows

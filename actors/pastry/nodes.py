@@ -57,10 +57,6 @@ class PastryNodes:
         return PastryState(rt=self.table.entries, leaf=self.leaves.members,
                            nbr=self.nbrs.members, b=self.table.b)
 
-    def known(self, li) -> np.ndarray:
-        """All ids nodes ``li`` know (leaf set, table, neighbourhood set), -1 padded."""
-        return self.tables().known(li)
-
     def latency_tables(self, ctx):
         """(host_router, router_dist_us, lan_us) of the engine's latency model, for the
         kernels that probe delays (the model's arrays, or the same shared inputs)."""
