@@ -43,6 +43,12 @@ class Endpoint(Protocol):
         ``ctx.message_dtype`` records, zeroed but for ``src``, ``dst``, ``type``, ``sent``
         and the application's fields (the caller gives the array away)."""
 
+    def send_compiled(self, ctx, rows: int, ints: int, kernel, *args) -> tuple:
+        """Direct messages written by an application's compiled handler in the same call
+        as its work (``ShardContext.send_compiled``: ``rows`` zeroed records and room for
+        ``ints`` payload ids lent to ``kernel``, which fills them in sending order);
+        returns the kernel's results."""
+
     def replica_set(self, ctx, nodes, k: int) -> np.ndarray:
         """(len(nodes), k) global ids: the k nodes numerically closest to each node's id
         that it knows (its leaf set), -1 where it knows fewer."""
@@ -54,6 +60,9 @@ class Application(Protocol):
     def bind(self, endpoint: Endpoint) -> None: ...
     def setup(self, ctx) -> None: ...
     def receive(self, ctx, batch) -> None: ...
+    def receive_compiled(self, ctx, type_code: int, batch) -> bool:
+        """Optional: direct messages of one type that the application may take whole in
+        one compiled pass; False (nothing done) sends them the usual way (``receive``)."""
     def deliver(self, ctx, batch) -> None: ...
     def forward(self, ctx, batch, next_hop) -> tuple:
         """(batch, next_hop), possibly changed; next_hop -1 stops a message here."""

@@ -131,56 +131,72 @@ def _repair_run(shards):
 
 @pytest.mark.parametrize("shards", [1, 3])
 def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch):
-    """The compiled common case of a TICK cell (TreeState.tick_plan), of a DATA cell
-    (Dissemination._data_plain) and of a REFRESH cell (TreeState.refresh_known) send, log,
-    count and leave in the tree state exactly what the general numpy path does, through
-    failures, repairs, expiries and multicasts: every sent record byte for byte (the
-    compiled TICK and DATA steps write their messages' records themselves)."""
+    """Scribe's whole compiled passes (handler_kernels: TICK, HEARTBEAT, REFRESH, DATA),
+    the compiled steps under their Python handlers (TreeState.tick_plan, refresh_known,
+    Dissemination._data_plain) and the general numpy path send, log, count and leave in
+    the tree state exactly the same, through failures, repairs, expiries and multicasts:
+    every sent record byte for byte, pass by pass."""
+    from actors.scribe.application import Scribe
     from actors.scribe.multicast import Dissemination
     from actors.scribe.tree import TreeState
+    from actors.scribe.types import DATA, HEARTBEAT, REFRESH, TICK
+    from emulator.engine import ShardEngine
 
-    plans = []
-    real_plan, real_data = TreeState.tick_plan, Dissemination._data_plain
+    outcomes, plans = [], []
+    real_whole, real_plan = Scribe.receive_compiled, TreeState.tick_plan
+    monkeypatch.setattr(Scribe, "receive_compiled", lambda self, ctx, t, b: outcomes.append(
+        (int(t), real_whole(self, ctx, t, b))) or outcomes[-1][1])
     monkeypatch.setattr(TreeState, "tick_plan",
                         lambda self, *a: plans.append(real_plan(self, *a)) or plans[-1])
-    datas, known = [], []
-    monkeypatch.setattr(Dissemination, "_data_plain",
-                        lambda self, *a: datas.append(1) or real_data(self, *a))
-    real_known = TreeState.refresh_known
-    monkeypatch.setattr(TreeState, "refresh_known",
-                        lambda self, *a: known.append(real_known(self, *a)) or known[-1])
-    from emulator.engine import ShardEngine
     real_route, emitted = ShardEngine._route, []   # every record sent, every field
 
     def route(self, batch):   # a handler pass's sends, as one batch, before the stamp
         emitted.append((self.shard_id, batch.msgs.tobytes(), batch.payload.tobytes()))
         real_route(self, batch)
     monkeypatch.setattr(ShardEngine, "_route", route)
-    fast_logs, fast_counts, fast_sent, fast_trees = _repair_run(shards)
-    fast_emitted, emitted[:] = list(emitted), []
+
+    def run():
+        out = _repair_run(shards)
+        got, emitted[:] = list(emitted), []
+        return (*out, got)
+
+    fast = run()
+    fast_logs, fast_counts = fast[0], fast[1]
     assert fast_counts["scribe_repairs"] > 0 and len(fast_logs["delivery"]["member"]) > 0
-    assert len(fast_emitted) > 100
-    # both paths of a TICK cell ran, and the compiled DATA step
-    assert sum(p is None for p in plans) > 0 and sum(p is not None for p in plans) > 100
-    assert len(datas) > 10
-    assert sum(k is not None for k in known) > 100   # (a refresh from an unlisted child,
-    # the general path, is rare: a child re-admitted after expiry has an entry, not valid)
+    assert len(fast[4]) > 100
+    # every whole pass ran, and TICK cells that declined (a parent silent, a child stale
+    # or an RP's replicas to refresh) went through the Python handler
+    done = {t: [] for t in (TICK, HEARTBEAT, REFRESH, DATA)}
+    for t, ok in outcomes:
+        if t in done:
+            done[t].append(ok)
+        else:   # a type without a whole pass
+            assert not ok
+    assert all(sum(v) > 10 for v in done.values()), \
+        {t: (sum(v), len(v)) for t, v in done.items()}
+    assert not all(done[TICK]) and len(plans) > 0
+    # the compiled steps under the Python handlers, without the whole passes
+    monkeypatch.setattr(Scribe, "receive_compiled", lambda self, ctx, t, b: False)
+    plans.clear()
+    steps = run()
+    assert sum(p is not None for p in plans) > 100 and sum(p is None for p in plans) > 0
+    # the general numpy path
     monkeypatch.setattr(TreeState, "tick_plan", lambda self, *a: None)
     monkeypatch.setattr(TreeState, "refresh_known", lambda self, *a: None)
     monkeypatch.setattr(Dissemination, "_data_plain", Dissemination._data_general)
-    logs, counts, sent, trees = _repair_run(shards)
-    assert counts == fast_counts and sent == fast_sent
-    # the same records, byte for byte, in the same handler passes (the compiled DATA
-    # step writes its copies' records itself)
-    assert len(emitted) == len(fast_emitted)
-    differ = [i for i, (a, b) in enumerate(zip(emitted, fast_emitted, strict=True)) if a != b]
-    assert not differ, f"{len(differ)} passes' sends differ, the first is {differ[:1]}"
-    for name, cols in logs.items():
-        assert cols.keys() == fast_logs[name].keys(), name
-        for c, v in cols.items():
-            assert np.array_equal(v, fast_logs[name][c]), (name, c)
-            assert v.dtype == fast_logs[name][c].dtype, (name, c)
-    for tree, fast in zip(trees, fast_trees, strict=True):
-        for part in ("slots", "entries"):
-            for c, v in tree[part].items():
-                assert np.array_equal(v, fast[part][c]), (part, c)
+    general = run()
+    for other in (steps, general):
+        logs, counts, sent, trees, passes = other
+        assert counts == fast_counts and sent == fast[2]
+        assert len(passes) == len(fast[4])
+        differ = [i for i, (a, b) in enumerate(zip(passes, fast[4], strict=True)) if a != b]
+        assert not differ, f"{len(differ)} passes' sends differ, the first is {differ[:1]}"
+        for name, cols in logs.items():
+            assert cols.keys() == fast_logs[name].keys(), name
+            for c, v in cols.items():
+                assert np.array_equal(v, fast_logs[name][c]), (name, c)
+                assert v.dtype == fast_logs[name][c].dtype, (name, c)
+        for tree, ref in zip(trees, fast[3], strict=True):
+            for part in ("slots", "entries"):
+                for c, v in tree[part].items():
+                    assert np.array_equal(v, ref[part][c]), (part, c)

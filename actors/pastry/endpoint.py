@@ -28,6 +28,11 @@ class OverlayEndpoint:
         come zeroed but for the fields it set); the engine takes a copy."""
         ctx.send_batch(records)
 
+    def send_compiled(self, ctx, rows: int, ints: int, kernel, *args):
+        """Direct messages (mode 0: the records come zeroed) written by an application's
+        compiled handler in the same call as its work: ``ctx.send_compiled``."""
+        return ctx.send_compiled(rows, ints, kernel, *args)
+
     def replica_set(self, ctx, nodes, k: int) -> np.ndarray:
         """The k nodes numerically closest to each local node, from its leaf set."""
         li = self._nodes.local(ctx, nodes)

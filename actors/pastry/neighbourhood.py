@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 
-
 class NeighbourhoodSet:
     def __init__(self, members: np.ndarray):
         self.members = members

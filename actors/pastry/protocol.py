@@ -138,6 +138,8 @@ class Pastry:
         parameter (see :func:`check_pastry_params`)."""
         self.params = check_pastry_params(params)
         self.app: Application = NoApplication() if app is None else app
+        # the application's optional compiled pass for a cell of its direct messages
+        self._app_compiled = getattr(self.app, "receive_compiled", None)
         self.nodes: PastryNodes | None = None
 
     # ---- engine interface ---------------------------------------------------------------
@@ -219,6 +221,10 @@ class Pastry:
         messages to ``app.receive``."""
         fast = self._routed_handlers.get(type_code)
         if fast is not None and fast(ctx, batch):
+            return
+        if fast is None and self._app_compiled is not None \
+                and not msg_types.is_pastry_type(type_code) \
+                and self._app_compiled(ctx, type_code, batch):
             return
         m = msgs_of(batch)
         routed = m["mode"] == 1

@@ -15,7 +15,6 @@ from . import kernels
 from . import types as msg_types
 from .messages import MSG_DTYPE, make_batch, msgs_of, take_rows
 
-
 ROUTE_LOG_COLUMNS = tuple((name, name) for name in kernels.ROUTE_LOG_DTYPE.names)
 
 

@@ -202,6 +202,17 @@ class Scribe:
             self.on_receive[REPLICA_DATA] = self.publishing.on_replica_data
         self.on_deliver = {CREATE: self.rendezvous.on_create, JOIN: j.on_join_at_rp,
                            MCAST: mc.on_mcast_delivered}
+        # whole compiled passes (handler_kernels) where their case is the configured one:
+        # no reliable layer (numbering, buffers), no root paths (payloads)
+        plain, no_paths = self.ordered is None, self.guard.paths is None
+        self.compiled = {}
+        if plain:
+            self.compiled[DATA] = mc.data_compiled
+            self.compiled[REFRESH] = r.refresh_compiled
+        if no_paths:
+            self.compiled[HEARTBEAT] = r.heartbeat_compiled
+        if plain and no_paths and self.publishing is None and r.period:
+            self.compiled[TICK] = r.tick_compiled
 
     def variant_label(self) -> str:
         """Label of the delivery and tree_edge rows: the configured one, else what the
@@ -218,6 +229,19 @@ class Scribe:
         payload = getattr(batch, "payload", None)
         self.messenger.payload = NO_PAYLOAD if payload is None else payload
         self._dispatch(ctx, msgs_of(batch), self.on_receive)
+
+    def receive_compiled(self, ctx, type_code, batch) -> bool:
+        """Direct messages of one type in one compiled pass where Scribe has one (TICK,
+        HEARTBEAT, REFRESH, DATA in their common case); False (nothing done) otherwise."""
+        handler = self.compiled.get(type_code)
+        if handler is None:
+            return False
+        m = msgs_of(batch)
+        if not handler(ctx, m):
+            return False
+        if type_code != TICK:   # (a tick leaves every node with tree state ticking)
+            self.repair.start_ticks(ctx, m)
+        return True
 
     def deliver(self, ctx, batch):
         """Routed messages at the live node closest to their key (the RP)."""

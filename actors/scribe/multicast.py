@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernels
+from . import handler_kernels, kernels
 from .groups import GroupDirectory
 from .publishing import ReliablePublishing
 from .reliable import OrderedDelivery
@@ -142,6 +142,27 @@ class Dissemination:
             self._data_plain(ctx, m, li)
         else:
             self._data_general(ctx, m, li)
+
+    def data_compiled(self, ctx, m) -> bool:
+        """A DATA cell in one compiled pass (``handler_kernels.on_data``): as
+        ``_data_plain``, the copies written with the look-ups. False (nothing done) when it
+        declines."""
+        t, keys = self.tree, self.groups.table
+        sl = t.slots
+        res = self.messenger.send_compiled(
+            ctx, 4 * len(m), handler_kernels.on_data, m, ctx.local(m["dst"]),
+            t.slot_index.arrays, t.entry_index.arrays, t.n_groups, self.max_tree_hops,
+            sl["active"], sl["parent"], sl["member"], sl["last_heard"], sl["last_seq"],
+            sl["last_sent"], t.entries["valid"], t.entries["child"], keys["id_hi"],
+            keys["id_lo"], DATA)
+        if res[0] != handler_kernels.DONE:
+            return False
+        ctx.count("scribe_data_no_state", res[1])
+        ctx.count("scribe_data_hop_limit", res[2])
+        if len(res[3]):
+            ctx.log_owned("delivery", **dict(zip(_DELIVERY_COLUMNS, res[3:], strict=True)),
+                          variant=self.variant_of())
+        return True
 
     def _data_general(self, ctx, m, li) -> None:
         s = self.tree.find_active(li, m["group"])

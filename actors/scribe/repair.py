@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernels
+from . import handler_kernels, kernels
 from .membership import TreeLeaves
 from .publishing import ReliablePublishing
 from .reliable import OrderedDelivery
@@ -103,6 +103,23 @@ class TreeRepair:
             self.messenger.send(ctx, me[hb], t.entries["child"][hb_e], HEARTBEAT, now[hb],
                                 grp[hb], **self.guard.path_fields(s[hb], me[hb]))
         self._after_tick(ctx, nodes, qi, s, now, now_n, gid_n)
+
+    def tick_compiled(self, ctx, m) -> bool:
+        """A TICK cell in one compiled pass (``handler_kernels.on_tick``): the common case
+        of ``on_tick`` without the reliable layer and root paths. False (nothing done) when
+        the case does not hold."""
+        t = self.tree
+        sl, en, keys = t.slots, t.entries, self.messenger.groups.table
+        period = self.period
+        status, = self.messenger.send_compiled(
+            ctx, 4 * len(m), handler_kernels.on_tick, m, ctx.local(m["dst"]),
+            np.asarray(ctx.nodes), t.slot_index.arrays, t.entry_index.arrays, t.n_groups,
+            sl["active"], sl["root"], sl["parent"], sl["last_heard"], sl["last_sent"],
+            en["valid"], en["refresh"], sl["group"], sl["join_cred"], en["child"],
+            keys["id_hi"], keys["id_lo"], self.rendezvous.stale, self.ticking, period,
+            self.heartbeat_miss * period, self.child_expiry_miss * period, TICK, REFRESH,
+            HEARTBEAT)
+        return status == handler_kernels.DONE
 
     def _tick_messages(self, ctx, nodes, now_n, qi, s, ref, hb, hb_e) -> None:
         """The refreshes and heartbeats of a common-case TICK cell without the reliable
@@ -214,6 +231,30 @@ class TreeRepair:
         stray = ~ok & ((s < 0) | (sl["parent"][np.maximum(s, 0)] >= 0))
         self.messenger.send(ctx, m["dst"][stray], m["src"][stray], LEAVE, m["time"][stray],
                             m["group"][stray])
+
+    def heartbeat_compiled(self, ctx, m) -> bool:
+        """A HEARTBEAT cell in one compiled pass (``handler_kernels.on_heartbeat``): as
+        ``on_heartbeat`` without root paths. False (nothing done) when it declines."""
+        t, keys = self.tree, self.messenger.groups.table
+        status, = self.messenger.send_compiled(
+            ctx, len(m), handler_kernels.on_heartbeat, m, ctx.local(m["dst"]),
+            t.slot_index.arrays, t.n_groups, t.slots["active"], t.slots["parent"],
+            t.slots["last_heard"], keys["id_hi"], keys["id_lo"], HEARTBEAT, LEAVE)
+        return status == handler_kernels.DONE
+
+    def refresh_compiled(self, ctx, m) -> bool:
+        """A REFRESH cell in one compiled pass (``handler_kernels.on_refresh``): as
+        ``on_refresh`` without the reliable layer, when every child is listed. False
+        (nothing done) when it declines."""
+        t, keys = self.tree, self.messenger.groups.table
+        sl, en = t.slots, t.entries
+        status, = self.messenger.send_compiled(
+            ctx, len(m), handler_kernels.on_refresh, m, ctx.local(m["dst"]),
+            t.slot_index.arrays, t.entry_index.arrays, t.n_groups, t.n_nodes, sl["active"],
+            sl["node"], sl["n_children"], t.node_children, en["slot"], en["child"],
+            en["valid"], en["cred"], en["refresh"], keys["id_hi"], keys["id_lo"], REFRESH,
+            REJOIN)
+        return status == handler_kernels.DONE
 
     def on_refresh(self, ctx, m) -> None:
         """A child refreshes its entry; unknown children are (re-)admitted (soft state),

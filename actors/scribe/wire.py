@@ -1,7 +1,8 @@
 """How Scribe's parts talk to the network: the engine's message record and the overlay.
 
 This is the one module of the package that imports the engine's definitions
-(``emulator.batch``); the other modules take them from here. ``Messenger`` wraps the
+(``emulator.batch``); the other modules take them from here (``handler_kernels`` also
+calls the engine's compiled ``put_send``, which writes a send's arrival time). ``Messenger`` wraps the
 overlay endpoint (``actors.common_api.Endpoint``): every Scribe message carries its
 group index and the group's key, so the parts pass a group and never a key.
 """
@@ -16,6 +17,7 @@ from actors.messages import MSG_DTYPE  # the stack's message record
 from emulator import batch as engine_batch
 from emulator.batch import NO_PAYLOAD, Batch, pack_rows, payload_rows, take_rows
 
+from .handler_kernels import MORE_ROOM
 from .types import TYPE_NAMES
 
 # message records of the stack's record (the engine's default has the engine's fields only)
@@ -68,6 +70,17 @@ class Messenger:
         their destinations checked by that step)."""
         if len(records):
             self.endpoint.send_records(ctx, records)
+
+    def send_compiled(self, ctx, rows: int, kernel, *args) -> tuple:
+        """Run a compiled handler pass (``handler_kernels``) that writes its direct
+        messages itself, through the endpoint, lending it ``rows`` records first and the
+        exact count it asks for if those were too few. Returns the kernel's status and its
+        results (``handler_kernels``: the ``need`` count and the sends' bookkeeping taken
+        off)."""
+        res = self.endpoint.send_compiled(ctx, rows, 0, kernel, *args)
+        if res[0] == MORE_ROOM:
+            res = self.endpoint.send_compiled(ctx, int(res[1]), 0, kernel, *args)
+        return (res[0], *res[2:])
 
     def route(self, ctx, src, type_code, sent, group, **fields) -> None:
         """One message per row from ``src``, routed to the group's RP (the node whose id is

@@ -1,0 +1,335 @@
+"""Scribe's tree-maintenance and dissemination handlers as whole compiled passes: a
+handler's look-ups, its state changes and its sends in one numba call.
+
+Under churn every node ticks and heartbeats each period, so a 2 ms cell hands TICK,
+HEARTBEAT, REFRESH and DATA a few messages each, and the handlers' glue (the overlay's
+and the application's dispatch, a plan kernel, record arrays, a record kernel, the sends'
+copies and arrival times, the next timers) cost 80-200 us per call against a few us of
+work (BENCHMARKS.md, issue 13). Each kernel here is the common case of one handler,
+written as the numpy/kernel path it replaces (``repair.TreeRepair``,
+``multicast.Dissemination``): the same state changes, the same records in the same order
+(``emulator.kernels.put_send`` sets their arrival times as the engine would), the same
+counters and log rows. ``tests/test_scribe_repair.py`` compares them with the general path
+record by record.
+
+Every kernel first checks, writing nothing, that its case holds (every row a direct
+message of its type for a node of this shard, and the handler's own conditions); if not it
+returns status 0 and the handler's general path takes the batch untouched. Status 2 means
+the rows lent were too few: ``need`` is the exact count, nothing was written, and the
+caller asks again. Each ends with the arguments ``ShardContext.send_compiled`` appends
+(out, pool, cursor, host_router, router_dist, lan_us) and returns (status, need, ...,
+rows written, cursor).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from emulator.kernels import put_send
+
+from .keyindex import key_value, ranges_where
+from .types import Data, Refresh
+
+# type-specific columns (compile-time constants inside the kernels)
+_PUBLISH = Data.publish_time
+_SEQNO = Data.seqno
+_HOPS = Data.total_hops
+_CREDENTIAL = Refresh.credential
+
+DECLINED, DONE, MORE_ROOM = 0, 1, 2
+
+
+@numba.njit(cache=True)
+def _direct_rows(m, li, type_):
+    """Every row a direct message (mode 0) of ``type_`` to a node of this shard."""
+    for i in range(len(m)):
+        if li[i] < 0 or m[i]["mode"] != 0 or m[i]["type"] != type_:
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _put_group(out, k, g, key_hi, key_lo):
+    out[k]["group"] = g
+    out[k]["key_hi"] = key_hi[g]
+    out[k]["key_lo"] = key_lo[g]
+
+
+@numba.njit(cache=True)
+def on_tick(m, li, node_ids, six, eix, n_groups, active, root, parent, last_heard, last_sent,
+            valid, refresh, group, join_cred, child, key_hi, key_lo, stale, ticking, period,
+            silent_after, stale_after, tick_type, refresh_type, heartbeat_type,
+            out, pool, cursor, s_hr, s_rdist, s_lan):
+    """A TICK cell in the common case (``TreeRepair.on_tick`` with ``TreeState.tick_plan``,
+    ``_tick_messages`` and ``_after_tick``; no reliable layer, no root paths): no parent
+    silent longer than ``silent_after``, no child entry older than ``stale_after``, no RP
+    whose replicas are stale, no child id -1. Each ticking node's active slots (in group
+    order) whose parent is set refresh their entry there (REFRESH with the slot's JOIN
+    credential), every child not sent data within ``period`` gets a HEARTBEAT, and every
+    node that still holds tree state its next TICK; a node without any stops ticking.
+    A slot's unset ``last_heard`` becomes its tick time, ``last_sent`` the tick time of a
+    slot that sends heartbeats; the nodes' replica marks are cleared. Rows: refreshes +
+    heartbeats + timers. O(q log q + slots + children)."""
+    n = len(m)
+    if not _direct_rows(m, li, tick_type):
+        return DECLINED, 0, 0, cursor
+    order = np.argsort(li, kind="mergesort")
+    nodes = np.empty(n, np.int64)
+    now_n = np.empty(n, np.int64)
+    k = 0
+    for j in range(n):
+        i = order[j]
+        if k == 0 or li[i] != nodes[k - 1]:
+            nodes[k] = li[i]
+            now_n[k] = m[i]["time"]
+            k += 1
+    nodes, now_n = nodes[:k], now_n[:k]
+    qi, s = ranges_where(six, nodes, active)
+    ci, e = ranges_where(eix, s.astype(np.int64), valid)
+    n_ref = 0
+    for r in range(len(s)):
+        v = s[r]
+        lh = last_heard[v]
+        if lh >= 0 and not root[v] and now_n[qi[r]] - lh > silent_after:
+            return DECLINED, 0, 0, cursor
+        if root[v] and stale[nodes[qi[r]]]:
+            return DECLINED, 0, 0, cursor
+        if not root[v] and parent[v] >= 0:
+            n_ref += 1
+    quiet = np.empty(len(e), np.bool_)
+    n_hb = 0
+    for j in range(len(e)):
+        r = ci[j]
+        t = now_n[qi[r]]
+        if t - refresh[e[j]] > stale_after:
+            return DECLINED, 0, 0, cursor
+        quiet[j] = t - last_sent[s[r]] >= period
+        if quiet[j]:
+            if child[e[j]] < 0:
+                return DECLINED, 0, 0, cursor
+            n_hb += 1
+    busy = np.zeros(k, np.bool_)
+    for r in range(len(s)):
+        busy[qi[r]] = True
+    n_busy = 0
+    for q in range(k):
+        n_busy += busy[q]
+    need = n_ref + n_hb + n_busy
+    if need > len(out):
+        return MORE_ROOM, need, 0, cursor
+    # the case holds: write
+    for r in range(len(s)):
+        if last_heard[s[r]] < 0:
+            last_heard[s[r]] = now_n[qi[r]]
+    w = 0
+    for r in range(len(s)):
+        v = s[r]
+        if not root[v] and parent[v] >= 0:
+            put_send(out, w, node_ids[nodes[qi[r]]], parent[v], refresh_type, now_n[qi[r]],
+                     s_hr, s_rdist, s_lan)
+            _put_group(out, w, group[v], key_hi, key_lo)
+            out[w][_CREDENTIAL] = join_cred[v]
+            w += 1
+    for j in range(len(e)):
+        if quiet[j]:
+            r = ci[j]
+            put_send(out, w, node_ids[nodes[qi[r]]], child[e[j]], heartbeat_type, now_n[qi[r]],
+                     s_hr, s_rdist, s_lan)
+            _put_group(out, w, group[s[r]], key_hi, key_lo)
+            w += 1
+    for j in range(len(e)):
+        if quiet[j]:
+            r = ci[j]
+            last_sent[s[r]] = now_n[qi[r]]
+    for q in range(k):
+        stale[nodes[q]] = False
+        if busy[q]:
+            g = node_ids[nodes[q]]
+            put_send(out, w, g, g, tick_type, now_n[q] + period, s_hr, s_rdist, s_lan)
+            w += 1
+        else:
+            ticking[nodes[q]] = False
+    return DONE, 0, w, cursor
+
+
+@numba.njit(cache=True)
+def on_data(m, li, six, eix, n_groups, max_hops, active, parent, member, last_heard, last_seq,
+            last_sent, valid, child, key_hi, key_lo, data_type,
+            out, pool, cursor, s_hr, s_rdist, s_lan):
+    """A DATA cell without the reliable layer (``Dissemination._data_plain``: ``TreeState.
+    data_plan``, ``delivery_columns``, ``data_copies``): each row's active slot (rows
+    without one counted), ``last_heard`` set where the sender is the slot's parent (row
+    order), copies past ``max_hops`` counted and dropped; for the rest ``last_seq`` raised
+    to the seqno (from the values before the cell, the last row of a slot written last),
+    the member rows' delivery columns returned, and one copy per child, one tree hop
+    further (``last_sent`` set to the row's time). Declines where a child id is -1.
+    Returns (status, need, no-state count, hop-limit count, the delivery log's group,
+    member, source, publish_time, time, hops, seqno columns, rows, cursor).
+    O(q + children)."""
+    n = len(m)
+    s = np.empty(n, np.int64)
+    hit = np.empty(n, np.int64)
+    i32 = np.empty(0, np.int32)
+    i64 = np.empty(0, np.int64)
+    i16 = np.empty(0, np.int16)
+    if not _direct_rows(m, li, data_type):
+        return DECLINED, 0, 0, 0, i32, i32, i32, i64, i64, i16, i64, 0, cursor
+    no_state = 0
+    looping = 0
+    nh = 0
+    for i in range(n):
+        v = key_value(six, np.int64(li[i]) * n_groups + np.int64(m[i]["group"]))
+        if v >= 0 and not active[v]:
+            v = -1
+        s[i] = v
+        if v < 0:
+            no_state += 1
+        elif m[i][_HOPS] > max_hops:
+            looping += 1
+        else:
+            hit[nh] = i
+            nh += 1
+    hit = hit[:nh]
+    hs = np.empty(nh, np.int64)
+    for j in range(nh):
+        hs[j] = s[hit[j]]
+    qi, e = ranges_where(eix, hs, valid)
+    for j in range(len(e)):
+        if child[e[j]] < 0:
+            return DECLINED, 0, 0, 0, i32, i32, i32, i64, i64, i16, i64, 0, cursor
+    if len(e) > len(out):
+        return MORE_ROOM, len(e), 0, 0, i32, i32, i32, i64, i64, i16, i64, 0, cursor
+    # the case holds: write
+    for i in range(n):
+        v = s[i]
+        if v >= 0 and parent[v] == m[i]["src"]:
+            last_heard[v] = m[i]["time"]
+    raised = np.empty(nh, np.int64)
+    for j in range(nh):
+        raised[j] = max(last_seq[hs[j]], m[hit[j]][_SEQNO])
+    n_mem = 0
+    for j in range(nh):
+        last_seq[hs[j]] = raised[j]
+        n_mem += member[hs[j]]
+    g = np.empty(n_mem, np.int32)
+    who = np.empty(n_mem, np.int32)
+    src = np.empty(n_mem, np.int32)
+    pub = np.empty(n_mem, np.int64)
+    t = np.empty(n_mem, np.int64)
+    h = np.empty(n_mem, np.int16)
+    sq = np.empty(n_mem, np.int64)
+    k = 0
+    for j in range(nh):
+        if member[hs[j]]:
+            r = m[hit[j]]
+            g[k] = r["group"]
+            who[k] = r["dst"]
+            src[k] = r["origin"]
+            pub[k] = r[_PUBLISH]
+            t[k] = r["time"]
+            h[k] = r[_HOPS]
+            sq[k] = r[_SEQNO]
+            k += 1
+    for j in range(len(qi)):
+        last_sent[hs[qi[j]]] = m[hit[qi[j]]]["time"]
+    for j in range(len(qi)):
+        r = m[hit[qi[j]]]
+        put_send(out, j, r["dst"], child[e[j]], data_type, r["time"], s_hr, s_rdist, s_lan)
+        _put_group(out, j, r["group"], key_hi, key_lo)
+        out[j]["origin"] = r["origin"]
+        out[j][_PUBLISH] = r[_PUBLISH]
+        out[j][_SEQNO] = r[_SEQNO]
+        out[j][_HOPS] = r[_HOPS] + 1
+    return DONE, 0, no_state, looping, g, who, src, pub, t, h, sq, len(qi), cursor
+
+
+@numba.njit(cache=True)
+def on_refresh(m, li, six, eix, n_groups, n_nodes, active, slot_node, n_children,
+               node_children, e_slot, e_child, e_valid, e_cred, e_refresh, key_hi, key_lo,
+               refresh_type, rejoin_type, out, pool, cursor, s_hr, s_rdist, s_lan):
+    """A REFRESH cell whose (slot, child) entries all exist (``TreeRepair.on_refresh``
+    with ``TreeState.refresh_known``; no reliable layer): every row with an active slot
+    refreshes its entry (slot, child, credential, time; the last row of an entry written
+    last), an entry that was not valid becomes a child again (counted once, at its first
+    row); a row whose node has no state for the group tells the child to join again
+    (REJOIN). Rows: one per message at most. O(q log q)."""
+    n = len(m)
+    if not _direct_rows(m, li, refresh_type):
+        return DECLINED, 0, 0, cursor
+    s = np.empty(n, np.int64)
+    e = np.empty(n, np.int64)
+    live = np.empty(n, np.int64)
+    k = 0
+    for i in range(n):
+        v = key_value(six, np.int64(li[i]) * n_groups + np.int64(m[i]["group"]))
+        if v < 0 or not active[v]:
+            continue
+        x = key_value(eix, np.int64(v) * n_nodes + np.int64(m[i]["src"]))
+        if x < 0:
+            return DECLINED, 0, 0, cursor
+        live[k] = i
+        s[k] = v
+        e[k] = x
+        k += 1
+    if n - k > len(out):
+        return MORE_ROOM, n - k, 0, cursor
+    live, s, e = live[:k], s[:k], e[:k]
+    new = np.zeros(k, np.bool_)
+    order = np.argsort(e, kind="mergesort")    # stable: a run starts at its first row
+    for p in range(k):
+        j = order[p]
+        if (p == 0 or e[order[p - 1]] != e[j]) and not e_valid[e[j]]:
+            new[j] = True
+    for j in range(k):
+        x = e[j]
+        r = m[live[j]]
+        e_slot[x] = s[j]
+        e_child[x] = r["src"]
+        e_valid[x] = True
+        e_cred[x] = r[_CREDENTIAL]
+        e_refresh[x] = r["time"]
+    for j in range(k):
+        if new[j]:
+            n_children[s[j]] += 1
+            node_children[slot_node[s[j]]] += 1
+    w = 0
+    j = 0
+    for i in range(n):
+        if j < k and live[j] == i:
+            j += 1
+            continue
+        r = m[i]
+        put_send(out, w, r["dst"], r["src"], rejoin_type, r["time"], s_hr, s_rdist, s_lan)
+        _put_group(out, w, r["group"], key_hi, key_lo)
+        w += 1
+    return DONE, 0, w, cursor
+
+
+@numba.njit(cache=True)
+def on_heartbeat(m, li, six, n_groups, active, parent, last_heard, key_hi, key_lo,
+                 heartbeat_type, leave_type, out, pool, cursor, s_hr, s_rdist, s_lan):
+    """A HEARTBEAT cell without root paths (``TreeRepair.on_heartbeat``): a heartbeat from
+    the parent of the receiving node's active slot resets its suspicion clock
+    (``last_heard``, row order); one from another node that the receiver does not count as
+    its parent -- it has no state for the group, or another parent -- is answered with a
+    LEAVE (a former parent still counts it as a child). Rows: one per message at most.
+    O(q)."""
+    n = len(m)
+    if not _direct_rows(m, li, heartbeat_type):
+        return DECLINED, 0, 0, cursor
+    if n > len(out):
+        return MORE_ROOM, n, 0, cursor
+    w = 0
+    for i in range(n):
+        r = m[i]
+        v = key_value(six, np.int64(li[i]) * n_groups + np.int64(r["group"]))
+        if v >= 0 and not active[v]:
+            v = -1
+        if v >= 0 and parent[v] == r["src"]:
+            last_heard[v] = r["time"]
+        elif v < 0 or parent[v] >= 0:
+            put_send(out, w, r["dst"], r["src"], leave_type, r["time"], s_hr, s_rdist, s_lan)
+            _put_group(out, w, r["group"], key_hi, key_lo)
+            w += 1
+    return DONE, 0, w, cursor
