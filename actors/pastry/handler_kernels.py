@@ -29,6 +29,7 @@ from .kernels import (
     ROUTE_LOG_DTYPE,
     forget_failed,
     insert_table,
+    keepalive_heard,
     learn,
     newly_joined,
     random_known,
@@ -666,3 +667,78 @@ def on_join_start(m, contact, attempt, req_type, out, pool, cursor, s_hr, s_rdis
         put_send(out, i, x, contact[i], req_type, m[i]["time"], s_hr, s_rdist, s_lan)
         out[i][_REQ_JOINER] = x
     return True, n, cursor
+
+
+@numba.njit(cache=True)
+def on_ka_timer(m, li, incarnation, members, heard, joined, global_ids, half, timeout_us,
+                keepalive_us, req_type, keepalive_type, timer_type, out, pool, cursor,
+                s_hr, s_rdist, s_lan):
+    """KA_TIMER (``LeafSetMaintenance.on_ka_timer``) when no leaf has been silent longer
+    than ``timeout_us`` (else nothing is written and ok is False: the handler's general
+    path presumes them failed). Timers of an old incarnation are void. Each node whose
+    leaf-set side holds fewer than ``half`` members but at least one asks the farthest for
+    its leaf set (LEAF_REQ; the smaller side's requests first, then the larger's), sends a
+    KEEPALIVE to every member (row by row, slot order) and sets its next timer. Returns
+    (ok, rows written, cursor). Room: l + 3 rows per message. O(n * l)."""
+    n = len(m)
+    w = members.shape[1]
+    rows = np.empty(n, np.int64)
+    k = 0
+    for i in range(n):
+        if m[i][_KA_INCARNATION] == incarnation[li[i]]:
+            rows[k] = i
+            k += 1
+    for j in range(k):
+        i = rows[j]
+        x = li[i]
+        t = m[i]["time"]
+        for c in range(w):
+            if members[x, c] >= 0 and heard[x, c] < t - timeout_us:
+                return False, 0, cursor
+    o = 0
+    for lo, hi in ((0, half), (half, w)):
+        for j in range(k):
+            i = rows[j]
+            x = li[i]
+            if not joined[x]:
+                continue
+            n_ok = 0
+            for c in range(lo, hi):
+                n_ok += members[x, c] >= 0
+            if 0 < n_ok < half:
+                put_send(out, o, m[i]["dst"], members[x, lo + n_ok - 1], req_type,
+                         m[i]["time"], s_hr, s_rdist, s_lan)
+                o += 1
+    for j in range(k):
+        i = rows[j]
+        x = li[i]
+        for c in range(w):
+            if members[x, c] >= 0:
+                put_send(out, o, m[i]["dst"], members[x, c], keepalive_type, m[i]["time"],
+                         s_hr, s_rdist, s_lan)
+                o += 1
+    for j in range(k):
+        i = rows[j]
+        g = m[i]["dst"]
+        put_send(out, o, g, g, timer_type, m[i]["time"] + keepalive_us, s_hr, s_rdist, s_lan)
+        out[o][_KA_INCARNATION] = incarnation[li[i]]
+        o += 1
+    return True, o, cursor
+
+
+@numba.njit(cache=True)
+def keepalives_heard(m, li, failed, members, heard):
+    """KEEPALIVE's state changes (``LeafSetMaintenance.on_keepalive`` before it answers):
+    each sender is alive (out of the receiver's failed memory), and every leaf-set slot
+    holding it has ``heard`` raised to the message's time. Returns the mask of rows whose
+    sender is in no slot of the receiver (a stranger). O(n * (l + memory))."""
+    n = len(m)
+    senders = np.empty(n, np.int64)
+    now = np.empty(n, np.int64)
+    lil = np.empty(n, np.int64)
+    for i in range(n):
+        senders[i] = m[i]["src"]
+        now[i] = m[i]["time"]
+        lil[i] = li[i]
+    forget_failed(failed, lil, senders)
+    return keepalive_heard(members, heard, lil, senders, now)

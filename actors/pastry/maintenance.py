@@ -71,6 +71,16 @@ class LeafSetMaintenance:
     def on_ka_timer(self, ctx, batch) -> None:
         m = msgs_of(batch)
         nodes = self.nodes
+        leaves = nodes.leaves
+        # the common case, no leaf silent too long, in one compiled call
+        # (handler_kernels.on_ka_timer): requests, keep-alives and the next timers
+        ok, = ctx.send_compiled(
+            len(m) * (leaves.members.shape[1] + 3), 0, handler_kernels.on_ka_timer, m,
+            nodes.local(ctx, m["dst"]), nodes.incarnation, leaves.members, leaves.heard,
+            nodes.joined, nodes.global_ids, leaves.half, self.timeout_us, self.keepalive_us,
+            msg_types.LEAF_REQ, msg_types.KEEPALIVE, msg_types.KA_TIMER)
+        if ok:
+            return
         # a timer set before a crash (an old incarnation) is void after the recovery
         m = take_rows(m, m[KaTimer.incarnation]
                       == nodes.incarnation[nodes.local(ctx, m["dst"])])
@@ -101,9 +111,10 @@ class LeafSetMaintenance:
         m = msgs_of(batch)
         nodes = self.nodes
         li = nodes.local(ctx, m["dst"])
-        nodes.heard_from(li, m["src"])
-        stranger = kernels.keepalive_heard(nodes.leaves.members, nodes.leaves.heard,
-                                           np.asarray(li, np.int64), m["src"], m["time"])
+        # the senders are alive and their slots heard (as nodes.heard_from, then
+        # kernels.keepalive_heard), in one compiled call
+        stranger = handler_kernels.keepalives_heard(m, li, nodes.failed.ids,
+                                                    nodes.leaves.members, nodes.leaves.heard)
         if not stranger.any():
             return
         # a node that lists us (e.g. recovered, or a repaired neighbour)
