@@ -132,12 +132,11 @@ def _repair_run(shards):
 @pytest.mark.parametrize("shards", [1, 3])
 def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch):
     """Scribe's whole compiled passes (handler_kernels: TICK, HEARTBEAT, REFRESH, DATA),
-    the compiled steps under their Python handlers (TreeState.tick_plan, refresh_known,
-    Dissemination._data_plain) and the general numpy path send, log, count and leave in
-    the tree state exactly the same, through failures, repairs, expiries and multicasts:
-    every sent record byte for byte, pass by pass."""
+    the compiled TICK step under the Python handler (TreeState.tick_plan) and the general
+    numpy path send, log, count and leave in the tree state exactly the same, through
+    failures, repairs, expiries and multicasts: every sent record byte for byte, pass by
+    pass."""
     from actors.scribe.application import Scribe
-    from actors.scribe.multicast import Dissemination
     from actors.scribe.tree import TreeState
     from actors.scribe.types import DATA, HEARTBEAT, REFRESH, TICK
     from emulator.engine import ShardEngine
@@ -175,15 +174,13 @@ def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch
     assert all(sum(v) > 10 for v in done.values()), \
         {t: (sum(v), len(v)) for t, v in done.items()}
     assert not all(done[TICK]) and len(plans) > 0
-    # the compiled steps under the Python handlers, without the whole passes
+    # the compiled TICK step under the Python handler, without the whole passes
     monkeypatch.setattr(Scribe, "receive_compiled", lambda self, ctx, t, b: False)
     plans.clear()
     steps = run()
     assert sum(p is not None for p in plans) > 100 and sum(p is None for p in plans) > 0
     # the general numpy path
     monkeypatch.setattr(TreeState, "tick_plan", lambda self, *a: None)
-    monkeypatch.setattr(TreeState, "refresh_known", lambda self, *a: None)
-    monkeypatch.setattr(Dissemination, "_data_plain", Dissemination._data_general)
     general = run()
     for other in (steps, general):
         logs, counts, sent, trees, passes = other

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import handler_kernels, kernels
+from . import handler_kernels
 from .groups import GroupDirectory
 from .publishing import ReliablePublishing
 from .reliable import OrderedDelivery
 from .tree import TreeState, send_data_to_children
 from .types import DATA, MCAST, RP_ADDR, Data, Mcast, McastReq, RpAddr
-from .wire import Messenger, ScribeError, take_rows
+from .wire import Messenger, take_rows
 
-# the ``delivery`` log's columns in the order kernels.delivery_columns returns them
+# the ``delivery`` log's columns in the order handler_kernels.on_data returns them
 _DELIVERY_COLUMNS = ("group", "member", "source", "publish_time", "time", "hops", "seqno")
 
 
@@ -136,17 +136,27 @@ class Dissemination:
                       variant=self.variant_of())
 
     def on_data(self, ctx, m) -> None:
-        """A DATA copy from the parent: pass it on (and deliver it where a member)."""
+        """A DATA copy from the parent: pass it on (and deliver it where a member). (Without
+        the reliable layer a cell goes through ``data_compiled`` first.)"""
         li = self.messenger.local(ctx, m["dst"])
-        if self.ordered is None:
-            self._data_plain(ctx, m, li)
-        else:
-            self._data_general(ctx, m, li)
+        s = self.tree.find_active(li, m["group"])
+        hit = s >= 0
+        ctx.count("scribe_data_no_state", int((~hit).sum()))
+        self.tree.heard_from_parent(li, m["group"], m["src"], m["time"])
+        # a copy that went round more tree hops than any tree is deep is in a loop
+        # (possible only under failures): drop it rather than circulate forever
+        looping = hit & (m[Data.total_hops] > self.max_tree_hops)
+        ctx.count("scribe_data_hop_limit", int(looping.sum()))
+        hit &= ~looping
+        sub = take_rows(m, hit)
+        self.disseminate(ctx, s[hit], sub["dst"], sub["group"], sub["origin"],
+                         sub[Data.publish_time], sub[Data.seqno], sub[Data.total_hops],
+                         sub["time"])
 
     def data_compiled(self, ctx, m) -> bool:
-        """A DATA cell in one compiled pass (``handler_kernels.on_data``): as
-        ``_data_plain``, the copies written with the look-ups. False (nothing done) when it
-        declines."""
+        """A DATA cell without the reliable layer in one compiled pass
+        (``handler_kernels.on_data``): as ``on_data``, the copies and the delivery log's
+        columns written with the look-ups. False (nothing done) when it declines."""
         t, keys = self.tree, self.groups.table
         sl = t.slots
         res = self.messenger.send_compiled(
@@ -163,49 +173,3 @@ class Dissemination:
             ctx.log_owned("delivery", **dict(zip(_DELIVERY_COLUMNS, res[3:], strict=True)),
                           variant=self.variant_of())
         return True
-
-    def _data_general(self, ctx, m, li) -> None:
-        s = self.tree.find_active(li, m["group"])
-        hit = s >= 0
-        ctx.count("scribe_data_no_state", int((~hit).sum()))
-        self.tree.heard_from_parent(li, m["group"], m["src"], m["time"])
-        # a copy that went round more tree hops than any tree is deep is in a loop
-        # (possible only under failures): drop it rather than circulate forever
-        looping = hit & (m[Data.total_hops] > self.max_tree_hops)
-        ctx.count("scribe_data_hop_limit", int(looping.sum()))
-        hit &= ~looping
-        sub = take_rows(m, hit)
-        self.disseminate(ctx, s[hit], sub["dst"], sub["group"], sub["origin"],
-                         sub[Data.publish_time], sub[Data.seqno], sub[Data.total_hops],
-                         sub["time"])
-
-    def _data_plain(self, ctx, m, li) -> None:
-        """on_data without the reliable layer: the slot look-ups, the parent's liveness,
-        the hop limit, the seqnos, the members and the children in one compiled pass
-        (``TreeState.data_plan``), then the same log rows and copies as ``disseminate``."""
-        hit, s, no_state, looping, mem, qi, e = self.tree.data_plan(
-            li, m["group"], m["src"], m["time"], m[Data.total_hops], m[Data.seqno],
-            self.max_tree_hops)
-        ctx.count("scribe_data_no_state", no_state)
-        # a copy that went round more tree hops than any tree is deep is in a loop
-        # (possible only under failures): dropped rather than circulated forever
-        ctx.count("scribe_data_hop_limit", looping)
-        publish, seqno, hops = m[Data.publish_time], m[Data.seqno], m[Data.total_hops]
-        group, nodes, source, now = m["group"], m["dst"], m["origin"], m["time"]
-        if len(mem):   # the log's columns and the copies' records written by kernels:
-            # a cell's hit rows are never gathered into arrays of their own
-            ctx.log_owned("delivery", **dict(zip(_DELIVERY_COLUMNS, kernels.delivery_columns(
-                hit, mem, group, nodes, source, publish, now, hops, seqno), strict=True)),
-                variant=self.variant_of())
-        if len(e):
-            out = np.zeros(len(e), ctx.message_dtype)
-            out["type"] = DATA
-            bad = kernels.data_copies(
-                hit, qi, e, self.tree.entries["child"], nodes, group, source, now, publish,
-                seqno, hops, self.groups.table["id_hi"], self.groups.table["id_lo"],
-                out["src"], out["dst"], out["sent"], out["group"], out["key_hi"],
-                out["key_lo"], out["origin"], out[Data.publish_time], out[Data.seqno],
-                out[Data.total_hops])
-            if bad >= 0:  # a bug upstream, never a network event: fail loudly
-                raise ScribeError("Scribe: DATA addressed to node -1")
-            self.messenger.send_records(ctx, out)

@@ -22,7 +22,7 @@ from .rendezvous import RendezvousPoints
 from .rootpath import RootPathGuard
 from .tree import TreeState
 from .types import HEARTBEAT, JOIN, LEAVE, REFRESH, REJOIN, TICK, Join, Refresh
-from .wire import Messenger, ScribeError, take_rows
+from .wire import Messenger, take_rows
 
 
 def _rows(nodes, groups, times):
@@ -95,13 +95,10 @@ class TreeRepair:
         nodes, now_n, qi, s, ref, hb, hb_e = plan
         gid_n = np.asarray(ctx.nodes)[nodes].astype(np.int64)
         now, me = now_n[qi], gid_n[qi]
-        if self.ordered is None and self.guard.paths is None:
-            self._tick_messages(ctx, nodes, now_n, qi, s, ref, hb, hb_e)
-        else:
-            grp = sl["group"][s]
-            self._refresh_parents(ctx, s[ref], now[ref], me[ref], grp[ref])
-            self.messenger.send(ctx, me[hb], t.entries["child"][hb_e], HEARTBEAT, now[hb],
-                                grp[hb], **self.guard.path_fields(s[hb], me[hb]))
+        grp = sl["group"][s]
+        self._refresh_parents(ctx, s[ref], now[ref], me[ref], grp[ref])
+        self.messenger.send(ctx, me[hb], t.entries["child"][hb_e], HEARTBEAT, now[hb],
+                            grp[hb], **self.guard.path_fields(s[hb], me[hb]))
         self._after_tick(ctx, nodes, qi, s, now, now_n, gid_n)
 
     def tick_compiled(self, ctx, m) -> bool:
@@ -120,28 +117,6 @@ class TreeRepair:
             self.heartbeat_miss * period, self.child_expiry_miss * period, TICK, REFRESH,
             HEARTBEAT)
         return status == handler_kernels.DONE
-
-    def _tick_messages(self, ctx, nodes, now_n, qi, s, ref, hb, hb_e) -> None:
-        """The refreshes and heartbeats of a common-case TICK cell without the reliable
-        layer and root paths (plain REFRESH and HEARTBEAT records), written by one kernel:
-        the same records, in the same two sends, as ``_refresh_parents`` and the
-        heartbeat send."""
-        sl, keys = self.tree.slots, self.messenger.groups.table
-        refresh = np.zeros(len(ref), ctx.message_dtype)
-        refresh["type"] = REFRESH
-        beats = np.zeros(len(hb), ctx.message_dtype)
-        beats["type"] = HEARTBEAT
-        bad = kernels.tick_messages(
-            np.asarray(ctx.nodes), nodes, now_n, qi, s, ref, hb, hb_e, sl["group"],
-            sl["parent"], sl["join_cred"], self.tree.entries["child"], keys["id_hi"],
-            keys["id_lo"], refresh["src"], refresh["dst"], refresh["sent"], refresh["group"],
-            refresh["key_hi"], refresh["key_lo"], refresh[Refresh.credential], beats["src"],
-            beats["dst"], beats["sent"], beats["group"], beats["key_hi"], beats["key_lo"])
-        if bad >= 0:  # a bug upstream, never a network event: fail loudly
-            raise ScribeError("Scribe: " + ("REFRESH" if bad < len(ref) else "HEARTBEAT")
-                              + " addressed to node -1")
-        self.messenger.send_records(ctx, refresh)
-        self.messenger.send_records(ctx, beats)
 
     def _tick_general(self, ctx, li, m) -> None:
         nodes, first = np.unique(li, return_index=True)
@@ -261,18 +236,11 @@ class TreeRepair:
         a node without state for the group tells the child to join again."""
         t = self.tree
         li = self.messenger.local(ctx, m["dst"])
-        # the common case, every child already listed, in one compiled pass
-        known = t.refresh_known(li, m["group"], m["src"], m[Refresh.credential], m["time"])
-        if known is not None:
-            rows, s_live, new = known
-            live = np.zeros(len(m), bool)
-            live[rows] = True
-        else:
-            s = t.find_active(li, m["group"])
-            live = s >= 0
-            s_live = s[live]
-            sub = take_rows(m, live)
-            new = t.add_children(s_live, sub["src"], sub[Refresh.credential], sub["time"])
+        s = t.find_active(li, m["group"])
+        live = s >= 0
+        s_live = s[live]
+        sub = take_rows(m, live)
+        new = t.add_children(s_live, sub["src"], sub[Refresh.credential], sub["time"])
         if self.ordered is not None and new.any():
             # issue 22: a child re-admitted here (its entry had expired, e.g. its first
             # refresh came late over a long link) missed what was sent meanwhile and never

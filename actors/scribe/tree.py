@@ -171,20 +171,6 @@ class TreeState:
             np.add.at(self.node_children, self.slots["node"][slots[newly]], 1)
         return newly
 
-    def refresh_known(self, local_idx, groups, children, creds, now):
-        """``kernels.refresh_known``: REFRESH rows from children whose entries exist,
-        looked up and refreshed in one compiled pass -- (rows with an active slot, their
-        slots, new-child mask) -- or None (nothing written) when an entry is missing."""
-        si, ei, sl, en = self.slot_index, self.entry_index, self.slots, self.entries
-        c64 = np.ascontiguousarray
-        ok, live, s, new = kernels.refresh_known(
-            si.arrays, ei.arrays, c64(local_idx, np.int64), c64(groups, np.int64),
-            c64(children, np.int64), c64(creds, np.int64), c64(now, np.int64), self.n_groups,
-            self.n_nodes,
-            sl["active"], sl["node"], sl["n_children"], self.node_children, en["slot"],
-            en["child"], en["valid"], en["cred"], en["refresh"])
-        return (live, s, new) if ok else None
-
     def remove_children(self, slots, children) -> np.ndarray:
         """Remove (slot, child) entries; returns a mask of rows that removed something."""
         keys = np.asarray(slots, np.int64) * self.n_nodes + np.asarray(children, np.int64)
@@ -239,19 +225,6 @@ class TreeState:
                                  en["refresh"], int(period), int(silent_after),
                                  int(stale_after))
         return plan[1:] if plan[0] else None
-
-    def data_plan(self, local_idx, groups, senders, times, total_hops, seqno, max_hops: int):
-        """``kernels.data_plan`` on this state: a cell of DATA copies (no reliable layer)
-        looked up, heard, numbered and fanned out in one compiled pass."""
-        si, ei, sl = self.slot_index, self.entry_index, self.slots
-        c64 = np.ascontiguousarray
-        return kernels.data_plan(si.arrays, ei.arrays, c64(local_idx, np.int64),
-                                 c64(groups, np.int64), c64(senders, np.int64),
-                                 c64(times, np.int64), c64(total_hops, np.int64),
-                                 c64(seqno, np.int64), self.n_groups, self.n_nodes,
-                                 int(max_hops), sl["active"], sl["parent"], sl["member"],
-                                 sl["last_heard"], sl["last_seq"], sl["last_sent"],
-                                 self.entries["valid"])
 
     def active_slots(self) -> np.ndarray:
         return np.flatnonzero(self.slots["active"][: self.slot_index.size])

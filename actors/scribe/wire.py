@@ -2,9 +2,10 @@
 
 This is the one module of the package that imports the engine's definitions
 (``emulator.batch``); the other modules take them from here (``handler_kernels`` also
-calls the engine's compiled ``put_send``, which writes a send's arrival time). ``Messenger`` wraps the
-overlay endpoint (``actors.common_api.Endpoint``): every Scribe message carries its
-group index and the group's key, so the parts pass a group and never a key.
+calls the engine's compiled ``put_send``, which writes a send's arrival time).
+``Messenger`` wraps the overlay endpoint (``actors.common_api.Endpoint``): every Scribe
+message carries its group index and the group's key, so the parts pass a group and never
+a key.
 """
 
 from __future__ import annotations
