@@ -388,6 +388,26 @@ def test_hop_identity_and_ack_matching_kernels_equal_numpy():
                               acked_pending_numpy(identity, acks))
 
 
+def test_hops_due_equals_the_latest_timer_per_sender():
+    """ACK_TIMER's due check: a pending hop is due when the latest timer row of its sender
+    is at or past its deadline (the per-node numpy form it replaced), with repeated
+    senders and timers, senders without a timer and ties at the deadline."""
+    from actors.pastry.messages import MSG_DTYPE
+
+    rng = np.random.default_rng(21)
+    for _ in range(200):
+        pending = np.zeros(int(rng.integers(0, 40)), MSG_DTYPE)
+        pending["src"] = rng.integers(0, 8, len(pending))
+        deadline = rng.integers(0, 10, len(pending))
+        m = np.zeros(int(rng.integers(1, 6)), MSG_DTYPE)
+        m["dst"], m["time"] = rng.integers(0, 8, len(m)), rng.integers(0, 10, len(m))
+        t_of = np.full(8, np.iinfo(np.int64).min, np.int64)
+        np.maximum.at(t_of, m["dst"], m["time"])
+        ref = deadline <= t_of[pending["src"]]
+        due, n_due = kernels.hops_due(pending, deadline, m)
+        assert np.array_equal(due, ref) and n_due == ref.sum()
+
+
 def test_sender_and_payload_kernel_equals_payload_rows_with_the_sender():
     """The compiled candidates matrix is the payload rows (batch.payload_rows) with the
     sender appended, for empty segments, a batch without payload and strided records."""

@@ -123,10 +123,8 @@ class HopAcks:
         m = msgs_of(batch)
         if not len(self.pending):
             return None
-        t_of = np.full(len(self.nodes), np.iinfo(np.int64).min, np.int64)
-        np.maximum.at(t_of, self.nodes.local(ctx, m["dst"]), m["time"])
-        due = self.deadline <= t_of[self.nodes.local(ctx, self.pending["src"])]
-        if not due.any():
+        due, n_due = kernels.hops_due(self.pending, self.deadline, m)
+        if not n_due:
             return None
         lost, dl = take_rows(self.pending, due), self.deadline[due]
         self._keep(~due)

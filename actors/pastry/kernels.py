@@ -805,6 +805,25 @@ def hop_identity(src, dst, origin, type_, hops, key_hi, key_lo):
 
 
 @numba.njit(cache=True)
+def hops_due(pending, deadline, m):
+    """ACK_TIMER records ``m`` against the pending hops: hop i is due when a timer row of
+    its sender has a time at or past its deadline (``deadline <= t_of[sender]``, t_of the
+    latest timer time of each node, as ``HopAcks.on_timer`` computed it). Returns (due mask,
+    count). O(len(pending) x len(m)): a few timer rows a cell, no per-node array."""
+    n = len(pending)
+    due = np.zeros(n, np.bool_)
+    k = 0
+    for i in range(n):
+        src = pending[i]["src"]
+        for j in range(len(m)):
+            if m[j]["dst"] == src and deadline[i] <= m[j]["time"]:
+                due[i] = True
+                k += 1
+                break
+    return due, k
+
+
+@numba.njit(cache=True)
 def acked_pending(identity, acks):
     """Which pending hops the acknowledgements clear, as a multiset: k acks of one
     identity clear its k earliest pending copies (in pending order). Returns the mask of
