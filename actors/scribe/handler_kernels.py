@@ -28,6 +28,7 @@ import numpy as np
 
 from emulator.kernels import put_send
 
+from .kernels import ticking_nodes
 from .keyindex import key_value, ranges_where
 from .types import Data, Refresh
 
@@ -74,17 +75,11 @@ def on_tick(m, li, node_ids, six, eix, n_groups, active, root, parent, last_hear
     n = len(m)
     if not _direct_rows(m, li, tick_type):
         return DECLINED, 0, 0, cursor
-    order = np.argsort(li, kind="mergesort")
-    nodes = np.empty(n, np.int64)
-    now_n = np.empty(n, np.int64)
-    k = 0
-    for j in range(n):
-        i = order[j]
-        if k == 0 or li[i] != nodes[k - 1]:
-            nodes[k] = li[i]
-            now_n[k] = m[i]["time"]
-            k += 1
-    nodes, now_n = nodes[:k], now_n[:k]
+    times = np.empty(n, np.int64)
+    for i in range(n):
+        times[i] = m[i]["time"]
+    nodes, now_n = ticking_nodes(li, times)
+    k = len(nodes)
     qi, s = ranges_where(six, nodes, active)
     ci, e = ranges_where(eix, s.astype(np.int64), valid)
     n_ref = 0

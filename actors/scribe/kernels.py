@@ -56,6 +56,24 @@ def heard_from_parent(ix, local_idx, groups, n_groups, active, parent, senders, 
 
 
 @numba.njit(cache=True)
+def ticking_nodes(local_idx, times):
+    """The distinct nodes of a TICK cell, sorted (as np.unique), and the time of each
+    one's first row. O(q log q)."""
+    n = len(local_idx)
+    order = np.argsort(local_idx, kind="mergesort")
+    nodes = np.empty(n, np.int64)
+    now_n = np.empty(n, np.int64)
+    k = 0
+    for j in range(n):
+        i = order[j]
+        if k == 0 or local_idx[i] != nodes[k - 1]:
+            nodes[k] = local_idx[i]
+            now_n[k] = times[i]
+            k += 1
+    return nodes[:k], now_n[:k]
+
+
+@numba.njit(cache=True)
 def tick_plan(six, eix, local_idx, times, n_groups, n_nodes, active, root, parent, last_heard,
               last_sent, valid, refresh, period, silent_after, stale_after):
     """A cell's TICKs in the common case, in one pass: no parent silent for longer than
@@ -70,18 +88,7 @@ def tick_plan(six, eix, local_idx, times, n_groups, n_nodes, active, root, paren
     ``TreeRepair`` did in numpy: a slot's unset ``last_heard`` becomes its tick time, and
     ``last_sent`` the tick time of every slot that sends heartbeats. O(q + children).
     """
-    n = len(local_idx)
-    order = np.argsort(local_idx, kind="mergesort")
-    nodes = np.empty(n, np.int64)
-    now_n = np.empty(n, np.int64)
-    k = 0
-    for j in range(n):
-        i = order[j]
-        if k == 0 or local_idx[i] != nodes[k - 1]:
-            nodes[k] = local_idx[i]
-            now_n[k] = times[i]
-            k += 1
-    nodes, now_n = nodes[:k], now_n[:k]
+    nodes, now_n = ticking_nodes(local_idx, times)
     qi, s = ranges_where(six, nodes, active)
     m = len(s)
     ci, e = ranges_where(eix, s.astype(np.int64), valid)
