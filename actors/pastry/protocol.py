@@ -222,14 +222,13 @@ class Pastry:
         fast = self._routed_handlers.get(type_code)
         if fast is not None and fast(ctx, batch):
             return
-        if fast is None and self._app_compiled is not None \
-                and not msg_types.is_pastry_type(type_code) \
+        own = msg_types.is_pastry_type(type_code)
+        if not own and self._app_compiled is not None \
                 and self._app_compiled(ctx, type_code, batch):
             return
         m = msgs_of(batch)
         routed = m["mode"] == 1
         n_routed = np.count_nonzero(routed)
-        own = msg_types.is_pastry_type(type_code)
         if not n_routed:    # (the batch as it came: the application copies what it keeps)
             if own:
                 self._handler(type_code)(ctx, batch)
