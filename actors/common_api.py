@@ -38,11 +38,6 @@ class Endpoint(Protocol):
         """Send one message per row directly from ``src`` to the known node ``dst``
         (``Application.receive`` runs there)."""
 
-    def send_records(self, ctx, records) -> None:
-        """``send`` for messages an application kernel laid out itself: an array of
-        ``ctx.message_dtype`` records, zeroed but for ``src``, ``dst``, ``type``, ``sent``
-        and the application's fields (the caller gives the array away)."""
-
     def send_compiled(self, ctx, rows: int, ints: int, kernel, *args) -> tuple:
         """Direct messages written by an application's compiled handler in the same call
         as its work (``ShardContext.send_compiled``: ``rows`` zeroed records and room for

@@ -23,11 +23,6 @@ class OverlayEndpoint:
         fields.setdefault("mode", 0)
         ctx.send(src, dst, type_code, sent, **fields)
 
-    def send_records(self, ctx, records):
-        """Direct messages laid out as records by the application (mode 0: the records
-        come zeroed but for the fields it set); the engine takes a copy."""
-        ctx.send_batch(records)
-
     def send_compiled(self, ctx, rows: int, ints: int, kernel, *args):
         """Direct messages (mode 0: the records come zeroed) written by an application's
         compiled handler in the same call as its work: ``ctx.send_compiled``."""

@@ -66,12 +66,6 @@ class Messenger:
         self.endpoint.send(ctx, src, dst, type_code, sent, group=group, key_hi=hi, key_lo=lo,
                            **fields)
 
-    def send_records(self, ctx, records) -> None:
-        """``send`` for records a compiled step wrote itself (every field but ``time``;
-        their destinations checked by that step)."""
-        if len(records):
-            self.endpoint.send_records(ctx, records)
-
     def send_compiled(self, ctx, rows: int, kernel, *args) -> tuple:
         """Run a compiled handler pass (``handler_kernels``) that writes its direct
         messages itself, through the endpoint, lending it ``rows`` records first and the
