@@ -263,13 +263,8 @@ def rank_within(keys) -> np.ndarray:
     return ranks
 
 
-# up to this many rows a cell is ordered by a compiled insertion sort
-SMALL_CELL = 48
-
-
 def dispatch_order(m: np.ndarray) -> np.ndarray:
     """Row order of a cell's messages: by type, then (time, src, seq) -- the determinism key
-    (a stable sort: rows with equal keys keep their order)."""
-    if len(m) <= SMALL_CELL:
-        return kernels.small_cell_order(m["type"], m["time"], m["src"], m["seq"])
-    return np.lexsort((m["seq"], m["src"], m["time"], m["type"]))
+    (a stable sort: rows with equal keys keep their order). The engine's queue hands out
+    its cells in this order already (``EventQueue.pop_cell``)."""
+    return kernels.dispatch_sort(m["type"], m["time"], m["src"], m["seq"])

@@ -20,7 +20,7 @@ import time as _time
 import numpy as np
 
 from . import kernels
-from .batch import ENGINE_DTYPE, Batch, check_message_dtype, dispatch_order, take_rows
+from .batch import ENGINE_DTYPE, Batch, check_message_dtype, take_rows
 from .context import ShardContext
 from .logs import LogBuffer
 from .queue import NEVER, EventQueue
@@ -221,7 +221,8 @@ class ShardEngine:
                 {"events": events, "busy_s": busy, "cpu_s": cpu, "done_until": self.done_until})
 
     def _dispatch(self, due: Batch) -> None:
-        due = due.take(dispatch_order(due.msgs))
+        """Hand a cell's messages (in dispatch order: ``EventQueue.pop_cell``) to the
+        stack, one run of a type at a time."""
         m = due.msgs
         types = m["type"]
         bounds = kernels.run_bounds(types).tolist()   # one run per message type

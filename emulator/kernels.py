@@ -215,32 +215,68 @@ def payload_rows(pay_off, pay_len, payload, width):
     return out
 
 
+@numba.njit(cache=True, inline="always")
+def _key_before(types, time, src, seq, a, b):
+    """Row a's dispatch key (type, time, src, seq) is strictly below row b's."""
+    if types[a] != types[b]:
+        return types[a] < types[b]
+    if time[a] != time[b]:
+        return time[a] < time[b]
+    if src[a] != src[b]:
+        return src[a] < src[b]
+    return seq[a] < seq[b]
+
+
+_SORT_RUN = 32   # rows sorted by insertion before the merges
+
+
 @numba.njit(cache=True)
-def small_cell_order(types, time, src, seq):
-    """``np.lexsort((seq, src, time, types))`` for a few rows: a stable insertion sort of
-    the row indices by (type, time, src, seq). O(n^2): for cells of tens of rows, where
-    lexsort's four passes cost more than the comparisons."""
+def dispatch_sort(types, time, src, seq):
+    """``np.lexsort((seq, src, time, types))``: the stable order of the rows by (type,
+    time, src, seq), as one compiled merge sort (runs of 32 rows by insertion, then
+    bottom-up merges that take the right row only when its key is strictly below: rows
+    with equal keys keep their order). O(n log n) comparisons; for a cell of a few
+    hundred rows it costs a tenth of lexsort's four passes over strided record columns."""
     n = len(types)
     order = np.arange(n)
-    for i in range(1, n):
-        j = i
-        x = order[i]
-        while j > 0:
-            y = order[j - 1]
-            if types[y] != types[x]:
-                after = types[y] > types[x]
-            elif time[y] != time[x]:
-                after = time[y] > time[x]
-            elif src[y] != src[x]:
-                after = src[y] > src[x]
-            else:
-                after = seq[y] > seq[x]
-            if not after:
-                break
-            order[j] = y
-            j -= 1
-        order[j] = x
-    return order
+    for lo in range(0, n, _SORT_RUN):
+        hi = min(lo + _SORT_RUN, n)
+        for i in range(lo + 1, hi):
+            x = order[i]
+            j = i
+            while j > lo and _key_before(types, time, src, seq, x, order[j - 1]):
+                order[j] = order[j - 1]
+                j -= 1
+            order[j] = x
+    if n <= _SORT_RUN:
+        return order
+    a = order
+    b = np.empty(n, np.int64)
+    width = _SORT_RUN
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            i, j, k = lo, mid, lo
+            while i < mid and j < hi:
+                if _key_before(types, time, src, seq, a[j], a[i]):
+                    b[k] = a[j]
+                    j += 1
+                else:
+                    b[k] = a[i]
+                    i += 1
+                k += 1
+            while i < mid:
+                b[k] = a[i]
+                i += 1
+                k += 1
+            while j < hi:
+                b[k] = a[j]
+                j += 1
+                k += 1
+        a, b = b, a
+        width *= 2
+    return a
 
 
 @numba.njit(cache=True)

@@ -158,21 +158,18 @@ def test_compiled_sends_equal_ctx_sends_and_a_failed_kernel_sends_nothing(lat):
 
 
 def test_cell_order_equals_lexsort_for_small_and_large_cells():
-    """A cell's dispatch order (type, time, src, seq; stable) is the same whether the
-    compiled insertion sort (small cells) or np.lexsort (large ones) computes it, with
-    many equal keys."""
-    from emulator.batch import SMALL_CELL, dispatch_order
-    from emulator.kernels import small_cell_order
+    """A cell's dispatch order (type, time, src, seq; stable) from the compiled merge sort
+    is np.lexsort's, with many equal keys, below, at and across its insertion runs."""
+    from emulator.batch import dispatch_order
 
     rng = np.random.default_rng(5)
-    for n in (0, 1, 2, 7, SMALL_CELL, SMALL_CELL + 1, 300):
+    for n in (0, 1, 2, 7, 32, 33, 64, 65, 300, 5000):
         m = new_messages(n, ENGINE_DTYPE, src=rng.integers(0, 4, n), dst=0,
                          type=rng.integers(0, 3, n), sent=0)
         m["time"] = rng.integers(0, 3, n)
         m["seq"] = rng.integers(0, 2, n)
         ref = np.lexsort((m["seq"], m["src"], m["time"], m["type"]))
         assert np.array_equal(dispatch_order(m), ref)
-        assert np.array_equal(small_cell_order(m["type"], m["time"], m["src"], m["seq"]), ref)
 
 
 def test_run_bounds_cut_where_the_value_changes():
@@ -204,6 +201,31 @@ def test_rank_within_counts_earlier_equal_keys():
 
 # the default ring holds every test message; a ring of 4 cells sends most to the heap
 RINGS = pytest.mark.parametrize("ring", [RING_CELLS, 4])
+
+
+@RINGS
+def test_queue_pops_a_cell_in_dispatch_order_with_its_payload(ring):
+    """pop_cell hands out a cell sorted as dispatch_order sorts the unordered pop (ties
+    too), each row with its own payload."""
+    from emulator.batch import dispatch_order
+
+    rng = np.random.default_rng(11)
+    a, b = EventQueue(1000, ring_cells=ring), EventQueue(1000, ring_cells=ring)
+    for _ in range(30):
+        n = int(rng.integers(1, 120))
+        m = new_messages(n, time=rng.integers(0, 8_000, n), src=rng.integers(0, 5, n),
+                         type=rng.integers(10, 13, n), seq=rng.integers(0, 3, n))
+        m["dst"] = np.arange(n)       # tells rows with equal keys apart
+        p = pack_rows(np.where(rng.random((n, 4)) < 0.5, rng.integers(0, 99, (n, 4)), -1))
+        m["pay_off"], m["pay_len"] = p["pay_off"], p["pay_len"]
+        a.push(Batch(m.copy(), p["payload"]))
+        b.push(Batch(m.copy(), p["payload"]))
+    for cell in range(8):
+        got = a.pop_cell(cell)
+        plain = b.pop_before((cell + 1) * 1000)
+        want = plain.take(dispatch_order(plain.msgs))
+        assert len(got) and np.array_equal(got.msgs, want.msgs)
+        assert np.array_equal(got.payload, want.payload)
 
 
 @RINGS
