@@ -267,4 +267,6 @@ def dispatch_order(m: np.ndarray) -> np.ndarray:
     """Row order of a cell's messages: by type, then (time, src, seq) -- the determinism key
     (a stable sort: rows with equal keys keep their order). The engine's queue hands out
     its cells in this order already (``EventQueue.pop_cell``)."""
+    if len(m) > kernels.SORT_MAX:
+        return np.lexsort((m["seq"], m["src"], m["time"], m["type"]))
     return kernels.dispatch_sort(m["type"], m["time"], m["src"], m["seq"])

@@ -228,6 +228,9 @@ def _key_before(types, time, src, seq, a, b):
 
 
 _SORT_RUN = 32   # rows sorted by insertion before the merges
+# above this many rows np.lexsort's four stable passes beat the merge sort's indirect
+# comparisons (measured: 0.5-0.8x lexsort's time at 1,000-10,000 rows, 2x at 100,000)
+SORT_MAX = 16384
 
 
 @numba.njit(cache=True)

@@ -32,7 +32,7 @@ import numba
 import numpy as np
 
 from . import kernels
-from .batch import ENGINE_DTYPE, Batch, as_messages, take_rows
+from .batch import ENGINE_DTYPE, Batch, as_messages, dispatch_order, take_rows
 
 NEVER = np.iinfo(np.int64).max
 
@@ -148,7 +148,10 @@ class EventQueue:
                                        ordered)
         if not len(slots):
             return Batch.empty(self.dtype)
-        return self._batch(slots, payload, offsets)
+        b = self._batch(slots, payload, offsets)
+        if ordered and len(slots) > kernels.SORT_MAX:   # (lexsort wins there)
+            b = b.take(dispatch_order(b.msgs))
+        return b
 
     def _batch(self, slots, payload, offsets) -> Batch:
         msgs = self._raw[slots].view(self.dtype)
@@ -308,7 +311,7 @@ def _pop(t, meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, delta,
         meta[5] = min(tc, np.iinfo(np.int64).max // 2)
     slots = free[nfree - k:nfree].copy()
     meta[0], meta[1] = size, nfree
-    if ordered and k > 1:
+    if ordered and 1 < k <= kernels.SORT_MAX:
         types = np.empty(k, np.int64)
         time = np.empty(k, np.int64)
         src = np.empty(k, np.int64)

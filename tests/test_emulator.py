@@ -163,7 +163,7 @@ def test_cell_order_equals_lexsort_for_small_and_large_cells():
     from emulator.batch import dispatch_order
 
     rng = np.random.default_rng(5)
-    for n in (0, 1, 2, 7, 32, 33, 64, 65, 300, 5000):
+    for n in (0, 1, 2, 7, 32, 33, 64, 65, 300, 5000, 20000):
         m = new_messages(n, ENGINE_DTYPE, src=rng.integers(0, 4, n), dst=0,
                          type=rng.integers(0, 3, n), sent=0)
         m["time"] = rng.integers(0, 3, n)
@@ -220,7 +220,13 @@ def test_queue_pops_a_cell_in_dispatch_order_with_its_payload(ring):
         m["pay_off"], m["pay_len"] = p["pay_off"], p["pay_len"]
         a.push(Batch(m.copy(), p["payload"]))
         b.push(Batch(m.copy(), p["payload"]))
-    for cell in range(8):
+    n = 20_000   # one cell past kernels.SORT_MAX: ordered by lexsort after the pop
+    m = new_messages(n, time=rng.integers(8_000, 9_000, n), src=rng.integers(0, 5, n),
+                     type=rng.integers(10, 13, n), seq=rng.integers(0, 3, n))
+    m["dst"] = np.arange(n)
+    a.push(Batch(m.copy()))
+    b.push(Batch(m.copy()))
+    for cell in range(9):
         got = a.pop_cell(cell)
         plain = b.pop_before((cell + 1) * 1000)
         want = plain.take(dispatch_order(plain.msgs))
