@@ -37,18 +37,36 @@ class LogBuffer:
         string is kept as one value and a row count, :class:`_Const`, until `take`).
         ``copy=False``: the arrays are the caller's to give away (nothing writes them
         later), so they are kept as they are."""
-        arrays = {k: (v if isinstance(v, str) else np.asarray(v)) for k, v in columns.items()}
-        lengths = {len(v) for v in arrays.values() if not isinstance(v, str) and v.ndim == 1}
-        if any(not isinstance(v, str) and v.ndim > 1 for v in arrays.values()) \
-                or len(lengths) > 1:
-            shapes = {k: np.shape(v) for k, v in arrays.items()}
+        # one pass over the columns (a handler logs a few rows per call: this check is
+        # most of the call), a second only where strings or scalars must be broadcast
+        cols, n, broadcast, bad = {}, -1, False, False
+        for k, v in columns.items():
+            if isinstance(v, str):
+                broadcast = True
+            else:
+                if not isinstance(v, np.ndarray):
+                    v = np.asarray(v)
+                if v.ndim == 1:
+                    if n < 0:
+                        n = len(v)
+                    elif len(v) != n:
+                        bad = True
+                elif v.ndim:
+                    bad = True
+                else:
+                    broadcast = True
+            cols[k] = v
+        if bad:
+            shapes = {k: np.shape(v) for k, v in cols.items()}
             raise ValueError(f"log {table!r}: columns must be 1-d of one length, got {shapes}")
-        n = lengths.pop() if lengths else 1
+        if n < 0:
+            n = 1
         if n == 0:
             return
-        cols = {k: (_Const(v, n) if isinstance(v, str) else np.full(n, v[()]) if v.ndim == 0
-                    else (v.copy() if copy else v))
-                for k, v in arrays.items()}
+        if broadcast or copy:
+            cols = {k: (_Const(v, n) if isinstance(v, str) else np.full(n, v[()]) if v.ndim == 0
+                        else (v.copy() if copy else v))
+                    for k, v in cols.items()}
         chunks = self._chunks.setdefault(table, [])
         chunks.append((phase, cols))
         done = self._merged.get(table, 0)

@@ -99,3 +99,22 @@ def test_a_string_label_is_kept_once_and_gives_the_rows_of_an_object_column():
     got, want = labels.take()["delivery"], objects.take()["delivery"]
     assert got.schema.equals(want.schema) and got.column("variant").type == pa.string()
     assert got.equals(want)
+
+
+def test_columns_of_different_lengths_or_shapes_are_refused_and_scalars_broadcast():
+    import pytest
+
+    lb = LogBuffer()
+    for bad in ({"a": np.arange(3), "b": np.arange(4)},
+                {"a": np.arange(3), "b": np.arange(4), "c": np.arange(3)},
+                {"a": np.zeros((2, 2))}):
+        with pytest.raises(ValueError, match="1-d of one length"):
+            lb.add("t", "p", bad)
+    lb.add("t", "p", {"a": np.arange(3), "k": 7, "label": "x"})
+    lb.add("t", "p", {"a": [], "k": 1})          # no rows: nothing logged
+    lb.add("u", "p", {"k": 5})                   # scalars alone: one row
+    out = lb.take()
+    assert out["t"].column("a").to_pylist() == [0, 1, 2]
+    assert out["t"].column("k").to_pylist() == [7, 7, 7]
+    assert out["t"].column("label").to_pylist() == ["x"] * 3
+    assert out["u"].column("k").to_pylist() == [5]
