@@ -649,11 +649,12 @@ def _complete_phase(topo_run: _TopologyRun, phase: str, state: _State, done: lis
     state.save()
     rate = stats.get("messages", 0) / max(stats.get("wall_s", 0.0), 1e-9)
     log.info("topology %d phase %s: %d messages, %d windows in %d driver rounds, "
-             "virtual %d us, %.2f s emulation (%.0f msg/s), %.2f s with "
+             "virtual %d us, %.2f s emulation (%.0f msg/s; shard CPU %s s), %.2f s with "
              "dump/flush/checkpoint",
              topo_run.t, phase, stats.get("messages", 0), stats.get("windows", 0),
              stats.get("rounds", 0),
-             stats.get("virtual_us", emu.now), stats.get("wall_s", 0.0), rate, wall)
+             stats.get("virtual_us", emu.now), stats.get("wall_s", 0.0), rate,
+             " + ".join(f"{c:.2f}" for c in stats.get("cpu_s", [])) or "-", wall)
 
 
 def _record_phase(state: _State, topo_run: _TopologyRun, phase: str, stats: dict,
