@@ -24,6 +24,8 @@ from .messages import MSG_DTYPE, msgs_of, take_rows
 from .types import HopAck
 
 MIX = np.uint64(0x9E3779B97F4A7C15)
+_FIRST_ROOM = 64   # pending hops the arrays hold before they first grow
+_ROW = np.dtype((np.void, MSG_DTYPE.itemsize))
 
 
 def hop_hash(src, dst, origin, type_, hops, key_hi, key_lo) -> np.ndarray:
@@ -72,9 +74,26 @@ class HopAcks:
         self.repair = repair
         self.enabled = bool(enabled)
         self.slack_us = int(slack_us)
-        self.pending = np.zeros(0, MSG_DTYPE)       # hops sent, awaiting HOP_ACK
-        self.deadline = np.zeros(0, np.int64)
-        self.identity = np.zeros(0, np.uint64)      # hop_hash of each pending hop
+        # hops sent, awaiting HOP_ACK, in sending order: the first `_n` rows of arrays
+        # with room to grow (a routed hop appends a row or two; a concatenation per hop
+        # re-derived the record's fields every time and copied every pending hop)
+        self._n = 0
+        self._rows = np.zeros(_FIRST_ROOM, MSG_DTYPE)
+        self._deadline = np.zeros(_FIRST_ROOM, np.int64)
+        self._identity = np.zeros(_FIRST_ROOM, np.uint64)   # hop_hash of each pending hop
+
+    @property
+    def pending(self) -> np.ndarray:
+        """The pending hops' records (a view: valid until the next change)."""
+        return self._rows[:self._n]
+
+    @property
+    def deadline(self) -> np.ndarray:
+        return self._deadline[:self._n]
+
+    @property
+    def identity(self) -> np.ndarray:
+        return self._identity[:self._n]
 
     # ---- sending side ---------------------------------------------------------------
     def expect(self, ctx, out, lat) -> None:
@@ -82,12 +101,27 @@ class HopAcks:
         if not self.enabled or not len(out):
             return
         dl = out["time"] + 2 * lat + self.slack_us
-        self.pending = np.concatenate([self.pending, out])
-        self.deadline = np.concatenate([self.deadline, dl])
-        self.identity = np.concatenate([self.identity, kernels.hop_identity(
+        n, k = self._n, len(out)
+        if n + k > len(self._rows):
+            self._grow(n + k)
+        if out.dtype == MSG_DTYPE:   # whole records at once, not field by field
+            self._rows.view(_ROW)[n:n + k] = take_rows(out, slice(None)).view(_ROW)
+        else:
+            self._rows[n:n + k] = out
+        self._deadline[n:n + k] = dl
+        self._identity[n:n + k] = kernels.hop_identity(
             out["src"], out["dst"], out["origin"], out["type"], out["hops"], out["key_hi"],
-            out["key_lo"])])
+            out["key_lo"])
+        self._n = n + k
         ctx.timer(out["src"], dl, msg_types.ACK_TIMER)
+
+    def _grow(self, need: int) -> None:
+        size = max(need, 2 * len(self._rows))
+        for name in ("_rows", "_deadline", "_identity"):
+            a = getattr(self, name)
+            b = np.zeros(size, a.dtype)
+            b[:self._n] = a[:self._n]
+            setattr(self, name, b)
 
     def forget_senders(self, li) -> None:
         """Crashed nodes ``li`` no longer wait for their hops' acknowledgements."""
@@ -144,13 +178,20 @@ class HopAcks:
         return again
 
     def _keep(self, keep) -> None:
-        self.pending, self.deadline = take_rows(self.pending, keep), self.deadline[keep]
-        self.identity = self.identity[keep]
+        """Keep the pending hops of mask ``keep``, in their order."""
+        self._set(take_rows(self.pending, keep), self.deadline[keep], self.identity[keep])
+
+    def _set(self, rows, deadline, identity) -> None:
+        n = len(rows)
+        if n > len(self._rows):
+            self._grow(n)
+        self._rows.view(_ROW)[:n] = take_rows(rows, slice(None)).view(_ROW)
+        self._deadline[:n], self._identity[:n] = deadline, identity
+        self._n = n
 
     def checkpoint(self) -> dict:
-        return {"pending": self.pending.copy(), "deadline": self.deadline.copy(),
-                "identity": self.identity.copy()}
+        return {"pending": take_rows(self.pending, slice(None)),
+                "deadline": self.deadline.copy(), "identity": self.identity.copy()}
 
     def restore(self, d: dict) -> None:
-        self.pending, self.deadline = d["pending"].copy(), d["deadline"].copy()
-        self.identity = d["identity"].copy()
+        self._set(d["pending"], d["deadline"], d["identity"])
