@@ -238,8 +238,9 @@ def dispatch_sort(types, time, src, seq):
     """``np.lexsort((seq, src, time, types))``: the stable order of the rows by (type,
     time, src, seq), as one compiled merge sort (runs of 32 rows by insertion, then
     bottom-up merges that take the right row only when its key is strictly below: rows
-    with equal keys keep their order). O(n log n) comparisons; for a cell of a few
-    hundred rows it costs a tenth of lexsort's four passes over strided record columns."""
+    with equal keys keep their order). O(n log n) comparisons: 0.8x lexsort's time at
+    ~160 rows, 0.5-0.7x at 1,000-10,000, 2x at 100,000 (``SORT_MAX``); its gain is
+    that the queue's pop runs it in the same call (``EventQueue.pop_cell``)."""
     n = len(types)
     order = np.arange(n)
     for lo in range(0, n, _SORT_RUN):
