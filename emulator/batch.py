@@ -123,12 +123,25 @@ class Batch:
     """Message records (any :func:`message_dtype`) and the flat payload they index.
     Cheap to slice (views)."""
 
-    __slots__ = ("msgs", "payload")
+    # ``local``: the engine's local index (int64) of each row's ``dst``, set on the runs it
+    # dispatches (one compiled pass per cell computes them for every run); None elsewhere
+    __slots__ = ("msgs", "payload", "local")
 
     def __init__(self, msgs: np.ndarray, payload: np.ndarray | None = None):
         check_message_dtype(msgs.dtype)
         self.msgs = msgs
         self.payload = NO_PAYLOAD if payload is None else np.asarray(payload, np.int32)
+        self.local = None
+
+    @classmethod
+    def run(cls, msgs: np.ndarray, payload: np.ndarray, local: np.ndarray) -> Batch:
+        """A run of a popped cell handed to the stack: ``msgs`` a slice of records already
+        checked, ``payload`` the cell's int32 payload, ``local`` the rows' local indices.
+        Built without :meth:`__init__`'s checks: a cell of sparse traffic has a handful of
+        runs, and each costs a Python call or two."""
+        b = cls.__new__(cls)
+        b.msgs, b.payload, b.local = msgs, payload, local
+        return b
 
     def __len__(self) -> int:
         return len(self.msgs)

@@ -225,15 +225,17 @@ class ShardEngine:
         stack, one run of a type at a time."""
         m = due.msgs
         types = m["type"]
-        bounds = kernels.run_bounds(types).tolist()   # one run per message type
-        li_all = self.local_index[m["dst"]]
-        # whether every node the rest of the cell goes to is alive: checked once per cell
-        # (only FAIL and RECOVER, the lowest types and so the first runs, change it)
-        rest_alive = None
+        payload = due.payload
+        # one run per message type; the local index of every row's node; whether every
+        # node the cell goes to is alive (only FAIL and RECOVER, the lowest types and so
+        # the first runs, change that: the rest of the cell is checked again after them)
+        bounds, li_all, rest_alive = kernels.cell_runs(types, m["dst"], self.local_index,
+                                                       self.alive)
+        bounds = bounds.tolist()
         for s, e in zip(bounds[:-1], bounds[1:], strict=True):
             ty = int(types[s])
-            sub = Batch(m[s:e], due.payload)
             li = li_all[s:e]
+            sub = Batch.run(m[s:e], payload, li)
             if ty == RECOVER:
                 dead = ~self.alive[li]
                 li = np.unique(li[dead])
@@ -252,6 +254,7 @@ class ShardEngine:
                     self.lost_by_type[ty] = self.lost_by_type.get(ty, 0) + lost
                     sub = sub.take(ok)
                     li = li[ok]
+                    sub.local = li
                     if not len(sub):
                         continue
             if ty == FAIL:

@@ -299,6 +299,23 @@ def run_bounds(values):
 
 
 @numba.njit(cache=True)
+def cell_runs(types, dst, local_index, alive):
+    """What the engine's dispatch needs of a cell, in one pass: (start of every run of
+    equal ``types`` then len -- :func:`run_bounds` --, the local index int64 of every
+    row's ``dst``, whether all those nodes are ``alive``). O(n)."""
+    n = len(types)
+    bounds = run_bounds(types)
+    li = np.empty(n, np.int64)
+    all_alive = True
+    for i in range(n):
+        x = local_index[dst[i]]
+        li[i] = x
+        if not alive[x]:
+            all_alive = False
+    return bounds, li, all_alive
+
+
+@numba.njit(cache=True)
 def append_payload(pay_off, pay_len, payload, pool, used):
     """Copy each row's payload segment (``payload[pay_off:pay_off + pay_len]``) to
     ``pool`` from ``used`` on, in row order, and point ``pay_off`` there (in place; a row

@@ -240,7 +240,7 @@ class JoinProtocol:
         JOIN."""
         m = msgs_of(batch)
         nodes = self.nodes
-        li = nodes.local(ctx, m["dst"])
+        li = nodes.local_of(ctx, batch)
         # a contact still joining has (nearly) empty tables: serving now would give X an
         # empty state and a JOIN delivered at A itself, so X's leaf set would never reach
         # its true neighbours (and short sides claim whole half rings: routing loops).
@@ -293,7 +293,7 @@ class JoinProtocol:
         n, table = len(m), nodes.table
         ok, log = ctx.send_compiled(
             3 * n, n * (table.rows * table.width + nodes.leaves.members.shape[1]),
-            handler_kernels.on_join, m, nodes.local(ctx, m["dst"]), m[Join.joiner],
+            handler_kernels.on_join, m, nodes.local_of(ctx, batch), m[Join.joiner],
             table.entries, nodes.leaves.members, nodes.nbrs.members, nodes.ids_hi,
             nodes.ids_lo, table.b, msg_types.LEAF_LOOKUP, msg_types.FIRST_OWN,
             msg_types.LAST_OWN, msg_types.JOIN_ROWS, msg_types.JOIN_LEAFS)
@@ -339,7 +339,7 @@ class JoinProtocol:
         nodes = self.nodes
         probes, uli, changed, li, t = ctx.send_compiled(
             0, 0, handler_kernels.on_join_piece, m, np.asarray(payload_of(batch), np.int32),
-            nodes.local(ctx, m["dst"]), piece, m[JoinLeafs.route_nodes],
+            nodes.local_of(ctx, batch), piece, m[JoinLeafs.route_nodes],
             *nodes.learn_inputs(ctx), nodes.joined, self.nbrs_got, self.rows_expected,
             self.rows_got)
         nodes.learned(ctx, probes, uli, changed)
@@ -376,7 +376,7 @@ class JoinProtocol:
         table = self.nodes.table
         n = len(m)
         ctx.send_compiled(n, n * table.width, handler_kernels.on_rows_req, m,
-                          self.nodes.local(ctx, m["dst"]), m[RowsReq.row], table.entries,
+                          self.nodes.local_of(ctx, batch), m[RowsReq.row], table.entries,
                           msg_types.ROWS_REPLY)
 
     def on_rows_reply(self, ctx, batch) -> None:
@@ -387,7 +387,7 @@ class JoinProtocol:
         hr, rdist, lan = nodes.latency_tables(ctx)
         probes, = ctx.send_compiled(
             0, 0, handler_kernels.on_rows_reply, m, np.asarray(payload_of(batch), np.int32),
-            nodes.local(ctx, m["dst"]), nodes.table.entries, nodes.failed.ids,
+            nodes.local_of(ctx, batch), nodes.table.entries, nodes.failed.ids,
             nodes.global_ids, nodes.ids_hi, nodes.ids_lo, nodes.table.b, hr, rdist, lan)
         if probes:
             ctx.count("pastry_probes", probes)

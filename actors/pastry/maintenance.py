@@ -76,7 +76,7 @@ class LeafSetMaintenance:
         # (handler_kernels.on_ka_timer): requests, keep-alives and the next timers
         ok, = ctx.send_compiled(
             len(m) * (leaves.members.shape[1] + 3), 0, handler_kernels.on_ka_timer, m,
-            nodes.local(ctx, m["dst"]), nodes.incarnation, leaves.members, leaves.heard,
+            nodes.local_of(ctx, batch), nodes.incarnation, leaves.members, leaves.heard,
             nodes.joined, nodes.global_ids, leaves.half, self.timeout_us, self.keepalive_us,
             msg_types.LEAF_REQ, msg_types.KEEPALIVE, msg_types.KA_TIMER)
         if ok:
@@ -110,7 +110,7 @@ class LeafSetMaintenance:
     def on_keepalive(self, ctx, batch) -> None:
         m = msgs_of(batch)
         nodes = self.nodes
-        li = nodes.local(ctx, m["dst"])
+        li = nodes.local_of(ctx, batch)
         # the senders are alive and their slots heard (as nodes.heard_from, then
         # kernels.keepalive_heard), in one compiled call
         stranger = handler_kernels.keepalives_heard(m, li, nodes.failed.ids,
@@ -139,7 +139,7 @@ class LeafSetMaintenance:
         n = len(m)
         probes, uli, changed = ctx.send_compiled(
             2 * n, n * (nodes.leaves.members.shape[1] + 1), handler_kernels.on_announce, m,
-            nodes.local(ctx, m["dst"]), m[Announce.in_leaf_set], *nodes.learn_inputs(ctx),
+            nodes.local_of(ctx, batch), m[Announce.in_leaf_set], *nodes.learn_inputs(ctx),
             msg_types.LEAF_REQ, msg_types.LEAF_REPLY)
         nodes.learned(ctx, probes, uli, changed)
 
@@ -150,7 +150,7 @@ class LeafSetMaintenance:
         nodes = self.nodes
         probes, uli, changed = ctx.send_compiled(
             len(m) * nodes.leaves.members.shape[1], 0, handler_kernels.on_leaf_reply, m,
-            np.asarray(payload_of(batch), np.int32), nodes.local(ctx, m["dst"]),
+            np.asarray(payload_of(batch), np.int32), nodes.local_of(ctx, batch),
             *nodes.learn_inputs(ctx), msg_types.ANNOUNCE)
         nodes.learned(ctx, probes, uli, changed)
 
@@ -160,7 +160,7 @@ class LeafSetMaintenance:
         nodes = self.nodes
         n = len(m)
         ctx.send_compiled(n, n * (nodes.leaves.members.shape[1] + 1),
-                          handler_kernels.on_leaf_req, m, nodes.local(ctx, m["dst"]),
+                          handler_kernels.on_leaf_req, m, nodes.local_of(ctx, batch),
                           nodes.leaves.members, nodes.failed.ids, msg_types.LEAF_REPLY)
 
     # ---- leaf-set refresh during the protocol bootstrap ---------------------------------
@@ -208,7 +208,7 @@ class LeafSetMaintenance:
             # lookups' first hops and the next timers; not when a node knows nobody
             seed, draws = ctx.rng_state()
             done, = ctx.send_compiled(
-                2 * len(m), 0, handler_kernels.on_leaf_refresh, m, nodes.local(ctx, m["dst"]),
+                2 * len(m), 0, handler_kernels.on_leaf_refresh, m, nodes.local_of(ctx, batch),
                 nodes.incarnation, m[LeafRefresh.incarnation], m[LeafRefresh.lookups_done],
                 nodes.ids_hi, nodes.ids_lo, nodes.leaves.members, nodes.table.entries, seed,
                 draws, nodes.global_ids, msg_types.LEAF_LOOKUP, msg_types.LEAF_REFRESH,
@@ -279,7 +279,7 @@ class LeafSetMaintenance:
         hr, rdist, lan = nodes.latency_tables(ctx)
         ok, log, probes, uli, changed = ctx.send_compiled(
             n, n * (nodes.leaves.members.shape[1] + 1), handler_kernels.on_leaf_lookup, m,
-            nodes.local(ctx, m["dst"]), nodes.table.entries, nodes.leaves.members,
+            nodes.local_of(ctx, batch), nodes.table.entries, nodes.leaves.members,
             nodes.nbrs.members, nodes.ids_hi, nodes.ids_lo, nodes.table.b,
             msg_types.LEAF_LOOKUP, msg_types.FIRST_OWN, msg_types.LAST_OWN,
             nodes.leaves.heard, nodes.failed.ids, keys, known, nodes.global_ids,

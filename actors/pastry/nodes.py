@@ -51,6 +51,16 @@ class PastryNodes:
             nodes = np.asarray(nodes, np.int64)   # (an id column is looked up as it is)
         return np.asarray(ctx.local(nodes), np.int64)
 
+    @staticmethod
+    def local_of(ctx, batch) -> np.ndarray:
+        """Local indices (int64) of the nodes a batch's rows go to: those the engine
+        computed for the cell it dispatched (``Batch.local``), else looked up."""
+        li = getattr(batch, "local", None)
+        if li is not None:
+            return li
+        m = batch.msgs if hasattr(batch, "msgs") else batch   # (tests pass bare records)
+        return PastryNodes.local(ctx, m["dst"])
+
     def tables(self) -> PastryState:
         """The three tables as one :class:`PastryState` (views, not copies): the form the
         next-hop function and the table-quality report take."""

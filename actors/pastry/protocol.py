@@ -208,6 +208,8 @@ class Pastry:
             msg_types.ROW_REQ: r.on_row_req, msg_types.ROW_REPLY: r.on_row_reply,
             msg_types.HOP_ACK: a.on_ack, msg_types.ACK_TIMER: self._on_ack_timer,
         }
+        # (handle() gives these types' batches to their handler without a look at the mode)
+        assert not set(self._handlers) & msg_types.ROUTED_TYPES
 
     def _handler(self, type_code):
         handler = self._handlers.get(int(type_code))
@@ -219,6 +221,10 @@ class Pastry:
         """One sub-batch of one message type: Pastry's own direct messages to their
         handler, routed messages (mode 1) to the router, the application's direct
         messages to ``app.receive``."""
+        direct = self._handlers.get(type_code)
+        if direct is not None:   # an own type sent direct only (types.ROUTED_TYPES)
+            direct(ctx, batch)
+            return
         fast = self._routed_handlers.get(type_code)
         if fast is not None and fast(ctx, batch):
             return

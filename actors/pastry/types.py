@@ -138,6 +138,9 @@ TYPE_NAMES = {
 
 
 FIRST_OWN, LAST_OWN = 10, 49   # Pastry's own type codes
+# The own types that travel routed (mode 1): every other own type is sent direct, so its
+# batches go straight to its handler (no look at the records' mode).
+ROUTED_TYPES = frozenset({JOIN, LEAF_LOOKUP})
 
 
 def is_pastry_type(code) -> bool:
