@@ -61,7 +61,9 @@ class ShardEngine:
         self.local_index = np.full(self.n_nodes, -1, np.int32)
         self.local_index[self.nodes] = np.arange(len(self.nodes), dtype=np.int32)
         self.n_shards = int(node_shard.max()) + 1 if len(node_shard) else 1
-        self.latency = latency
+        # (a latency model may keep a table of its own per shard: RouterLatency.for_shard)
+        self.latency = latency.for_shard(self.n_shards) if hasattr(latency, "for_shard") \
+            else latency
         self.seed = int(seed)
         self.delta_us = int(delta_us)
         self._shared = dict(shared or {})

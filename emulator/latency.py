@@ -12,6 +12,10 @@ import numpy as np
 
 from . import kernels
 
+# The most memory the shards of a run spend on their own copies of the router table
+# (`RouterLatency.for_shard`): e.g. ts5050's 102 MB table is copied up to 10 shards.
+PRIVATE_TABLE_BYTES = 1 << 30
+
 
 class RouterLatency:
     """latency(a, b) = lan + dist[router(a), router(b)] + lan, and 0 for a == b."""
@@ -32,6 +36,19 @@ class RouterLatency:
     def from_topology(cls, topo) -> RouterLatency:
         """From a topologies.Topology with dense tables (transit-stub, measured matrices)."""
         return cls(topo.host_router, topo.dist_matrix(), topo.lan_us)
+
+    def for_shard(self, n_shards: int) -> RouterLatency:
+        """The model a shard of an ``n_shards`` run works with: this one, or one with its
+        own copy of the router table when all shards' copies fit in
+        ``PRIVATE_TABLE_BYTES``. Why copy: the table arrives zero-copy from Ray's object
+        store, shared memory mapped in 4 KiB pages; the protocol kernels look delays up at
+        random across it (~100 MB for ts5050's 5,050 routers), so nearly every look-up
+        also misses the TLB. numpy gives a large array of its own transparent huge pages
+        (2 MiB): random look-ups 2.3x faster in a microbenchmark (BENCHMARKS.md, issue
+        13). Many shards on one machine share the store's copy instead."""
+        if self.router_dist_us.nbytes * max(int(n_shards), 1) > PRIVATE_TABLE_BYTES:
+            return self
+        return RouterLatency(self.host_router, np.array(self.router_dist_us), self.lan_us)
 
     @property
     def n_hosts(self) -> int:

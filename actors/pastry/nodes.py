@@ -102,7 +102,7 @@ class PastryNodes:
             np.ascontiguousarray(senders, np.int64) if forget else li, forget, bool(nbrs))
         if probes:
             ctx.count("pastry_probes", probes)
-        if changed.any():
+        if np.count_nonzero(changed):   # (a C call; ndarray.any() costs a ufunc reduce)
             self.app.new_leafs(ctx, uli[changed])
         return uli, changed, added, latest
 
@@ -122,7 +122,7 @@ class PastryNodes:
         the nodes whose leaf set changed (as :meth:`learn` does)."""
         if probes:
             ctx.count("pastry_probes", probes)
-        if changed.any():
+        if np.count_nonzero(changed):   # (a C call; ndarray.any() costs a ufunc reduce)
             self.app.new_leafs(ctx, uli[changed])
 
     def insert_table(self, ctx, li, cand) -> None:
