@@ -24,6 +24,8 @@ class OverlayStack:
     def __init__(self, pastry_params: dict, app=None):
         self.app = app
         self.pastry = Pastry(app, dict(pastry_params))
+        # the engine calls handle once per run of a cell: straight to Pastry's
+        self.handle = self.pastry.handle
 
     # ---- engine interface -----------------------------------------------------------
     def setup(self, ctx):

@@ -89,20 +89,22 @@ class ShardContext:
         sending order (:func:`emulator.kernels.put_send` sets the arrival time of this
         latency model), their payload from ``cursor`` on, and returns its results followed
         by (k, new cursor); those results are returned. If it raises, nothing is sent."""
+        tables = self._tables
+        if not tables:
+            if tables is None:
+                tables = self._tables = self.latency_tables() \
+                    if hasattr(self._e.latency, "host_router") else ()
+            if not tables:
+                raise TypeError("ctx.send_compiled needs the engine's router latency model")
         sends = self._e.sends
-        m, pool, cursor = sends.room(int(rows), int(ints))
-        if self._tables is None:
-            self._tables = self.latency_tables() if hasattr(self._e.latency, "host_router") \
-                else ()
-        if not self._tables:
-            sends.commit(int(rows), 0, cursor)
-            raise TypeError("ctx.send_compiled needs the engine's router latency model")
+        rows = int(rows)
+        m, pool, cursor = sends.room(rows, int(ints))
         try:
-            res = kernel(*args, m, pool, cursor, *self._tables)
+            res = kernel(*args, m, pool, cursor, *tables)
         except BaseException:
-            sends.commit(int(rows), 0, cursor)
+            sends.commit(rows, 0, cursor)
             raise
-        sends.commit(int(rows), int(res[-2]), int(res[-1]))
+        sends.commit(rows, res[-2], res[-1])
         return res[:-2]
 
     def _set_arrivals(self, m) -> None:

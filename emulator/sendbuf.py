@@ -118,7 +118,7 @@ class SendBuffer:
             self.unreserve(rows_reserved)
             raise ValueError(f"a compiled send wrote {rows_written} of {rows_reserved} rows "
                              f"and moved the payload cursor {self._used} -> {cursor}")
-        self._n -= rows_reserved - rows_written
+        self._n -= rows_reserved - int(rows_written)
         self._used = int(cursor)
 
     def take(self) -> Batch:
