@@ -180,6 +180,38 @@ def test_run_bounds_cut_where_the_value_changes():
     assert run_bounds(np.array([1, 1, 2, 5, 5, 5, 1], np.int16)).tolist() == [0, 2, 3, 6, 7]
 
 
+def test_cell_runs_give_bounds_local_indices_and_the_alive_check():
+    from emulator.kernels import cell_runs, run_bounds
+
+    rng = np.random.default_rng(3)
+    local_index = np.full(50, -1, np.int32)
+    mine = rng.choice(50, 20, replace=False)
+    local_index[mine] = np.arange(20, dtype=np.int32)
+    for n in (0, 1, 7, 300):
+        types = np.sort(rng.integers(10, 14, n)).astype(np.int16)
+        dst = rng.choice(mine, n).astype(np.int32)
+        alive = np.ones(20, bool)
+        bounds, li, all_alive = cell_runs(types, dst, local_index, alive)
+        assert bounds.tolist() == run_bounds(types).tolist()
+        assert li.dtype == np.int64 and li.tolist() == local_index[dst].tolist()
+        assert all_alive
+        if n:
+            alive[local_index[dst[n // 2]]] = False
+            assert not cell_runs(types, dst, local_index, alive)[2]
+
+
+def test_router_latency_keeps_its_own_table_only_while_the_copies_fit(lat, monkeypatch):
+    from emulator import latency as latency_mod
+
+    own = lat.for_shard(2)
+    assert own is not lat and not np.shares_memory(own.router_dist_us, lat.router_dist_us)
+    assert np.array_equal(own.router_dist_us, lat.router_dist_us)
+    a, b = np.arange(0, lat.n_hosts, 7), np.arange(3, lat.n_hosts + 3, 7) % lat.n_hosts
+    assert np.array_equal(own.latency(a, b), lat.latency(a, b))
+    monkeypatch.setattr(latency_mod, "PRIVATE_TABLE_BYTES", 2 * lat.router_dist_us.nbytes)
+    assert lat.for_shard(2) is not lat and lat.for_shard(3) is lat
+
+
 def test_type_counts_equal_numpy_unique():
     from emulator.kernels import type_counts
 
@@ -335,6 +367,29 @@ def test_engine_alone_processes_cells_causally(lat):
     assert (rows.time[hop] == rows.sent[hop] + lat.latency(rows.src[hop], rows.node[hop])).all()
     # no message log fields declared: the engine's columns only
     assert logs["message"].column_names == ["time", "arrival", "type", "src", "dst", "phase"]
+
+
+class _LocalIndexCheck(Flood):
+    """Flood that checks the local indices the engine hands over with each run."""
+
+    checked = 0
+
+    def handle(self, ctx, type_code, batch):
+        assert batch.local is not None and batch.local.dtype == np.int64
+        assert batch.local.tolist() == ctx.local(batch.msgs["dst"]).tolist()
+        type(self).checked += len(batch)
+        super().handle(ctx, type_code, batch)
+
+
+def test_engine_hands_each_run_its_local_indices(lat):
+    n = lat.n_hosts
+    node_shard = (np.arange(n) % 2).astype(np.int32)   # local index != global id
+    e = ShardEngine(1, node_shard, lat, functools.partial(_LocalIndexCheck, 2, 4), seed=1,
+                    delta_us=lat.min_latency_us(), message_dtype=FLOOD_DTYPE)
+    e.accept([Batch(new_messages(3, FLOOD_DTYPE, time=[0, 10, 20], src=[1, 3, 5],
+                                 dst=[1, 3, 5], type=PING))])
+    e.advance(NEVER, "p", [])
+    assert _LocalIndexCheck.checked == e.events > 3
 
 
 # ---- on Ray ------------------------------------------------------------------------------
