@@ -18,6 +18,7 @@ import numpy as np
 from . import kernels
 from .failed import FailedNodes
 from .leafset import LeafSet
+from .messages import msgs_of
 from .neighbourhood import NeighbourhoodSet
 from .routing_table import RoutingTable
 from .state import PastryState
@@ -58,8 +59,7 @@ class PastryNodes:
         li = getattr(batch, "local", None)
         if li is not None:
             return li
-        m = batch.msgs if hasattr(batch, "msgs") else batch   # (tests pass bare records)
-        return PastryNodes.local(ctx, m["dst"])
+        return PastryNodes.local(ctx, msgs_of(batch)["dst"])
 
     def tables(self) -> PastryState:
         """The three tables as one :class:`PastryState` (views, not copies): the form the
@@ -100,10 +100,7 @@ class PastryNodes:
             np.ascontiguousarray(cand, np.int64), np.ascontiguousarray(t, np.int64),
             self.ids_hi, self.ids_lo, self.table.b, self.leaves.half, hr, rdist, lan,
             np.ascontiguousarray(senders, np.int64) if forget else li, forget, bool(nbrs))
-        if probes:
-            ctx.count("pastry_probes", probes)
-        if np.count_nonzero(changed):   # (a C call; ndarray.any() costs a ufunc reduce)
-            self.app.new_leafs(ctx, uli[changed])
+        self.learned(ctx, probes, uli, changed)
         return uli, changed, added, latest
 
     def learn_inputs(self, ctx) -> tuple:
