@@ -360,6 +360,9 @@ class Emulator:
         per_shard = {key: np.zeros(self.shards) for key in PER_SHARD_TIMES}
         last_report = t0
         self._cap_us = self.window_cap_us     # phases differ: each learns its own cap
+        # the shards' promises hold within this call: stimuli injected since the last one
+        # may be due before what an idle shard promised then (emulator/shard_actor.py)
+        era = self._round_number + 1
         while self._next < limit:
             t_round = time.perf_counter()
             first = self._next
@@ -369,8 +372,8 @@ class Emulator:
             due = np.flatnonzero(earliest < end).tolist()
             arg = earliest if self.shards <= 64 else ray.put(earliest)
             self._round_number += 1
-            refs = [self._actors[k].run_round.remote(self._round_number, end, phase, arg,
-                                                     *self._inbox[k])
+            refs = [self._actors[k].run_round.remote(self._round_number, era, end, phase,
+                                                     arg, *self._inbox[k])
                     for k in due]
             t_wait = time.perf_counter()
             heads = self._get(refs, f"phase {phase!r}", due, start)

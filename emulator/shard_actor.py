@@ -26,8 +26,13 @@ answers at once from its last promise if that is higher, and pushes it every ris
 rest of the round. At K = 2 every peer is the nearest, as before; at larger K the bare
 promises are those that bind (~30 % fewer at K = 8-16). Batches always go, with a promise.
 
-Promises are lower bounds for the whole run, so a late one is never wrong. Actor threads
-may run calls out of order, so each push is numbered per sender and applied in order. The
+A promise holds for the rest of the driver's `run` call it was made in (its *era*, the
+number of that call's first round): between two calls the driver may inject stimuli due
+before what an idle shard promised at the end of the last one, so a shard starting a
+round of a new era drops the promises of older eras (the driver's `earliest` bounds the
+peers instead) and starts its own afresh; a push carries its era and one from an older era
+binds nothing. Within an era a late promise is never wrong. Actor threads may run calls
+out of order, so each push is numbered per sender and applied in order. The
 actor runs with ``max_concurrency=2`` so a peer's `deliver` (or `want`) lands while this
 shard is busy in its round.
 
@@ -95,6 +100,8 @@ class ShardActor:
         self._cond = threading.Condition()
         self._inbox: list = []
         self._promise_in = np.zeros(0, np.int64)
+        self._promise_era = np.zeros(0, np.int64)   # per peer: the era of promise_in
+        self._era = -1                              # the era of this shard's last round
         self._seq_in = np.zeros(0, np.int64)     # per peer: the next push number to apply
         self._held: dict = {}                    # pushes that ran before an earlier one
         self._left_in = np.zeros(0, np.int64)    # per peer: the last round it left early
@@ -129,6 +136,7 @@ class ShardActor:
         self._look_out[j] = self._look_in[j] = NEVER
         self._promise_in = np.zeros(k, np.int64)
         self._promise_in[j] = NEVER
+        self._promise_era = np.full(k, -1, np.int64)
         self._seq_in = np.zeros(k, np.int64)
         self._left_in = np.full(k, -1, np.int64)
         self._seq_out = np.zeros(k, np.int64)
@@ -147,19 +155,22 @@ class ShardActor:
         return ray.get_runtime_context().get_node_id()
 
     # ---- message exchange -------------------------------------------------------------
-    def deliver(self, src, seq, promise, batch=None, leaving=-1) -> None:
+    def deliver(self, src, seq, era, promise, batch=None, leaving=-1) -> None:
         """Push number `seq` from shard `src`: a batch for this shard (or None), the
-        promise that nothing else from `src` arrives before `promise`, and `leaving`: the
-        number of the round `src` just left early (-1: none). Runs on the second thread,
-        beside the round; applied in `seq` order per sender."""
+        promise that nothing else from `src` arrives before `promise` in era `era`, and
+        `leaving`: the number of the round `src` just left early (-1: none). Runs on the
+        second thread, beside the round; applied in `seq` order per sender."""
         with self._cond:
             if seq != self._seq_in[src]:
-                self._held[(src, seq)] = (promise, batch, leaving)
+                self._held[(src, seq)] = (era, promise, batch, leaving)
                 return
             while True:
                 if batch is not None:
                     self._inbox.append(batch)
-                if promise > self._promise_in[src]:
+                if era > self._promise_era[src]:      # the first of a new era
+                    self._promise_era[src] = era
+                    self._promise_in[src] = promise
+                elif era == self._promise_era[src] and promise > self._promise_in[src]:
                     self._promise_in[src] = promise
                 if leaving >= 0:
                     self._left_in[src] = leaving
@@ -167,7 +178,7 @@ class ShardActor:
                 seq += 1
                 if (src, seq) not in self._held:
                     break
-                promise, batch, leaving = self._held.pop((src, seq))
+                era, promise, batch, leaving = self._held.pop((src, seq))
             self._seq_in[src] = seq
             self._cond.notify()
 
@@ -183,7 +194,7 @@ class ShardActor:
     def _push(self, k, promise, batch, leaving):
         """Push number seq_out[k] to peer k (call under _cond: both threads push)."""
         ref = self._peers[k].deliver.remote(self.engine.shard_id, int(self._seq_out[k]),
-                                            promise, batch, leaving)
+                                            self._era, promise, batch, leaving)
         self._seq_out[k] += 1
         if promise > self._promised[k]:
             self._promised[k] = promise
@@ -201,9 +212,10 @@ class ShardActor:
             inbox, self._inbox = self._inbox, []
         return inbox
 
-    def run_round(self, number, limit, phase, earliest, *injected):
-        """Round `number`: process every cell before `limit` (a grid point), synchronising
-        with the peers by promises, and return (next local event time, stats).
+    def run_round(self, number, era, limit, phase, earliest, *injected):
+        """Round `number` of era `era` (see the module docstring): process every cell
+        before `limit` (a grid point), synchronising with the peers by promises, and return
+        (next local event time, stats).
         `earliest[i]` is, from the driver's view at the round's start, the earliest time
         anything can happen on shard i (its next event, or one a chain of messages from
         another shard's could cause); shards with ``earliest >= limit`` take no part.
@@ -217,7 +229,7 @@ class ShardActor:
         idle stretch. stats["sent_min"] maps each peer to the earliest arrival pushed to
         it at or after `limit` (still in its inbox)."""
         try:
-            return self._round(int(number), int(limit), phase,
+            return self._round(int(number), int(era), int(limit), phase,
                                np.asarray(earliest, np.int64), injected)
         except BaseException:
             for k, peer in enumerate(self._peers):
@@ -225,12 +237,22 @@ class ShardActor:
                     peer.abort.remote(self.engine.shard_id, int(number))
             raise
 
-    def _round(self, number, limit, phase, earliest, injected):
+    def _round(self, number, era, limit, phase, earliest, injected):
         engine = self.engine
         me, d = engine.shard_id, engine.delta_us
         running = earliest < limit          # peers that take part and have not left
         running[me] = False
         with self._cond:
+            if era > self._era:
+                # promises of older eras may be void (see the module docstring): drop those
+                # held, and promise afresh (an answer to a `want` waits for this round's)
+                self._era = era
+                old = self._promise_era < era
+                self._promise_in[old] = 0
+                self._promise_era[old] = era
+                self._promise_in[me] = NEVER
+                self._promised[:] = -1
+                self._promise_now[:] = 0
             # what the driver knows already bounds what each peer can still send
             np.maximum(self._promise_in, _plus(earliest, self._look_in), out=self._promise_in)
         stats = {"events": 0, "busy_s": 0.0, "cpu_s": 0.0, "wait_s": 0.0, "windows": 0,
@@ -405,6 +427,8 @@ class ShardActor:
         with self._cond:   # promises made on another timeline bound nothing here
             self._promise_in[:] = 0
             self._promise_in[self.engine.shard_id] = NEVER
+            self._promise_era[:] = -1
+            self._era = -1
             self._left_in[:] = -1
             self._promised[:] = -1
             self._promise_now[:] = 0

@@ -11,7 +11,8 @@ from emulator.batch import message_dtype
 PING = 200
 TICK = 201
 BOOM = 202
-TYPE_NAMES = {PING: "test.ping", TICK: "test.tick", BOOM: "test.boom"}
+RELAY = 203
+TYPE_NAMES = {PING: "test.ping", TICK: "test.tick", BOOM: "test.boom", RELAY: "test.relay"}
 # the one column Flood adds to the engine's: how many hops a ping has made
 FLOOD_MESSAGE_FIELDS = [("hops", "i2")]
 FLOOD_DTYPE = message_dtype(FLOOD_MESSAGE_FIELDS)
@@ -53,6 +54,9 @@ class Flood:
             keep = nxt <= self.stop_us
             if keep.any():
                 ctx.timer(m["dst"][keep], nxt[keep], TICK)
+        elif type_code == RELAY:
+            ctx.send(m["dst"], m["hops"].astype(np.int64), PING, m["time"],
+                     hops=np.full(len(m), self.max_hops))
         elif type_code == BOOM:
             raise RuntimeError(f"boom at node {int(m['dst'][0])}")
         else:

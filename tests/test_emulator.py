@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from emu_protocols import BOOM, FLOOD_DTYPE, PING, TICK, TYPE_NAMES, Flood
+from emu_protocols import BOOM, FLOOD_DTYPE, PING, RELAY, TICK, TYPE_NAMES, Flood
 
 from emulator import ENGINE_DTYPE, Batch, RouterLatency, message_dtype, new_messages, rank_within
 from emulator.batch import as_messages, pack_rows
@@ -517,6 +517,45 @@ def test_sparse_traffic_grows_the_window_cap_and_now_is_the_last_cell(lat, tmp_p
     emu.inject(new_messages(1, FLOOD_DTYPE, time=emu.now, src=0, dst=0, type=PING))
     assert emu.run("u")["messages"] == 1
     emu.shutdown()
+
+
+@pytest.mark.slow
+def test_stimuli_after_a_phase_void_the_promises_made_in_it(lat, tmp_path, ray_session):
+    """Promises say "nothing more from me before t" given what a shard holds; a stimulus
+    injected after a phase can be due before a promise its shard made while idle at the
+    end of that phase. The next phase must not trust those promises: a shard-1 node relays
+    at once to its nearest shard-0 host while shard 0 has local events every cell."""
+    from emulator import Emulator
+    from emulator.driver import round_robin
+    n = lat.n_hosts
+    node_shard = round_robin(n, 2)
+    on0, on1 = np.flatnonzero(node_shard == 0), np.flatnonzero(node_shard == 1)
+    delay = lat.latency(np.repeat(on1, len(on0)), np.tile(on0, len(on1))).reshape(
+        len(on1), len(on0))
+    a, b = np.unravel_index(np.argmin(delay), delay.shape)
+    relay_from, relay_to = int(on1[a]), int(on0[b])
+    for seed in (1, 2, 3):
+        emu = Emulator(n, lat, functools.partial(Flood, 3, 4), shards=2, node_shard=node_shard,
+                       seed=seed, run_dir=tmp_path / str(seed), type_names=TYPE_NAMES,
+                       message_dtype=FLOOD_DTYPE)
+        emu.inject(new_messages(4, FLOOD_DTYPE, time=[0, 1000, 2000, 3000], src=on1[:4],
+                                dst=on1[:4], type=PING))
+        emu.run("a")
+        t = emu.now
+        # the idle shards promised past `now` at the end of phase a (the test's premise)
+        held = emu._actors[0].__ray_call__.remote(lambda s: int(s._promise_in[1]))
+        assert ray_session.get(held) > t + int(delay[a, b]) + emu.delta_us
+        local = on0[:300]
+        emu.inject(new_messages(len(local), FLOOD_DTYPE, time=t + np.arange(len(local)) * 500,
+                                src=local, dst=local, type=PING, hops=4))
+        emu.inject(new_messages(1, FLOOD_DTYPE, time=t, src=relay_from, dst=relay_from,
+                                type=RELAY, hops=relay_to))
+        emu.run("b")
+        emu.flush("b")
+        recv = _table(ray_session, emu, "recv")
+        got = recv[(recv.phase == "b") & (recv.node == relay_to) & (recv.src == relay_from)]
+        assert got.time.tolist() == [t + int(delay[a, b])]
+        emu.shutdown()
 
 
 @pytest.mark.slow
