@@ -3,7 +3,8 @@
 For each K, runs the scenario's emulation (no Spark analysis) on a local
 Ray cluster of `--cluster-nodes` simulated nodes (`ray.cluster_utils.Cluster`; shards are
 spread over them) and reports per phase: windows, shard calls, driver time per window
-(the driver's own loop work, not waiting), synchronisation share (wall time outside the
+(the driver's own loop work, not waiting for shards; and its thread's CPU time, which
+leaves out waiting for a core when K shard processes share a few), synchronisation share (wall time outside the
 busiest shard), the busiest shard's CPU seconds in the phase and all shards' (thread CPU of
 `advance`: below its wall time when shards wait for a core), the longest any shard waited
 for its peers to take its outboxes (`deliver`), messages/s, and the peak
@@ -125,10 +126,10 @@ def main():
           f"{a.bootstrap} bootstrap{''.join(' --set ' + x for x in a.set)}, "
           f"{a.cluster_nodes} simulated Ray nodes\n")
     print("| K | phase | messages | rounds (early) | windows | shard calls | wall s | "
-          "driver ms/window | driver ms/round | sync % | shard CPU s, max / sum | "
+          "driver ms/window | driver CPU ms/window | driver ms/round | sync % | shard CPU s, max / sum | "
           "peer wait s, max | bare promises / asks per window | msg/s | peak shard RSS MB | "
           "host busy cores | run s | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         for p in a.phases:
             st = r["phases"].get(p)
@@ -140,6 +141,7 @@ def main():
                   f"({st.get('rounds_ended_early', 0):,}) | {st['windows']:,} | "
                   f"{st.get('shard_calls', 0):,} | {st['wall_s']:.2f} | "
                   f"{1000 * st.get('driver_s', 0.0) / w:.3f} | "
+                  f"{1000 * st.get('driver_cpu_s', 0.0) / w:.3f} | "
                   f"{1000 * st.get('driver_s', 0.0) / max(rounds, 1):.3f} | "
                   f"{100 * st['sync_s'] / max(st['wall_s'], 1e-9):.0f} | "
                   f"{max(st.get('cpu_s', [0.0])):.2f} / {sum(st.get('cpu_s', [])):.2f} | "

@@ -352,6 +352,7 @@ class Emulator:
         d = self.delta_us
         limit = NEVER if until is None else -(-int(until) // d) * d
         t0 = time.perf_counter()
+        c0 = time.thread_time()   # the driver's own CPU: its work, not waiting for a core
         rounds = early = windows = events = calls = promises = wants = 0
         round_us = 0
         wait_s = 0.0          # blocked on shards; the rest of the loop is the driver's own work
@@ -419,13 +420,14 @@ class Emulator:
                  "virtual_us": self.now, "wall_s": wall,
                  **{key: total.tolist() for key, total in per_shard.items()},
                  "sync_s": max(0.0, wall - float(per_shard["busy_s"].max(initial=0.0))),
-                 "driver_s": wall - wait_s, "round_us_total": int(round_us),
+                 "driver_s": wall - wait_s, "driver_cpu_s": time.thread_time() - c0,
+                 "round_us_total": int(round_us),
                  "round_us_mean": round_us / rounds if rounds else 0.0}
         prev = self._phase_stats.get(phase)
         if prev:
             for key in ("rounds", "rounds_ended_early", "windows", "shard_calls", "messages",
                         "promise_pushes", "promise_wants", "wall_s", "sync_s",
-                        "driver_s", "round_us_total"):
+                        "driver_s", "driver_cpu_s", "round_us_total"):
                 stats[key] += prev.get(key, 0)
             for key in PER_SHARD_TIMES:   # (a run resumed from an older checkpoint lacks some)
                 stats[key] = [a + b for a, b in
