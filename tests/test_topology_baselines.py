@@ -123,3 +123,29 @@ def test_cross_lookahead_by_hand():
     look = lat.lookahead_matrix_us([0, 0, 1, 1, 2])              # per pair of parts
     assert look[0, 1] == look[1, 0] == look[1, 2] == 2000 + 4000 and look[0, 2] == 2000
     assert lat.cross_lookahead_us([0] * 5) == np.iinfo(np.int64).max   # one part
+
+
+def test_partition_for_many_shards_keeps_close_domains_together(monkeypatch):
+    # k above the 10 regions of ts5050: domains are cut in region order; a few domains of
+    # different regions' cuts lie close (a transit router 1 us from another domain's stub
+    # router), and joining those first raises the lookahead the closest pair of parts sets
+    import topologies.partition as partition
+    topo = attach_hosts(generate_transit_stub(preset="ts5050", seed=1), 10_000, seed=1)
+    lat = RouterLatency.from_topology(topo)
+    dom = topo.router_domain
+    for k in (16, 64):
+        part = partition_routers(topo, k)
+        with monkeypatch.context() as m:
+            m.setattr(partition, "MAX_SPACED_UNITS", 0)    # the cut of the domains alone
+            alone = partition_routers(topo, k)
+        assert set(np.unique(part)) == set(range(k))
+        assert all(len(np.unique(part[dom == d])) == 1 for d in np.unique(dom))
+        hosts = np.bincount(part[topo.host_router], minlength=k)
+        hosts_alone = np.bincount(alone[topo.host_router], minlength=k)
+        assert hosts.max() <= max(1.05 * topo.n_hosts / k, hosts_alone.max())
+        look = lat.cross_lookahead_us(part[topo.host_router])
+        look_alone = lat.cross_lookahead_us(alone[topo.host_router])
+        assert look > 2 * look_alone, (k, look, look_alone)   # 23 vs 8 ms, 8 vs 2 ms
+        # still a cut by region: most pairs of parts are far apart (few bind each other)
+        pairs = lat.lookahead_matrix_us(part[topo.host_router])[np.triu_indices(k, 1)]
+        assert np.median(pairs) > 10 * look
