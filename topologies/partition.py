@@ -161,15 +161,24 @@ def _spaced_deal(weight: np.ndarray, latency: np.ndarray, k: int, cap: float,
         part_of_cluster = _deal(np.bincount(cluster, weights=weight), k, cap)
         return None if part_of_cluster is None else part_of_cluster[cluster]
 
-    lo, hi, best = 0, len(thresholds), fallback      # thresholds[0] keeps every region apart
+    # thresholds[0] keeps every region apart
+    _, best = _largest_feasible(thresholds, deal_at, 0, fallback)
+    return best.astype(np.int32)
+
+
+def _largest_feasible(thresholds: np.ndarray, attempt, lo: int, best):
+    """(i, attempt(thresholds[i])) for the largest i above `lo` whose attempt is not None,
+    by bisection (assuming that once an attempt fails, every larger threshold fails too);
+    (lo, best) when none. O(log n) attempts."""
+    hi = len(thresholds)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        part_of = deal_at(thresholds[mid])
-        if part_of is None:
+        got = attempt(thresholds[mid])
+        if got is None:
             hi = mid
         else:
-            lo, best = mid, part_of
-    return best.astype(np.int32)
+            lo, best = mid, got
+    return lo, best
 
 
 def _spaced_units(topo: Topology, unit: np.ndarray, region: np.ndarray, weight: np.ndarray,
@@ -216,15 +225,8 @@ def _spaced_units(topo: Topology, unit: np.ndarray, region: np.ndarray, weight: 
         return part_of_unit
 
     thresholds = np.unique(latency[np.isfinite(latency)])
-    lo, hi, best = -1, len(thresholds), None   # t = thresholds[0]: every unit alone
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        part_of_unit = cut_at(thresholds[mid])
-        if part_of_unit is None:
-            hi = mid
-        else:
-            lo, best = mid, part_of_unit
-    if best is None or lo == 0:
+    lo, best = _largest_feasible(thresholds, cut_at, -1, None)
+    if best is None or lo == 0:             # t = thresholds[0]: every unit alone
         return None
     return best[inverse]
 
