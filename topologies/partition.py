@@ -275,28 +275,13 @@ def _group_latency(topo: Topology, group: np.ndarray, g: int) -> np.ndarray | No
 
 def _region_latency(topo: Topology, region: np.ndarray) -> np.ndarray | None:
     """float64[G, G] over the regions in sorted id order (np.unique): the least
-    router-to-router delay between the routers with hosts of two regions (what the
-    lookahead between them adds to its two LAN hops), +inf on the diagonal; None when the
-    topology has no dense delay table or too many regions to deal by latency. O(R^2)."""
-    if not getattr(topo, "is_dense", False):
-        return None
-    ids = np.unique(region)
+    router-to-router delay between the routers with hosts of two regions
+    (:func:`_group_latency`); None when the topology has no dense delay table or too many
+    regions to deal by latency. O(R^2)."""
+    ids, inverse = np.unique(region, return_inverse=True)
     if len(ids) > EVEN_OUT_MAX_REGIONS:
         return None
-    dist = topo.dist_matrix()
-    with_hosts = np.zeros(topo.n_routers, bool)
-    with_hosts[topo.host_router] = True
-    if not with_hosts.any():
-        with_hosts[:] = True
-    g = len(ids)
-    out = np.full((g, g), np.inf)
-    rows = [np.flatnonzero(with_hosts & (region == r)) for r in ids.tolist()]
-    nearest = [dist[r].min(axis=0) if len(r) else None for r in rows]
-    for i in range(g):
-        for j in range(g):
-            if i != j and nearest[i] is not None and len(rows[j]):
-                out[i, j] = float(nearest[i][rows[j]].min())
-    return out
+    return _group_latency(topo, inverse, len(ids))
 
 
 def _even_out(part_of: np.ndarray, weight: np.ndarray, load: np.ndarray,
