@@ -78,10 +78,7 @@ def partition_routers(topo: Topology, k: int, hosts_weight=None) -> np.ndarray:
                      (region[order][1:] != region[order][:-1])
     unit_of_sorted = np.cumsum(unit_start) - 1
     unit_weight = np.bincount(unit_of_sorted, weights=weight[order])
-    # cut at cumulative-weight quantiles, unit centre decides its part
-    cum = np.cumsum(unit_weight)
-    centre = cum - unit_weight / 2
-    part_of_unit = np.minimum((centre / cum[-1] * k).astype(np.int64), k - 1)
+    part_of_unit = _quantile_parts(unit_weight, k)
     n_units = len(unit_weight)
     if n_units >= k:
         # guarantee no empty part: units are spread so each part gets at least one
@@ -241,13 +238,19 @@ def _contiguous_cut(weight: np.ndarray, group: np.ndarray, k: int,
     if len(starts) < k:
         return None
     group_weight = np.add.reduceat(weight, starts)
-    cum = np.cumsum(group_weight)
-    centre = cum - group_weight / 2
-    part_of_group = np.minimum((centre / cum[-1] * k).astype(np.int64), k - 1)
+    part_of_group = _quantile_parts(group_weight, k)
     load = np.bincount(part_of_group, weights=group_weight, minlength=k)
     if load.min() == 0 or load.max() > cap:
         return None
     return np.repeat(part_of_group, np.diff(np.r_[starts, n])).astype(np.int32)
+
+
+def _quantile_parts(weight: np.ndarray, k: int) -> np.ndarray:
+    """int64 part per item (items in order) for k contiguous runs of even weight: the
+    cumulative-weight quantile of an item's centre decides its part. O(n)."""
+    cum = np.cumsum(weight)
+    centre = cum - weight / 2
+    return np.minimum((centre / cum[-1] * k).astype(np.int64), k - 1)
 
 
 def _group_latency(topo: Topology, group: np.ndarray, g: int) -> np.ndarray | None:
