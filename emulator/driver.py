@@ -132,6 +132,28 @@ def earliest_causes(next_at: np.ndarray, reach: np.ndarray) -> np.ndarray:
     return np.minimum(next_at, caused_at(next_at, reach))
 
 
+def bound_left(next_at: np.ndarray, due, heads) -> int:
+    """After a round that ended early, lower ``next_at`` (per shard, in place) for the
+    shards that left: one that left before `limit` may not have run batches pushed to it
+    for before `limit`, which wait in its inbox. None of them is due before the grid point
+    it stopped at (``reached``: its peers' promises kept it from running past anything
+    still on its way), so its next event is at least ``max(earliest, reached)`` of each
+    pushed batch whose latest arrival is at or after ``reached``. `heads` are the round's
+    (next event, stats) of the shards `due`. A lower bound is all the rounds need (it only
+    makes the next one more careful) and costs no call to the shard, which reports its
+    true next event at the end of its next round. Returns how many shards it lowered.
+    O(batches pushed before `limit`)."""
+    reached = {k: st["reached"] for k, (_, st) in zip(due, heads, strict=True) if st["left"]}
+    lowered = set()
+    for _, st in heads:
+        for dst, first, last in st["pushed"]:
+            stop = reached.get(dst)
+            if stop is not None and last >= stop and max(first, stop) < next_at[dst]:
+                next_at[dst] = max(first, stop)
+                lowered.add(dst)
+    return len(lowered)
+
+
 class Emulator:
     """Drive `shards` ShardActors over `n_nodes` nodes (see docs/ARCHITECTURE.md)."""
 
@@ -353,7 +375,7 @@ class Emulator:
         limit = NEVER if until is None else -(-int(until) // d) * d
         t0 = time.perf_counter()
         c0 = time.thread_time()   # the driver's own CPU: its work, not waiting for a core
-        rounds = early = windows = events = calls = promises = wants = 0
+        rounds = early = windows = events = calls = promises = wants = bounded = 0
         round_us = 0
         wait_s = 0.0          # blocked on shards; the rest of the loop is the driver's own work
         # per shard: wall time processing cells, that thread's CPU time, and the wait for
@@ -389,18 +411,15 @@ class Emulator:
                 for key, total in per_shard.items():
                     total[k] += st[key]
             windows += max(st["windows"] for _, st in heads)
-            left = sum(st["left"] for _, st in heads)
-            if left:
-                # the round ended early: what a shard that stopped short holds in its inbox
-                # can be due anywhere after its last cell, so each says where it stands
-                nxt[due] = self._get([self._actors[k].accept.remote() for k in due],
-                                     f"phase {phase!r}", due, start)
-                early += 1
             wait_s += time.perf_counter() - t_wait
             for _, st in heads:   # batches pushed for after the round, not yet in queues
                 for dst, t in st["sent_min"].items():
                     if t < nxt[dst]:
                         nxt[dst] = t
+            left = any(st["left"] for _, st in heads)
+            if left:
+                early += 1
+                bounded += bound_left(self._next_at, due, heads)
             rounds += 1
             calls += len(due)
             round_us += end - start
@@ -415,6 +434,7 @@ class Emulator:
             progress(phase, self.now, events)
         self._windows += windows
         stats = {"rounds": rounds, "rounds_ended_early": early, "windows": windows,
+                 "left_bounded": bounded,
                  "shard_calls": calls, "messages": events,
                  "promise_pushes": promises, "promise_wants": wants,
                  "virtual_us": self.now, "wall_s": wall,
@@ -425,7 +445,8 @@ class Emulator:
                  "round_us_mean": round_us / rounds if rounds else 0.0}
         prev = self._phase_stats.get(phase)
         if prev:
-            for key in ("rounds", "rounds_ended_early", "windows", "shard_calls", "messages",
+            for key in ("rounds", "rounds_ended_early", "left_bounded", "windows",
+                        "shard_calls", "messages",
                         "promise_pushes", "promise_wants", "wall_s", "sync_s",
                         "driver_s", "driver_cpu_s", "round_us_total"):
                 stats[key] += prev.get(key, 0)

@@ -227,7 +227,11 @@ class ShardActor:
         tells its peers and returns; the round then ends before `limit` (stats["left"])
         and the driver starts the next one from where every shard stands, jumping the
         idle stretch. stats["sent_min"] maps each peer to the earliest arrival pushed to
-        it at or after `limit` (still in its inbox)."""
+        it at or after `limit` (still in its inbox); stats["reached"] is the grid point
+        before which this shard processed every cell, and stats["pushed"] lists
+        (peer, earliest, latest arrival) of each batch pushed with arrivals before `limit`,
+        which a peer that left early may not have run: from these the driver bounds the
+        next event of a shard that left without asking it (Emulator.run)."""
         try:
             return self._round(int(number), int(era), int(limit), phase,
                                np.asarray(earliest, np.int64), injected)
@@ -257,7 +261,7 @@ class ShardActor:
             np.maximum(self._promise_in, _plus(earliest, self._look_in), out=self._promise_in)
         stats = {"events": 0, "busy_s": 0.0, "cpu_s": 0.0, "wait_s": 0.0, "windows": 0,
                  "done_until": engine.done_until, "left": False, "promises": 0, "wants": 0}
-        pushes, sent_min = [], {}
+        pushes, sent_min, pushed = [], {}, []
         pending = list(injected)
         idle_wakes = 0
         leaving = False
@@ -305,6 +309,8 @@ class ShardActor:
                         later = t[t >= limit]         # the rest k runs in this round
                         if len(later):
                             sent_min[k] = min(sent_min.get(k, NEVER), int(later.min()))
+                        if len(later) < len(t):       # k runs these unless it leaves first
+                            pushed.append((k, int(t.min()), int(t.max())))
                     else:
                         stats["promises"] += 1
                     pushes.append(self._push(k, int(promise[k]), batch,
@@ -340,6 +346,8 @@ class ShardActor:
         ray.get(pushes)   # the driver must not start the next round before peers hold them
         stats["wait_s"] += time.perf_counter() - t0
         stats["sent_min"] = sent_min
+        stats["pushed"] = pushed
+        stats["reached"] = reached
         stats["left"] = stats["left"] or leaving
         return engine.queue.next_time(), stats
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from emulator.driver import reach_matrix, window_ends
+from emulator.driver import bound_left, reach_matrix, window_ends
 from emulator.queue import NEVER
 from scenarios import runner as runner_mod
 
@@ -51,6 +51,23 @@ def test_a_shard_alone_with_events_is_bounded_by_its_round_trip():
     assert reach.tolist() == [[12 * d, 5 * d], [7 * d, 12 * d]]
     ends = window_ends(np.array([0, NEVER], np.int64), reach, d, 10 ** 9, NEVER)
     assert ends.tolist() == [12 * d, 5 * d]
+
+
+def test_a_shard_that_left_early_is_bounded_by_what_its_peers_pushed_it():
+    # round to limit 100: shard 1 left at 40, shard 2 left at 70, shards 0 and 3 ran to the
+    # limit; what they report having pushed for before the limit, as (peer, first, last)
+    nxt = np.array([100, 90, NEVER, 200], np.int64)        # what each reported of its queue
+    heads = [(100, {"left": False, "reached": 100, "pushed": [(1, 20, 30), (2, 50, 80)]}),
+             (90, {"left": True, "reached": 40, "pushed": [(0, 60, 95)]}),
+             (NEVER, {"left": True, "reached": 70, "pushed": [(1, 30, 120), (3, 10, 99)]}),
+             (200, {"left": False, "reached": 100, "pushed": [(2, 60, 65)]})]
+    assert bound_left(nxt, [0, 1, 2, 3], heads) == 2
+    # shard 1 ran all of (20, 30) before it stopped at 40; of (30, 120) nothing before 40
+    # can wait in its inbox: its next event is at least 40. Shard 2 may not have run
+    # (50, 80) past its stop at 70, but did run all of (60, 65). Shards that ran to the
+    # limit ran everything pushed to them before it (and report the rest in sent_min).
+    assert nxt.tolist() == [100, 40, 70, 200]
+    assert bound_left(nxt, [0, 1, 2, 3], heads) == 0         # nothing left to lower
 
 
 def test_lookahead_matrix_is_the_least_latency_between_parts():
