@@ -393,7 +393,9 @@ class Emulator:
             end = min(max((first + self._cap_us) // d * d, start + d), limit)
             earliest = earliest_causes(self._next_at, self.reach)
             due = np.flatnonzero(earliest < end).tolist()
-            arg = earliest if self.shards <= 64 else ray.put(earliest)
+            # raw bytes: a numpy argument costs the driver ~25 % more CPU per call (its
+            # pickling, BENCHMARKS.md); above 64 shards one shared copy
+            arg = earliest.tobytes() if self.shards <= 64 else ray.put(earliest)
             self._round_number += 1
             refs = [self._actors[k].run_round.remote(self._round_number, era, end, phase,
                                                      arg, *self._inbox[k])

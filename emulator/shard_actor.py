@@ -77,6 +77,14 @@ def _resolve(value):
     return ray.get(value) if isinstance(value, ray.ObjectRef) else value
 
 
+def _int64s(values) -> np.ndarray:
+    """int64 array of the driver's raw bytes (or of an array: above 64 shards it shares
+    one copy through the object store)."""
+    if isinstance(values, bytes):
+        return np.frombuffer(values, np.int64)
+    return np.asarray(values, np.int64)
+
+
 def _plus(t, delay):
     """t + delay for int64 arrays or ints, NEVER where either is NEVER (no overflow)."""
     return np.minimum(t, NEVER - delay) + delay
@@ -234,7 +242,7 @@ class ShardActor:
         next event of a shard that left without asking it (Emulator.run)."""
         try:
             return self._round(int(number), int(era), int(limit), phase,
-                               np.asarray(earliest, np.int64), injected)
+                               _int64s(earliest), injected)
         except BaseException:
             for k, peer in enumerate(self._peers):
                 if k != self.engine.shard_id:
