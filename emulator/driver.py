@@ -393,8 +393,8 @@ class Emulator:
             end = min(max((first + self._cap_us) // d * d, start + d), limit)
             earliest = earliest_causes(self._next_at, self.reach)
             due = np.flatnonzero(earliest < end).tolist()
-            # raw bytes: a numpy argument costs the driver ~25 % more CPU per call (its
-            # pickling, BENCHMARKS.md); above 64 shards one shared copy
+            # raw bytes: a numpy argument costs the driver ~1.5x the CPU per call (its
+            # pickling; benchmarks/bench_round_call.py); above 64 shards one shared copy
             arg = earliest.tobytes() if self.shards <= 64 else ray.put(earliest)
             self._round_number += 1
             refs = [self._actors[k].run_round.remote(self._round_number, era, end, phase,
