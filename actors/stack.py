@@ -24,8 +24,10 @@ class OverlayStack:
     def __init__(self, pastry_params: dict, app=None):
         self.app = app
         self.pastry = Pastry(app, dict(pastry_params))
-        # the engine calls handle once per run of a cell: straight to Pastry's
+        # the engine calls handle once per run of a cell (or handle_runs for a stretch of
+        # runs): straight to Pastry's
         self.handle = self.pastry.handle
+        self.handle_runs = self.pastry.handle_runs
 
     # ---- engine interface -----------------------------------------------------------
     def setup(self, ctx):
@@ -33,6 +35,10 @@ class OverlayStack:
 
     def handle(self, ctx, type_code, batch):
         self.pastry.handle(ctx, type_code, batch)
+
+    @property
+    def compiled_run_types(self) -> frozenset:
+        return self.pastry.compiled_run_types
 
     def on_fail(self, ctx, local_idx):
         self.pastry.on_fail(ctx, local_idx)

@@ -105,6 +105,8 @@ class ShardEngine:
         self.ctx = ShardContext(self)
         self.stack = stack_factory()
         self.stack.setup(self.ctx)
+        # a stack may take a stretch of runs of these types in one call (handle_runs)
+        self._run_types = frozenset(getattr(self.stack, "compiled_run_types", ()))
         self._flush()
 
     # ---- shared data ----------------------------------------------------------------
@@ -224,18 +226,38 @@ class ShardEngine:
 
     def _dispatch(self, due: Batch) -> None:
         """Hand a cell's messages (in dispatch order: ``EventQueue.pop_cell``) to the
-        stack, one run of a type at a time."""
+        stack, one run of a type at a time; a stretch of runs whose types the stack
+        takes together (``compiled_run_types``), all bound for live nodes, in one
+        ``handle_runs`` call."""
         m = due.msgs
         types = m["type"]
         payload = due.payload
         # one run per message type; the local index of every row's node; whether every
         # node the cell goes to is alive (only FAIL and RECOVER, the lowest types and so
         # the first runs, change that: the rest of the cell is checked again after them)
-        bounds, li_all, rest_alive = kernels.cell_runs(types, m["dst"], self.local_index,
-                                                       self.alive)
-        bounds = bounds.tolist()
-        for s, e in zip(bounds[:-1], bounds[1:], strict=True):
-            ty = int(types[s])
+        bounds_arr, li_all, rest_alive = kernels.cell_runs(types, m["dst"], self.local_index,
+                                                           self.alive)
+        bounds = bounds_arr.tolist()
+        n_runs = len(bounds) - 1
+        together = self._run_types
+        run_types = types[bounds_arr[:-1]].tolist() if together else None
+        i = 0
+        while i < n_runs:
+            s, e = bounds[i], bounds[i + 1]
+            ty = run_types[i] if together else int(types[s])
+            i += 1
+            if ty in together:
+                if rest_alive is None:
+                    rest_alive = bool(self.alive[li_all[s:]].all())
+                if rest_alive:
+                    last = i
+                    while last < n_runs and run_types[last] in together:
+                        last += 1
+                    done = self.stack.handle_runs(self.ctx, m, payload, li_all, bounds_arr,
+                                                  run_types, i - 1, last)
+                    if done >= i:
+                        i = done
+                        continue
             li = li_all[s:e]
             sub = Batch.run(m[s:e], payload, li)
             if ty == RECOVER:

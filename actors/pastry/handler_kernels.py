@@ -39,12 +39,30 @@ from .kernels import (
     sender_and_payload,
     table_rows,
 )
-from .types import Announce, Join, JoinLeafs, JoinReq, KaTimer, LeafRefresh, RowsReply
+from .types import (
+    ANNOUNCE,
+    FIRST_OWN,
+    LAST_OWN,
+    LEAF_LOOKUP,
+    LEAF_REPLY,
+    LEAF_REQ,
+    ROWS_REPLY,
+    ROWS_REQ,
+    Announce,
+    Join,
+    JoinLeafs,
+    JoinReq,
+    KaTimer,
+    LeafRefresh,
+    RowsReply,
+    RowsReq,
+)
 
 # type-specific columns the kernels write (compile-time constants inside them)
 _ANNOUNCER = Announce.announcer
 _IN_LEAF_SET = Announce.in_leaf_set
 _ROW = RowsReply.row
+_ROW_ASKED = RowsReq.row
 _INCARNATION = LeafRefresh.incarnation
 _LOOKUPS_DONE = LeafRefresh.lookups_done
 _TABLE_TICK = LeafRefresh.table_tick
@@ -742,3 +760,103 @@ def keepalives_heard(m, li, failed, members, heard):
         lil[i] = li[i]
     forget_failed(failed, lil, senders)
     return keepalive_heard(members, heard, lil, senders, now)
+
+
+# ---- the runs of a cell pass in one call ------------------------------------------------
+# The message types :func:`on_runs` takes, with the room (send rows, payload ids) each of
+# their messages may need: what each handler's own ``send_compiled`` call reserves.
+RUN_TYPES = (ANNOUNCE, LEAF_REQ, LEAF_REPLY, LEAF_LOOKUP, ROWS_REQ, ROWS_REPLY)
+
+
+def run_room(l: int, width: int) -> dict:
+    """{type: (send rows, payload ids) per message} of :data:`RUN_TYPES`, for leaf sets of
+    ``l`` and routing-table rows of ``width`` entries."""
+    return {ANNOUNCE: (2, l + 1), LEAF_REQ: (1, l + 1), LEAF_REPLY: (l, 0),
+            LEAF_LOOKUP: (1, l + 1), ROWS_REQ: (1, width), ROWS_REPLY: (0, 0)}
+
+
+@numba.njit(cache=True)
+def on_runs(m, payload, local, bounds, first, last, lookups, rt, members, heard, failed, nbr,
+            nbr_keys, nbr_known, global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan,
+            out, pool, cursor, s_hr, s_rdist, s_lan):
+    """Runs ``first..last-1`` of a cell pass (``m`` the pass's records in dispatch order,
+    run r = rows ``bounds[r]:bounds[r + 1]``, one message type each, every type one of
+    :data:`RUN_TYPES`), each handled by the kernel its handler calls (:func:`on_announce`,
+    :func:`on_leaf_req`, :func:`on_leaf_reply`, :func:`on_leaf_lookup`,
+    :func:`on_rows_req`, :func:`on_rows_reply`), in run order, their sends one after the
+    other: the same rows, state changes and sends as one call per run, without a Python
+    handler, a kernel dispatch and a boxed result per run (a cell of the faithful
+    bootstrap holds ~25 messages in ~5 runs, and that glue cost as much as the work).
+
+    Stops before a LEAF_LOOKUP run when ``lookups`` is false (hop acknowledgements on:
+    the router's path) or when :func:`on_leaf_lookup` does not take it (nothing done).
+    Returns (the first run not handled, probes, the nodes whose leaf set changed -- run
+    after run, each run's distinct and sorted --, the end of each handled run's nodes in
+    that array, the route log of the lookups, rows written, cursor). Room: the sum of
+    :func:`run_room` over the runs' messages. O(sum of the kernels' costs)."""
+    changed_nodes = np.empty(len(m), np.int64)
+    ends = np.empty(max(last - first, 0), np.int64)
+    n_changed = 0
+    probes = 0
+    log = np.empty(0, ROUTE_LOG_DTYPE)
+    k = 0
+    pos = cursor
+    r = first
+    while r < last:
+        s = bounds[r]
+        e = bounds[r + 1]
+        mm = m[s:e]
+        li = local[s:e]
+        n = e - s
+        ty = mm[0]["type"]
+        p = 0
+        uli = np.empty(0, np.int64)
+        changed = np.empty(0, np.bool_)
+        if ty == ANNOUNCE:
+            in_leaf_set = np.empty(n, np.int64)
+            for i in range(n):
+                in_leaf_set[i] = mm[i][_IN_LEAF_SET]
+            p, uli, changed, kk, pos = on_announce(
+                mm, li, in_leaf_set, rt, members, heard, failed, nbr, nbr_keys, nbr_known,
+                global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan, LEAF_REQ, LEAF_REPLY,
+                out[k:], pool, pos, s_hr, s_rdist, s_lan)
+        elif ty == LEAF_REQ:
+            kk, pos = on_leaf_req(mm, li, members, failed, LEAF_REPLY, out[k:], pool, pos,
+                                  s_hr, s_rdist, s_lan)
+        elif ty == LEAF_REPLY:
+            p, uli, changed, kk, pos = on_leaf_reply(
+                mm, payload, li, rt, members, heard, failed, nbr, nbr_keys, nbr_known,
+                global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan, ANNOUNCE,
+                out[k:], pool, pos, s_hr, s_rdist, s_lan)
+        elif ty == LEAF_LOOKUP:
+            if not lookups:
+                break
+            ok, rows, p, uli, changed, kk, pos2 = on_leaf_lookup(
+                mm, li, rt, members, nbr, ids_hi, ids_lo, b, LEAF_LOOKUP, FIRST_OWN,
+                LAST_OWN, heard, failed, nbr_keys, nbr_known, global_ids, half, hr, rdist,
+                lan, LEAF_REPLY, out[k:], pool, pos, s_hr, s_rdist, s_lan)
+            if not ok:
+                break
+            pos = pos2
+            log = rows
+        elif ty == ROWS_REQ:
+            asked = np.empty(n, np.int64)
+            for i in range(n):
+                asked[i] = mm[i][_ROW_ASKED]
+            kk, pos = on_rows_req(mm, li, asked, rt, ROWS_REPLY, out[k:], pool, pos, s_hr,
+                                  s_rdist, s_lan)
+        elif ty == ROWS_REPLY:
+            p, kk, pos = on_rows_reply(mm, payload, li, rt, failed, global_ids, ids_hi,
+                                       ids_lo, b, hr, rdist, lan, out[k:], pool, pos, s_hr,
+                                       s_rdist, s_lan)
+        else:
+            break
+        k += kk
+        probes += p
+        for q in range(len(uli)):
+            if changed[q]:
+                changed_nodes[n_changed] = uli[q]
+                n_changed += 1
+        ends[r - first] = n_changed
+        r += 1
+    return r, probes, changed_nodes[:n_changed], ends[:r - first], log, k, pos

@@ -26,6 +26,7 @@ import numpy as np
 
 from actors.common_api import Application
 
+from . import handler_kernels
 from . import types as msg_types
 from .endpoint import OverlayEndpoint
 from .hop_acks import HopAcks
@@ -34,7 +35,7 @@ from .maintenance import LeafSetMaintenance
 from .messages import make_batch, msgs_of, payload_of, take_rows
 from .nodes import PastryNodes
 from .oracle import oracle_state
-from .router import Router
+from .router import ROUTE_LOG_COLUMNS, Router
 from .state import PastryState, check_params
 from .table_repair import TableRepair
 
@@ -141,6 +142,8 @@ class Pastry:
         # the application's optional compiled pass for a cell of its direct messages
         self._app_compiled = getattr(self.app, "receive_compiled", None)
         self.nodes: PastryNodes | None = None
+        # message types whose runs handle_runs may take (set up by _compose)
+        self.compiled_run_types: frozenset = frozenset()
 
     # ---- engine interface ---------------------------------------------------------------
     def setup(self, ctx):
@@ -210,12 +213,52 @@ class Pastry:
         }
         # (handle() gives these types' batches to their handler without a look at the mode)
         assert not set(self._handlers) & msg_types.ROUTED_TYPES
+        # the types whose runs handle_runs takes in one compiled call (the lookups only where
+        # receive_lookups would take them: no hop acknowledgements), and each one's room
+        self.compiled_run_types = frozenset(
+            t for t in handler_kernels.RUN_TYPES
+            if t != msg_types.LEAF_LOOKUP or not self.acks.enabled)
+        self._run_room = handler_kernels.run_room(self.nodes.leaves.members.shape[1],
+                                                  self.nodes.table.width)
 
     def _handler(self, type_code):
         handler = self._handlers.get(int(type_code))
         if handler is None:
             raise ValueError(f"Pastry: no handler for type {type_code}")
         return handler
+
+    def handle_runs(self, ctx, m, payload, local, bounds, run_types, first, last) -> int:
+        """Runs ``first..last-1`` of a cell pass, all of :attr:`compiled_run_types` and
+        bound for live nodes (``m`` the pass's records in dispatch order, ``payload`` its
+        int32 payload, ``local`` each row's local index, run r = rows ``bounds[r]`` to
+        ``bounds[r + 1]`` of type ``run_types[r]``), in one compiled call
+        (``handler_kernels.on_runs``): what :meth:`handle` does run by run, with the same
+        sends in the same order. The application hears of changed leaf sets
+        (``new_leafs``) after the call, run by run: the upcall carries no time and sends
+        nothing, so no handler of these runs can tell. Returns the first run not handled
+        (``first`` when none was: nothing done)."""
+        room = self._run_room
+        rows = ints = 0
+        for r in range(first, last):
+            per_row, per_id = room[run_types[r]]
+            n = bounds[r + 1] - bounds[r]
+            rows += per_row * n
+            ints += per_id * n
+        nodes = self.nodes
+        done, probes, changed, ends, log = ctx.send_compiled(
+            rows, ints, handler_kernels.on_runs, m, payload, local, bounds, first, last,
+            not self.acks.enabled, *nodes.learn_inputs(ctx))
+        if len(log):
+            ctx.log_records("route", log, ROUTE_LOG_COLUMNS)
+        if probes:
+            ctx.count("pastry_probes", probes)
+        if len(changed):
+            start = 0
+            for end in ends.tolist():
+                if end > start:
+                    self.app.new_leafs(ctx, changed[start:end])
+                start = end
+        return done
 
     def handle(self, ctx, type_code, batch):
         """One sub-batch of one message type: Pastry's own direct messages to their
