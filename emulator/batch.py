@@ -115,8 +115,15 @@ def take_rows(msgs: np.ndarray, idx) -> np.ndarray:
     is a copy of m: 3x faster than ``m.copy()``, which copies a record field by field)."""
     row = _row_view(msgs.dtype)
     if isinstance(idx, slice):
-        return msgs[idx].view(row).copy().view(msgs.dtype)
-    return msgs.view(row)[idx].view(msgs.dtype)
+        return records_of(msgs[idx].view(row).copy(), msgs.dtype)
+    return records_of(msgs.view(row)[idx], msgs.dtype)
+
+
+def records_of(rows: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A new contiguous array of opaque rows (``_row_view``) seen as records of
+    ``dtype``, no copy: ``np.frombuffer``, which costs ~0.5 us where ``.view(dtype)``
+    checks every field of the record in Python (~2 us), on every pop and pass."""
+    return np.frombuffer(rows, dtype)
 
 
 class Batch:

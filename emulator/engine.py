@@ -125,13 +125,19 @@ class ShardEngine:
         `sends`) as one batch: a cell of sparse traffic makes a handful of small sends, and
         one stamp, one log chunk and one queue push per pass cost less than one each. The
         rows, their order and their sequence numbers are those of sending them one by
-        one."""
-        if len(self.sends):
-            self._route(self.sends.take())
+        one. The rows are stamped where they were written and copied out once, by the
+        queue, the outboxes and the log."""
+        if not len(self.sends):
+            return
+        m, payload = self.sends.pending()
+        try:
+            self._route(m, payload)
+        finally:
+            self.sends.clear()
 
-    def _route(self, batch: Batch) -> None:
-        """Stamp per-sender sequence numbers, log hops, route to the queue or an outbox."""
-        m = batch.msgs
+    def _route(self, m: np.ndarray, payload: np.ndarray) -> None:
+        """Stamp per-sender sequence numbers, log hops, route to the queue or an outbox.
+        ``m``, ``payload``: the send buffer's rows and payload (views, copied here)."""
         late, bad_src, bad_dst, earliest, all_hops, new_type = kernels.stamp_records(
             m, self.local_index, self.seq, self.n_nodes, self.now, self._sent_counts)
         if bad_src >= 0:
@@ -148,23 +154,24 @@ class ShardEngine:
             seen = set(self._sent_types)
             self._sent_types += [t for t in kernels.type_counts(m["type"])[0].tolist()
                                  if t not in seen]
-        if self.log_messages:
-            if all_hops:   # the batch's records stay unchanged from here (the queue and
-                # the outboxes take copies), so the log may keep them as they are
-                self.logs.add_records("message", self.phase, m, self._log_columns)
+        if self.log_messages:   # (copies: the buffer's rows are written over next pass)
+            if all_hops:
+                self.logs.add_records("message", self.phase, take_rows(m, slice(None)),
+                                      self._log_columns)
             else:
                 hop = m["src"] != m["dst"]
                 if hop.any():
                     self.logs.add_records("message", self.phase, take_rows(m, hop),
                                           self._log_columns)
         if self.n_shards == 1:
-            self.queue.push(batch)
+            self.queue.push_records(m, payload)
             return
         shard = self.node_shard[m["dst"]]
         mine = shard == self.shard_id
         if mine.all():
-            self.queue.push(batch)
+            self.queue.push_records(m, payload)
             return
+        batch = Batch(take_rows(m, slice(None)), payload.copy())
         self.queue.push(batch.take(mine))
         for s in np.unique(shard[~mine]).tolist():
             self.outbox[s].append(batch.take(shard == s))

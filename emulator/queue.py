@@ -32,7 +32,7 @@ import numba
 import numpy as np
 
 from . import kernels
-from .batch import ENGINE_DTYPE, Batch, as_messages, dispatch_order, take_rows
+from .batch import ENGINE_DTYPE, Batch, as_messages, dispatch_order, records_of, take_rows
 
 NEVER = np.iinfo(np.int64).max
 
@@ -73,17 +73,26 @@ class EventQueue:
 
     def push(self, batch: Batch) -> None:
         """Add messages in any order; O(n) in the ring, O(log H) each into the heap."""
-        n = len(batch)
-        if not n:
+        if not len(batch):
             return
         m = as_messages(batch.msgs, self.dtype)
-        has_pay = len(batch.payload) > 0
-        need = int(m["pay_len"].sum()) if has_pay else 0
-        self._make_room(n, need)
+        payload = batch.payload
+        self.push_records(m, payload, int(m["pay_len"].sum()) if len(payload) else 0)
+
+    def push_records(self, m: np.ndarray, payload: np.ndarray, pay_need: int | None = None):
+        """As :meth:`push`, for records of the queue's dtype and the payload they index,
+        both copied (e.g. views of a send buffer); ``pay_need``: at least the payload ints
+        they reference (None: the whole ``payload``, every id of which a send buffer's rows
+        reference)."""
+        n = len(m)
+        if not n:
+            return
+        has_pay = len(payload) > 0
+        self._make_room(n, (len(payload) if pay_need is None else pay_need) if has_pay else 0)
         # a few records are copied in the kernel (no numpy call); many by numpy, which
         # moves a whole record at once where the compiled copy goes field by field
         few = n <= _FEW
-        slots = _push(m, few, has_pay, batch.payload, self._meta, self._free, self._heap_t,
+        slots = _push(m, few, has_pay, payload, self._meta, self._free, self._heap_t,
                       self._heap_s, self._poff, self._plen, self._pay, self._rows,
                       self._head, self._next, self.delta)
         if not few:
@@ -154,7 +163,7 @@ class EventQueue:
         return b
 
     def _batch(self, slots, payload, offsets) -> Batch:
-        msgs = self._raw[slots].view(self.dtype)
+        msgs = records_of(self._raw[slots], self.dtype)
         msgs["pay_off"] = offsets     # where each row's payload is in the new batch's
         return Batch(msgs, payload) if len(payload) else Batch(msgs)
 

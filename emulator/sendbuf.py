@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernels
-from .batch import NO_PAYLOAD, Batch, as_messages
+from .batch import NO_PAYLOAD, Batch, as_messages, records_of
 
 _FIRST_ROWS = 256
 _FIRST_PAYLOAD = 4096
@@ -121,9 +121,18 @@ class SendBuffer:
         self._n -= rows_reserved - int(rows_written)
         self._used = int(cursor)
 
+    def pending(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, payload) written since the last take or clear: views of the buffer,
+        valid until the next reserve, append, room, take or clear."""
+        return self._rows[:self._n], self._pool[:self._used]
+
+    def clear(self) -> None:
+        """Empty the buffer (what `pending` showed is written over by the next sends)."""
+        self._n = self._used = 0
+
     def take(self) -> Batch:
         """Everything written since the last take, as one new Batch; empties the buffer."""
-        rows = self._raw[:self._n].copy().view(self.dtype)
+        rows = records_of(self._raw[:self._n].copy(), self.dtype)
         payload = self._pool[:self._used].copy() if self._used else NO_PAYLOAD
         self._n = self._used = 0
         return Batch(rows, payload)
