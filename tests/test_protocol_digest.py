@@ -39,10 +39,24 @@ FAITHFUL_ORDERED = {1: "c096ce074c2367478e2fd4fa1321cc1c7c59f7218b4a1479458f64b6
 
 
 @pytest.mark.parametrize("shards", [1, 2])
-def test_faithful_bootstrap_reproduces_the_reference_digest(shards):
+def test_faithful_bootstrap_reproduces_the_reference_digest(shards, monkeypatch):
     """No keep-alives, so no hop acks: the compiled lookup, refresh and exchange handlers
-    run; their sends, in their order, are those of the code before them."""
+    run, most runs of a pass together in one call (``Pastry.handle_runs``); their sends,
+    in their order, are those of the code before them."""
+    from actors.pastry.protocol import Pastry
+
+    real, taken = Pastry.handle_runs, {}
+
+    def handle_runs(self, ctx, m, payload, local, bounds, run_types, first, last):
+        done = real(self, ctx, m, payload, local, bounds, run_types, first, last)
+        for r in range(first, done):
+            taken[run_types[r]] = taken.get(run_types[r], 0) + 1
+        return done
+    monkeypatch.setattr(Pastry, "handle_runs", handle_runs)
     emu, _ = run_faithful(300, shards)
+    # every type of the stretch was taken together many times (so the digest covers it)
+    assert set(taken) == set(emu.engines[0].stack.compiled_run_types)
+    assert min(taken.values()) > 20, taken
     d, rows = digest(emu, ordered=True)
     counters = rows["counters"]
     assert counters["counts.pastry_joined"] == 299 and counters["sent_by_type.29"] > 1000
