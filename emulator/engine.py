@@ -249,11 +249,12 @@ class ShardEngine:
         together = self._run_types
         run_types = types[bounds_arr[:-1]].tolist() if together else None
         i = 0
+        declined = -1   # a run handle_runs stopped at: it goes to handle alone
         while i < n_runs:
             s, e = bounds[i], bounds[i + 1]
             ty = run_types[i] if together else int(types[s])
             i += 1
-            if ty in together:
+            if ty in together and i - 1 != declined:
                 if rest_alive is None:
                     rest_alive = bool(self.alive[li_all[s:]].all())
                 if rest_alive:
@@ -263,7 +264,7 @@ class ShardEngine:
                     done = self.stack.handle_runs(self.ctx, m, payload, li_all, bounds_arr,
                                                   run_types, i - 1, last)
                     if done >= i:
-                        i = done
+                        i = declined = done
                         continue
             li = li_all[s:e]
             sub = Batch.run(m[s:e], payload, li)

@@ -42,8 +42,13 @@ from .kernels import (
 from .types import (
     ANNOUNCE,
     FIRST_OWN,
+    JOIN_LEAFS,
+    JOIN_NBRS,
+    JOIN_ROWS,
+    KA_TIMER,
     LAST_OWN,
     LEAF_LOOKUP,
+    LEAF_REFRESH,
     LEAF_REPLY,
     LEAF_REQ,
     ROWS_REPLY,
@@ -765,39 +770,57 @@ def keepalives_heard(m, li, failed, members, heard):
 # ---- the runs of a cell pass in one call ------------------------------------------------
 # The message types :func:`on_runs` takes, with the room (send rows, payload ids) each of
 # their messages may need: what each handler's own ``send_compiled`` call reserves.
-RUN_TYPES = (ANNOUNCE, LEAF_REQ, LEAF_REPLY, LEAF_LOOKUP, ROWS_REQ, ROWS_REPLY)
+RUN_TYPES = (JOIN_ROWS, JOIN_LEAFS, JOIN_NBRS, ANNOUNCE, LEAF_REQ, LEAF_REPLY, LEAF_REFRESH,
+             LEAF_LOOKUP, ROWS_REQ, ROWS_REPLY)
+# the types that take the router's path instead when hop acknowledgements are on
+ACK_PATH_TYPES = (LEAF_REFRESH, LEAF_LOOKUP)
 
 
-def run_room(l: int, width: int) -> dict:
+def joined_room(l: int, rows: int, width: int, nbrs: int, exchange_rows: int) -> int:
+    """Send rows :func:`joined` may write per node that just joined."""
+    return l + rows * width + nbrs + 3 + min(exchange_rows, rows) * width
+
+
+def run_room(l: int, width: int, joined_rows: int) -> dict:
     """{type: (send rows, payload ids) per message} of :data:`RUN_TYPES`, for leaf sets of
-    ``l`` and routing-table rows of ``width`` entries."""
+    ``l``, routing-table rows of ``width`` entries and ``joined_rows`` sends per node that
+    joins (:func:`joined_room`: a join piece may complete its node's join)."""
     return {ANNOUNCE: (2, l + 1), LEAF_REQ: (1, l + 1), LEAF_REPLY: (l, 0),
-            LEAF_LOOKUP: (1, l + 1), ROWS_REQ: (1, width), ROWS_REPLY: (0, 0)}
+            LEAF_LOOKUP: (1, l + 1), ROWS_REQ: (1, width), ROWS_REPLY: (0, 0),
+            LEAF_REFRESH: (2, 0), JOIN_ROWS: (joined_rows, 0), JOIN_LEAFS: (joined_rows, 0),
+            JOIN_NBRS: (joined_rows, 0)}
 
 
 @numba.njit(cache=True)
-def on_runs(m, payload, local, bounds, first, last, lookups, rt, members, heard, failed, nbr,
-            nbr_keys, nbr_known, global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan,
+def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard, failed,
+            nbr, nbr_keys, nbr_known, global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan,
+            joined_flags, nbrs_got, rows_expected, rows_got, incarnation, keepalive_us,
+            refresh_us, refresh_until, refresh_rounds, table_us, exchange_rows, seed, draws,
             out, pool, cursor, s_hr, s_rdist, s_lan):
     """Runs ``first..last-1`` of a cell pass (``m`` the pass's records in dispatch order,
     run r = rows ``bounds[r]:bounds[r + 1]``, one message type each, every type one of
-    :data:`RUN_TYPES`), each handled by the kernel its handler calls (:func:`on_announce`,
-    :func:`on_leaf_req`, :func:`on_leaf_reply`, :func:`on_leaf_lookup`,
+    :data:`RUN_TYPES`), each handled by the kernels its handler calls (:func:`on_join_piece`
+    then :func:`joined` for the nodes it completes, :func:`on_announce`, :func:`on_leaf_req`,
+    :func:`on_leaf_reply`, :func:`on_leaf_refresh`, :func:`on_leaf_lookup`,
     :func:`on_rows_req`, :func:`on_rows_reply`), in run order, their sends one after the
     other: the same rows, state changes and sends as one call per run, without a Python
     handler, a kernel dispatch and a boxed result per run (a cell of the faithful
     bootstrap holds ~25 messages in ~5 runs, and that glue cost as much as the work).
 
-    Stops before a LEAF_LOOKUP run when ``lookups`` is false (hop acknowledgements on:
-    the router's path) or when :func:`on_leaf_lookup` does not take it (nothing done).
+    Stops before a run it declines, which the caller then hands to the type's handler:
+    LEAF_REFRESH or LEAF_LOOKUP when ``acks_off`` is false (hop acknowledgements: the
+    router's path), a LEAF_REFRESH run that holds a table-maintenance tick, and runs
+    :func:`on_leaf_refresh` or :func:`on_leaf_lookup` do not take (nothing done).
     Returns (the first run not handled, probes, the nodes whose leaf set changed -- run
     after run, each run's distinct and sorted --, the end of each handled run's nodes in
-    that array, the route log of the lookups, rows written, cursor). Room: the sum of
-    :func:`run_room` over the runs' messages. O(sum of the kernels' costs)."""
+    that array, the route log of the lookups, how many nodes joined, rows written,
+    cursor). Room: the sum of :func:`run_room` over the runs' messages. O(sum of the
+    kernels' costs)."""
     changed_nodes = np.empty(len(m), np.int64)
     ends = np.empty(max(last - first, 0), np.int64)
     n_changed = 0
     probes = 0
+    n_joined = 0
     log = np.empty(0, ROUTE_LOG_DTYPE)
     k = 0
     pos = cursor
@@ -812,7 +835,25 @@ def on_runs(m, payload, local, bounds, first, last, lookups, rt, members, heard,
         p = 0
         uli = np.empty(0, np.int64)
         changed = np.empty(0, np.bool_)
-        if ty == ANNOUNCE:
+        if ty == JOIN_ROWS or ty == JOIN_LEAFS or ty == JOIN_NBRS:
+            piece = PIECE_ROWS if ty == JOIN_ROWS else \
+                PIECE_LEAFS if ty == JOIN_LEAFS else PIECE_NBRS
+            route_nodes = np.empty(n, np.int64)
+            for i in range(n):
+                route_nodes[i] = mm[i][_ROUTE_NODES]
+            p, uli, changed, jli, jt, kk, pos = on_join_piece(
+                mm, payload, li, piece, route_nodes, rt, members, heard, failed, nbr,
+                nbr_keys, nbr_known, global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan,
+                joined_flags, nbrs_got, rows_expected, rows_got, out[k:], pool, pos, s_hr,
+                s_rdist, s_lan)
+            if len(jli):   # JoinProtocol._joined
+                n_joined += len(jli)
+                kj, pos = joined(jli, jt, members, rt, nbr, heard, global_ids, incarnation,
+                                 ANNOUNCE, keepalive_us, KA_TIMER, refresh_us, refresh_until,
+                                 refresh_rounds, LEAF_REFRESH, table_us, exchange_rows,
+                                 ROWS_REQ, out[k + kk:], pool, pos, s_hr, s_rdist, s_lan)
+                kk += kj
+        elif ty == ANNOUNCE:
             in_leaf_set = np.empty(n, np.int64)
             for i in range(n):
                 in_leaf_set[i] = mm[i][_IN_LEAF_SET]
@@ -828,8 +869,27 @@ def on_runs(m, payload, local, bounds, first, last, lookups, rt, members, heard,
                 mm, payload, li, rt, members, heard, failed, nbr, nbr_keys, nbr_known,
                 global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan, ANNOUNCE,
                 out[k:], pool, pos, s_hr, s_rdist, s_lan)
+        elif ty == LEAF_REFRESH:   # (LeafSetMaintenance.on_leaf_refresh's compiled case)
+            if not acks_off:
+                break
+            inc_col = np.empty(n, np.int64)
+            done_col = np.empty(n, np.int64)
+            tick = False
+            for i in range(n):
+                tick = tick or mm[i][_TABLE_TICK] != 0
+                inc_col[i] = mm[i][_INCARNATION]
+                done_col[i] = mm[i][_LOOKUPS_DONE]
+            if tick:
+                break
+            ok, kk, pos2 = on_leaf_refresh(
+                mm, li, incarnation, inc_col, done_col, ids_hi, ids_lo, members, rt, seed,
+                draws, global_ids, LEAF_LOOKUP, LEAF_REFRESH, refresh_us, refresh_until,
+                refresh_rounds, out[k:], pool, pos, s_hr, s_rdist, s_lan)
+            if not ok:
+                break
+            pos = pos2
         elif ty == LEAF_LOOKUP:
-            if not lookups:
+            if not acks_off:
                 break
             ok, rows, p, uli, changed, kk, pos2 = on_leaf_lookup(
                 mm, li, rt, members, nbr, ids_hi, ids_lo, b, LEAF_LOOKUP, FIRST_OWN,
@@ -859,4 +919,4 @@ def on_runs(m, payload, local, bounds, first, last, lookups, rt, members, heard,
                 n_changed += 1
         ends[r - first] = n_changed
         r += 1
-    return r, probes, changed_nodes[:n_changed], ends[:r - first], log, k, pos
+    return r, probes, changed_nodes[:n_changed], ends[:r - first], log, n_joined, k, pos

@@ -354,14 +354,33 @@ class JoinProtocol:
         ctx.count("pastry_joined", len(li))
         lm, table = self.maintenance, nodes.table
         top = min(int(self.join_exchange_rows), table.rows)
-        room = len(li) * (nodes.leaves.members.shape[1] + table.rows * table.width
-                          + nodes.nbrs.members.shape[1] + 3 + top * table.width)
-        ctx.send_compiled(room, 0, handler_kernels.joined, li, t, nodes.leaves.members,
+        ctx.send_compiled(len(li) * self.joined_room(), 0, handler_kernels.joined, li, t,
+                          nodes.leaves.members,
                           table.entries, nodes.nbrs.members, nodes.leaves.heard,
                           nodes.global_ids, nodes.incarnation, msg_types.ANNOUNCE,
                           lm.keepalive_us, msg_types.KA_TIMER, lm.leaf_refresh_us,
                           lm.refresh_until, lm.leaf_refresh_rounds, msg_types.LEAF_REFRESH,
                           lm.table_maintenance_us, top, msg_types.ROWS_REQ)
+
+    def joined_room(self) -> int:
+        """Send rows :meth:`_joined` may write per node (``handler_kernels.joined_room``)."""
+        nodes, table = self.nodes, self.nodes.table
+        return handler_kernels.joined_room(nodes.leaves.members.shape[1], table.rows,
+                                           table.width, nodes.nbrs.members.shape[1],
+                                           int(self.join_exchange_rows))
+
+    def run_inputs(self) -> tuple:
+        """What ``handler_kernels.on_runs`` takes after learn's inputs to handle join
+        pieces as :meth:`_on_piece` does and the leaf refresh as
+        ``LeafSetMaintenance.on_leaf_refresh``: (joined, nbrs_got, rows_expected, rows_got,
+        incarnation, keepalive_us, leaf_refresh_us, refresh_until, leaf_refresh_rounds,
+        table_maintenance_us, exchange rows). Read at each call: a restore replaces the
+        arrays, and the refresh's end is set at the arrivals' schedule."""
+        nodes, lm = self.nodes, self.maintenance
+        return (nodes.joined, self.nbrs_got, self.rows_expected, self.rows_got,
+                nodes.incarnation, lm.keepalive_us, lm.leaf_refresh_us, lm.refresh_until,
+                lm.leaf_refresh_rounds, lm.table_maintenance_us,
+                min(int(self.join_exchange_rows), nodes.table.rows))
 
     # ---- second join stage: routing-table rows from the table's own nodes ------------------
     # The rows X got on its join route come from nodes near A's route, not near X; as in

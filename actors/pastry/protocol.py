@@ -217,9 +217,9 @@ class Pastry:
         # receive_lookups would take them: no hop acknowledgements), and each one's room
         self.compiled_run_types = frozenset(
             t for t in handler_kernels.RUN_TYPES
-            if t != msg_types.LEAF_LOOKUP or not self.acks.enabled)
+            if t not in handler_kernels.ACK_PATH_TYPES or not self.acks.enabled)
         self._run_room = handler_kernels.run_room(self.nodes.leaves.members.shape[1],
-                                                  self.nodes.table.width)
+                                                  self.nodes.table.width, j.joined_room())
 
     def _handler(self, type_code):
         handler = self._handlers.get(int(type_code))
@@ -236,7 +236,9 @@ class Pastry:
         sends in the same order. The application hears of changed leaf sets
         (``new_leafs``) after the call, run by run: the upcall carries no time and sends
         nothing, so no handler of these runs can tell. Returns the first run not handled
-        (``first`` when none was: nothing done)."""
+        (``first`` when none was: nothing done); if that is before ``last``, the kernel
+        declined it (a LEAF_REFRESH run with a table tick, a lookup it does not take) and
+        the engine hands it to :meth:`handle`."""
         room = self._run_room
         rows = ints = 0
         for r in range(first, last):
@@ -244,14 +246,16 @@ class Pastry:
             n = bounds[r + 1] - bounds[r]
             rows += per_row * n
             ints += per_id * n
-        nodes = self.nodes
-        done, probes, changed, ends, log = ctx.send_compiled(
+        done, probes, changed, ends, log, joined = ctx.send_compiled(
             rows, ints, handler_kernels.on_runs, m, payload, local, bounds, first, last,
-            not self.acks.enabled, *nodes.learn_inputs(ctx))
+            not self.acks.enabled, *self.nodes.learn_inputs(ctx), *self.join.run_inputs(),
+            *ctx.rng_state())
         if len(log):
             ctx.log_records("route", log, ROUTE_LOG_COLUMNS)
         if probes:
             ctx.count("pastry_probes", probes)
+        if joined:
+            ctx.count("pastry_joined", joined)
         if len(changed):
             start = 0
             for end in ends.tolist():
