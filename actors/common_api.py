@@ -64,7 +64,8 @@ class Application(Protocol):
     def new_leafs(self, ctx, local_idx) -> None:
         """The leaf sets of local nodes ``local_idx`` changed (the common API's update).
         It carries no time and must send nothing: the overlay may make it after the
-        other handlers of the same pass (``Pastry.handle_runs``)."""
+        other handlers of the same pass, once for the nodes of several of them
+        (``Pastry.handle_runs``)."""
     def on_fail(self, ctx, local_idx) -> None: ...
     def on_recover(self, ctx, local_idx) -> None: ...
     def checkpoint(self) -> dict: ...

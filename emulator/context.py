@@ -172,7 +172,7 @@ class ShardContext:
         handlers that draw inside their own call: draw ``counters[li]`` of node ``g`` is
         ``emulator.rng.node_draw(seed, g, counters[li])``, and the handler advances the
         counter for each number it takes, as :meth:`random` does."""
-        return np.uint64(self._e.seed & 0xFFFFFFFFFFFFFFFF), self._e.draws
+        return self._e.seed_u64, self._e.draws
 
     def log(self, table: str, **columns) -> None:
         self._e.logs.add(table, self._e.phase, columns)

@@ -65,6 +65,8 @@ class ShardEngine:
         self.latency = latency.for_shard(self.n_shards) if hasattr(latency, "for_shard") \
             else latency
         self.seed = int(seed)
+        # (ctx.rng_state hands compiled handlers this one, not a new numpy scalar per call)
+        self.seed_u64 = np.uint64(self.seed & 0xFFFFFFFFFFFFFFFF)
         self.delta_us = int(delta_us)
         self._shared = dict(shared or {})
         self._resolve = resolve or (lambda x: x)
@@ -115,7 +117,7 @@ class ShardEngine:
             v = self._shared[name]
         except KeyError:
             raise KeyError(f"no shared data named {name!r}; have {sorted(self._shared)}") from None
-        v = self._resolve(v)
+        v = kernels.read_only(self._resolve(v))
         self._shared[name] = v
         return v
 

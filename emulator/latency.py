@@ -21,8 +21,8 @@ class RouterLatency:
     """latency(a, b) = lan + dist[router(a), router(b)] + lan, and 0 for a == b."""
 
     def __init__(self, host_router, router_dist_us, lan_us: int):
-        self.host_router = np.ascontiguousarray(host_router, np.int32)
-        self.router_dist_us = np.ascontiguousarray(router_dist_us, np.int32)
+        self.host_router = kernels.read_only(np.ascontiguousarray(host_router, np.int32))
+        self.router_dist_us = kernels.read_only(np.ascontiguousarray(router_dist_us, np.int32))
         self.lan_us = int(lan_us)
         r = self.router_dist_us.shape
         if len(r) != 2 or r[0] != r[1]:

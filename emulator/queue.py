@@ -106,9 +106,12 @@ class EventQueue:
             self._grow(len(self._rows) + max(n, len(self._rows) // 2))
         if meta[_PAY_USED] + pay > len(self._pay):
             # the pending messages' payload, moved to a new pool with at least as much room
-            # again: each move is paid for by the half pool pushed since the last one
+            # again, and at least two ints per pending message: a move walks every pending
+            # slot (payload-free timers too: 10^5-10^6 of them in a protocol bootstrap,
+            # against a few 10^4 payload ints in flight), so each move is paid for by the
+            # pool pushed since the last one
             live = int(meta[_PAY_LIVE])
-            size = max(len(self._pay), 2 * (live + pay))
+            size = max(len(self._pay), 2 * (live + pay), 2 * len(self))
             self._pay = _repack_payload(self._meta, self._pending(), self._poff, self._plen,
                                         self._pay, size)
 

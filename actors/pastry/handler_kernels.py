@@ -42,6 +42,9 @@ from .kernels import (
 from .types import (
     ANNOUNCE,
     FIRST_OWN,
+    JOIN,
+    JOIN_REQ,
+    JOIN_START,
     JOIN_LEAFS,
     JOIN_NBRS,
     JOIN_ROWS,
@@ -57,6 +60,7 @@ from .types import (
     Join,
     JoinLeafs,
     JoinReq,
+    JoinStart,
     KaTimer,
     LeafRefresh,
     RowsReply,
@@ -76,6 +80,8 @@ _ROUTE_NODES = JoinLeafs.route_nodes
 _JOINER = Join.joiner
 _REQ_JOINER = JoinReq.joiner
 _RETRIES = JoinReq.retries
+_CONTACT = JoinStart.contact
+_ATTEMPT = JoinStart.attempt
 
 
 @numba.njit(cache=True)
@@ -770,10 +776,10 @@ def keepalives_heard(m, li, failed, members, heard):
 # ---- the runs of a cell pass in one call ------------------------------------------------
 # The message types :func:`on_runs` takes, with the room (send rows, payload ids) each of
 # their messages may need: what each handler's own ``send_compiled`` call reserves.
-RUN_TYPES = (JOIN_ROWS, JOIN_LEAFS, JOIN_NBRS, ANNOUNCE, LEAF_REQ, LEAF_REPLY, LEAF_REFRESH,
-             LEAF_LOOKUP, ROWS_REQ, ROWS_REPLY)
+RUN_TYPES = (JOIN_START, JOIN_REQ, JOIN, JOIN_ROWS, JOIN_LEAFS, JOIN_NBRS, ANNOUNCE, LEAF_REQ,
+             LEAF_REPLY, LEAF_REFRESH, LEAF_LOOKUP, ROWS_REQ, ROWS_REPLY)
 # the types that take the router's path instead when hop acknowledgements are on
-ACK_PATH_TYPES = (LEAF_REFRESH, LEAF_LOOKUP)
+ACK_PATH_TYPES = (JOIN_REQ, JOIN, LEAF_REFRESH, LEAF_LOOKUP)
 
 
 def joined_room(l: int, rows: int, width: int, nbrs: int, exchange_rows: int) -> int:
@@ -781,25 +787,46 @@ def joined_room(l: int, rows: int, width: int, nbrs: int, exchange_rows: int) ->
     return l + rows * width + nbrs + 3 + min(exchange_rows, rows) * width
 
 
-def run_room(l: int, width: int, joined_rows: int) -> dict:
+def run_room(l: int, rows: int, width: int, nbrs: int, joined_rows: int) -> dict:
     """{type: (send rows, payload ids) per message} of :data:`RUN_TYPES`, for leaf sets of
-    ``l``, routing-table rows of ``width`` entries and ``joined_rows`` sends per node that
-    joins (:func:`joined_room`: a join piece may complete its node's join)."""
-    return {ANNOUNCE: (2, l + 1), LEAF_REQ: (1, l + 1), LEAF_REPLY: (l, 0),
+    ``l``, routing tables of ``rows`` rows of ``width`` entries, neighbourhood sets of
+    ``nbrs`` and ``joined_rows`` sends per node that joins (:func:`joined_room`: a join
+    piece may complete its node's join)."""
+    table = rows * width
+    return {JOIN_START: (1, 0), JOIN_REQ: (4, nbrs + table + l), JOIN: (3, table + l),
+            ANNOUNCE: (2, l + 1), LEAF_REQ: (1, l + 1), LEAF_REPLY: (l, 0),
             LEAF_LOOKUP: (1, l + 1), ROWS_REQ: (1, width), ROWS_REPLY: (0, 0),
             LEAF_REFRESH: (2, 0), JOIN_ROWS: (joined_rows, 0), JOIN_LEAFS: (joined_rows, 0),
             JOIN_NBRS: (joined_rows, 0)}
 
 
 @numba.njit(cache=True)
+def _more_log(log, rows):
+    """The route log rows ``log`` then ``rows`` (one of them as it is when the other is
+    empty: a cell's runs rarely log twice)."""
+    if len(log) == 0:
+        return rows
+    if len(rows) == 0:
+        return log
+    out = np.empty(len(log) + len(rows), log.dtype)
+    for i in range(len(log)):
+        out[i] = log[i]
+    for i in range(len(rows)):
+        out[len(log) + i] = rows[i]
+    return out
+
+
+@numba.njit(cache=True)
 def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard, failed,
             nbr, nbr_keys, nbr_known, global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan,
             joined_flags, nbrs_got, rows_expected, rows_got, incarnation, keepalive_us,
-            refresh_us, refresh_until, refresh_rounds, table_us, exchange_rows, seed, draws,
-            out, pool, cursor, s_hr, s_rdist, s_lan):
+            refresh_us, refresh_until, refresh_rounds, table_us, exchange_rows,
+            req_max_retries, req_retry_us, seed, draws, out, pool, cursor, s_hr, s_rdist,
+            s_lan):
     """Runs ``first..last-1`` of a cell pass (``m`` the pass's records in dispatch order,
     run r = rows ``bounds[r]:bounds[r + 1]``, one message type each, every type one of
-    :data:`RUN_TYPES`), each handled by the kernels its handler calls (:func:`on_join_piece`
+    :data:`RUN_TYPES`), each handled by the kernels its handler calls (:func:`on_join_start`,
+    :func:`on_join_req`, :func:`on_join`, :func:`on_join_piece`
     then :func:`joined` for the nodes it completes, :func:`on_announce`, :func:`on_leaf_req`,
     :func:`on_leaf_reply`, :func:`on_leaf_refresh`, :func:`on_leaf_lookup`,
     :func:`on_rows_req`, :func:`on_rows_reply`), in run order, their sends one after the
@@ -808,16 +835,15 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
     bootstrap holds ~25 messages in ~5 runs, and that glue cost as much as the work).
 
     Stops before a run it declines, which the caller then hands to the type's handler:
-    LEAF_REFRESH or LEAF_LOOKUP when ``acks_off`` is false (hop acknowledgements: the
+    one of :data:`ACK_PATH_TYPES` when ``acks_off`` is false (hop acknowledgements: the
     router's path), a LEAF_REFRESH run that holds a table-maintenance tick, and runs
-    :func:`on_leaf_refresh` or :func:`on_leaf_lookup` do not take (nothing done).
-    Returns (the first run not handled, probes, the nodes whose leaf set changed -- run
-    after run, each run's distinct and sorted --, the end of each handled run's nodes in
-    that array, the route log of the lookups, how many nodes joined, rows written,
-    cursor). Room: the sum of :func:`run_room` over the runs' messages. O(sum of the
+    :func:`on_join_start`, :func:`on_join`, :func:`on_leaf_refresh` or
+    :func:`on_leaf_lookup` do not take (nothing done). Returns (the first run not handled,
+    probes, the nodes whose leaf set changed in the handled runs -- distinct, sorted --,
+    the route log rows of the handled runs in their order, how many nodes joined, rows
+    written, cursor). Room: the sum of :func:`run_room` over the runs' messages. O(sum of the
     kernels' costs)."""
     changed_nodes = np.empty(len(m), np.int64)
-    ends = np.empty(max(last - first, 0), np.int64)
     n_changed = 0
     probes = 0
     n_joined = 0
@@ -835,7 +861,44 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
         p = 0
         uli = np.empty(0, np.int64)
         changed = np.empty(0, np.bool_)
-        if ty == JOIN_ROWS or ty == JOIN_LEAFS or ty == JOIN_NBRS:
+        if ty == JOIN_START:
+            contact = np.empty(n, np.int64)
+            attempt = np.empty(n, np.int64)
+            for i in range(n):
+                contact[i] = mm[i][_CONTACT]
+                attempt[i] = mm[i][_ATTEMPT]
+            ok, kk, pos = on_join_start(mm, contact, attempt, JOIN_REQ, out[k:], pool, pos,
+                                        s_hr, s_rdist, s_lan)
+            if not ok:
+                break
+        elif ty == JOIN_REQ:
+            if not acks_off:
+                break
+            joiner = np.empty(n, np.int64)
+            retries = np.empty(n, np.int64)
+            for i in range(n):
+                joiner[i] = mm[i][_REQ_JOINER]
+                retries[i] = mm[i][_RETRIES]
+            rows, kk, pos = on_join_req(
+                mm, li, joined_flags, joiner, retries, req_max_retries, req_retry_us, rt,
+                members, nbr, ids_hi, ids_lo, b, LEAF_LOOKUP, FIRST_OWN, LAST_OWN, JOIN_REQ,
+                JOIN_NBRS, JOIN, JOIN_ROWS, JOIN_LEAFS, out[k:], pool, pos, s_hr, s_rdist,
+                s_lan)
+            log = _more_log(log, rows)
+        elif ty == JOIN:
+            if not acks_off:
+                break
+            joiner = np.empty(n, np.int64)
+            for i in range(n):
+                joiner[i] = mm[i][_JOINER]
+            ok, rows, kk, pos2 = on_join(
+                mm, li, joiner, rt, members, nbr, ids_hi, ids_lo, b, LEAF_LOOKUP, FIRST_OWN,
+                LAST_OWN, JOIN_ROWS, JOIN_LEAFS, out[k:], pool, pos, s_hr, s_rdist, s_lan)
+            if not ok:
+                break
+            pos = pos2
+            log = _more_log(log, rows)
+        elif ty == JOIN_ROWS or ty == JOIN_LEAFS or ty == JOIN_NBRS:
             piece = PIECE_ROWS if ty == JOIN_ROWS else \
                 PIECE_LEAFS if ty == JOIN_LEAFS else PIECE_NBRS
             route_nodes = np.empty(n, np.int64)
@@ -898,7 +961,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
             if not ok:
                 break
             pos = pos2
-            log = rows
+            log = _more_log(log, rows)
         elif ty == ROWS_REQ:
             asked = np.empty(n, np.int64)
             for i in range(n):
@@ -917,6 +980,5 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
             if changed[q]:
                 changed_nodes[n_changed] = uli[q]
                 n_changed += 1
-        ends[r - first] = n_changed
         r += 1
-    return r, probes, changed_nodes[:n_changed], ends[:r - first], log, n_joined, k, pos
+    return r, probes, np.unique(changed_nodes[:n_changed]), log, n_joined, k, pos

@@ -374,13 +374,15 @@ class JoinProtocol:
         pieces as :meth:`_on_piece` does and the leaf refresh as
         ``LeafSetMaintenance.on_leaf_refresh``: (joined, nbrs_got, rows_expected, rows_got,
         incarnation, keepalive_us, leaf_refresh_us, refresh_until, leaf_refresh_rounds,
-        table_maintenance_us, exchange rows). Read at each call: a restore replaces the
-        arrays, and the refresh's end is set at the arrivals' schedule."""
+        table_maintenance_us, exchange rows, a JOIN_REQ's retries and their interval).
+        Read at each call: a restore replaces the arrays, and the refresh's end is set at
+        the arrivals' schedule."""
         nodes, lm = self.nodes, self.maintenance
         return (nodes.joined, self.nbrs_got, self.rows_expected, self.rows_got,
                 nodes.incarnation, lm.keepalive_us, lm.leaf_refresh_us, lm.refresh_until,
                 lm.leaf_refresh_rounds, lm.table_maintenance_us,
-                min(int(self.join_exchange_rows), nodes.table.rows))
+                min(int(self.join_exchange_rows), nodes.table.rows), JOIN_REQ_MAX_RETRIES,
+                JOIN_REQ_RETRY_US)
 
     # ---- second join stage: routing-table rows from the table's own nodes ------------------
     # The rows X got on its join route come from nodes near A's route, not near X; as in

@@ -218,8 +218,10 @@ class Pastry:
         self.compiled_run_types = frozenset(
             t for t in handler_kernels.RUN_TYPES
             if t not in handler_kernels.ACK_PATH_TYPES or not self.acks.enabled)
-        self._run_room = handler_kernels.run_room(self.nodes.leaves.members.shape[1],
-                                                  self.nodes.table.width, j.joined_room())
+        nodes = self.nodes
+        self._run_room = handler_kernels.run_room(
+            nodes.leaves.members.shape[1], nodes.table.rows, nodes.table.width,
+            nodes.nbrs.members.shape[1], j.joined_room())
 
     def _handler(self, type_code):
         handler = self._handlers.get(int(type_code))
@@ -234,8 +236,8 @@ class Pastry:
         ``bounds[r + 1]`` of type ``run_types[r]``), in one compiled call
         (``handler_kernels.on_runs``): what :meth:`handle` does run by run, with the same
         sends in the same order. The application hears of changed leaf sets
-        (``new_leafs``) after the call, run by run: the upcall carries no time and sends
-        nothing, so no handler of these runs can tell. Returns the first run not handled
+        (``new_leafs``) after the call, once for the nodes of all its runs: the upcall
+        carries no time and sends nothing, so no handler of these runs can tell. Returns the first run not handled
         (``first`` when none was: nothing done); if that is before ``last``, the kernel
         declined it (a LEAF_REFRESH run with a table tick, a lookup it does not take) and
         the engine hands it to :meth:`handle`."""
@@ -246,7 +248,7 @@ class Pastry:
             n = bounds[r + 1] - bounds[r]
             rows += per_row * n
             ints += per_id * n
-        done, probes, changed, ends, log, joined = ctx.send_compiled(
+        done, probes, changed, log, joined = ctx.send_compiled(
             rows, ints, handler_kernels.on_runs, m, payload, local, bounds, first, last,
             not self.acks.enabled, *self.nodes.learn_inputs(ctx), *self.join.run_inputs(),
             *ctx.rng_state())
@@ -257,11 +259,7 @@ class Pastry:
         if joined:
             ctx.count("pastry_joined", joined)
         if len(changed):
-            start = 0
-            for end in ends.tolist():
-                if end > start:
-                    self.app.new_leafs(ctx, changed[start:end])
-                start = end
+            self.app.new_leafs(ctx, changed)
         return done
 
     def handle(self, ctx, type_code, batch):
