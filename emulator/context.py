@@ -81,14 +81,16 @@ class ShardContext:
             out.unreserve(n)   # a bad send leaves nothing half-written behind
             raise
 
-    def send_compiled(self, rows: int, ints: int, kernel, *args):
+    def send_compiled(self, rows: int, ints: int, kernel, *args, zeroed: bool = True):
         """Run a compiled handler that writes its sends in the same call as its work:
         ``kernel(*args, records, pool, cursor, host_router, router_dist_us, lan_us)``, where
         ``records`` are ``rows`` zeroed message records of this pass and ``pool`` has room
         for ``ints`` payload ids from ``cursor`` on. The kernel fills records 0..k-1 in
         sending order (:func:`emulator.kernels.put_send` sets the arrival time of this
         latency model), their payload from ``cursor`` on, and returns its results followed
-        by (k, new cursor); those results are returned. If it raises, nothing is sent."""
+        by (k, new cursor); those results are returned. If it raises, nothing is sent.
+        ``zeroed`` False: the records are not zeroed first (a kernel that zeroes the rows it
+        may write itself, when its room is a loose bound)."""
         tables = self._tables
         if not tables:
             if tables is None:
@@ -98,7 +100,7 @@ class ShardContext:
                 raise TypeError("ctx.send_compiled needs the engine's router latency model")
         sends = self._e.sends
         rows = int(rows)
-        m, pool, cursor = sends.room(rows, int(ints))
+        m, pool, cursor = sends.room(rows, int(ints), zeroed)
         try:
             res = kernel(*args, m, pool, cursor, *tables)
         except BaseException:

@@ -34,14 +34,16 @@ class SendBuffer:
     def __len__(self) -> int:
         return self._n
 
-    def reserve(self, n: int) -> np.ndarray:
+    def reserve(self, n: int, zeroed: bool = True) -> np.ndarray:
         """n zeroed records at the end (a view: valid until the next reserve, append or
-        take). Amortized O(n)."""
+        take); ``zeroed`` False: as they are (a compiled handler that zeroes the rows it
+        may write itself). Amortized O(n)."""
         end = self._n + n
         if end > len(self._rows):
             self._grow(end)
-        size = self.dtype.itemsize
-        self._bytes[self._n * size:end * size] = 0
+        if zeroed:
+            size = self.dtype.itemsize
+            self._bytes[self._n * size:end * size] = 0
         view = self._rows[self._n:end]
         self._n = end
         return view
@@ -101,15 +103,16 @@ class SendBuffer:
                 raise
         return view
 
-    def room(self, rows: int, ints: int):
+    def room(self, rows: int, ints: int, zeroed: bool = True):
         """For a compiled handler that writes its sends itself: ``rows`` zeroed records at
-        the end (as `reserve`) and a pool with room for ``ints`` more payload ints. Returns
+        the end (as `reserve`; ``zeroed`` False: not zeroed) and a pool with room for
+        ``ints`` more payload ints. Returns
         (records, pool, cursor): the handler writes records 0..k-1 in sending order, their
         payload from ``cursor`` on (pay_off = pool position), then calls `commit`. The
         views are valid until the next reserve, append, room or take."""
         if self._used + ints > len(self._pool):
             self._grow_pool(ints)
-        return self.reserve(rows), self._pool, self._used
+        return self.reserve(rows, zeroed), self._pool, self._used
 
     def commit(self, rows_reserved: int, rows_written: int, cursor: int) -> None:
         """Keep the first ``rows_written`` of the last ``rows_reserved`` rows of `room`

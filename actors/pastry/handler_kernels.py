@@ -43,11 +43,11 @@ from .types import (
     ANNOUNCE,
     FIRST_OWN,
     JOIN,
-    JOIN_REQ,
-    JOIN_START,
     JOIN_LEAFS,
     JOIN_NBRS,
+    JOIN_REQ,
     JOIN_ROWS,
+    JOIN_START,
     KA_TIMER,
     LAST_OWN,
     LEAF_LOOKUP,
@@ -801,6 +801,13 @@ def run_room(l: int, rows: int, width: int, nbrs: int, joined_rows: int) -> dict
 
 
 @numba.njit(cache=True)
+def _zero(out, start, end):
+    """Records start..end-1 of ``out`` zeroed (what ``SendBuffer.reserve`` does), as bytes."""
+    if end > start:
+        out[start:end].view(np.uint8)[:] = 0
+
+
+@numba.njit(cache=True)
 def _more_log(log, rows):
     """The route log rows ``log`` then ``rows`` (one of them as it is when the other is
     empty: a cell's runs rarely log twice)."""
@@ -821,8 +828,8 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
             nbr, nbr_keys, nbr_known, global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan,
             joined_flags, nbrs_got, rows_expected, rows_got, incarnation, keepalive_us,
             refresh_us, refresh_until, refresh_rounds, table_us, exchange_rows,
-            req_max_retries, req_retry_us, seed, draws, out, pool, cursor, s_hr, s_rdist,
-            s_lan):
+            req_max_retries, req_retry_us, seed, draws, run_rows, joined_rows, out, pool,
+            cursor, s_hr, s_rdist, s_lan):
     """Runs ``first..last-1`` of a cell pass (``m`` the pass's records in dispatch order,
     run r = rows ``bounds[r]:bounds[r + 1]``, one message type each, every type one of
     :data:`RUN_TYPES`), each handled by the kernels its handler calls (:func:`on_join_start`,
@@ -841,8 +848,11 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
     :func:`on_leaf_lookup` do not take (nothing done). Returns (the first run not handled,
     probes, the nodes whose leaf set changed in the handled runs -- distinct, sorted --,
     the route log rows of the handled runs in their order, how many nodes joined, rows
-    written, cursor). Room: the sum of :func:`run_room` over the runs' messages. O(sum of the
-    kernels' costs)."""
+    written, cursor). Room: the sum of :func:`run_room` over the runs' messages
+    (``run_rows[type]`` its rows per message, ``joined_rows`` :func:`joined_room`), not
+    zeroed: each run zeroes the rows it may write before its kernel, and a join piece's
+    run only those of the nodes it completes (its bound, a whole join's sends per piece,
+    is ~7 times what the pieces write). O(sum of the kernels' costs)."""
     changed_nodes = np.empty(len(m), np.int64)
     n_changed = 0
     probes = 0
@@ -861,6 +871,8 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
         p = 0
         uli = np.empty(0, np.int64)
         changed = np.empty(0, np.bool_)
+        if ty != JOIN_ROWS and ty != JOIN_LEAFS and ty != JOIN_NBRS:
+            _zero(out, k, k + n * run_rows[ty])
         if ty == JOIN_START:
             contact = np.empty(n, np.int64)
             attempt = np.empty(n, np.int64)
@@ -911,6 +923,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
                 s_rdist, s_lan)
             if len(jli):   # JoinProtocol._joined
                 n_joined += len(jli)
+                _zero(out, k + kk, k + kk + len(jli) * joined_rows)
                 kj, pos = joined(jli, jt, members, rt, nbr, heard, global_ids, incarnation,
                                  ANNOUNCE, keepalive_us, KA_TIMER, refresh_us, refresh_until,
                                  refresh_rounds, LEAF_REFRESH, table_us, exchange_rows,

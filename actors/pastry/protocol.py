@@ -219,9 +219,14 @@ class Pastry:
             t for t in handler_kernels.RUN_TYPES
             if t not in handler_kernels.ACK_PATH_TYPES or not self.acks.enabled)
         nodes = self.nodes
+        self._joined_room = j.joined_room()
         self._run_room = handler_kernels.run_room(
             nodes.leaves.members.shape[1], nodes.table.rows, nodes.table.width,
-            nodes.nbrs.members.shape[1], j.joined_room())
+            nodes.nbrs.members.shape[1], self._joined_room)
+        # the rows per message of each type, for the kernel to zero its runs' rows itself
+        self._run_rows = np.zeros(max(self._run_room) + 1, np.int64)
+        for t, (per_row, _) in self._run_room.items():
+            self._run_rows[t] = per_row
 
     def _handler(self, type_code):
         handler = self._handlers.get(int(type_code))
@@ -237,10 +242,10 @@ class Pastry:
         (``handler_kernels.on_runs``): what :meth:`handle` does run by run, with the same
         sends in the same order. The application hears of changed leaf sets
         (``new_leafs``) after the call, once for the nodes of all its runs: the upcall
-        carries no time and sends nothing, so no handler of these runs can tell. Returns the first run not handled
-        (``first`` when none was: nothing done); if that is before ``last``, the kernel
-        declined it (a LEAF_REFRESH run with a table tick, a lookup it does not take) and
-        the engine hands it to :meth:`handle`."""
+        carries no time and sends nothing, so no handler of these runs can tell. Returns
+        the first run not handled (``first`` when none was: nothing done); if that is
+        before ``last``, the kernel declined it (a LEAF_REFRESH run with a table tick, a
+        lookup it does not take) and the engine hands it to :meth:`handle`."""
         room = self._run_room
         rows = ints = 0
         for r in range(first, last):
@@ -251,7 +256,7 @@ class Pastry:
         done, probes, changed, log, joined = ctx.send_compiled(
             rows, ints, handler_kernels.on_runs, m, payload, local, bounds, first, last,
             not self.acks.enabled, *self.nodes.learn_inputs(ctx), *self.join.run_inputs(),
-            *ctx.rng_state())
+            *ctx.rng_state(), self._run_rows, self._joined_room, zeroed=False)
         if len(log):
             ctx.log_records("route", log, ROUTE_LOG_COLUMNS)
         if probes:
