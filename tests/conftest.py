@@ -21,6 +21,27 @@ import subprocess  # noqa: E402
 
 import pytest  # noqa: E402
 
+_warm: subprocess.Popen | None = None
+
+
+def pytest_sessionstart(session):
+    """Compile the protocol kernels in a background process at low priority
+    (tests/warm_kernels.py: a fresh checkout has no numba cache, and the first protocol
+    tests would pay minutes of compiling on the critical path while the analysis tests
+    before them leave a core idle). SCRIBE_EMU_WARM=0 turns it off."""
+    global _warm
+    if os.environ.get("SCRIBE_EMU_WARM", "1") == "0":
+        return
+    _warm = subprocess.Popen([sys.executable, str(ROOT / "tests" / "warm_kernels.py")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             preexec_fn=lambda: os.nice(10), cwd=ROOT)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _warm is not None and _warm.poll() is None:   # (a short session: leave nothing)
+        _warm.kill()
+        _warm.wait()
+
 
 @pytest.fixture(scope="session")
 def quick_run(tmp_path_factory):
