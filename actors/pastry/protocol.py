@@ -244,8 +244,9 @@ class Pastry:
         (``new_leafs``) after the call, once for the nodes of all its runs: the upcall
         carries no time and sends nothing, so no handler of these runs can tell. Returns
         the first run not handled (``first`` when none was: nothing done); if that is
-        before ``last``, the kernel declined it (a LEAF_REFRESH run with a table tick, a
-        lookup it does not take) and the engine hands it to :meth:`handle`."""
+        before ``last``, the kernel declined it (a rejoin's JOIN_START, a LEAF_REFRESH run
+        with a table tick, ...: ``handler_kernels.on_runs``) and the engine hands it to
+        :meth:`handle`."""
         room = self._run_room
         rows = ints = 0
         for r in range(first, last):
