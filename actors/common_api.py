@@ -38,9 +38,11 @@ class Endpoint(Protocol):
         """Send one message per row directly from ``src`` to the known node ``dst``
         (``Application.receive`` runs there)."""
 
-    def send_compiled(self, ctx, rows: int, ints: int, kernel, *args) -> tuple:
+    def send_compiled(self, ctx, rows: int, ints: int, kernel, *args,
+                      zeroed: bool = True) -> tuple:
         """Direct messages written by an application's compiled handler in the same call
-        as its work (``ShardContext.send_compiled``: ``rows`` zeroed records and room for
+        as its work (``ShardContext.send_compiled``: ``rows`` zeroed records -- not
+        zeroed with ``zeroed`` False: the kernel zeroes those it writes -- and room for
         ``ints`` payload ids lent to ``kernel``, which fills them in sending order);
         returns the kernel's results."""
 
@@ -58,6 +60,14 @@ class Application(Protocol):
     def receive_compiled(self, ctx, type_code: int, batch) -> bool:
         """Optional: direct messages of one type that the application may take whole in
         one compiled pass; False (nothing done) sends them the usual way (``receive``)."""
+    compiled_run_types: frozenset
+    """Optional, with ``receive_runs``: the types whose runs it takes in one call."""
+    def receive_runs(self, ctx, m, payload, local, bounds, first, last) -> int:
+        """Optional: runs ``first..last-1`` of a cell pass (records ``m`` in dispatch order,
+        ``local`` each row's local index, run r = rows ``bounds[r]`` to ``bounds[r + 1]``),
+        all direct messages of ``compiled_run_types`` to live nodes, in one call, as
+        ``receive_compiled`` would take them one by one. Returns the first run not taken
+        (``first``: none); the overlay gives that one to ``receive_compiled`` alone."""
     def deliver(self, ctx, batch) -> None: ...
     def forward(self, ctx, batch, next_hop) -> tuple:
         """(batch, next_hop), possibly changed; next_hop -1 stops a message here."""

@@ -184,11 +184,12 @@ class ShardContext:
         they are, not copied."""
         self._e.logs.add(table, self._e.phase, columns, copy=False)
 
-    def log_records(self, table: str, records: np.ndarray, columns) -> None:
+    def log_records(self, table: str, records: np.ndarray, columns, consts=()) -> None:
         """As `log_owned`, for whole structured records the handler gives away: the log's
-        columns are cut from them, ``columns`` ((log column, record field), ...), when the
-        buffer merges its chunks (one record array per call instead of a column each)."""
-        self._e.logs.add_records(table, self._e.phase, records, tuple(columns))
+        columns are cut from them, ``columns`` ((log column, record field[, dtype]), ...),
+        when the buffer merges its chunks (one record array per call instead of a column
+        each), followed by the string columns ``consts`` ((log column, value), ...)."""
+        self._e.logs.add_records(table, self._e.phase, records, tuple(columns), tuple(consts))
 
     def count(self, name: str, n=1) -> None:
         c = self._e.counts

@@ -66,6 +66,15 @@ def put_send(out, j, src, dst, type_, sent, host_router, router_dist, lan_us):
     r["time"] = sent + d
 
 
+@numba.njit(cache=True)
+def zero_rows(out, start, end):
+    """Records start..end-1 of ``out`` zeroed (what ``SendBuffer.reserve`` does), as bytes:
+    for a kernel lent rows that are not zeroed (``send_compiled(..., zeroed=False)``),
+    before it writes them. O(end - start)."""
+    if end > start:
+        out[start:end].view(np.uint8)[:] = 0
+
+
 TYPE_OFFSET = 32768   # a type code t (int16) is counted at t + TYPE_OFFSET
 
 

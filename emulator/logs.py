@@ -75,15 +75,17 @@ class LogBuffer:
             self._merged[table] = len(chunks)
 
     def add_records(self, table: str, phase: str, records: np.ndarray,
-                    columns: tuple[tuple[str, str], ...]) -> None:
+                    columns: tuple[tuple, ...], consts: tuple[tuple[str, str], ...] = ()):
         """Append whole structured records (the caller's to give away), logged as the
-        columns ``(name, record field)``: the engine logs every hop it sends this way,
-        and the columns are cut out of a few hundred chunks at once when they are merged
-        (cheaper than per chunk, and the buffer then holds columns, not whole records)."""
+        columns ``(name, record field)`` or ``(name, record field, dtype)`` (the column
+        cast to that type), then the string columns ``consts`` ``(name, value)``, one value
+        for every row: the engine logs every hop it sends this way, and the columns are
+        cut out of a few hundred chunks at once when they are merged (cheaper than per
+        chunk, and the buffer then holds columns, not whole records)."""
         if not len(records):
             return
         chunks = self._chunks.setdefault(table, [])
-        chunks.append((phase, _Records(records, columns)))
+        chunks.append((phase, _Records(records, columns, consts)))
         done = self._merged.get(table, 0)
         if len(chunks) - done >= self.MERGE_EVERY:
             chunks[done:] = _merge_runs(chunks[done:])
@@ -107,15 +109,21 @@ class LogBuffer:
 
 
 class _Records:
-    """A chunk of whole records and the columns to cut out of them (name, field)."""
+    """A chunk of whole records, the columns to cut out of them ((name, field) or (name,
+    field, dtype)) and the constant string columns after them ((name, value))."""
 
-    __slots__ = ("rows", "columns")
+    __slots__ = ("rows", "columns", "consts")
 
-    def __init__(self, rows: np.ndarray, columns: tuple[tuple[str, str], ...]):
-        self.rows, self.columns = rows, columns
+    def __init__(self, rows: np.ndarray, columns: tuple[tuple, ...],
+                 consts: tuple[tuple[str, str], ...] = ()):
+        self.rows, self.columns, self.consts = rows, columns, consts
 
-    def cut(self) -> dict[str, np.ndarray]:
-        return {name: np.ascontiguousarray(self.rows[field]) for name, field in self.columns}
+    def cut(self) -> dict:
+        rows = self.rows
+        cols = {c[0]: np.ascontiguousarray(rows[c[1]], *c[2:]) for c in self.columns}
+        for name, value in self.consts:
+            cols[name] = _Const(value, len(rows))
+        return cols
 
 
 class _Const:
@@ -146,7 +154,7 @@ def _concat(parts) -> np.ndarray | _Const:
 def _layout(chunk) -> tuple:
     phase, cols = chunk
     if isinstance(cols, _Records):
-        return phase, "records", cols.rows.dtype, cols.columns
+        return phase, "records", cols.rows.dtype, cols.columns, cols.consts
     return phase, tuple((k, _Const if isinstance(v, _Const) else v.dtype)
                         for k, v in cols.items())
 
@@ -163,7 +171,7 @@ def _merge_runs(chunks: list) -> list:
             row = np.dtype((np.void, first.rows.dtype.itemsize))
             merged = rows[0] if len(rows) == 1 else \
                 np.concatenate([r.view(row) for r in rows]).view(first.rows.dtype)
-            out.append((phase, _Records(merged, first.columns).cut()))
+            out.append((phase, _Records(merged, first.columns, first.consts).cut()))
         elif len(run) == 1:
             out.append(run[0])
         elif run:

@@ -78,6 +78,33 @@ def test_records_logged_whole_give_the_columns_cut_from_them():
     assert got.equals(want)
 
 
+def test_records_with_a_cast_column_and_a_label_give_the_columns_logged_one_by_one():
+    """Records logged with a column cast on the way and a string label (Scribe's compiled
+    delivery rows), interleaved with the same columns logged one by one (its general
+    path), give the table of the columns logged one by one, types included."""
+    rng = np.random.default_rng(5)
+    rec = np.dtype([("time", "i8"), ("dst", "i4"), ("c", "i8")])
+    columns = (("member", "dst"), ("time", "time"), ("hops", "c", np.int16))
+    mixed, one_by_one = LogBuffer(), LogBuffer()
+    mixed.MERGE_EVERY = 8
+    for i in range(120):
+        r = np.zeros(int(rng.integers(0, 7)), rec)
+        for name in rec.names:
+            r[name] = rng.integers(0, 30_000, len(r))
+        variant = "scribe" if i < 90 else "collapsed"
+        cols = {"member": r["dst"].copy(), "time": r["time"].copy(),
+                "hops": r["c"].astype(np.int16), "variant": variant}
+        one_by_one.add("delivery", "multicast", cols)
+        if i % 5 == 0:
+            mixed.add("delivery", "multicast", dict(cols))
+        else:
+            mixed.add_records("delivery", "multicast", r, columns, (("variant", variant),))
+    got, want = mixed.take()["delivery"], one_by_one.take()["delivery"]
+    assert got.column_names == ["member", "time", "hops", "variant", "phase"]
+    assert got.schema.equals(want.schema) and got.column("hops").type == pa.int16()
+    assert got.equals(want)
+
+
 def test_a_string_label_is_kept_once_and_gives_the_rows_of_an_object_column():
     """A string logged as a scalar (a delivery's variant) is one value and a row count in
     the buffer, merged across chunks while the value stays, and gives the same table as

@@ -22,9 +22,30 @@ REFERENCE = {  # nodes -> digest from the numpy code (identical for 1 and 2 shar
 }
 
 
+def _count_runs_taken(monkeypatch) -> dict:
+    """{type: runs taken together by ``Pastry.handle_runs``}, filled as the run goes."""
+    from actors.pastry.protocol import Pastry
+
+    real, taken = Pastry.handle_runs, {}
+
+    def handle_runs(self, ctx, m, payload, local, bounds, run_types, first, last):
+        done = real(self, ctx, m, payload, local, bounds, run_types, first, last)
+        for r in range(first, done):
+            taken[run_types[r]] = taken.get(run_types[r], 0) + 1
+        return done
+    monkeypatch.setattr(Pastry, "handle_runs", handle_runs)
+    return taken
+
+
 @pytest.mark.parametrize("shards", [1, 2])
-def test_small_protocol_run_reproduces_the_reference_digest(shards):
+def test_small_protocol_run_reproduces_the_reference_digest(shards, monkeypatch):
+    """Keep-alives, crashes, recoveries and hop acks: the keep-alives (strangers'
+    included: recovered nodes) are taken with the cell's other runs (``handle_runs``)."""
+    from actors.pastry.types import KEEPALIVE
+
+    taken = _count_runs_taken(monkeypatch)
     emu, _ = run_workload(200, shards)
+    assert taken.get(KEEPALIVE, 0) > 100, taken
     d, rows = digest(emu)
     assert rows["message"] > 50_000 and rows["counters"]["counts.pastry_rejoins"] > 0
     assert d == REFERENCE[200]
@@ -43,16 +64,7 @@ def test_faithful_bootstrap_reproduces_the_reference_digest(shards, monkeypatch)
     """No keep-alives, so no hop acks: the compiled lookup, refresh and exchange handlers
     run, most runs of a pass together in one call (``Pastry.handle_runs``); their sends,
     in their order, are those of the code before them."""
-    from actors.pastry.protocol import Pastry
-
-    real, taken = Pastry.handle_runs, {}
-
-    def handle_runs(self, ctx, m, payload, local, bounds, run_types, first, last):
-        done = real(self, ctx, m, payload, local, bounds, run_types, first, last)
-        for r in range(first, done):
-            taken[run_types[r]] = taken.get(run_types[r], 0) + 1
-        return done
-    monkeypatch.setattr(Pastry, "handle_runs", handle_runs)
+    taken = _count_runs_taken(monkeypatch)
     emu, _ = run_faithful(300, shards)
     # every type of the stretch was taken together many times (so the digest covers it)
     assert set(taken) == set(emu.engines[0].stack.compiled_run_types)

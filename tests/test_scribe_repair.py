@@ -132,19 +132,27 @@ def _repair_run(shards):
 @pytest.mark.parametrize("shards", [1, 3])
 def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch):
     """Scribe's whole compiled passes (handler_kernels: TICK, HEARTBEAT, REFRESH, DATA),
-    the compiled TICK step under the Python handler (TreeState.tick_plan) and the general
-    numpy path send, log, count and leave in the tree state exactly the same, through
-    failures, repairs, expiries and multicasts: every sent record byte for byte, pass by
-    pass."""
+    several runs of a pass at a time (handler_kernels.on_runs) or one by one, the compiled
+    TICK step under the Python handler (TreeState.tick_plan) and the general numpy path
+    send, log, count and leave in the tree state exactly the same, through failures,
+    repairs, expiries and multicasts: every sent record byte for byte, pass by pass."""
     from actors.scribe.application import Scribe
     from actors.scribe.tree import TreeState
     from actors.scribe.types import DATA, HEARTBEAT, REFRESH, TICK
     from emulator.engine import ShardEngine
 
-    outcomes, plans = [], []
+    outcomes, plans, stretches = [], [], []
     real_whole, real_plan = Scribe.receive_compiled, TreeState.tick_plan
+    real_runs = Scribe.receive_runs
     monkeypatch.setattr(Scribe, "receive_compiled", lambda self, ctx, t, b: outcomes.append(
         (int(t), real_whole(self, ctx, t, b))) or outcomes[-1][1])
+
+    def receive_runs(self, ctx, m, payload, local, bounds, first, last):
+        done = real_runs(self, ctx, m, payload, local, bounds, first, last)
+        outcomes.extend((int(m["type"][bounds[r]]), True) for r in range(first, done))
+        stretches.append(done - first)
+        return done
+    monkeypatch.setattr(Scribe, "receive_runs", receive_runs)
     monkeypatch.setattr(TreeState, "tick_plan",
                         lambda self, *a: plans.append(real_plan(self, *a)) or plans[-1])
     real_route, emitted = ShardEngine._route, []   # every record sent, every field
@@ -174,7 +182,10 @@ def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch
     assert all(sum(v) > 10 for v in done.values()), \
         {t: (sum(v), len(v)) for t, v in done.items()}
     assert not all(done[TICK]) and len(plans) > 0
+    # several runs of a pass were taken in one call (Scribe.receive_runs), many times
+    assert sum(k > 1 for k in stretches) > 10, stretches
     # the compiled TICK step under the Python handler, without the whole passes
+    monkeypatch.setattr(Scribe, "receive_runs", lambda self, ctx, m, p, l, b, first, last: first)
     monkeypatch.setattr(Scribe, "receive_compiled", lambda self, ctx, t, b: False)
     plans.clear()
     steps = run()

@@ -23,10 +23,11 @@ class OverlayEndpoint:
         fields.setdefault("mode", 0)
         ctx.send(src, dst, type_code, sent, **fields)
 
-    def send_compiled(self, ctx, rows: int, ints: int, kernel, *args):
-        """Direct messages (mode 0: the records come zeroed) written by an application's
-        compiled handler in the same call as its work: ``ctx.send_compiled``."""
-        return ctx.send_compiled(rows, ints, kernel, *args)
+    def send_compiled(self, ctx, rows: int, ints: int, kernel, *args, zeroed: bool = True):
+        """Direct messages (mode 0: the records come zeroed, or the kernel zeroes those it
+        writes) written by an application's compiled handler in the same call as its
+        work: ``ctx.send_compiled``."""
+        return ctx.send_compiled(rows, ints, kernel, *args, zeroed=zeroed)
 
     def replica_set(self, ctx, nodes, k: int) -> np.ndarray:
         """The k nodes numerically closest to each local node, from its leaf set."""

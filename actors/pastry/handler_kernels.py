@@ -20,7 +20,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from emulator.kernels import put_send
+from emulator.kernels import put_send, zero_rows
 from emulator.rng import node_draw
 
 from .kernels import (
@@ -49,6 +49,7 @@ from .types import (
     JOIN_ROWS,
     JOIN_START,
     KA_TIMER,
+    KEEPALIVE,
     LAST_OWN,
     LEAF_LOOKUP,
     LEAF_REFRESH,
@@ -62,6 +63,7 @@ from .types import (
     JoinReq,
     JoinStart,
     KaTimer,
+    Keepalive,
     LeafRefresh,
     RowsReply,
     RowsReq,
@@ -73,6 +75,7 @@ _IN_LEAF_SET = Announce.in_leaf_set
 _ROW = RowsReply.row
 _ROW_ASKED = RowsReq.row
 _INCARNATION = LeafRefresh.incarnation
+_IS_REPLY = Keepalive.is_reply
 _LOOKUPS_DONE = LeafRefresh.lookups_done
 _TABLE_TICK = LeafRefresh.table_tick
 _KA_INCARNATION = KaTimer.incarnation
@@ -773,11 +776,55 @@ def keepalives_heard(m, li, failed, members, heard):
     return keepalive_heard(members, heard, lil, senders, now)
 
 
+@numba.njit(cache=True)
+def on_keepalive(m, li, rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids,
+                 ids_hi, ids_lo, b, half, hr, rdist, lan, keepalive_type, out, pool, cursor,
+                 s_hr, s_rdist, s_lan):
+    """KEEPALIVE (``LeafSetMaintenance.on_keepalive``) whole: :func:`keepalives_heard`;
+    then the receivers of keep-alives from strangers (senders in none of their leaf-set
+    slots) learn of them (``PastryNodes.learn``: no failed memory cleared again, no
+    neighbourhood set), and a stranger the receiver still does not list, whose keep-alive
+    was not itself a reply, gets one (is_reply 1), in row order. Returns (probes, distinct
+    sorted li, changed, rows written, cursor). Room: one row per message. O(n * (l +
+    memory) + learn)."""
+    stranger = keepalives_heard(m, li, failed, members, heard)
+    n_s = 0
+    for i in range(len(m)):
+        n_s += stranger[i]
+    if n_s == 0:
+        return 0, np.empty(0, np.int64), np.empty(0, np.bool_), 0, cursor
+    sli = np.empty(n_s, np.int64)
+    cand = np.empty((n_s, 1), np.int64)
+    now = np.empty(n_s, np.int64)
+    j = 0
+    for i in range(len(m)):
+        if stranger[i]:
+            sli[j] = li[i]
+            cand[j, 0] = m[i]["src"]
+            now[j] = m[i]["time"]
+            j += 1
+    probes, uli, changed, added, latest = learn(
+        rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, sli, cand, now,
+        ids_hi, ids_lo, b, half, hr, rdist, lan, sli, False, False)
+    listed = row_contains(members, sli, cand[:, 0])
+    k = 0
+    j = 0
+    for i in range(len(m)):
+        if stranger[i]:
+            if not listed[j] and m[i][_IS_REPLY] == 0:
+                put_send(out, k, m[i]["dst"], m[i]["src"], keepalive_type, m[i]["time"],
+                         s_hr, s_rdist, s_lan)
+                out[k][_IS_REPLY] = 1
+                k += 1
+            j += 1
+    return probes, uli, changed, k, cursor
+
+
 # ---- the runs of a cell pass in one call ------------------------------------------------
 # The message types :func:`on_runs` takes, with the room (send rows, payload ids) each of
 # their messages may need: what each handler's own ``send_compiled`` call reserves.
-RUN_TYPES = (JOIN_START, JOIN_REQ, JOIN, JOIN_ROWS, JOIN_LEAFS, JOIN_NBRS, ANNOUNCE, LEAF_REQ,
-             LEAF_REPLY, LEAF_REFRESH, LEAF_LOOKUP, ROWS_REQ, ROWS_REPLY)
+RUN_TYPES = (JOIN_START, JOIN_REQ, JOIN, JOIN_ROWS, JOIN_LEAFS, JOIN_NBRS, ANNOUNCE, KEEPALIVE,
+             LEAF_REQ, LEAF_REPLY, LEAF_REFRESH, LEAF_LOOKUP, ROWS_REQ, ROWS_REPLY)
 # the types that take the router's path instead when hop acknowledgements are on
 ACK_PATH_TYPES = (JOIN_REQ, JOIN, LEAF_REFRESH, LEAF_LOOKUP)
 
@@ -794,17 +841,10 @@ def run_room(l: int, rows: int, width: int, nbrs: int, joined_rows: int) -> dict
     piece may complete its node's join)."""
     table = rows * width
     return {JOIN_START: (1, 0), JOIN_REQ: (4, nbrs + table + l), JOIN: (3, table + l),
-            ANNOUNCE: (2, l + 1), LEAF_REQ: (1, l + 1), LEAF_REPLY: (l, 0),
+            ANNOUNCE: (2, l + 1), KEEPALIVE: (1, 0), LEAF_REQ: (1, l + 1), LEAF_REPLY: (l, 0),
             LEAF_LOOKUP: (1, l + 1), ROWS_REQ: (1, width), ROWS_REPLY: (0, 0),
             LEAF_REFRESH: (2, 0), JOIN_ROWS: (joined_rows, 0), JOIN_LEAFS: (joined_rows, 0),
             JOIN_NBRS: (joined_rows, 0)}
-
-
-@numba.njit(cache=True)
-def _zero(out, start, end):
-    """Records start..end-1 of ``out`` zeroed (what ``SendBuffer.reserve`` does), as bytes."""
-    if end > start:
-        out[start:end].view(np.uint8)[:] = 0
 
 
 @numba.njit(cache=True)
@@ -872,7 +912,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
         uli = np.empty(0, np.int64)
         changed = np.empty(0, np.bool_)
         if ty != JOIN_ROWS and ty != JOIN_LEAFS and ty != JOIN_NBRS:
-            _zero(out, k, k + n * run_rows[ty])
+            zero_rows(out, k, k + n * run_rows[ty])
         if ty == JOIN_START:
             contact = np.empty(n, np.int64)
             attempt = np.empty(n, np.int64)
@@ -923,7 +963,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
                 s_rdist, s_lan)
             if len(jli):   # JoinProtocol._joined
                 n_joined += len(jli)
-                _zero(out, k + kk, k + kk + len(jli) * joined_rows)
+                zero_rows(out, k + kk, k + kk + len(jli) * joined_rows)
                 kj, pos = joined(jli, jt, members, rt, nbr, heard, global_ids, incarnation,
                                  ANNOUNCE, keepalive_us, KA_TIMER, refresh_us, refresh_until,
                                  refresh_rounds, LEAF_REFRESH, table_us, exchange_rows,
@@ -937,6 +977,11 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
                 mm, li, in_leaf_set, rt, members, heard, failed, nbr, nbr_keys, nbr_known,
                 global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan, LEAF_REQ, LEAF_REPLY,
                 out[k:], pool, pos, s_hr, s_rdist, s_lan)
+        elif ty == KEEPALIVE:
+            p, uli, changed, kk, pos = on_keepalive(
+                mm, li, rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids,
+                ids_hi, ids_lo, b, half, hr, rdist, lan, KEEPALIVE, out[k:], pool, pos,
+                s_hr, s_rdist, s_lan)
         elif ty == LEAF_REQ:
             kk, pos = on_leaf_req(mm, li, members, failed, LEAF_REPLY, out[k:], pool, pos,
                                   s_hr, s_rdist, s_lan)

@@ -144,6 +144,7 @@ class Pastry:
         self.nodes: PastryNodes | None = None
         # message types whose runs handle_runs may take (set up by _compose)
         self.compiled_run_types: frozenset = frozenset()
+        self._app_run_types: frozenset = frozenset()
 
     # ---- engine interface ---------------------------------------------------------------
     def setup(self, ctx):
@@ -165,6 +166,11 @@ class Pastry:
         self.endpoint = OverlayEndpoint(self.router, self.nodes)
         self.app.bind(self.endpoint)
         self.app.setup(ctx)
+        # the application's direct types whose runs it takes several at a time (its
+        # optional receive_runs): handle_runs passes them on
+        self._app_run_types = frozenset(getattr(self.app, "compiled_run_types", ())) \
+            if hasattr(self.app, "receive_runs") else frozenset()
+        self.compiled_run_types = self.compiled_run_types | self._app_run_types
 
     def _initial_tables(self, ctx, global_ids, ids_hi, ids_lo) -> PastryState:
         p = self.params
@@ -217,7 +223,8 @@ class Pastry:
         # receive_lookups would take them: no hop acknowledgements), and each one's room
         self.compiled_run_types = frozenset(
             t for t in handler_kernels.RUN_TYPES
-            if t not in handler_kernels.ACK_PATH_TYPES or not self.acks.enabled)
+            if (t not in handler_kernels.ACK_PATH_TYPES or not self.acks.enabled)
+            and (t != msg_types.KEEPALIVE or p["keepalive_us"] > 0))
         nodes = self.nodes
         self._joined_room = j.joined_room()
         self._run_room = handler_kernels.run_room(
@@ -238,7 +245,25 @@ class Pastry:
         """Runs ``first..last-1`` of a cell pass, all of :attr:`compiled_run_types` and
         bound for live nodes (``m`` the pass's records in dispatch order, ``payload`` its
         int32 payload, ``local`` each row's local index, run r = rows ``bounds[r]`` to
-        ``bounds[r + 1]`` of type ``run_types[r]``), in one compiled call
+        ``bounds[r + 1]`` of type ``run_types[r]``): Pastry's own in one compiled call
+        (:meth:`_own_runs`), then the application's (its types come after Pastry's in a
+        pass) in one call of its ``receive_runs``, which :meth:`handle` would give to its
+        ``receive_compiled`` one by one. Returns the first run not handled (``first``:
+        none); the engine hands that one to :meth:`handle`."""
+        app_types = self._app_run_types
+        split = first
+        while split < last and run_types[split] not in app_types:
+            split += 1
+        if split > first:
+            done = self._own_runs(ctx, m, payload, local, bounds, run_types, first, split)
+            if done < split:
+                return done
+        if split < last:
+            return self.app.receive_runs(ctx, m, payload, local, bounds, split, last)
+        return split
+
+    def _own_runs(self, ctx, m, payload, local, bounds, run_types, first, last) -> int:
+        """Pastry's runs ``first..last-1`` of :meth:`handle_runs` in one compiled call
         (``handler_kernels.on_runs``): what :meth:`handle` does run by run, with the same
         sends in the same order. The application hears of changed leaf sets
         (``new_leafs``) after the call, once for the nodes of all its runs: the upcall

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import handler_kernels
 from .bottleneck import BottleneckRemover
 from .collapse import TreeCollapse
 from .groups import GroupDirectory
 from .membership import TreeJoins, TreeLeaves
-from .multicast import Dissemination
+from .multicast import DELIVERY_FROM_DATA, Dissemination
 from .publishing import ReliablePublishing
 from .reliable import OrderedDelivery
 from .rendezvous import RendezvousPoints
@@ -65,6 +66,9 @@ from .types import (
     TYPE_NAMES,
 )
 from .wire import NO_PAYLOAD, Messenger, ScribeError, msgs_of, take_rows
+
+# the most rows per message lent to a run of receive_runs (they are not zeroed)
+_RUN_ROOM_MAX = 1024.0
 
 # Wiring, not configuration: set by the scenario runner per variant, never by a user.
 WIRING = {
@@ -213,6 +217,11 @@ class Scribe:
             self.compiled[HEARTBEAT] = r.heartbeat_compiled
         if plain and no_paths and self.publishing is None and r.period:
             self.compiled[TICK] = r.tick_compiled
+        # the same, several runs of a pass in one call (receive_runs); rows lent per
+        # message of each type, raised when a run asks for more (a tick's sends depend on
+        # the trees its node is in)
+        self.compiled_run_types = frozenset(self.compiled)
+        self._run_room = {DATA: 4.0, TICK: 4.0, HEARTBEAT: 1.0, REFRESH: 1.0}
 
     def variant_label(self) -> str:
         """Label of the delivery and tree_edge rows: the configured one, else what the
@@ -242,6 +251,53 @@ class Scribe:
         if type_code != TICK:   # (a tick leaves every node with tree state ticking)
             self.repair.start_ticks(ctx, m)
         return True
+
+    def receive_runs(self, ctx, m, payload, local, bounds, first, last) -> int:
+        """Runs ``first..last-1`` of a cell pass (types of :attr:`compiled_run_types`, to
+        live nodes) in one compiled call (``handler_kernels.on_runs``): what
+        :meth:`receive_compiled` does run by run, the same sends in the same order, the
+        same counts and delivery rows. After a run whose nodes need their first TICK
+        (``start_ticks``, here, after that run's sends) the call goes on with the next.
+        Returns the first run not taken: one the kernel declined or lacked room for (the
+        overlay gives it to ``receive_compiled``, which asks again with the room
+        needed); the room lent per message of its type grows to that."""
+        room = self._run_room
+        t, keys, rp = self.tree, self.groups.table, self.repair
+        sl, en = t.slots, t.entries
+        period = rp.period or 0   # (no TICK runs without heartbeats)
+        node_ids = np.asarray(ctx.nodes)
+        r = first
+        while r < last:
+            rows = 0   # (not zeroed: a loose bound costs nothing)
+            for q in range(r, last):
+                rows += int(room[int(m["type"][bounds[q]])] * (bounds[q + 1] - bounds[q]))
+            done, status, need, no_state, looping, delivered, ticks_for = \
+                self.messenger.run_compiled(
+                    ctx, rows, handler_kernels.on_runs, m, local, bounds, r, last,
+                    rp.ticking, node_ids, t.slot_index.arrays, t.entry_index.arrays,
+                    t.n_groups, t.n_nodes, self.multicast.max_tree_hops, sl["active"],
+                    sl["root"], sl["parent"], sl["member"], sl["last_heard"],
+                    sl["last_seq"], sl["last_sent"], sl["node"], sl["n_children"],
+                    t.node_children, sl["group"], sl["join_cred"], en["valid"], en["child"],
+                    en["refresh"], en["slot"], en["cred"], keys["id_hi"], keys["id_lo"],
+                    self.rendezvous.stale, period, rp.heartbeat_miss * period,
+                    rp.child_expiry_miss * period, DATA, TICK, HEARTBEAT, REFRESH, LEAVE,
+                    REJOIN)
+            if status == handler_kernels.MORE_ROOM:
+                ty = int(m["type"][bounds[done]])
+                room[ty] = min(_RUN_ROOM_MAX,
+                               max(room[ty], need / (bounds[done + 1] - bounds[done])))
+            if no_state >= 0:   # (a DATA run was taken: as data_compiled)
+                ctx.count("scribe_data_no_state", no_state)
+                ctx.count("scribe_data_hop_limit", looping)
+                if len(delivered):
+                    ctx.log_records("delivery", take_rows(m, delivered), DELIVERY_FROM_DATA,
+                                    (("variant", self.variant_label()),))
+            if ticks_for < 0:
+                return done
+            self.repair.start_ticks(ctx, m[bounds[ticks_for]:bounds[ticks_for + 1]])
+            r = done
+        return r
 
     def deliver(self, ctx, batch):
         """Routed messages at the live node closest to their key (the RP)."""

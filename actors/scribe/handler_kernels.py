@@ -12,6 +12,7 @@ written as the numpy/kernel path it replaces (``repair.TreeRepair``,
 counters and log rows. ``tests/test_scribe_repair.py`` compares them with the general path
 record by record.
 
+Every kernel zeroes the rows it writes (the rows lent to ``on_runs`` are not zeroed).
 Every kernel first checks, writing nothing, that its case holds (every row a direct
 message of its type for a node of this shard, and the handler's own conditions); if not it
 returns status 0 and the handler's general path takes the batch untouched. Status 2 means
@@ -26,7 +27,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from emulator.kernels import put_send
+from emulator.kernels import put_send, zero_rows
 
 from .kernels import ticking_nodes
 from .keyindex import key_value, ranges_where
@@ -114,6 +115,7 @@ def on_tick(m, li, node_ids, six, eix, n_groups, active, root, parent, last_hear
     if need > len(out):
         return MORE_ROOM, need, 0, cursor
     # the case holds: write
+    zero_rows(out, 0, need)
     for r in range(len(s)):
         if last_heard[s[r]] < 0:
             last_heard[s[r]] = now_n[qi[r]]
@@ -157,19 +159,17 @@ def on_data(m, li, six, eix, n_groups, max_hops, active, parent, member, last_he
     without one counted), ``last_heard`` set where the sender is the slot's parent (row
     order), copies past ``max_hops`` counted and dropped; for the rest ``last_seq`` raised
     to the seqno (from the values before the cell, the last row of a slot written last),
-    the member rows' delivery columns returned, and one copy per child, one tree hop
-    further (``last_sent`` set to the row's time). Declines where a child id is -1.
-    Returns (status, need, no-state count, hop-limit count, the delivery log's group,
-    member, source, publish_time, time, hops, seqno columns, rows, cursor).
-    O(q + children)."""
+    the member rows returned (each is a delivery: the log's columns are fields of the
+    row, ``multicast.DELIVERY_FROM_DATA``), and one copy per child, one tree hop further
+    (``last_sent`` set to the row's time). Declines where a child id is -1.
+    Returns (status, need, no-state count, hop-limit count, the member rows of m in row
+    order, rows, cursor). O(q + children)."""
     n = len(m)
     s = np.empty(n, np.int64)
     hit = np.empty(n, np.int64)
-    i32 = np.empty(0, np.int32)
-    i64 = np.empty(0, np.int64)
-    i16 = np.empty(0, np.int16)
+    none = np.empty(0, np.int64)
     if not _direct_rows(m, li, data_type):
-        return DECLINED, 0, 0, 0, i32, i32, i32, i64, i64, i16, i64, 0, cursor
+        return DECLINED, 0, 0, 0, none, 0, cursor
     no_state = 0
     looping = 0
     nh = 0
@@ -192,10 +192,11 @@ def on_data(m, li, six, eix, n_groups, max_hops, active, parent, member, last_he
     qi, e = ranges_where(eix, hs, valid)
     for j in range(len(e)):
         if child[e[j]] < 0:
-            return DECLINED, 0, 0, 0, i32, i32, i32, i64, i64, i16, i64, 0, cursor
+            return DECLINED, 0, 0, 0, none, 0, cursor
     if len(e) > len(out):
-        return MORE_ROOM, len(e), 0, 0, i32, i32, i32, i64, i64, i16, i64, 0, cursor
+        return MORE_ROOM, len(e), 0, 0, none, 0, cursor
     # the case holds: write
+    zero_rows(out, 0, len(e))
     for i in range(n):
         v = s[i]
         if v >= 0 and parent[v] == m[i]["src"]:
@@ -207,24 +208,11 @@ def on_data(m, li, six, eix, n_groups, max_hops, active, parent, member, last_he
     for j in range(nh):
         last_seq[hs[j]] = raised[j]
         n_mem += member[hs[j]]
-    g = np.empty(n_mem, np.int32)
-    who = np.empty(n_mem, np.int32)
-    src = np.empty(n_mem, np.int32)
-    pub = np.empty(n_mem, np.int64)
-    t = np.empty(n_mem, np.int64)
-    h = np.empty(n_mem, np.int16)
-    sq = np.empty(n_mem, np.int64)
+    delivered = np.empty(n_mem, np.int64)
     k = 0
     for j in range(nh):
         if member[hs[j]]:
-            r = m[hit[j]]
-            g[k] = r["group"]
-            who[k] = r["dst"]
-            src[k] = r["origin"]
-            pub[k] = r[_PUBLISH]
-            t[k] = r["time"]
-            h[k] = r[_HOPS]
-            sq[k] = r[_SEQNO]
+            delivered[k] = hit[j]
             k += 1
     for j in range(len(qi)):
         last_sent[hs[qi[j]]] = m[hit[qi[j]]]["time"]
@@ -236,7 +224,7 @@ def on_data(m, li, six, eix, n_groups, max_hops, active, parent, member, last_he
         out[j][_PUBLISH] = r[_PUBLISH]
         out[j][_SEQNO] = r[_SEQNO]
         out[j][_HOPS] = r[_HOPS] + 1
-    return DONE, 0, no_state, looping, g, who, src, pub, t, h, sq, len(qi), cursor
+    return DONE, 0, no_state, looping, delivered, len(qi), cursor
 
 
 @numba.njit(cache=True)
@@ -269,6 +257,7 @@ def on_refresh(m, li, six, eix, n_groups, n_nodes, active, slot_node, n_children
         k += 1
     if n - k > len(out):
         return MORE_ROOM, n - k, 0, cursor
+    zero_rows(out, 0, n - k)
     live, s, e = live[:k], s[:k], e[:k]
     new = np.zeros(k, np.bool_)
     order = np.argsort(e, kind="mergesort")    # stable: a run starts at its first row
@@ -315,6 +304,7 @@ def on_heartbeat(m, li, six, n_groups, active, parent, last_heard, key_hi, key_l
         return DECLINED, 0, 0, cursor
     if n > len(out):
         return MORE_ROOM, n, 0, cursor
+    zero_rows(out, 0, n)
     w = 0
     for i in range(n):
         r = m[i]
@@ -328,3 +318,77 @@ def on_heartbeat(m, li, six, n_groups, active, parent, last_heard, key_hi, key_l
             _put_group(out, w, r["group"], key_hi, key_lo)
             w += 1
     return DONE, 0, w, cursor
+
+
+@numba.njit(cache=True)
+def on_runs(m, local, bounds, first, last, ticking, node_ids, six, eix, n_groups,
+            n_nodes, max_hops, active, root, parent, member, last_heard, last_seq, last_sent,
+            slot_node, n_children, node_children, group, join_cred, valid, child, refresh,
+            e_slot, e_cred, key_hi, key_lo, stale, period, silent_after, stale_after,
+            data_type, tick_type, heartbeat_type, refresh_type, leave_type, rejoin_type,
+            out, pool, cursor, s_hr, s_rdist, s_lan):
+    """Runs ``first..last-1`` of a cell pass (``m`` its records in dispatch order, ``local``
+    each row's local index, run r = rows ``bounds[r]`` to ``bounds[r + 1]``, all of one
+    type: DATA, TICK, HEARTBEAT or REFRESH) in one call, each by its kernel
+    above (:func:`on_data`, :func:`on_tick`, :func:`on_heartbeat`, :func:`on_refresh`),
+    their sends one after the other in ``out``: what ``Scribe.receive_compiled`` does run
+    by run, in the same order. Stops at a run its kernel declines or lacks room for
+    (nothing of it written: the caller hands it to the run-by-run path), and after a
+    DATA, HEARTBEAT or REFRESH run whose nodes are not all ticking (their first TICK
+    timers, ``TreeRepair.start_ticks``, are the caller's, after that run's sends).
+    Returns (first run not handled, its status -- DONE when none was refused --, the
+    rows it asked for, the DATA run's no-state and hop-limit counts (-1: no DATA run
+    handled), the delivered rows of m, the run whose nodes need timers or -1, rows
+    written, cursor). O(rows + children + sends)."""
+    w = 0
+    status = DONE
+    need = 0
+    no_state = -1
+    looping = 0
+    delivered = np.empty(0, np.int64)
+    start_ticks = -1
+    r = first
+    while r < last:
+        s, e = bounds[r], bounds[r + 1]
+        mr = m[s:e]
+        li = local[s:e]
+        ty = mr[0]["type"]
+        o = out[w:]
+        if ty == data_type:
+            st, nd, ns, lp, rows, k, cursor = on_data(
+                mr, li, six, eix, n_groups, max_hops, active, parent, member, last_heard,
+                last_seq, last_sent, valid, child, key_hi, key_lo, data_type, o, pool, cursor,
+                s_hr, s_rdist, s_lan)
+            if st == DONE:
+                no_state, looping = ns, lp
+                delivered = rows + s
+        elif ty == tick_type:
+            st, nd, k, cursor = on_tick(
+                mr, li, node_ids, six, eix, n_groups, active, root, parent, last_heard,
+                last_sent, valid, refresh, group, join_cred, child, key_hi, key_lo, stale,
+                ticking, period, silent_after, stale_after, tick_type, refresh_type,
+                heartbeat_type, o, pool, cursor, s_hr, s_rdist, s_lan)
+        elif ty == heartbeat_type:
+            st, nd, k, cursor = on_heartbeat(
+                mr, li, six, n_groups, active, parent, last_heard, key_hi, key_lo,
+                heartbeat_type, leave_type, o, pool, cursor, s_hr, s_rdist, s_lan)
+        elif ty == refresh_type:
+            st, nd, k, cursor = on_refresh(
+                mr, li, six, eix, n_groups, n_nodes, active, slot_node, n_children,
+                node_children, e_slot, child, valid, e_cred, refresh, key_hi, key_lo,
+                refresh_type, rejoin_type, o, pool, cursor, s_hr, s_rdist, s_lan)
+        else:
+            st, nd, k = DECLINED, 0, 0
+        if st != DONE:
+            status, need = st, nd
+            break
+        w += k
+        r += 1
+        if ty != tick_type:   # (a tick leaves every node with tree state ticking)
+            for i in range(len(li)):
+                if not ticking[li[i]]:
+                    start_ticks = r - 1
+                    break
+            if start_ticks >= 0:
+                break
+    return r, status, need, no_state, looping, delivered, start_ticks, w, cursor

@@ -19,8 +19,11 @@ from .tree import TreeState, send_data_to_children
 from .types import DATA, MCAST, RP_ADDR, Data, Mcast, McastReq, RpAddr
 from .wire import Messenger, take_rows
 
-# the ``delivery`` log's columns in the order handler_kernels.on_data returns them
-_DELIVERY_COLUMNS = ("group", "member", "source", "publish_time", "time", "hops", "seqno")
+# the ``delivery`` log's columns as fields of the DATA row delivered (``_log_delivery``'s
+# columns and types; handler_kernels.on_data returns those rows)
+DELIVERY_FROM_DATA = (("group", "group"), ("member", "dst"), ("source", "origin"),
+                      ("publish_time", Data.publish_time), ("time", "time"),
+                      ("hops", Data.total_hops, np.int16), ("seqno", Data.seqno))
 
 
 class Dissemination:
@@ -170,6 +173,6 @@ class Dissemination:
         ctx.count("scribe_data_no_state", res[1])
         ctx.count("scribe_data_hop_limit", res[2])
         if len(res[3]):
-            ctx.log_owned("delivery", **dict(zip(_DELIVERY_COLUMNS, res[3:], strict=True)),
-                          variant=self.variant_of())
+            ctx.log_records("delivery", take_rows(m, res[3]), DELIVERY_FROM_DATA,
+                            (("variant", self.variant_of()),))
         return True

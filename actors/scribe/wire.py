@@ -28,6 +28,10 @@ __all__ = ["MSG_DTYPE", "NO_PAYLOAD", "Batch", "Messenger", "ScribeError", "msgs
            "new_messages", "pack_rows", "payload_rows", "take_rows"]
 
 
+# the room lent is at most this many times what the caller offers (the rows are zeroed)
+_MAX_ROOM_FACTOR = 16.0
+
+
 class ScribeError(RuntimeError):
     """Scribe was used outside its contract (e.g. not bound to an overlay)."""
 
@@ -48,6 +52,10 @@ class Messenger:
         self.endpoint = endpoint
         self.groups = groups
         self.payload = NO_PAYLOAD
+        # per kernel, the most records it asked for over those it was offered: the room
+        # lent next time (a kernel that asks for more returns before it writes anything,
+        # and then runs again whole)
+        self._room_factor: dict = {}
 
     def local(self, ctx, nodes) -> np.ndarray:
         li = np.asarray(ctx.local(nodes), dtype=np.int64)
@@ -71,11 +79,22 @@ class Messenger:
         messages itself, through the endpoint, lending it ``rows`` records first and the
         exact count it asks for if those were too few. Returns the kernel's status and its
         results (``handler_kernels``: the ``need`` count and the sends' bookkeeping taken
-        off)."""
-        res = self.endpoint.send_compiled(ctx, rows, 0, kernel, *args)
+        off). The room lent grows with what the kernel asked for before (a tick's sends
+        per timer depend on the trees its node is in), so that a kernel seldom runs twice."""
+        factor = self._room_factor.get(kernel, 1.0)
+        res = self.endpoint.send_compiled(ctx, int(rows * factor), 0, kernel, *args)
         if res[0] == MORE_ROOM:
-            res = self.endpoint.send_compiled(ctx, int(res[1]), 0, kernel, *args)
+            need = int(res[1])
+            if rows:
+                self._room_factor[kernel] = min(_MAX_ROOM_FACTOR, max(factor, need / rows))
+            res = self.endpoint.send_compiled(ctx, need, 0, kernel, *args)
         return (res[0], *res[2:])
+
+    def run_compiled(self, ctx, rows: int, kernel, *args) -> tuple:
+        """As :meth:`send_compiled`, once, on rows that are not zeroed: a kernel that
+        zeroes the rows it writes, and stops where it lacks room (saying how much it
+        needed) rather than asking again. A loose ``rows`` then costs no zeroing."""
+        return self.endpoint.send_compiled(ctx, rows, 0, kernel, *args, zeroed=False)
 
     def route(self, ctx, src, type_code, sent, group, **fields) -> None:
         """One message per row from ``src``, routed to the group's RP (the node whose id is
