@@ -252,9 +252,24 @@ class ShardEngine:
         run_types = types[bounds_arr[:-1]].tolist() if together else None
         i = 0
         declined = -1   # a run handle_runs stopped at: it goes to handle alone
+        settled = False   # past the FAIL and RECOVER runs, the rest checked for dead nodes
         while i < n_runs:
             s, e = bounds[i], bounds[i + 1]
             ty = run_types[i] if together else int(types[s])
+            if not settled and ty > RECOVER:
+                settled = True
+                if rest_alive is None:
+                    rest_alive = bool(self.alive[li_all[s:]].all())
+                if not rest_alive:
+                    # messages for dead nodes are lost; the rest of the cell without them
+                    # (whose runs may then go together to handle_runs)
+                    m, li_all, bounds_arr = self._drop_lost(m[s:], li_all[s:])
+                    types = m["type"]
+                    bounds = bounds_arr.tolist()
+                    n_runs = len(bounds) - 1
+                    run_types = types[bounds_arr[:-1]].tolist() if together else None
+                    i, rest_alive = 0, True
+                    continue
             i += 1
             if ty in together and i - 1 != declined:
                 if rest_alive is None:
@@ -298,6 +313,18 @@ class ShardEngine:
                 rest_alive = None
                 continue
             self.stack.handle(self.ctx, ty, sub)
+
+    def _drop_lost(self, m: np.ndarray, li: np.ndarray) -> tuple:
+        """Rows ``m`` (the rest of a cell, in dispatch order) without those for dead nodes,
+        counted lost by type (in type order, as run by run), and their (local indices,
+        run bounds)."""
+        ok = self.alive[li]
+        types, counts = np.unique(m["type"][~ok], return_counts=True)
+        for t, c in zip(types.tolist(), counts.tolist(), strict=True):
+            self.lost_by_type[t] = self.lost_by_type.get(t, 0) + c
+        m = take_rows(m, ok)
+        bounds, li, _ = kernels.cell_runs(m["type"], m["dst"], self.local_index, self.alive)
+        return m, li, bounds
 
     @property
     def sent_by_type(self) -> dict[int, int]:
