@@ -18,6 +18,14 @@ def _one_table_per_chunk(chunks) -> pa.Table:
     return pa.concat_tables(parts, promote_options="permissive")
 
 
+def _random_records(rng, dtype, most: int, high: int) -> np.ndarray:
+    """0..most-1 records of ``dtype``, every field drawn from 0..high-1."""
+    r = np.zeros(int(rng.integers(0, most)), dtype)
+    for name in dtype.names:
+        r[name] = rng.integers(0, high, len(r))
+    return r
+
+
 def test_merged_chunks_give_the_same_table_and_stay_few():
     rng = np.random.default_rng(7)
     merged = LogBuffer()
@@ -65,9 +73,7 @@ def test_records_logged_whole_give_the_columns_cut_from_them():
     whole, as_columns = LogBuffer(), LogBuffer()
     whole.MERGE_EVERY = 8
     for i in range(100):
-        r = np.zeros(int(rng.integers(0, 9)), rec)
-        for name in rec.names:
-            r[name] = rng.integers(0, 1000, len(r))
+        r = _random_records(rng, rec, 9, 1000)
         phase = "join" if i < 60 else "multicast"
         as_columns.add("message", phase, {c: r[f].copy() for c, f in columns})
         whole.add_records("message", phase, r, columns)
@@ -88,9 +94,7 @@ def test_records_with_a_cast_column_and_a_label_give_the_columns_logged_one_by_o
     mixed, one_by_one = LogBuffer(), LogBuffer()
     mixed.MERGE_EVERY = 8
     for i in range(120):
-        r = np.zeros(int(rng.integers(0, 7)), rec)
-        for name in rec.names:
-            r[name] = rng.integers(0, 30_000, len(r))
+        r = _random_records(rng, rec, 7, 30_000)
         variant = "scribe" if i < 90 else "collapsed"
         cols = {"member": r["dst"].copy(), "time": r["time"].copy(),
                 "hops": r["c"].astype(np.int16), "variant": variant}
