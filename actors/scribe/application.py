@@ -32,7 +32,7 @@ from .bottleneck import BottleneckRemover
 from .collapse import TreeCollapse
 from .groups import GroupDirectory
 from .membership import TreeJoins, TreeLeaves
-from .multicast import DELIVERY_FROM_DATA, Dissemination
+from .multicast import Dissemination
 from .publishing import ReliablePublishing
 from .reliable import OrderedDelivery
 from .rendezvous import RendezvousPoints
@@ -287,12 +287,8 @@ class Scribe:
                 ty = int(m["type"][bounds[done]])
                 room[ty] = min(_RUN_ROOM_MAX,
                                max(room[ty], need / (bounds[done + 1] - bounds[done])))
-            if no_state >= 0:   # (a DATA run was taken: as data_compiled)
-                ctx.count("scribe_data_no_state", no_state)
-                ctx.count("scribe_data_hop_limit", looping)
-                if len(delivered):
-                    ctx.log_records("delivery", take_rows(m, delivered), DELIVERY_FROM_DATA,
-                                    (("variant", self.variant_label()),))
+            if no_state >= 0:   # (a DATA run was taken)
+                self.multicast.data_taken(ctx, m, no_state, looping, delivered)
             if ticks_for < 0:
                 return done
             self.repair.start_ticks(ctx, m[bounds[ticks_for]:bounds[ticks_for + 1]])

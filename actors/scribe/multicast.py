@@ -170,9 +170,14 @@ class Dissemination:
             keys["id_lo"], DATA)
         if res[0] != handler_kernels.DONE:
             return False
-        ctx.count("scribe_data_no_state", res[1])
-        ctx.count("scribe_data_hop_limit", res[2])
-        if len(res[3]):
-            ctx.log_records("delivery", take_rows(m, res[3]), DELIVERY_FROM_DATA,
-                            (("variant", self.variant_of()),))
+        self.data_taken(ctx, m, *res[1:4])
         return True
+
+    def data_taken(self, ctx, m, no_state: int, looping: int, delivered) -> None:
+        """After ``handler_kernels.on_data`` took DATA rows ``m``: its counts, and a
+        delivery row for each of ``delivered`` (rows of m)."""
+        ctx.count("scribe_data_no_state", no_state)
+        ctx.count("scribe_data_hop_limit", looping)
+        if len(delivered):
+            ctx.log_records("delivery", take_rows(m, delivered), DELIVERY_FROM_DATA,
+                            (("variant", self.variant_of()),))
