@@ -112,7 +112,7 @@ def test_new_leafs_refreshes_replicas_on_the_next_tick():
     assert w.counters["scribe_rp_takeovers"] == 1
 
 
-def _repair_run(shards):
+def repair_run(shards):
     """The failure scenario of the first test: every log row, counter and send count, and
     each shard's final tree state."""
     w, table, creds, members, rp = start(shards)
@@ -163,7 +163,7 @@ def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch
     monkeypatch.setattr(ShardEngine, "_route", route)
 
     def run():
-        out = _repair_run(shards)
+        out = repair_run(shards)
         got, emitted[:] = list(emitted), []
         return (*out, got)
 

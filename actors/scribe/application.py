@@ -65,9 +65,10 @@ from .types import (
     TICK,
     TYPE_NAMES,
 )
-from .wire import NO_PAYLOAD, Messenger, ScribeError, msgs_of, take_rows
+from .wire import NO_PAYLOAD, Messenger, Room, ScribeError, msgs_of, take_rows
 
-# the most rows per message lent to a run of receive_runs (they are not zeroed)
+# the most rows per message lent to a run of receive_runs (they are not zeroed: a loose
+# bound costs nothing)
 _RUN_ROOM_MAX = 1024.0
 
 # Wiring, not configuration: set by the scenario runner per variant, never by a user.
@@ -221,7 +222,8 @@ class Scribe:
         # message of each type, raised when a run asks for more (a tick's sends depend on
         # the trees its node is in)
         self.compiled_run_types = frozenset(self.compiled)
-        self._run_room = {DATA: 4.0, TICK: 4.0, HEARTBEAT: 1.0, REFRESH: 1.0}
+        self._run_room = Room(_RUN_ROOM_MAX, {DATA: 4.0, TICK: 4.0, HEARTBEAT: 1.0,
+                                              REFRESH: 1.0})
 
     def variant_label(self) -> str:
         """Label of the delivery and tree_edge rows: the configured one, else what the
@@ -268,9 +270,9 @@ class Scribe:
         node_ids = np.asarray(ctx.nodes)
         r = first
         while r < last:
-            rows = 0   # (not zeroed: a loose bound costs nothing)
+            rows = 0
             for q in range(r, last):
-                rows += int(room[int(m["type"][bounds[q]])] * (bounds[q + 1] - bounds[q]))
+                rows += room.rows(int(m["type"][bounds[q]]), bounds[q + 1] - bounds[q])
             done, status, need, no_state, looping, delivered, ticks_for = \
                 self.messenger.run_compiled(
                     ctx, rows, handler_kernels.on_runs, m, local, bounds, r, last,
@@ -284,9 +286,8 @@ class Scribe:
                     rp.child_expiry_miss * period, DATA, TICK, HEARTBEAT, REFRESH, LEAVE,
                     REJOIN)
             if status == handler_kernels.MORE_ROOM:
-                ty = int(m["type"][bounds[done]])
-                room[ty] = min(_RUN_ROOM_MAX,
-                               max(room[ty], need / (bounds[done + 1] - bounds[done])))
+                room.asked(int(m["type"][bounds[done]]), need,
+                           bounds[done + 1] - bounds[done])
             if no_state >= 0:   # (a DATA run was taken)
                 self.multicast.data_taken(ctx, m, no_state, looping, delivered)
             if ticks_for < 0:

@@ -24,12 +24,35 @@ from .types import TYPE_NAMES
 # message records of the stack's record (the engine's default has the engine's fields only)
 new_messages = functools.partial(engine_batch.new_messages, dtype=MSG_DTYPE)
 
-__all__ = ["MSG_DTYPE", "NO_PAYLOAD", "Batch", "Messenger", "ScribeError", "msgs_of",
+__all__ = ["MSG_DTYPE", "NO_PAYLOAD", "Batch", "Messenger", "Room", "ScribeError", "msgs_of",
            "new_messages", "pack_rows", "payload_rows", "take_rows"]
 
 
-# the room lent is at most this many times what the caller offers (the rows are zeroed)
+# the room send_compiled lends is at most this many times what the caller offers (the
+# rows it lends are zeroed, so a loose bound costs a memset)
 _MAX_ROOM_FACTOR = 16.0
+
+
+class Room:
+    """How many records to lend a compiled kernel: per key (a kernel, a message type), a
+    factor over the caller's count, raised to what the kernel asked for when it lacked
+    room and never lowered, so that a kernel seldom runs short twice. ``cap`` bounds the
+    factor; ``start``: first factors by key (1 for the others)."""
+
+    __slots__ = ("cap", "factor")
+
+    def __init__(self, cap: float, start: dict | None = None):
+        self.cap = float(cap)
+        self.factor = dict(start or {})
+
+    def rows(self, key, count: int) -> int:
+        """Records to lend for ``count`` units (messages, rows offered) of ``key``."""
+        return int(self.factor.get(key, 1.0) * count)
+
+    def asked(self, key, need: int, count: int) -> None:
+        """The kernel of ``key`` needed ``need`` records for ``count`` units."""
+        if count:
+            self.factor[key] = min(self.cap, max(self.factor.get(key, 1.0), need / count))
 
 
 class ScribeError(RuntimeError):
@@ -55,7 +78,7 @@ class Messenger:
         # per kernel, the most records it asked for over those it was offered: the room
         # lent next time (a kernel that asks for more returns before it writes anything,
         # and then runs again whole)
-        self._room_factor: dict = {}
+        self._room = Room(_MAX_ROOM_FACTOR)
 
     def local(self, ctx, nodes) -> np.ndarray:
         li = np.asarray(ctx.local(nodes), dtype=np.int64)
@@ -81,12 +104,10 @@ class Messenger:
         results (``handler_kernels``: the ``need`` count and the sends' bookkeeping taken
         off). The room lent grows with what the kernel asked for before (a tick's sends
         per timer depend on the trees its node is in), so that a kernel seldom runs twice."""
-        factor = self._room_factor.get(kernel, 1.0)
-        res = self.endpoint.send_compiled(ctx, int(rows * factor), 0, kernel, *args)
+        res = self.endpoint.send_compiled(ctx, self._room.rows(kernel, rows), 0, kernel, *args)
         if res[0] == MORE_ROOM:
             need = int(res[1])
-            if rows:
-                self._room_factor[kernel] = min(_MAX_ROOM_FACTOR, max(factor, need / rows))
+            self._room.asked(kernel, need, rows)
             res = self.endpoint.send_compiled(ctx, need, 0, kernel, *args)
         return (res[0], *res[2:])
 
