@@ -5,7 +5,7 @@ keep-alive run (benchmarks/protocol_digest.py's two workloads), all in this proc
 
 tests/conftest.py starts this in the background, at low priority, when a test session
 begins: a fresh checkout (CI) has no numba cache, and the kernels take minutes of one core
-to compile (Pastry's and Scribe's `handler_kernels.on_runs` ~1 minute each), which the
+to compile (Pastry's `handler_kernels.on_runs` alone ~1 minute), which the
 first protocol tests would otherwise pay on the critical path, while the first test
 modules (the analysis, on Spark) leave a core idle. The repair world goes first: it
 reaches nearly every kernel (Pastry's join, keep-alive and hop-ack paths and Scribe's
