@@ -15,7 +15,7 @@ help:
 	@echo "make quick  - run the quick scenario (seconds)"
 	@echo "make test   - run the whole test suite (TESTS=tests/test_cli.py for one file)"
 	@echo "make test-fast - tests not marked slow (no Ray/Spark start)"
-	@echo "make venv   - create .venv and pip install -e '.[dev]' (again when pyproject.toml changes)"
+	@echo "make venv   - create .venv, pip install -e '.[dev]', compile the kernels (again when pyproject.toml changes)"
 	@echo "make java   - install OpenJDK 17 (as root, apt-get) when java is missing"
 	@echo "make bench  - run benchmarks/bench_*.py"
 	@echo "make lint   - ruff check"
@@ -42,6 +42,8 @@ $(VENV)/.installed: pyproject.toml
 	fi
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	@# numba's kernels compile once per machine, here, not in the first run (scenarios/warm.py)
+	@$(PY) cli.py warm || echo "warning: kernels not precompiled (above); the first run compiles them" >&2
 	touch $@
 
 java:

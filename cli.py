@@ -376,6 +376,29 @@ def list_scenarios_cmd():
     out.print(table)
 
 
+@app.command("warm")
+@handled()
+def warm_cmd(
+    names: Annotated[list[str] | None, typer.Argument(
+        metavar="[NAME]...", help="Scenarios whose kernels to compile (default: "
+        "small_groups_30k, the scenario of `make run`).")] = None,
+):
+    """Compile scenarios' numba kernels into the cache, once per machine (`make venv` does
+    it for the default scenario): a scaled-down emulation on a local Ray, no analysis."""
+    from emulator import runtime
+    from scenarios.warm import warm
+
+    saved = os.environ.pop("RAY_ADDRESS", None)    # the cache is this machine's: local Ray
+    try:
+        seconds = warm(names or ["small_groups_30k"],
+                       say=lambda s: out.print(s, markup=False, highlight=False))
+    finally:
+        runtime.stop_ray()
+        if saved is not None:
+            os.environ["RAY_ADDRESS"] = saved
+    out.print(f"warm: done in {seconds:.1f} s", markup=False, highlight=False)
+
+
 # ---------------------------------------------------------------------------- topology
 
 def _describe_table(title: str, desc: dict) -> Table:

@@ -58,7 +58,7 @@ needs_scenarios = pytest.mark.skipif(_scenarios_api() is None,
 def test_help_lists_every_command():
     res = run_cli("--help")
     assert res.returncode == 0, res.stderr
-    for cmd in ("scenario", "scenarios", "topology", "analyze", "report"):
+    for cmd in ("scenario", "scenarios", "warm", "topology", "analyze", "report"):
         assert cmd in res.stdout
     res = run_cli("scenario", "--help")
     assert res.returncode == 0
@@ -79,6 +79,7 @@ def test_help_lists_every_command():
     (["scenario", "quick", "--set", "novalue"], ["--set", "key=value"]),
     (["scenario", "quick", "--resume", "/nonexistent/run"], ["--resume"]),
     (["no-such-command"], ["no-such-command"]),
+    (["warm", "quick", "nosuch"], ["nosuch"]),                              # before Ray starts
     (["topology", "generate", "nosuch"], ["nosuch", "ts5050"]),             # TopologyError
     (["topology", "generate", "ts600", "--hosts", "-5"], ["--hosts"]),
     (["topology", "generate", "ts600", "--hosts", "10", "--out", "x.txt"], [".npz"]),
@@ -231,6 +232,22 @@ def test_quick_scenario_end_to_end(quick_run):
     after = json.loads((out / "summary.json").read_text())
     for key in ("delay_penalty", "node_stress", "link_stress", "spread"):
         assert after.get(key) == before.get(key), key
+
+
+@needs_scenarios
+@pytest.mark.slow
+def test_warm_compiles_the_kernels_into_an_empty_cache(tmp_path):
+    """`cli.py warm` (what `make venv` runs once per machine) compiles the kernels that a
+    scenario's phases use, in the shard actors, into numba's cache."""
+    cache = tmp_path / "numba"
+    res = run_cli("warm", "quick", timeout=900, env={"NUMBA_CACHE_DIR": str(cache)})
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "kernels of quick compiled and cached" in res.stdout
+    index = {p.name.split(".")[0] for p in cache.rglob("*.nbi")}
+    # the engine's queue, Pastry's routing step and Scribe's handlers, each with its code
+    for module in ("queue", "kernels", "handler_kernels"):
+        assert module in index, (module, sorted(index))
+    assert len(list(cache.rglob("*.nbc"))) >= len(list(cache.rglob("*.nbi")))
 
 
 def test_unexpected_error_is_one_line_exit_1_with_saved_traceback(tmp_path):
