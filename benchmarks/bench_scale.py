@@ -19,6 +19,7 @@ short of cores from one that waits.
     python benchmarks/bench_scale.py [--scenario paper_zipf_1500] [--nodes 100000]
         [--groups 1500] [--shards 1 2 4 8 16 32 64] [--cluster-nodes 4]
         [--bootstrap oracle|protocol] [--set KEY=VALUE ...] [--phases join multicast]
+        [--relay-above N]
 
 `--bootstrap protocol` with `--phases bootstrap` measures the Pastry join protocol (e.g. the
 faithful arrival process: `--set pastry.join_rate_per_s=50 ...`); `--cluster-nodes 1` is
@@ -65,6 +66,11 @@ def measure(args, k: int, address: str) -> dict:
     peak = []
 
     class Measured(_EMULATOR):
+        def __init__(self, *a, **kw):
+            if args.relay_above is not None:
+                kw["relay_above"] = args.relay_above
+            super().__init__(*a, **kw)
+
         def run(self, phase, until=None, progress=None):
             busy0 = _host_busy_s()
             st = super().run(phase, until=until, progress=progress)
@@ -100,6 +106,9 @@ def main():
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a scenario config override, as `cli.py scenario --set` (repeatable)")
     ap.add_argument("--phases", nargs="+", default=list(PHASES), help="phases to report")
+    ap.add_argument("--relay-above", type=int, default=None,
+                    help="start rounds of more shards than this through the shards' relay "
+                         "calls (default: the engine's RELAY_ABOVE; a large value: never)")
     a = ap.parse_args()
     if a.tmp is not None:
         Path(a.tmp).mkdir(parents=True, exist_ok=True)
@@ -121,9 +130,11 @@ def main():
         ray.shutdown()           # the cluster refuses to stop a node the driver is on
         cluster.shutdown()
     load = os.getloadavg()
+    relay_above = a.relay_above if a.relay_above is not None else emulator.driver.RELAY_ABOVE
     print(f"\n{platform.node()}, {cpus} cores, load {load[0]:.1f}/{load[1]:.1f}, "
           f"{a.scenario} --nodes {a.nodes} --groups {a.groups} --topologies 1, "
           f"{a.bootstrap} bootstrap{''.join(' --set ' + x for x in a.set)}, "
+          f"relay above {relay_above} shards, "
           f"{a.cluster_nodes} simulated Ray nodes\n")
     print("| K | phase | messages | rounds (early) | windows | shard calls | wall s | "
           "driver ms/window | driver CPU ms/window | driver ms/round | sync % | shard CPU s, max / sum | "

@@ -30,7 +30,7 @@ import ray
 from .batch import ENGINE_DTYPE, Batch, as_messages, check_message_dtype
 from .engine import CONTROL_NAMES, FAIL, RECOVER, check_log_fields
 from .queue import NEVER
-from .shard_actor import SHARD_CONCURRENCY, ShardActor
+from .shard_actor import SHARD_CONCURRENCY, RelayedError, ShardActor
 from .storage import Storage, TableRef, ipc_bytes
 
 INJECT_SEQ_BASE = -(1 << 62)  # injected stimuli sort before protocol messages of a node
@@ -53,6 +53,16 @@ CAP_SHRINK_ABOVE_S = 1.0
 CAP_MAX_FACTOR = 16
 
 
+# A round with more than RELAY_ABOVE shards is started with one call: the driver calls the
+# first shard, which calls RELAY_FANOUT others and so on down a tree over the round's shards
+# (ShardActor.relay_round), and the heads come back up it. Each call costs its caller
+# ~0.2-0.3 ms of CPU (Ray's own; benchmarks/bench_round_call.py), which at K shards made
+# the driver a serial O(K) cost per round; the tree spreads those calls over the shards and
+# adds O(log K) hops of latency, which below ~8 shards costs more than it saves.
+RELAY_ABOVE = 8
+RELAY_FANOUT = 4
+
+
 class EmulationError(RuntimeError):
     """The emulation itself failed (a shard crashed or a handler raised)."""
 
@@ -60,6 +70,11 @@ class EmulationError(RuntimeError):
 class ShardLostError(EmulationError):
     """A shard's process (or the node it ran on) died: nothing in the emulation is wrong,
     so a new set of shards restored from the last checkpoint can replay the phase."""
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def round_robin(n_nodes: int, shards: int) -> np.ndarray:
@@ -162,7 +177,8 @@ class Emulator:
                  type_names: dict | None = None, log_messages: bool = True,
                  window_cap_us: int = 200_000, actor_options: dict | None = None,
                  storage=None, handoff: bool = False, message_dtype=ENGINE_DTYPE,
-                 message_log_fields=()):
+                 message_log_fields=(), relay_above: int = RELAY_ABOVE,
+                 relay_fanout: int = RELAY_FANOUT):
         if not ray.is_initialized():
             raise EmulationError("Ray is not initialised: call emulator.runtime.start_ray() first")
         self.n_nodes = int(n_nodes)
@@ -195,6 +211,10 @@ class Emulator:
         self.reach = reach_matrix(self.lookahead)   # chains of messages, round trips too
         self.window_cap_us = max(int(window_cap_us), self.delta_us)
         self._cap_us = self.window_cap_us     # the adapted cap (CAP_GROW_BELOW_S), per `run`
+        self.relay_above = int(relay_above)   # rounds with more shards go through the tree
+        self.relay_fanout = int(relay_fanout)
+        if self.relay_fanout < 1:
+            raise ValueError(f"relay_fanout must be >= 1, got {relay_fanout}")
         self.seed = int(seed)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         # storage: where shards write logs and checkpoints (default the run directory);
@@ -275,6 +295,42 @@ class Emulator:
             raise EmulationError(f"shard {k} failed during {what} at virtual time "
                                  f"{at} us: {type(cause).__name__}: "
                                  f"{str(cause).splitlines()[0]}") from e
+
+    def _relay(self, due, era, limit, phase, earliest, at_us) -> list:
+        """Round `self._round_number` on the shards `due` through the tree of relay calls
+        (ShardActor.relay_round): one call and one result for the driver, whatever the
+        number of shards. Returns the shards' (next event, stats) in `due` order."""
+        injected = {k: self._inbox[k] for k in due if self._inbox[k]}
+        ref = self._actors[due[0]].relay_round.remote(
+            (tuple(due), self.relay_fanout, 0), self._round_number, era, limit, phase, earliest,
+            injected)
+        try:
+            heads = ray.get(ref)
+        except Exception as e:  # noqa: BLE001 - turned into the error `_get` would raise
+            raise self._relay_failure(e, due, f"phase {phase!r}", at_us) from e
+        heads.sort(key=lambda h: h[0])
+        return [head for _, head in heads]
+
+    def _relay_failure(self, e, due, what: str, at: int) -> Exception:
+        """The error of a relayed round, as `_get` words it: ShardLostError naming the shard
+        whose process died (found by asking each shard of the round), OSError for a failed
+        write, else EmulationError naming the shard whose handler raised."""
+        cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
+        k = due[0]                      # the first shard's process died under the call
+        if isinstance(cause, RelayedError):
+            k, cause = cause.shard, cause.error
+        while isinstance(cause, ray.exceptions.RayTaskError) and cause.cause is not None:
+            cause = cause.cause
+        if isinstance(cause, (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)):
+            dead = self._dead_shard([self._actors[j].ready.remote() for j in due], due)
+            who = f"shard {dead}" if dead is not None else f"a peer of shard {k}"
+            return ShardLostError(f"{who} crashed during {what} at virtual time {at} us: "
+                                  f"{_first_line(cause)}")
+        if isinstance(cause, OSError) and cause.errno is not None:
+            return OSError(cause.errno, f"shard {k} during {what}: {cause.strerror}",
+                           cause.filename)
+        return EmulationError(f"shard {k} failed during {what} at virtual time {at} us: "
+                              f"{type(cause).__name__}: {_first_line(cause)}")
 
     @staticmethod
     def _wait_all(refs) -> None:
@@ -393,15 +449,20 @@ class Emulator:
             end = min(max((first + self._cap_us) // d * d, start + d), limit)
             earliest = earliest_causes(self._next_at, self.reach)
             due = np.flatnonzero(earliest < end).tolist()
-            # raw bytes: a numpy argument costs the driver ~1.5x the CPU per call (its
-            # pickling; benchmarks/bench_round_call.py); above 64 shards one shared copy
-            arg = earliest.tobytes() if self.shards <= 64 else ray.put(earliest)
             self._round_number += 1
-            refs = [self._actors[k].run_round.remote(self._round_number, era, end, phase,
-                                                     arg, *self._inbox[k])
-                    for k in due]
             t_wait = time.perf_counter()
-            heads = self._get(refs, f"phase {phase!r}", due, start)
+            if len(due) > self.relay_above:
+                heads = self._relay(due, era, end, phase, earliest.tobytes(), start)
+                calls += 1
+            else:
+                # raw bytes: a numpy argument costs the driver ~1.5x the CPU per call (its
+                # pickling; benchmarks/bench_round_call.py); above 64 shards one shared copy
+                arg = earliest.tobytes() if self.shards <= 64 else ray.put(earliest)
+                refs = [self._actors[k].run_round.remote(self._round_number, era, end, phase,
+                                                         arg, *self._inbox[k])
+                        for k in due]
+                heads = self._get(refs, f"phase {phase!r}", due, start)
+                calls += len(due)
             nxt = self._next_at
             for k, (queue_next, st) in zip(due, heads, strict=True):
                 self._inbox[k] = []
@@ -423,7 +484,6 @@ class Emulator:
                 early += 1
                 bounded += bound_left(self._next_at, due, heads)
             rounds += 1
-            calls += len(due)
             round_us += end - start
             self._adapt_cap(time.perf_counter() - t_round, end < limit and not left)
             if progress is not None and time.perf_counter() - last_report > 0.5:

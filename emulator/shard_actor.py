@@ -90,6 +90,19 @@ def _plus(t, delay):
     return np.minimum(t, NEVER - delay) + delay
 
 
+class RelayedError(Exception):
+    """A round relayed through the shards (`ShardActor.relay_round`) failed on shard
+    `shard` with `error` (a RayActorError when that shard's process died)."""
+
+    def __init__(self, shard: int, error: BaseException):
+        super().__init__(shard, error)
+        self.shard = int(shard)
+        self.error = error
+
+    def __str__(self) -> str:
+        return f"shard {self.shard}: {type(self.error).__name__}: {self.error}"
+
+
 @ray.remote
 class ShardActor:
     def __init__(self, shard_id, node_shard, latency, stack_factory, seed, delta_us, shared,
@@ -244,10 +257,78 @@ class ShardActor:
             return self._round(int(number), int(era), int(limit), phase,
                                _int64s(earliest), injected)
         except BaseException:
-            for k, peer in enumerate(self._peers):
-                if k != self.engine.shard_id:
-                    peer.abort.remote(self.engine.shard_id, int(number))
+            self._abort_peers(number)
             raise
+
+    def relay_round(self, plan, number, era, limit, phase, earliest, injected):
+        """`run_round` on this shard and, through a tree of these calls, on the other shards
+        of the round: the driver makes one call whatever the number of shards (O(log K)
+        hops to reach them all, each shard calling at most `fanout`).
+
+        plan = (due, fanout, position): `due` lists the round's shards and this one sits at
+        `position` of the `fanout`-ary tree laid over it in order (children of position p:
+        p*fanout + 1 .. p*fanout + fanout). `injected` maps a shard to the refs of the
+        stimuli the driver holds for it. Children are called before this shard's own round
+        starts (their rounds need each other's promises), and a child that fails stops this
+        shard's round at once (`_watch_children`) so that the failure climbs the tree rather
+        than waiting for promises that will never come. Returns [(position, (next event,
+        stats))] of this subtree; an error leaves as RelayedError naming its shard."""
+        me = self.engine.shard_id
+        due, fanout, pos = plan
+        kids = range(pos * fanout + 1, min(pos * fanout + fanout + 1, len(due)))
+        calls = {self._peers[due[c]].relay_round.remote(
+                     (due, fanout, c), number, era, limit, phase, earliest, injected): due[c]
+                 for c in kids}
+        stop = threading.Event()
+        watcher = None
+        if calls:
+            watcher = threading.Thread(target=self._watch_children,
+                                       args=(list(calls), int(number), stop), daemon=True)
+            watcher.start()
+        try:
+            own = [ray.get(r) for r in injected.get(me, ())]
+            heads = [(pos, self.run_round(number, era, limit, phase, earliest, *own))]
+            left = list(calls)
+            while left:
+                done, left = ray.wait(left, num_returns=1)
+                heads += self._child_heads(done[0], calls[done[0]])
+            return heads
+        except RelayedError:
+            self._abort_peers(number)
+            raise
+        except BaseException as e:
+            self._abort_peers(number)
+            raise RelayedError(me, e) from None
+        finally:
+            stop.set()
+
+    def _watch_children(self, refs, number, stop) -> None:
+        """Stop this shard's round `number` when a child's call fails (runs beside it)."""
+        left = refs
+        while left and not stop.is_set():
+            done, left = ray.wait(left, num_returns=1, timeout=0.5)
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except BaseException:  # noqa: BLE001 - its error is raised by relay_round
+                    self.abort(-1, number)
+                    return
+
+    @staticmethod
+    def _child_heads(ref, shard) -> list:
+        """A child's subtree of heads; its error as RelayedError naming the failed shard."""
+        try:
+            return ray.get(ref)
+        except BaseException as e:
+            cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else None
+            if isinstance(cause, RelayedError):     # failed below the child
+                raise RelayedError(cause.shard, cause.error) from None
+            raise RelayedError(shard, e) from None  # the child's process died
+
+    def _abort_peers(self, number) -> None:
+        for k, peer in enumerate(self._peers):
+            if k != self.engine.shard_id:
+                peer.abort.remote(self.engine.shard_id, int(number))
 
     def _round(self, number, era, limit, phase, earliest, injected):
         engine = self.engine
