@@ -10,6 +10,7 @@ unpickling, not waiting), and wall time. The flood is short on purpose: on a 2-c
 shard processes share the cores, and what is measured is the driver, not the shards.
 
     python benchmarks/bench_round_relay.py [--shards 16 32 64] [--hops 3] [--repeat 2]
+        [--modes direct relayed]
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def main() -> None:
     ap.add_argument("--hops", type=int, default=3)
     ap.add_argument("--fanout", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--modes", nargs="+", choices=("direct", "relayed"),
+                    default=["direct", "relayed"])
     a = ap.parse_args()
     topo = make_topology("ts600", 1, 1500)
     lat = RouterLatency.from_topology(topo)
@@ -73,7 +76,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for k in a.shards:
         for _ in range(a.repeat):
-            for mode, above in (("direct", 1 << 30), ("relayed", 0)):
+            for mode in a.modes:
+                above = 0 if mode == "relayed" else 1 << 30
                 r = measure(lat, k, above, a.hops, a.fanout)
                 print(f"| {k} | {mode} | {r['rounds']} | {r['windows']} | {r['calls']} | "
                       f"{r['messages']:,} | {1000 * r['driver_cpu_s'] / max(r['rounds'], 1):.2f} | "
