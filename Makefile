@@ -8,14 +8,15 @@ PY     := $(VENV)/bin/python
 ARGS   ?=
 TESTS  ?= tests
 
-.PHONY: help venv java run quick test test-fast bench lint clean
+.PHONY: help venv warm java run quick test test-fast bench lint clean
 
 help:
 	@echo "make run    - run the small_groups_30k scenario (ARGS='--nodes 5000 ...' to override)"
 	@echo "make quick  - run the quick scenario (seconds)"
 	@echo "make test   - run the whole test suite (TESTS=tests/test_cli.py for one file)"
 	@echo "make test-fast - tests not marked slow (no Ray/Spark start)"
-	@echo "make venv   - create .venv, pip install -e '.[dev]', compile the kernels (again when pyproject.toml changes)"
+	@echo "make venv   - create .venv and pip install -e '.[dev]' (again when pyproject.toml changes)"
+	@echo "make warm   - compile the default scenario's kernels once (make run and make quick do it)"
 	@echo "make java   - install OpenJDK 17 (as root, apt-get) when java is missing"
 	@echo "make bench  - run benchmarks/bench_*.py"
 	@echo "make lint   - ruff check"
@@ -42,9 +43,16 @@ $(VENV)/.installed: pyproject.toml
 	fi
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
-	@# numba's kernels compile once per machine, here, not in the first run (scenarios/warm.py)
-	@$(PY) cli.py warm || echo "warning: kernels not precompiled (above); the first run compiles them" >&2
 	touch $@
+
+# numba's kernels of the default scenario compile once per machine, before the first
+# `make run` / `make quick`, not inside it (scenarios/warm.py); the test session compiles
+# what it needs itself, in the background (tests/warm_kernels.py)
+warm: $(VENV)/.warmed
+
+$(VENV)/.warmed: $(VENV)/.installed
+	@if $(PY) cli.py warm; then touch $@; \
+	else echo "warning: kernels not precompiled (above); the first run compiles them" >&2; fi
 
 java:
 	@if [ -n "$${JAVA_HOME:-}" ] && [ -x "$$JAVA_HOME/bin/java" ]; then exit 0; fi; \
@@ -57,10 +65,10 @@ java:
 	  exit 1; \
 	fi
 
-run: venv java
+run: venv warm java
 	$(PY) cli.py scenario small_groups_30k $(ARGS)
 
-quick: venv java
+quick: venv warm java
 	$(PY) cli.py scenario quick $(ARGS)
 
 test: venv java

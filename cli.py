@@ -383,7 +383,7 @@ def warm_cmd(
         metavar="[NAME]...", help="Scenarios whose kernels to compile (default: "
         "small_groups_30k, the scenario of `make run`).")] = None,
 ):
-    """Compile scenarios' numba kernels into the cache, once per machine (`make venv` does
+    """Compile scenarios' numba kernels into the cache, once per machine (`make run` does
     it for the default scenario): a scaled-down emulation on a local Ray, no analysis."""
     from emulator import runtime
     from scenarios.warm import warm

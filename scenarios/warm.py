@@ -2,8 +2,8 @@
 
 The protocol handlers are numba kernels compiled on first use and cached next to their
 sources (``cache=True``). A fresh install has no cache, so its first run would compile
-them all inside the run: ~24 s of the first `make run` on two cores (BENCHMARKS.md). The
-install (`make venv`) calls :func:`warm` instead, once per machine: it runs a scaled-down
+them all inside the run: ~24-36 s of the first `make run` on two cores (BENCHMARKS.md).
+`make run` calls :func:`warm` first, once per machine (`make warm`): it runs a scaled-down
 copy of the scenario -- the same phases, the same shard actors and the same code paths,
 so the kernels compile with the signatures the full run looks up -- and throws the run
 away. Nothing is analysed (Spark never starts) and nothing is kept but numba's cache.
