@@ -280,11 +280,9 @@ class ShardActor:
                      (due, fanout, c), number, era, limit, phase, earliest, injected): due[c]
                  for c in kids}
         stop = threading.Event()
-        watcher = None
         if calls:
-            watcher = threading.Thread(target=self._watch_children,
-                                       args=(list(calls), int(number), stop), daemon=True)
-            watcher.start()
+            threading.Thread(target=self._watch_children, args=(list(calls), int(number), stop),
+                             daemon=True).start()
         try:
             own = [ray.get(r) for r in injected.get(me, ())]
             heads = [(pos, self.run_round(number, era, limit, phase, earliest, *own))]

@@ -948,6 +948,22 @@ def auto_shards(cpus: int, nodes: int) -> int:
     return max(1, min(int(cpus), int(nodes) // MIN_NODES_PER_SHARD))
 
 
+def emulate_only(cfg: ScenarioConfig, run_dir: Path) -> None:
+    """Topology 0 of `cfg` emulated into the new directory `run_dir` (its event logs and
+    state), on the Ray already started, without the analysis: scenarios/warm.py's run."""
+    run_dir = _new_run_dir(cfg, run_dir)
+    (run_dir / "config.toml").write_text(cfg.to_toml())
+    handler = _setup_logging(run_dir)
+    try:
+        state = _State(run_dir / "state.json")
+        events = _open_events(cfg, run_dir, state, resumed=False)
+        with _Progress(False, 1) as progress:
+            _run_topology(cfg, run_dir, 0, state, events, progress)
+    finally:
+        log.removeHandler(handler)
+        handler.close()
+
+
 def _run_and_analyse(cfg, run_dir: Path, state: _State, events: RunEvents,
                      progress: bool) -> None:
     """Emulate every topology not done yet, analyse, write timing.total and COMPLETE."""

@@ -11,7 +11,6 @@ away. Nothing is analysed (Spark never starts) and nothing is kept but numba's c
 
 from __future__ import annotations
 
-import logging
 import tempfile
 import time
 from pathlib import Path
@@ -49,21 +48,7 @@ def warm(names: list[str], say=print) -> float:
     for cfg in configs:
         t1 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="scribe-emu-warm-") as tmp:
-            _emulate(runner, cfg, Path(tmp) / cfg.name)
+            runner.emulate_only(cfg, Path(tmp) / cfg.name)
         say(f"kernels of {cfg.name} compiled and cached ({time.perf_counter() - t1:.1f} s)")
     return time.perf_counter() - t0
 
-
-def _emulate(runner, cfg: ScenarioConfig, run_dir: Path) -> None:
-    """The runner's emulation of topology 0 of `cfg` into `run_dir`, without the analysis."""
-    run_dir = runner._new_run_dir(cfg, run_dir)
-    (run_dir / "config.toml").write_text(cfg.to_toml())
-    handler = runner._setup_logging(run_dir)
-    try:
-        state = runner._State(run_dir / "state.json")
-        events = runner._open_events(cfg, run_dir, state, resumed=False)
-        with runner._Progress(False, 1) as progress:
-            runner._run_topology(cfg, run_dir, 0, state, events, progress)
-    finally:
-        logging.getLogger("scribe_emu.scenario").removeHandler(handler)
-        handler.close()
