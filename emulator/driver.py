@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import ray
 
+from . import heads as round_heads
 from .batch import ENGINE_DTYPE, Batch, as_messages, check_message_dtype
 from .engine import CONTROL_NAMES, FAIL, RECOVER, check_log_fields
 from .queue import NEVER
@@ -147,28 +148,6 @@ def earliest_causes(next_at: np.ndarray, reach: np.ndarray) -> np.ndarray:
     return np.minimum(next_at, caused_at(next_at, reach))
 
 
-def bound_left(next_at: np.ndarray, due, heads) -> int:
-    """After a round that ended early, lower ``next_at`` (per shard, in place) for the
-    shards that left: one that left before `limit` may not have run batches pushed to it
-    for before `limit`, which wait in its inbox. None of them is due before the grid point
-    it stopped at (``reached``: its peers' promises kept it from running past anything
-    still on its way), so its next event is at least ``max(earliest, reached)`` of each
-    pushed batch whose latest arrival is at or after ``reached``. `heads` are the round's
-    (next event, stats) of the shards `due`. A lower bound is all the rounds need (it only
-    makes the next one more careful) and costs no call to the shard, which reports its
-    true next event at the end of its next round. Returns how many shards it lowered.
-    O(batches pushed before `limit`)."""
-    reached = {k: st["reached"] for k, (_, st) in zip(due, heads, strict=True) if st["left"]}
-    lowered = set()
-    for _, st in heads:
-        for dst, first, last in st["pushed"]:
-            stop = reached.get(dst)
-            if stop is not None and last >= stop and max(first, stop) < next_at[dst]:
-                next_at[dst] = max(first, stop)
-                lowered.add(dst)
-    return len(lowered)
-
-
 class Emulator:
     """Drive `shards` ShardActors over `n_nodes` nodes (see docs/ARCHITECTURE.md)."""
 
@@ -280,49 +259,42 @@ class Emulator:
         except ray.exceptions.RayTaskError as e:
             k = self._which_failed(refs, shard_ids)
             cause = e.cause if getattr(e, "cause", None) is not None else e
-            if isinstance(cause, (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)):
-                # a live shard could not push its outbox: the peer it pushes to is gone
-                dead = self._dead_shard(refs, shard_ids)
-                who = f"shard {dead}" if dead is not None else f"a peer of shard {k}"
-                raise ShardLostError(f"{who} crashed during {what} at virtual time "
-                                     f"{at} us: "
-                                     f"{str(cause).strip().splitlines()[0]}") from e
-            if isinstance(cause, OSError) and cause.errno is not None:
-                # a log or checkpoint write failed (disk full, read-only): the runner
-                # reports storage errors itself, wherever they happen
-                raise OSError(cause.errno, f"shard {k} during {what}: {cause.strerror}",
-                              cause.filename) from e
-            raise EmulationError(f"shard {k} failed during {what} at virtual time "
-                                 f"{at} us: {type(cause).__name__}: "
-                                 f"{str(cause).splitlines()[0]}") from e
+            raise self._shard_error(k, cause, what, at, refs, shard_ids) from e
 
     def _relay(self, due, era, limit, phase, earliest, at_us) -> list:
         """Round `self._round_number` on the shards `due` through the tree of relay calls
         (ShardActor.relay_round): one call and one result for the driver, whatever the
-        number of shards. Returns the shards' (next event, stats) in `due` order."""
+        number of shards. Returns the round's heads, joined (emulator/heads.py)."""
         injected = {k: self._inbox[k] for k in due if self._inbox[k]}
         ref = self._actors[due[0]].relay_round.remote(
             (tuple(due), self.relay_fanout, 0), self._round_number, era, limit, phase, earliest,
             injected)
         try:
-            heads = ray.get(ref)
+            return ray.get(ref)
         except Exception as e:  # noqa: BLE001 - turned into the error `_get` would raise
             raise self._relay_failure(e, due, f"phase {phase!r}", at_us) from e
-        heads.sort(key=lambda h: h[0])
-        return [head for _, head in heads]
 
     def _relay_failure(self, e, due, what: str, at: int) -> Exception:
-        """The error of a relayed round, as `_get` words it: ShardLostError naming the shard
-        whose process died (found by asking each shard of the round), OSError for a failed
-        write, else EmulationError naming the shard whose handler raised."""
+        """The error of a relayed round, as `_get` words it (`_shard_error`): the shard is
+        the one the RelayedError names, or the first shard when its own process died."""
         cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
         k = due[0]                      # the first shard's process died under the call
         if isinstance(cause, RelayedError):
             k, cause = cause.shard, cause.error
         while isinstance(cause, ray.exceptions.RayTaskError) and cause.cause is not None:
             cause = cause.cause
+        return self._shard_error(k, cause, what, at,
+                                 [self._actors[j].ready.remote() for j in due], due)
+
+    def _shard_error(self, k, cause, what: str, at: int, probe, probe_ids) -> Exception:
+        """The one error the driver raises for shard `k` failing with `cause`:
+        ShardLostError when a process died (k could not push to a dead peer, or died
+        itself: the dead one is found among the calls `probe`, of shards `probe_ids`),
+        OSError for a failed log or checkpoint write (disk full, read-only: the runner
+        reports storage errors itself, wherever they happen), else EmulationError naming
+        the shard whose handler raised."""
         if isinstance(cause, (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)):
-            dead = self._dead_shard([self._actors[j].ready.remote() for j in due], due)
+            dead = self._dead_shard(probe, probe_ids)
             who = f"shard {dead}" if dead is not None else f"a peer of shard {k}"
             return ShardLostError(f"{who} crashed during {what} at virtual time {at} us: "
                                   f"{_first_line(cause)}")
@@ -461,28 +433,32 @@ class Emulator:
                 refs = [self._actors[k].run_round.remote(self._round_number, era, end, phase,
                                                          arg, *self._inbox[k])
                         for k in due]
-                heads = self._get(refs, f"phase {phase!r}", due, start)
+                heads = round_heads.join(self._get(refs, f"phase {phase!r}", due, start))
                 calls += len(due)
-            nxt = self._next_at
-            for k, (queue_next, st) in zip(due, heads, strict=True):
-                self._inbox[k] = []
-                nxt[k] = queue_next
-                self.now = max(self.now, st["done_until"])
-                events += st["events"]
-                promises += st["promises"]
-                wants += st["wants"]
-                for key, total in per_shard.items():
-                    total[k] += st[key]
-            windows += max(st["windows"] for _, st in heads)
             wait_s += time.perf_counter() - t_wait
-            for _, st in heads:   # batches pushed for after the round, not yet in queues
-                for dst, t in st["sent_min"].items():
-                    if t < nxt[dst]:
-                        nxt[dst] = t
-            left = any(st["left"] for _, st in heads)
+            # every shard's head at once (emulator/heads.py): numpy, not a loop over shards
+            fixed, sent, pushed = round_heads.read(heads)
+            if len(fixed) != len(due):
+                raise EmulationError(f"round {self._round_number} of phase {phase!r}: "
+                                     f"{len(fixed)} heads from {len(due)} shards")
+            for k in due:
+                self._inbox[k] = []
+            nxt = self._next_at
+            ks = fixed["shard"]
+            nxt[ks] = fixed["next"]
+            self.now = max(self.now, int(fixed["done_until"].max()))
+            events += int(fixed["events"].sum())
+            promises += int(fixed["promises"].sum())
+            wants += int(fixed["wants"].sum())
+            for key, total in per_shard.items():
+                total[ks] += fixed[key]
+            windows += int(fixed["windows"].max())
+            # batches pushed for after the round, not yet in queues
+            np.minimum.at(nxt, sent[:, 0], sent[:, 1])
+            left = bool(fixed["left"].any())
             if left:
                 early += 1
-                bounded += bound_left(self._next_at, due, heads)
+                bounded += round_heads.bound_left(nxt, fixed, pushed)
             rounds += 1
             round_us += end - start
             self._adapt_cap(time.perf_counter() - t_round, end < limit and not left)

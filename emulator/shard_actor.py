@@ -49,6 +49,7 @@ import time
 import numpy as np
 import ray
 
+from . import heads as round_heads
 from .engine import ShardEngine
 from .logs import with_topo
 from .queue import NEVER
@@ -236,7 +237,7 @@ class ShardActor:
     def run_round(self, number, era, limit, phase, earliest, *injected):
         """Round `number` of era `era` (see the module docstring): process every cell
         before `limit` (a grid point), synchronising with the peers by promises, and return
-        (next local event time, stats).
+        its head (emulator/heads.py: the next local event time and the round's stats).
         `earliest[i]` is, from the driver's view at the round's start, the earliest time
         anything can happen on shard i (its next event, or one a chain of messages from
         another shard's could cause); shards with ``earliest >= limit`` take no part.
@@ -254,8 +255,9 @@ class ShardActor:
         which a peer that left early may not have run: from these the driver bounds the
         next event of a shard that left without asking it (Emulator.run)."""
         try:
-            return self._round(int(number), int(era), int(limit), phase,
-                               _int64s(earliest), injected)
+            nxt, stats = self._round(int(number), int(era), int(limit), phase,
+                                     _int64s(earliest), injected)
+            return round_heads.head(self.engine.shard_id, nxt, stats)
         except BaseException:
             self._abort_peers(number)
             raise
@@ -271,8 +273,8 @@ class ShardActor:
         stimuli the driver holds for it. Children are called before this shard's own round
         starts (their rounds need each other's promises), and a child that fails stops this
         shard's round at once (`_watch_children`) so that the failure climbs the tree rather
-        than waiting for promises that will never come. Returns [(position, (next event,
-        stats))] of this subtree; an error leaves as RelayedError naming its shard."""
+        than waiting for promises that will never come. Returns the heads of this subtree
+        joined (emulator/heads.py); an error leaves as RelayedError naming its shard."""
         me = self.engine.shard_id
         due, fanout, pos = plan
         kids = range(pos * fanout + 1, min(pos * fanout + fanout + 1, len(due)))
@@ -285,12 +287,12 @@ class ShardActor:
                              daemon=True).start()
         try:
             own = [ray.get(r) for r in injected.get(me, ())]
-            heads = [(pos, self.run_round(number, era, limit, phase, earliest, *own))]
+            heads = [self.run_round(number, era, limit, phase, earliest, *own)]
             left = list(calls)
             while left:
                 done, left = ray.wait(left, num_returns=1)
-                heads += self._child_heads(done[0], calls[done[0]])
-            return heads
+                heads.append(self._child_heads(done[0], calls[done[0]]))
+            return round_heads.join(heads)
         except RelayedError:
             self._abort_peers(number)
             raise
@@ -313,8 +315,8 @@ class ShardActor:
                     return
 
     @staticmethod
-    def _child_heads(ref, shard) -> list:
-        """A child's subtree of heads; its error as RelayedError naming the failed shard."""
+    def _child_heads(ref, shard) -> tuple:
+        """A child's subtree of heads, joined; its error as RelayedError naming the failed shard."""
         try:
             return ray.get(ref)
         except BaseException as e:

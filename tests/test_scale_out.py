@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from emulator.driver import bound_left, reach_matrix, window_ends
+from emulator import heads
+from emulator.driver import reach_matrix, window_ends
+from emulator.heads import bound_left
 from emulator.queue import NEVER
 from scenarios import runner as runner_mod
 
@@ -53,21 +55,50 @@ def test_a_shard_alone_with_events_is_bounded_by_its_round_trip():
     assert ends.tolist() == [12 * d, 5 * d]
 
 
+def _heads(rows):
+    """Joined heads (emulator/heads.py) of (shard, next, left, reached, pushed) rows."""
+    return heads.read(heads.join(
+        [heads.head(k, nxt, {"left": left, "reached": reached, "pushed": pushed,
+                             "sent_min": {}, "done_until": 0, "events": 0, "windows": 1,
+                             "promises": 0, "wants": 0, "busy_s": 0.0, "cpu_s": 0.0,
+                             "wait_s": 0.0})
+         for k, nxt, left, reached, pushed in rows]))
+
+
 def test_a_shard_that_left_early_is_bounded_by_what_its_peers_pushed_it():
     # round to limit 100: shard 1 left at 40, shard 2 left at 70, shards 0 and 3 ran to the
     # limit; what they report having pushed for before the limit, as (peer, first, last)
     nxt = np.array([100, 90, NEVER, 200], np.int64)        # what each reported of its queue
-    heads = [(100, {"left": False, "reached": 100, "pushed": [(1, 20, 30), (2, 50, 80)]}),
-             (90, {"left": True, "reached": 40, "pushed": [(0, 60, 95)]}),
-             (NEVER, {"left": True, "reached": 70, "pushed": [(1, 30, 120), (3, 10, 99)]}),
-             (200, {"left": False, "reached": 100, "pushed": [(2, 60, 65)]})]
-    assert bound_left(nxt, [0, 1, 2, 3], heads) == 2
+    fixed, _, pushed = _heads([(0, 100, False, 100, [(1, 20, 30), (2, 50, 80)]),
+                               (1, 90, True, 40, [(0, 60, 95)]),
+                               (2, NEVER, True, 70, [(1, 30, 120), (3, 10, 99)]),
+                               (3, 200, False, 100, [(2, 60, 65)])])
+    assert fixed["shard"].tolist() == [0, 1, 2, 3] and len(pushed) == 6
+    assert bound_left(nxt, fixed, pushed) == 2
     # shard 1 ran all of (20, 30) before it stopped at 40; of (30, 120) nothing before 40
     # can wait in its inbox: its next event is at least 40. Shard 2 may not have run
     # (50, 80) past its stop at 70, but did run all of (60, 65). Shards that ran to the
     # limit ran everything pushed to them before it (and report the rest in sent_min).
     assert nxt.tolist() == [100, 40, 70, 200]
-    assert bound_left(nxt, [0, 1, 2, 3], heads) == 0         # nothing left to lower
+    assert bound_left(nxt, fixed, pushed) == 0         # nothing left to lower
+
+
+def test_heads_of_a_subtree_join_in_any_order_and_keep_every_field():
+    # a relay joins its children's heads as they come back; the driver reads them by shard
+    a = heads.head(3, 500, {"left": True, "reached": 40, "pushed": [(1, 2, 3)],
+                            "sent_min": {0: 700, 2: 650}, "done_until": 38, "events": 12,
+                            "windows": 4, "promises": 5, "wants": 1, "busy_s": 0.25,
+                            "cpu_s": 0.125, "wait_s": 2.5})
+    b = heads.head(0, NEVER, {"left": False, "reached": 100, "pushed": [],
+                              "sent_min": {}, "done_until": 98, "events": 0, "windows": 1,
+                              "promises": 0, "wants": 0, "busy_s": 0.0, "cpu_s": 0.0,
+                              "wait_s": 0.0})
+    fixed, sent, pushed = heads.read(heads.join([heads.join([b]), a]))
+    assert fixed["shard"].tolist() == [0, 3] and fixed["next"].tolist() == [NEVER, 500]
+    assert fixed["left"].tolist() == [0, 1] and fixed["reached"].tolist() == [100, 40]
+    assert fixed["events"].sum() == 12 and fixed["wait_s"].tolist() == [0.0, 2.5]
+    assert sorted(map(tuple, sent.tolist())) == [(0, 700), (2, 650)]
+    assert pushed.tolist() == [[1, 2, 3]]
 
 
 def test_lookahead_matrix_is_the_least_latency_between_parts():

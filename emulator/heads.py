@@ -1,0 +1,91 @@
+"""What a shard reports at the end of a round (its *head*), in a form that travels as raw
+bytes and joins by concatenation.
+
+A head is three byte strings: one fixed record per shard (HEAD_DTYPE: where it stands and
+what it did), the earliest arrival it pushed to each peer for after the round's limit
+(SENT: peer, time), and each batch it pushed for before the limit (PUSHED: peer, earliest,
+latest arrival; see `bound_left`). The heads of many shards are the same three strings
+concatenated, so a shard relaying a round (ShardActor.relay_round) joins its subtree's
+heads in O(children) and the driver reads every shard's at once with numpy: its work per
+round no longer grows with the number of shards in Python. Raw bytes because Ray pickles
+them at the least cost per call (benchmarks/bench_round_call.py: a numpy argument costs
+~1.5x).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+HEAD_DTYPE = np.dtype([
+    ("shard", np.int64),
+    ("next", np.int64),          # the shard's next event once the round is over
+    ("done_until", np.int64),    # the engine's end of processed time
+    ("reached", np.int64),       # the grid point before which every cell is processed
+    ("left", np.int64),          # 1: the shard left the round before its limit
+    ("events", np.int64),
+    ("windows", np.int64),
+    ("promises", np.int64),      # bare promises pushed
+    ("wants", np.int64),         # promises asked for
+    ("busy_s", np.float64),      # wall time in cells
+    ("cpu_s", np.float64),       # that thread's CPU time
+    ("wait_s", np.float64),      # waiting for peers' promises and for them to take pushes
+])
+SENT_WIDTH = 2      # (peer, earliest arrival at or after the limit)
+PUSHED_WIDTH = 3    # (peer, earliest, latest arrival before the limit)
+
+
+def head(shard: int, next_event: int, stats: dict) -> tuple[bytes, bytes, bytes]:
+    """One shard's head from its round's `stats` (ShardActor._round): the fixed record,
+    `stats["sent_min"]` ({peer: time}) and `stats["pushed"]` ([(peer, first, last)])."""
+    rec = np.zeros(1, HEAD_DTYPE)
+    rec["shard"] = shard
+    rec["next"] = next_event
+    rec["left"] = int(stats["left"])
+    for key in ("done_until", "reached", "events", "windows", "promises", "wants",
+                "busy_s", "cpu_s", "wait_s"):
+        rec[key] = stats[key]
+    sent = np.array(list(stats["sent_min"].items()), np.int64).reshape(-1, SENT_WIDTH)
+    pushed = np.array(stats["pushed"], np.int64).reshape(-1, PUSHED_WIDTH)
+    return rec.tobytes(), sent.tobytes(), pushed.tobytes()
+
+
+def join(heads) -> tuple[bytes, bytes, bytes]:
+    """The heads of several shards (or subtrees) as one. O(total bytes)."""
+    fixed, sent, pushed = zip(*heads, strict=True)
+    return b"".join(fixed), b"".join(sent), b"".join(pushed)
+
+
+def read(joined) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(records of HEAD_DTYPE, int64[n, 2] sent, int64[m, 3] pushed) of joined heads,
+    read-only views of the bytes."""
+    fixed, sent, pushed = joined
+    return (np.frombuffer(fixed, HEAD_DTYPE),
+            np.frombuffer(sent, np.int64).reshape(-1, SENT_WIDTH),
+            np.frombuffer(pushed, np.int64).reshape(-1, PUSHED_WIDTH))
+
+
+def bound_left(next_at: np.ndarray, fixed: np.ndarray, pushed: np.ndarray) -> int:
+    """After a round that ended early, lower ``next_at`` (per shard, in place) for the
+    shards that left: one that left before `limit` may not have run batches pushed to it
+    for before `limit`, which wait in its inbox. None of them is due before the grid point
+    it stopped at (``reached``: its peers' promises kept it from running past anything
+    still on its way), so its next event is at least ``max(earliest, reached)`` of each
+    pushed batch whose latest arrival is at or after ``reached``. `fixed` and `pushed` are
+    the round's heads (`read`). A lower bound is all the rounds need (it only makes the next
+    one more careful) and costs no call to the shard, which reports its true next event at
+    the end of its next round. Returns how many shards it lowered.
+    O(K + batches pushed before `limit`), in numpy."""
+    gone = fixed[fixed["left"] != 0]
+    if not len(gone) or not len(pushed):
+        return 0
+    left = np.zeros(len(next_at), bool)
+    stop = np.zeros(len(next_at), np.int64)
+    left[gone["shard"]] = True
+    stop[gone["shard"]] = gone["reached"]
+    dst, first, last = pushed[:, 0], pushed[:, 1], pushed[:, 2]
+    at = np.maximum(first, stop[dst])
+    lower = left[dst] & (last >= stop[dst]) & (at < next_at[dst])
+    if not lower.any():
+        return 0
+    np.minimum.at(next_at, dst[lower], at[lower])
+    return len(np.unique(dst[lower]))
