@@ -5,7 +5,9 @@ work, with the round's number, era, limit, phase and the K earliest times, and g
 (next event, stats). This measures the driver thread's CPU time per such call and its
 result (``time.thread_time``: the driver's own work, not waiting for a core) on K real
 Ray actors in this process's Ray, for the earliest times passed as a numpy array, raw
-bytes, a list, or one shared object-store copy, and for a stats dict against a bare int.
+bytes, a list, or one shared object-store copy, and for the result as a stats dict (the
+old head), the raw-bytes head of emulator/heads.py (read with numpy, as the driver does),
+or a bare int.
 
     python benchmarks/bench_round_call.py [--shards 16] [--rounds 200]
 """
@@ -14,20 +16,30 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import ray
+
+_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(_ROOT))
+os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")])
+from emulator import heads  # noqa: E402
+
+STATS = {"events": 10, "busy_s": 0.1, "cpu_s": 0.1, "wait_s": 0.1, "windows": 3,
+         "done_until": 123_456, "left": True, "promises": 5, "wants": 1,
+         "sent_min": {3: 1234, 5: 5678}, "pushed": [(1, 2, 3), (4, 5, 6)], "reached": 1234}
 
 
 @ray.remote
 class Shard:
     def run_round(self, number, era, limit, phase, earliest, *injected):
-        stats = {"events": 10, "busy_s": 0.1, "cpu_s": 0.1, "wait_s": 0.1, "windows": 3,
-                 "done_until": 123_456, "left": True, "promises": 5, "wants": 1,
-                 "sent_min": {3: 1234, 5: 5678}, "pushed": [(1, 2, 3), (4, 5, 6)],
-                 "reached": 1234}
-        return 1_234_567, stats
+        return 1_234_567, dict(STATS)
+
+    def head(self, number, era, limit, phase, earliest, *injected):
+        return heads.head(7, 1_234_567, STATS)
 
     def bare(self, number, era, limit, phase, earliest, *injected):
         return 1
@@ -38,7 +50,10 @@ def per_call_us(shards, rounds, method, make_arg) -> float:
     c0 = time.thread_time()
     for r in range(rounds):
         arg = make_arg()
-        ray.get([getattr(s, method).remote(r, 1, 1_000_000, "join", arg) for s in shards])
+        got = ray.get([getattr(s, method).remote(r, 1, 1_000_000, "join", arg)
+                       for s in shards])
+        if method == "head":
+            heads.read(heads.join(got))
     return (time.thread_time() - c0) / rounds / len(shards) * 1e6
 
 
@@ -55,6 +70,7 @@ def main() -> None:
              ("raw bytes, stats dict", "run_round", earliest.tobytes),
              ("list, stats dict", "run_round", earliest.tolist),
              ("object-store copy, stats dict", "run_round", lambda: ray.put(earliest)),
+             ("raw bytes, head bytes read with numpy", "head", earliest.tobytes),
              ("raw bytes, int", "bare", earliest.tobytes)]
     load = os.getloadavg()[0]
     print(f"K = {args.shards}, {args.rounds} rounds, load {load:.1f}")
