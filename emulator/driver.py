@@ -261,7 +261,7 @@ class Emulator:
             cause = e.cause if getattr(e, "cause", None) is not None else e
             raise self._shard_error(k, cause, what, at, refs, shard_ids) from e
 
-    def _relay(self, due, era, limit, phase, earliest, at_us) -> list:
+    def _relay(self, due, era, limit, phase, earliest, at_us) -> tuple:
         """Round `self._round_number` on the shards `due` through the tree of relay calls
         (ShardActor.relay_round): one call and one result for the driver, whatever the
         number of shards. Returns the round's heads, joined (emulator/heads.py)."""
