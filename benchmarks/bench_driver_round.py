@@ -1,13 +1,15 @@
 """The driver's own work per round at K shards, without Ray: what `Emulator.run` does
 around its one call (relayed rounds) besides the call itself.
 
-Per round: the earliest times every shard is told (`earliest_causes`, O(K^2) numpy over
-the reach matrix), the shards due, and reading the K shards' joined heads
-(emulator/heads.py) into the driver's per-shard state, with `bound_left` after a round
-that ended early (every head here says it left, the costlier case). Random lookahead
-matrix; every shard due. Reported: microseconds of wall time per round (one process, no
-other work), to set beside Ray's own cost per call (benchmarks/bench_round_call.py) and
-the driver CPU per round measured on real shards (benchmarks/bench_round_relay.py).
+Per round: the earliest times every shard is told (`earliest_causes`: the driver's bound,
+exact for the EXACT_CAUSES earliest shards, O(K x EXACT_CAUSES); and, for comparison, the
+exact one over every shard, O(K^2) numpy over the reach matrix), the shards due, and
+reading the K shards' joined heads into the driver's per-shard state with the driver's own
+`heads.RoundTally.add` (emulator/heads.py), `bound_left` included after a round that ended
+early (every head here says it left, the costlier case). Random lookahead matrix; every
+shard due. Reported: microseconds of wall time per round (one process, no other work), to
+set beside Ray's own cost per call (benchmarks/bench_round_call.py) and the driver CPU per
+round measured on real shards (benchmarks/bench_round_relay.py).
 
     python benchmarks/bench_driver_round.py [--shards 16 32 64 256 1000]
 """
@@ -24,40 +26,36 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from emulator import heads  # noqa: E402
-from emulator.driver import PER_SHARD_TIMES, earliest_causes, reach_matrix  # noqa: E402
+from emulator.driver import EXACT_CAUSES, earliest_causes, reach_matrix  # noqa: E402
 
 STATS = {"events": 3, "busy_s": 0.1, "cpu_s": 0.1, "wait_s": 0.1, "windows": 1,
          "done_until": 500_000, "left": True, "promises": 5, "wants": 1,
          "sent_min": {3: 510_000}, "pushed": [(1, 400_000, 420_000)], "reached": 502_000}
 
 
-def per_round_us(k: int, rounds: int) -> float:
+def per_round_us(k: int, rounds: int, exact: int | None) -> float:
+    """Microseconds per round; ``exact``: the bound's EXACT_CAUSES (None: exact for all)."""
     rng = np.random.default_rng(1)
     reach = reach_matrix(rng.integers(2_000, 50_000, (k, k)).astype(np.int64))
+    reach_min = reach.min(axis=0)
     next_at = rng.integers(400_000, 600_000, k).astype(np.int64)
     joined = heads.join([heads.head(s, 600_000 + s, STATS) for s in range(k)])
-    per_shard = {key: np.zeros(k) for key in PER_SHARD_TIMES}
     inbox: list[list] = [[] for _ in range(k)]
+    start = next_at.copy()
+    tally = heads.RoundTally(next_at)
     t0 = time.perf_counter()
     for _ in range(rounds):
-        earliest = earliest_causes(next_at, reach)
+        next_at[:] = start          # (every round from the same state)
+        earliest = earliest_causes(next_at, reach, reach_min, exact)
         due = np.flatnonzero(earliest < 1_000_000).tolist()
         arg = earliest.tobytes()                          # what the call carries
         stimuli = {s: inbox[s] for s in due if inbox[s]}
-        fixed, sent, pushed = heads.read(joined)
+        if heads.count(joined) != len(due):
+            raise SystemExit("every shard is due here")
         for s in due:
             inbox[s] = []
-        nxt = next_at.copy()
-        nxt[fixed["shard"]] = fixed["next"]
-        sums = (int(fixed["done_until"].max()), int(fixed["events"].sum()),
-                int(fixed["promises"].sum()), int(fixed["wants"].sum()),
-                int(fixed["windows"].max()))
-        for key, total in per_shard.items():
-            total[fixed["shard"]] += fixed[key]
-        np.minimum.at(nxt, sent[:, 0], sent[:, 1])
-        if fixed["left"].any():
-            heads.bound_left(nxt, fixed, pushed)
-    del arg, stimuli, sums
+        tally.add(joined)
+    del arg, stimuli
     return 1e6 * (time.perf_counter() - t0) / rounds
 
 
@@ -66,10 +64,13 @@ def main() -> None:
     ap.add_argument("--shards", type=int, nargs="+", default=[16, 32, 64, 256, 1000])
     a = ap.parse_args()
     print(f"load {os.getloadavg()[0]:.1f}")
-    print("| K | driver's own work per round, us |")
-    print("|---|---|")
+    print(f"| K | driver's own work per round, us (bound exact for {EXACT_CAUSES} shards, "
+          "as the driver) | the same with the exact bound over every shard |")
+    print("|---|---|---|")
     for k in a.shards:
-        print(f"| {k} | {per_round_us(k, 2000 if k <= 64 else 200):.0f} |", flush=True)
+        n = 2000 if k <= 64 else 200
+        print(f"| {k} | {per_round_us(k, n, EXACT_CAUSES):.0f} | "
+              f"{per_round_us(k, n, None):.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -36,9 +36,6 @@ from .storage import Storage, TableRef, ipc_bytes
 
 INJECT_SEQ_BASE = -(1 << 62)  # injected stimuli sort before protocol messages of a node
 
-# what each shard's `advance` reports, summed per phase and shard (seconds)
-PER_SHARD_TIMES = ("busy_s", "cpu_s", "wait_s")
-
 # The window cap adapts to the wall time a window takes: where no lookahead bounds a window
 # (one shard, or shards far apart) sparse traffic would otherwise pay a driver round trip
 # per cap of virtual time (the faithful 10k protocol bootstrap: 1,037 windows of 200 ms,
@@ -53,6 +50,13 @@ CAP_GROW_BELOW_S = 0.2
 CAP_SHRINK_ABOVE_S = 1.0
 CAP_MAX_FACTOR = 16
 
+
+# The earliest times a round tells the shards follow the chains of messages from the
+# EXACT_CAUSES shards with the earliest events exactly and bound those from the others
+# together (caused_at): O(K x EXACT_CAUSES) per round rather than O(K^2) numpy, which at
+# 1,000 shards cost the driver ~9 ms a round (BENCHMARKS.md, bench_driver_round.py). Up to
+# EXACT_CAUSES shards with events the bound is the exact one.
+EXACT_CAUSES = 32
 
 # A round with more than RELAY_ABOVE shards is started with one call: the driver calls the
 # first shard, which calls RELAY_FANOUT others and so on down a tree over the round's shards
@@ -127,25 +131,43 @@ def window_ends(next_at: np.ndarray, reach: np.ndarray, delta_us: int, cap_us: i
     return np.maximum(ends, first - first % d + d)
 
 
-def caused_at(next_at: np.ndarray, reach: np.ndarray) -> np.ndarray:
+def caused_at(next_at: np.ndarray, reach: np.ndarray, reach_min: np.ndarray | None = None,
+              exact: int | None = None) -> np.ndarray:
     """Per shard j, the earliest time a chain of messages from any shard (j included) can
     make something happen at j: ``min_i next_at[i] + reach[i, j]``. O(K x shards with
-    events), numpy."""
+    events), numpy.
+
+    With ``reach_min`` (``reach.min(axis=0)``) and more than ``exact`` shards with events,
+    a lower bound instead, in O(K x exact): exact for the ``exact`` earliest shards, and
+    ``T + reach_min[j]`` for all the others at once, T the earliest next event among them
+    (each of them is at T or later, and reaches j in reach_min[j] or more). A lower bound
+    is all a round needs: a shard told an earlier time only waits for promises it did not
+    need or takes part in a round with nothing to do; results never depend on rounds."""
     bound = np.full(len(next_at), NEVER, np.int64)
     busy = np.flatnonzero(next_at < NEVER)
-    if len(next_at) > 1 and len(busy):
+    if len(next_at) <= 1 or not len(busy):
+        return bound
+    rest = NEVER
+    if reach_min is not None and exact is not None and len(busy) > exact:
+        order = np.argpartition(next_at[busy], exact)       # the exact earliest first
+        rest = int(next_at[busy[order[exact]]])
+        busy = busy[order[:exact]]
+        np.minimum(bound, rest + np.minimum(reach_min, NEVER - rest), out=bound)
+    if len(busy):
         headroom = NEVER - int(next_at[busy].max())          # no int64 overflow
         arrive = next_at[busy, None] + np.minimum(reach[busy], headroom)
         np.minimum(bound, arrive.min(axis=0), out=bound)
     return bound
 
 
-def earliest_causes(next_at: np.ndarray, reach: np.ndarray) -> np.ndarray:
+def earliest_causes(next_at: np.ndarray, reach: np.ndarray, reach_min: np.ndarray | None = None,
+                    exact: int | None = None) -> np.ndarray:
     """Per shard, the earliest time anything can still happen there: its own next event,
     or one that a chain of messages from a shard's next event can cause
-    (:func:`caused_at`). What a round tells every shard, so that each knows at once how
-    far each peer may get before it hears from it."""
-    return np.minimum(next_at, caused_at(next_at, reach))
+    (:func:`caused_at`, exact or, with ``reach_min`` and ``exact``, a lower bound). What a
+    round tells every shard, so that each knows at once how far each peer may get before
+    it hears from it."""
+    return np.minimum(next_at, caused_at(next_at, reach, reach_min, exact))
 
 
 class Emulator:
@@ -157,7 +179,7 @@ class Emulator:
                  window_cap_us: int = 200_000, actor_options: dict | None = None,
                  storage=None, handoff: bool = False, message_dtype=ENGINE_DTYPE,
                  message_log_fields=(), relay_above: int = RELAY_ABOVE,
-                 relay_fanout: int = RELAY_FANOUT):
+                 relay_fanout: int = RELAY_FANOUT, exact_causes: int = EXACT_CAUSES):
         if not ray.is_initialized():
             raise EmulationError("Ray is not initialised: call emulator.runtime.start_ray() first")
         self.n_nodes = int(n_nodes)
@@ -188,6 +210,10 @@ class Emulator:
         self.lookahead = latency.lookahead_matrix_us(node_shard)
         self.lookahead_us = int(self.lookahead.min()) if self.shards > 1 else NEVER
         self.reach = reach_matrix(self.lookahead)   # chains of messages, round trips too
+        self.reach_min = self.reach.min(axis=0)      # for the rest of caused_at's bound
+        self.exact_causes = int(exact_causes)
+        if self.exact_causes < 1:
+            raise ValueError(f"exact_causes must be >= 1, got {exact_causes}")
         self.window_cap_us = max(int(window_cap_us), self.delta_us)
         self._cap_us = self.window_cap_us     # the adapted cap (CAP_GROW_BELOW_S), per `run`
         self.relay_above = int(relay_above)   # rounds with more shards go through the tree
@@ -403,12 +429,13 @@ class Emulator:
         limit = NEVER if until is None else -(-int(until) // d) * d
         t0 = time.perf_counter()
         c0 = time.thread_time()   # the driver's own CPU: its work, not waiting for a core
-        rounds = early = windows = events = calls = promises = wants = bounded = 0
+        rounds = calls = 0
         round_us = 0
         wait_s = 0.0          # blocked on shards; the rest of the loop is the driver's own work
-        # per shard: wall time processing cells, that thread's CPU time, and the wait for
-        # peers (their promises, and their taking this shard's pushes)
-        per_shard = {key: np.zeros(self.shards) for key in PER_SHARD_TIMES}
+        # next events and totals from the heads; per shard: wall time processing cells,
+        # that thread's CPU time, and the wait for peers (their promises, and their taking
+        # this shard's pushes)
+        tally = round_heads.RoundTally(self._next_at)
         last_report = t0
         self._cap_us = self.window_cap_us     # phases differ: each learns its own cap
         # the shards' promises hold within this call: stimuli injected since the last one
@@ -419,7 +446,8 @@ class Emulator:
             first = self._next
             start = first - first % d
             end = min(max((first + self._cap_us) // d * d, start + d), limit)
-            earliest = earliest_causes(self._next_at, self.reach)
+            earliest = earliest_causes(self._next_at, self.reach, self.reach_min,
+                                       self.exact_causes)
             due = np.flatnonzero(earliest < end).tolist()
             self._round_number += 1
             t_wait = time.perf_counter()
@@ -436,45 +464,31 @@ class Emulator:
                 heads = round_heads.join(self._get(refs, f"phase {phase!r}", due, start))
                 calls += len(due)
             wait_s += time.perf_counter() - t_wait
-            # every shard's head at once (emulator/heads.py): numpy, not a loop over shards
-            fixed, sent, pushed = round_heads.read(heads)
-            if len(fixed) != len(due):
+            if round_heads.count(heads) != len(due):
                 raise EmulationError(f"round {self._round_number} of phase {phase!r}: "
-                                     f"{len(fixed)} heads from {len(due)} shards")
+                                     f"{round_heads.count(heads)} heads from {len(due)} shards")
             for k in due:
                 self._inbox[k] = []
-            nxt = self._next_at
-            ks = fixed["shard"]
-            nxt[ks] = fixed["next"]
-            self.now = max(self.now, int(fixed["done_until"].max()))
-            events += int(fixed["events"].sum())
-            promises += int(fixed["promises"].sum())
-            wants += int(fixed["wants"].sum())
-            for key, total in per_shard.items():
-                total[ks] += fixed[key]
-            windows += int(fixed["windows"].max())
-            # batches pushed for after the round, not yet in queues
-            np.minimum.at(nxt, sent[:, 0], sent[:, 1])
-            left = bool(fixed["left"].any())
-            if left:
-                early += 1
-                bounded += round_heads.bound_left(nxt, fixed, pushed)
+            # every shard's head at once (emulator/heads.py): numpy, not a loop over shards
+            left = tally.add(heads)
+            self.now = max(self.now, tally.done_until)
             rounds += 1
             round_us += end - start
             self._adapt_cap(time.perf_counter() - t_round, end < limit and not left)
             if progress is not None and time.perf_counter() - last_report > 0.5:
                 last_report = time.perf_counter()
-                progress(phase, self.now, events)
+                progress(phase, self.now, tally.events)
         if until is not None:
             self.now = max(self.now, limit)
         wall = time.perf_counter() - t0
         if progress is not None:
-            progress(phase, self.now, events)
-        self._windows += windows
-        stats = {"rounds": rounds, "rounds_ended_early": early, "windows": windows,
-                 "left_bounded": bounded,
-                 "shard_calls": calls, "messages": events,
-                 "promise_pushes": promises, "promise_wants": wants,
+            progress(phase, self.now, tally.events)
+        self._windows += tally.windows
+        per_shard = tally.per_shard
+        stats = {"rounds": rounds, "rounds_ended_early": tally.early, "windows": tally.windows,
+                 "left_bounded": tally.bounded,
+                 "shard_calls": calls, "messages": tally.events,
+                 "promise_pushes": tally.promises, "promise_wants": tally.wants,
                  "virtual_us": self.now, "wall_s": wall,
                  **{key: total.tolist() for key, total in per_shard.items()},
                  "sync_s": max(0.0, wall - float(per_shard["busy_s"].max(initial=0.0))),
@@ -488,7 +502,7 @@ class Emulator:
                         "promise_pushes", "promise_wants", "wall_s", "sync_s",
                         "driver_s", "driver_cpu_s", "round_us_total"):
                 stats[key] += prev.get(key, 0)
-            for key in PER_SHARD_TIMES:   # (a run resumed from an older checkpoint lacks some)
+            for key in round_heads.PER_SHARD_TIMES:   # (an older checkpoint lacks some)
                 stats[key] = [a + b for a, b in
                               zip(stats[key], prev.get(key, [0.0] * self.shards), strict=True)]
             stats["round_us_mean"] = stats["round_us_total"] / max(stats["rounds"], 1)

@@ -168,15 +168,24 @@ class ShardEngine:
         if self.n_shards == 1:
             self.queue.push_records(m, payload)
             return
-        shard = self.node_shard[m["dst"]]
-        mine = shard == self.shard_id
-        if mine.all():
+        order, starts, shards = kernels.rows_by_shard(m["dst"], self.node_shard,
+                                                      self.n_shards)
+        me = self.shard_id
+        if starts[me + 1] - starts[me] == len(m):
             self.queue.push_records(m, payload)
             return
-        batch = Batch(take_rows(m, slice(None)), payload.copy())
-        self.queue.push(batch.take(mine))
-        for s in np.unique(shard[~mine]).tolist():
-            self.outbox[s].append(batch.take(shard == s))
+        rows = take_rows(m, order)      # (a copy: the buffer is written over next pass)
+        has_pay = len(payload) > 0
+        for s in shards.tolist():
+            part = rows[starts[s]:starts[s + 1]]
+            if s == me:     # the payload is copied by offset: other rows' are skipped
+                need = int(part["pay_len"].sum()) if has_pay else 0
+                self.queue.push_records(part, payload if need else payload[:0], need)
+            elif has_pay:   # as Batch.take: the part's own payload, packed
+                packed = kernels.compact_payload(part["pay_off"], part["pay_len"], payload)
+                self.outbox[s].append(Batch(part, packed) if len(packed) else Batch(part))
+            else:
+                self.outbox[s].append(Batch(part))
 
     def accept(self, batches) -> None:
         for b in batches:

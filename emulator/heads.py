@@ -31,6 +31,8 @@ HEAD_DTYPE = np.dtype([
     ("cpu_s", np.float64),       # that thread's CPU time
     ("wait_s", np.float64),      # waiting for peers' promises and for them to take pushes
 ])
+# the per-shard times a phase sums (per shard) from its heads
+PER_SHARD_TIMES = ("busy_s", "cpu_s", "wait_s")
 SENT_WIDTH = 2      # (peer, earliest arrival at or after the limit)
 PUSHED_WIDTH = 3    # (peer, earliest, latest arrival before the limit)
 
@@ -63,6 +65,48 @@ def read(joined) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return (np.frombuffer(fixed, HEAD_DTYPE),
             np.frombuffer(sent, np.int64).reshape(-1, SENT_WIDTH),
             np.frombuffer(pushed, np.int64).reshape(-1, PUSHED_WIDTH))
+
+
+def count(joined) -> int:
+    """How many shards' heads `joined` holds. O(1)."""
+    return len(joined[0]) // HEAD_DTYPE.itemsize
+
+
+class RoundTally:
+    """What the driver keeps of a phase's rounds, from each round's joined heads: every
+    shard's next event (``next_at``, updated in place) and the phase's totals. One `add` per
+    round, numpy over the round's shards (no loop over them in Python)."""
+
+    def __init__(self, next_at: np.ndarray):
+        self.next_at = next_at
+        self.per_shard = {key: np.zeros(len(next_at)) for key in PER_SHARD_TIMES}
+        self.done_until = 0
+        self.events = self.promises = self.wants = self.windows = 0
+        self.early = self.bounded = 0      # rounds some shard left early; shards bounded
+
+    def add(self, joined) -> bool:
+        """Take one round's heads: each shard's next event, lowered by the arrivals pushed
+        to it for after the round (still in its inbox) and, when some shard left early, by
+        `bound_left`; the totals. True if some shard left the round early. O(shards in the
+        round + batches they pushed)."""
+        fixed, sent, pushed = read(joined)
+        nxt = self.next_at
+        ks = fixed["shard"]
+        nxt[ks] = fixed["next"]
+        if len(fixed):
+            self.done_until = max(self.done_until, int(fixed["done_until"].max()))
+            self.windows += int(fixed["windows"].max())
+        self.events += int(fixed["events"].sum())
+        self.promises += int(fixed["promises"].sum())
+        self.wants += int(fixed["wants"].sum())
+        for key, total in self.per_shard.items():
+            total[ks] += fixed[key]
+        np.minimum.at(nxt, sent[:, 0], sent[:, 1])
+        left = bool(fixed["left"].any())
+        if left:
+            self.early += 1
+            self.bounded += bound_left(nxt, fixed, pushed)
+        return left
 
 
 def bound_left(next_at: np.ndarray, fixed: np.ndarray, pushed: np.ndarray) -> int:

@@ -120,6 +120,37 @@ def stamp_records(m, local_index, seq, n_nodes, now, sent_counts):
 
 
 @numba.njit(cache=True)
+def rows_by_shard(dst, node_shard, n_shards):
+    """The rows of a pass grouped by the shard of their ``dst``, for ``ShardEngine._route``:
+    (order: row indices, shard by shard and in row order within a shard; starts: shard s's
+    rows are ``order[starts[s]:starts[s + 1]]``; the shards with rows, ascending). One
+    compiled call where the numpy split (a gather, a compare per shard, a unique, a take
+    per shard) cost ~40-50 us a pass on the development VM. O(rows + shards)."""
+    n = len(dst)
+    starts = np.zeros(n_shards + 1, np.int64)
+    for i in range(n):
+        starts[node_shard[dst[i]] + 1] += 1
+    present = 0
+    for s in range(n_shards):
+        if starts[s + 1]:
+            present += 1
+        starts[s + 1] += starts[s]
+    shards = np.empty(present, np.int64)
+    j = 0
+    for s in range(n_shards):
+        if starts[s + 1] > starts[s]:
+            shards[j] = s
+            j += 1
+    pos = starts[:-1].copy()
+    order = np.empty(n, np.int64)
+    for i in range(n):
+        s = node_shard[dst[i]]
+        order[pos[s]] = i
+        pos[s] += 1
+    return order, starts, shards
+
+
+@numba.njit(cache=True)
 def type_counts(types):
     """(distinct values in order of first appearance, count of each) of a batch's types,
     a handful of distinct ones: O(n x distinct), one call where np.unique sorts."""

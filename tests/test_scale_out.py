@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from emulator import heads
-from emulator.driver import reach_matrix, window_ends
+from emulator.driver import earliest_causes, reach_matrix, window_ends
 from emulator.heads import bound_left
 from emulator.queue import NEVER
 from scenarios import runner as runner_mod
@@ -42,6 +42,29 @@ def test_window_ends_respect_every_chain_of_messages():
     assert ends[int(nxt.argmin())] > first           # the earliest shard makes progress
     assert (window_ends(nxt, reach, d, 5 * d, NEVER) <= first + 5 * d).all()
     assert (window_ends(nxt, reach, d, 10 ** 9, 60 * d) <= 60 * d).all()
+
+
+def test_the_cheaper_bound_is_exact_for_the_earliest_and_never_above():
+    rng = np.random.default_rng(8)
+    k = 40
+    reach = reach_matrix(rng.integers(2_000, 50_000, (k, k)).astype(np.int64))
+    reach_min = reach.min(axis=0)
+    for _ in range(20):
+        nxt = rng.integers(0, 1_000_000, k).astype(np.int64)
+        nxt[rng.random(k) < 0.3] = NEVER
+        exact = earliest_causes(nxt, reach)
+        for m in (1, 3, 10, k):
+            bound = earliest_causes(nxt, reach, reach_min, m)
+            assert (bound <= exact).all()
+            # the m earliest shards' chains are followed exactly: nothing they cause is lost
+            first = np.argsort(nxt, kind="stable")[:m]
+            first = first[nxt[first] < NEVER]
+            if len(first):
+                assert (bound <= (nxt[first, None] + reach[first]).min(axis=0)).all()
+            if m >= (nxt < NEVER).sum():
+                assert bound.tolist() == exact.tolist()
+    # no shard with events: nothing to bound
+    assert earliest_causes(np.full(k, NEVER), reach, reach_min, 1).tolist() == [NEVER] * k
 
 
 def test_a_shard_alone_with_events_is_bounded_by_its_round_trip():
@@ -99,6 +122,31 @@ def test_heads_of_a_subtree_join_in_any_order_and_keep_every_field():
     assert fixed["events"].sum() == 12 and fixed["wait_s"].tolist() == [0.0, 2.5]
     assert sorted(map(tuple, sent.tolist())) == [(0, 700), (2, 650)]
     assert pushed.tolist() == [[1, 2, 3]]
+
+
+def test_a_round_tally_keeps_next_events_and_the_phase_totals():
+    # the driver's bookkeeping of two rounds (Emulator.run): shards' next events, lowered
+    # by arrivals pushed for after the round and, after an early leave, by bound_left
+    nxt = np.array([NEVER, NEVER, 300], np.int64)
+    tally = heads.RoundTally(nxt)
+    stats = {"left": False, "reached": 100, "pushed": [], "done_until": 98, "events": 7,
+             "windows": 3, "promises": 2, "wants": 1, "busy_s": 0.5, "cpu_s": 0.25,
+             "wait_s": 0.125}
+    r1 = heads.join([heads.head(0, 150, {**stats, "sent_min": {1: 120}}),
+                     heads.head(1, 400, {**stats, "sent_min": {0: 130}, "windows": 5})])
+    assert heads.count(r1) == 2 and not tally.add(r1)
+    assert nxt.tolist() == [130, 120, 300]
+    r2 = heads.join([heads.head(1, 500, {**stats, "left": True, "reached": 140, "sent_min": {},
+                                         "done_until": 138, "pushed": []}),
+                     heads.head(2, 600, {**stats, "sent_min": {}, "done_until": 198,
+                                         "pushed": [(1, 135, 160)]})])
+    assert tally.add(r2)          # shard 1 left at 140 with (135, 160) maybe still queued
+    assert nxt.tolist() == [130, 140, 600]
+    # windows: the busiest shard of each round (5, then 3)
+    assert (tally.events, tally.windows, tally.promises, tally.wants) == (28, 8, 8, 4)
+    assert (tally.done_until, tally.early, tally.bounded) == (198, 1, 1)
+    assert tally.per_shard["busy_s"].tolist() == [0.5, 1.0, 0.5]
+    assert tally.per_shard["wait_s"].tolist() == [0.125, 0.25, 0.125]
 
 
 def test_lookahead_matrix_is_the_least_latency_between_parts():
