@@ -71,8 +71,9 @@ run: venv warm java
 quick: venv warm java
 	$(PY) cli.py scenario quick $(ARGS)
 
+# --durations: the slowest tests at the end of every run (CI has a 30-minute budget)
 test: venv java
-	$(PY) -m pytest -q $(TESTS) $(ARGS)
+	$(PY) -m pytest -q --durations=15 $(TESTS) $(ARGS)
 
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow" $(TESTS) $(ARGS)

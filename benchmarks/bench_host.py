@@ -13,12 +13,20 @@ host's speed beside them, so each BENCHMARKS.md section records this script's li
 Each is the best of ``--repeat`` runs (the least disturbed by other load). Fixed work:
 about a second per repeat on the development VM.
 
-    python benchmarks/bench_host.py [--repeat 5]
+``--parallel N`` also runs each workload in N processes at once (each repeat started
+together) and prints how many cores' worth of work they got done: N x (one process's time)
+/ (the slowest of the N's time). Two shards of one emulation cannot go faster than that
+against one shard, whatever the engine does: it is the host's ceiling for K = N against
+K = 1 (issue 15). A VM whose vCPUs share a physical core (SMT siblings) or whose host is
+busy shows it here.
+
+    python benchmarks/bench_host.py [--repeat 5] [--parallel 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import time
 
@@ -58,28 +66,68 @@ def _best(fn, repeat: int) -> float:
     return best
 
 
-def measure(repeat: int = 5) -> dict[str, float]:
-    """{"python": s, "numpy": s, "numba": s}: the best of `repeat` runs of each workload."""
+def _workloads() -> dict:
     rng = np.random.default_rng(0)
     data = rng.integers(0, 1 << 40, 10_000_000)
     nxt = _random_cycle(4_000_000, rng)
     _numba_walk(nxt, 10)   # compiled (or loaded from the cache) outside the timing
-    return {"python": _best(_python_loop, repeat),
-            "numpy": _best(lambda: np.sort(data), repeat),
-            "numba": _best(lambda: _numba_walk(nxt, 10_000_000), repeat)}
+    return {"python": _python_loop,
+            "numpy": lambda: np.sort(data),
+            "numba": lambda: _numba_walk(nxt, 10_000_000)}
+
+
+def measure(repeat: int = 5, barrier=None) -> dict[str, float]:
+    """{"python": s, "numpy": s, "numba": s}: the best of `repeat` runs of each workload.
+    With `barrier` (shared by processes measuring at once), every repeat starts together."""
+    def wait():
+        if barrier is not None:
+            barrier.wait()
+    out = {}
+    for name, fn in _workloads().items():
+        out[name] = _best(lambda fn=fn: (wait(), fn()), repeat) if barrier else _best(fn, repeat)
+    return out
+
+
+def _measure_into(repeat, barrier, results) -> None:
+    results.put(measure(repeat, barrier))
+
+
+def parallel_cores(n: int, repeat: int = 5) -> dict[str, float]:
+    """Per workload, the cores' worth of work `n` processes get done at once:
+    n x (the time alone) / (the slowest process's time with all n running).
+    O(n x repeat) runs of each workload; the barrier's own wait is inside the timing but
+    is microseconds against a workload's ~1 s."""
+    alone = measure(repeat)
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(n), ctx.Queue()
+    procs = [ctx.Process(target=_measure_into, args=(repeat, barrier, results)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    together = [results.get() for _ in procs]
+    for p in procs:
+        p.join()
+    return {k: n * alone[k] / max(t[k] for t in together) for k in alone}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--parallel", type=int, default=0, metavar="N",
+                    help="also run each workload in N processes at once")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
+    if args.parallel < 0 or args.parallel == 1:
+        ap.error("--parallel must be 2 or more (0: not run)")
     t = measure(args.repeat)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"host: python {t['python']:.3f} s, numpy {t['numpy']:.3f} s, "
           f"numba {t['numba']:.3f} s (best of {args.repeat}; load {load:.2f}, "
           f"{os.cpu_count()} CPUs)")
+    if args.parallel:
+        c = parallel_cores(args.parallel, args.repeat)
+        print(f"{args.parallel} processes at once got the work of: python {c['python']:.2f}, "
+              f"numpy {c['numpy']:.2f}, numba {c['numba']:.2f} cores")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,12 @@ themselves (emulator/shard_actor.py), "windows" are the busiest shard's windows 
 wait" is the longest any shard waited for its peers' promises and for them to take its
 pushes; "host busy cores" is the whole machine's CPU time in the phase (from /proc/stat,
 every process: shards, the driver, Ray's daemons) over its wall time, which tells a phase
-short of cores from one that waits.
+short of cores from one that waits. "cells" are the grid cells each shard processed
+(`ShardEngine.cells`): every shard pays its handlers' fixed cost once per cell it has
+messages in, so after the table each phase's shard CPU is fitted, over every shard of every
+K run, as CPU = a x cells + b x events (least squares): a is that fixed cost per cell,
+b the cost per message, and K = 2's ceiling against K = 1 on two cores follows from them
+(issue 15: why K = 2 is not twice as fast).
 
     python benchmarks/bench_scale.py [--scenario paper_zipf_1500] [--nodes 100000]
         [--groups 1500] [--shards 1 2 4 8 16 32 64] [--cluster-nodes 4]
@@ -40,6 +45,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")])
 
+import numpy as np  # noqa: E402
 import ray  # noqa: E402
 
 import emulator  # noqa: E402
@@ -72,9 +78,20 @@ def measure(args, k: int, address: str) -> dict:
             super().__init__(*a, **kw)
 
         def run(self, phase, until=None, progress=None):
+            c0 = ray.get([a.counters.remote() for a in self._actors])
             busy0 = _host_busy_s()
             st = super().run(phase, until=until, progress=progress)
-            phases[phase] = dict(st, host_busy_s=_host_busy_s() - busy0)
+            busy = _host_busy_s() - busy0
+            c1 = ray.get([a.counters.remote() for a in self._actors])
+            done = list(zip(c0, c1, strict=True))
+            phases[phase] = dict(st, host_busy_s=busy,
+                                 cells=[b["cells"] - a["cells"] for a, b in done],
+                                 shard_events=[b["events"] - a["events"] for a, b in done])
+            w = max(st["windows"], 1)
+            # (a long run's phases show as they end, before the table)
+            print(f"K = {k}, {phase}: {st['windows']:,} windows, {st['wall_s']:.2f} s, "
+                  f"driver CPU {1000 * st.get('driver_cpu_s', 0.0) / w:.3f} ms/window",
+                  flush=True)
             return st
 
         def shutdown(self):
@@ -139,8 +156,8 @@ def main():
     print("| K | phase | messages | rounds (early) | windows | shard calls | wall s | "
           "driver ms/window | driver CPU ms/window | driver ms/round | sync % | shard CPU s, max / sum | "
           "peer wait s, max | bare promises / asks per window | msg/s | peak shard RSS MB | "
-          "host busy cores | run s | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "host busy cores | cells, max / sum | run s | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         for p in a.phases:
             st = r["phases"].get(p)
@@ -161,7 +178,41 @@ def main():
                   f"{st['messages'] / max(st['wall_s'], 1e-9):,.0f} | "
                   f"{r['peak_rss'] / 2**20:,.0f} | "
                   f"{st['host_busy_s'] / max(st['wall_s'], 1e-9):.2f} | "
+                  f"{max(st['cells']):,} / {sum(st['cells']):,} | "
                   f"{r['total_s']:.0f} | {r['load']:.1f} |")
+    for p in a.phases:
+        fit = cell_cost_fit([r["phases"][p] for r in rows if p in r["phases"]])
+        if fit:
+            print(f"\n{p}: shard CPU = {1e3 * fit['per_cell_s']:.3f} ms x cells + "
+                  f"{1e6 * fit['per_event_s']:.3f} us x events (least squares over "
+                  f"{fit['points']} shards; residual {100 * fit['residual']:.0f} % of the "
+                  f"CPU); K = 2 on two free cores at most {fit['k2_ceiling']:.2f}x K = 1")
+
+
+def cell_cost_fit(phase_rows) -> dict | None:
+    """Least-squares fit of each shard's CPU in a phase as a x cells + b x events, over
+    every shard of the runs given (``phase_rows``: a phase's stats per K, with per-shard
+    ``cpu_s``, ``cells`` and ``shard_events``), and the speed-up that K = 2 can have over
+    K = 1 on two free cores by that model: a whole-grid shard (C cells, E events) against
+    two that each see the cells C2 of the K = 2 run and half the events. None without a
+    K = 1 and a K = 2 run or with fewer than 3 shards. O(shards)."""
+    x, y = [], []
+    for st in phase_rows:
+        for cpu, c, e in zip(st.get("cpu_s", []), st.get("cells", []),
+                             st.get("shard_events", []), strict=False):
+            x.append((c, e))
+            y.append(cpu)
+    by_k = {len(st.get("cells", [])): st for st in phase_rows}
+    if len(y) < 3 or 1 not in by_k or 2 not in by_k:
+        return None
+    (a, b), *_ = np.linalg.lstsq(np.asarray(x, float), np.asarray(y, float), rcond=None)
+    pred = np.asarray(x, float) @ np.array([a, b])
+    one, two = by_k[1], by_k[2]
+    t1 = a * one["cells"][0] + b * one["shard_events"][0]
+    t2 = max(a * c + b * e for c, e in zip(two["cells"], two["shard_events"], strict=True))
+    return {"per_cell_s": float(a), "per_event_s": float(b), "points": len(y),
+            "residual": float(np.abs(pred - y).sum() / max(sum(y), 1e-9)),
+            "k2_ceiling": float(t1 / max(t2, 1e-12))}
 
 
 if __name__ == "__main__":
