@@ -216,6 +216,8 @@ class Scribe:
             self.compiled[REFRESH] = r.refresh_compiled
         if no_paths:
             self.compiled[HEARTBEAT] = r.heartbeat_compiled
+        if plain and no_paths:
+            self.compiled[JOIN_ACK] = j.join_ack_compiled
         if plain and no_paths and self.publishing is None and r.period:
             self.compiled[TICK] = r.tick_compiled
         # the same, several runs of a pass in one call (receive_runs); rows lent per
@@ -223,7 +225,7 @@ class Scribe:
         # the trees its node is in)
         self.compiled_run_types = frozenset(self.compiled)
         self._run_room = Room(_RUN_ROOM_MAX, {DATA: 4.0, TICK: 4.0, HEARTBEAT: 1.0,
-                                              REFRESH: 1.0})
+                                              REFRESH: 1.0, JOIN_ACK: 1.0})
 
     def variant_label(self) -> str:
         """Label of the delivery and tree_edge rows: the configured one, else what the
@@ -243,7 +245,8 @@ class Scribe:
 
     def receive_compiled(self, ctx, type_code, batch) -> bool:
         """Direct messages of one type in one compiled pass where Scribe has one (TICK,
-        HEARTBEAT, REFRESH, DATA in their common case); False (nothing done) otherwise."""
+        HEARTBEAT, REFRESH, DATA, JOIN_ACK in their common case); False (nothing done)
+        otherwise."""
         handler = self.compiled.get(type_code)
         if handler is None:
             return False
@@ -284,7 +287,7 @@ class Scribe:
                     en["refresh"], en["slot"], en["cred"], keys["id_hi"], keys["id_lo"],
                     self.rendezvous.stale, period, rp.heartbeat_miss * period,
                     rp.child_expiry_miss * period, DATA, TICK, HEARTBEAT, REFRESH, LEAVE,
-                    REJOIN)
+                    REJOIN, sl["acl"], JOIN_ACK)
             if status == handler_kernels.MORE_ROOM:
                 room.asked(int(m["type"][bounds[done]]), need,
                            bounds[done + 1] - bounds[done])

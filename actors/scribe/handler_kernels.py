@@ -7,7 +7,8 @@ and the application's dispatch, a plan kernel, record arrays, a record kernel, t
 copies and arrival times, the next timers) cost 80-200 us per call against a few us of
 work (BENCHMARKS.md, issue 13). Each kernel here is the common case of one handler,
 written as the numpy/kernel path it replaces (``repair.TreeRepair``,
-``multicast.Dissemination``): the same state changes, the same records in the same order
+``multicast.Dissemination``, ``membership.TreeJoins`` for JOIN_ACK, which comes once per
+cell and join-phase shard: issue 15): the same state changes, the same records in the same order
 (``emulator.kernels.put_send`` sets their arrival times as the engine would), the same
 counters and log rows. ``tests/test_scribe_repair.py`` compares them with the general path
 record by record.
@@ -31,13 +32,14 @@ from emulator.kernels import put_send, zero_rows
 
 from .kernels import ticking_nodes
 from .keyindex import key_value, ranges_where
-from .types import Data, Refresh
+from .types import Data, JoinAck, Refresh
 
 # type-specific columns (compile-time constants inside the kernels)
 _PUBLISH = Data.publish_time
 _SEQNO = Data.seqno
 _HOPS = Data.total_hops
 _CREDENTIAL = Refresh.credential
+_ACL = JoinAck.acl
 
 DECLINED, DONE, MORE_ROOM = 0, 1, 2
 
@@ -321,21 +323,53 @@ def on_heartbeat(m, li, six, n_groups, active, parent, last_heard, key_hi, key_l
 
 
 @numba.njit(cache=True)
+def on_join_ack(m, li, six, n_groups, active, parent, last_heard, acl, key_hi, key_lo,
+                join_ack_type, leave_type, out, pool, cursor, s_hr, s_rdist, s_lan):
+    """A JOIN_ACK cell without the reliable layer and root paths (``TreeJoins.on_join_ack``):
+    a node whose slot for the group is active takes the sender as its parent, hears from it
+    now (``last_heard``) and learns the group's ACL token when the ack carries one (>= 0),
+    row by row (a later ack for the same slot wins, as numpy's assignment); a node that
+    left the tree meanwhile answers with a LEAVE, in row order. Rows: one per message at
+    most. O(q)."""
+    n = len(m)
+    if not _direct_rows(m, li, join_ack_type):
+        return DECLINED, 0, 0, cursor
+    if n > len(out):
+        return MORE_ROOM, n, 0, cursor
+    zero_rows(out, 0, n)
+    w = 0
+    for i in range(n):
+        r = m[i]
+        v = key_value(six, np.int64(li[i]) * n_groups + np.int64(r["group"]))
+        if v >= 0 and active[v]:
+            parent[v] = r["src"]
+            last_heard[v] = r["time"]
+            if r[_ACL] >= 0:
+                acl[v] = r[_ACL]
+        else:
+            put_send(out, w, r["dst"], r["src"], leave_type, r["time"], s_hr, s_rdist, s_lan)
+            _put_group(out, w, r["group"], key_hi, key_lo)
+            w += 1
+    return DONE, 0, w, cursor
+
+
+@numba.njit(cache=True)
 def on_runs(m, local, bounds, first, last, ticking, node_ids, six, eix, n_groups,
             n_nodes, max_hops, active, root, parent, member, last_heard, last_seq, last_sent,
             slot_node, n_children, node_children, group, join_cred, valid, child, refresh,
             e_slot, e_cred, key_hi, key_lo, stale, period, silent_after, stale_after,
             data_type, tick_type, heartbeat_type, refresh_type, leave_type, rejoin_type,
-            out, pool, cursor, s_hr, s_rdist, s_lan):
+            acl, join_ack_type, out, pool, cursor, s_hr, s_rdist, s_lan):
     """Runs ``first..last-1`` of a cell pass (``m`` its records in dispatch order, ``local``
     each row's local index, run r = rows ``bounds[r]`` to ``bounds[r + 1]``, all of one
-    type: DATA, TICK, HEARTBEAT or REFRESH) in one call, each by its kernel
-    above (:func:`on_data`, :func:`on_tick`, :func:`on_heartbeat`, :func:`on_refresh`),
+    type: DATA, TICK, HEARTBEAT, REFRESH or JOIN_ACK) in one call, each by its kernel
+    above (:func:`on_data`, :func:`on_tick`, :func:`on_heartbeat`, :func:`on_refresh`,
+    :func:`on_join_ack`),
     their sends one after the other in ``out``: what ``Scribe.receive_compiled`` does run
     by run, in the same order. Stops at a run its kernel declines or lacks room for
     (nothing of it written: the caller hands it to the run-by-run path), and after a
-    DATA, HEARTBEAT or REFRESH run whose nodes are not all ticking (their first TICK
-    timers, ``TreeRepair.start_ticks``, are the caller's, after that run's sends).
+    DATA, HEARTBEAT, REFRESH or JOIN_ACK run whose nodes are not all ticking (their first
+    TICK timers, ``TreeRepair.start_ticks``, are the caller's, after that run's sends).
     Returns (first run not handled, its status -- DONE when none was refused --, the
     rows it asked for, the DATA run's no-state and hop-limit counts (-1: no DATA run
     handled), the delivered rows of m, the run whose nodes need timers or -1, rows
@@ -377,6 +411,10 @@ def on_runs(m, local, bounds, first, last, ticking, node_ids, six, eix, n_groups
                 mr, li, six, eix, n_groups, n_nodes, active, slot_node, n_children,
                 node_children, e_slot, child, valid, e_cred, refresh, key_hi, key_lo,
                 refresh_type, rejoin_type, o, pool, cursor, s_hr, s_rdist, s_lan)
+        elif ty == join_ack_type:
+            st, nd, k, cursor = on_join_ack(
+                mr, li, six, n_groups, active, parent, last_heard, acl, key_hi, key_lo,
+                join_ack_type, leave_type, o, pool, cursor, s_hr, s_rdist, s_lan)
         else:
             st, nd, k = DECLINED, 0, 0
         if st != DONE:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import handler_kernels
 from .groups import GroupDirectory, wrong_credential
 from .reliable import OrderedDelivery
 from .rendezvous import RendezvousPoints
@@ -320,6 +321,18 @@ class TreeJoins:
         stale = ~live
         self.messenger.send(ctx, m["dst"][stale], m["src"][stale], LEAVE, m["time"][stale],
                             m["group"][stale])
+
+    def join_ack_compiled(self, ctx, m) -> bool:
+        """A JOIN_ACK cell in one compiled pass (``handler_kernels.on_join_ack``): as
+        :meth:`on_join_ack` without the reliable layer and root paths (Scribe registers it
+        only then). False (nothing done) when it declines."""
+        t, keys = self.tree, self.messenger.groups.table
+        status, = self.messenger.send_compiled(
+            ctx, len(m), handler_kernels.on_join_ack, m, ctx.local(m["dst"]),
+            t.slot_index.arrays, t.n_groups, t.slots["active"], t.slots["parent"],
+            t.slots["last_heard"], t.slots["acl"], keys["id_hi"], keys["id_lo"], JOIN_ACK,
+            LEAVE)
+        return status == handler_kernels.DONE
 
     def on_join_refuse(self, ctx, m) -> None:
         """Our JOIN (carrying the refused credential) was refused upstream: pass the
