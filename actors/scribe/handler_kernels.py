@@ -61,6 +61,33 @@ def _put_group(out, k, g, key_hi, key_lo):
 
 
 @numba.njit(cache=True)
+def _one_send_per_row(m, li, type_, out):
+    """How a kernel that sends at most one message per row starts: DECLINED unless every
+    row is a direct ``type_`` message for a node of this shard, MORE_ROOM if fewer rows
+    were lent than there are messages, else DONE with those rows zeroed."""
+    if not _direct_rows(m, li, type_):
+        return DECLINED
+    if len(m) > len(out):
+        return MORE_ROOM
+    zero_rows(out, 0, len(m))
+    return DONE
+
+
+@numba.njit(cache=True)
+def _active_slot(six, n_groups, active, local, g):
+    """The active slot of (local node, group g), else -1."""
+    v = key_value(six, np.int64(local) * n_groups + np.int64(g))
+    return v if v >= 0 and active[v] else np.int32(-1)
+
+
+@numba.njit(cache=True)
+def _put_leave(out, w, r, leave_type, key_hi, key_lo, s_hr, s_rdist, s_lan):
+    """Row w of out: a LEAVE from r's receiver back to its sender, for r's group."""
+    put_send(out, w, r["dst"], r["src"], leave_type, r["time"], s_hr, s_rdist, s_lan)
+    _put_group(out, w, r["group"], key_hi, key_lo)
+
+
+@numba.njit(cache=True)
 def on_tick(m, li, node_ids, six, eix, n_groups, active, root, parent, last_heard, last_sent,
             valid, refresh, group, join_cred, child, key_hi, key_lo, stale, ticking, period,
             silent_after, stale_after, tick_type, refresh_type, heartbeat_type,
@@ -301,23 +328,17 @@ def on_heartbeat(m, li, six, n_groups, active, parent, last_heard, key_hi, key_l
     its parent -- it has no state for the group, or another parent -- is answered with a
     LEAVE (a former parent still counts it as a child). Rows: one per message at most.
     O(q)."""
-    n = len(m)
-    if not _direct_rows(m, li, heartbeat_type):
-        return DECLINED, 0, 0, cursor
-    if n > len(out):
-        return MORE_ROOM, n, 0, cursor
-    zero_rows(out, 0, n)
+    st = _one_send_per_row(m, li, heartbeat_type, out)
+    if st != DONE:
+        return st, len(m) if st == MORE_ROOM else 0, 0, cursor
     w = 0
-    for i in range(n):
+    for i in range(len(m)):
         r = m[i]
-        v = key_value(six, np.int64(li[i]) * n_groups + np.int64(r["group"]))
-        if v >= 0 and not active[v]:
-            v = -1
+        v = _active_slot(six, n_groups, active, li[i], r["group"])
         if v >= 0 and parent[v] == r["src"]:
             last_heard[v] = r["time"]
         elif v < 0 or parent[v] >= 0:
-            put_send(out, w, r["dst"], r["src"], leave_type, r["time"], s_hr, s_rdist, s_lan)
-            _put_group(out, w, r["group"], key_hi, key_lo)
+            _put_leave(out, w, r, leave_type, key_hi, key_lo, s_hr, s_rdist, s_lan)
             w += 1
     return DONE, 0, w, cursor
 
@@ -331,24 +352,20 @@ def on_join_ack(m, li, six, n_groups, active, parent, last_heard, acl, key_hi, k
     row by row (a later ack for the same slot wins, as numpy's assignment); a node that
     left the tree meanwhile answers with a LEAVE, in row order. Rows: one per message at
     most. O(q)."""
-    n = len(m)
-    if not _direct_rows(m, li, join_ack_type):
-        return DECLINED, 0, 0, cursor
-    if n > len(out):
-        return MORE_ROOM, n, 0, cursor
-    zero_rows(out, 0, n)
+    st = _one_send_per_row(m, li, join_ack_type, out)
+    if st != DONE:
+        return st, len(m) if st == MORE_ROOM else 0, 0, cursor
     w = 0
-    for i in range(n):
+    for i in range(len(m)):
         r = m[i]
-        v = key_value(six, np.int64(li[i]) * n_groups + np.int64(r["group"]))
-        if v >= 0 and active[v]:
+        v = _active_slot(six, n_groups, active, li[i], r["group"])
+        if v >= 0:
             parent[v] = r["src"]
             last_heard[v] = r["time"]
             if r[_ACL] >= 0:
                 acl[v] = r[_ACL]
         else:
-            put_send(out, w, r["dst"], r["src"], leave_type, r["time"], s_hr, s_rdist, s_lan)
-            _put_group(out, w, r["group"], key_hi, key_lo)
+            _put_leave(out, w, r, leave_type, key_hi, key_lo, s_hr, s_rdist, s_lan)
             w += 1
     return DONE, 0, w, cursor
 
