@@ -217,3 +217,48 @@ def test_group_ids_are_sha1_of_name_and_creator():
     assert int(t["id_hi"][0]) == int.from_bytes(digest[:8], "big")
     assert int(t["id_lo"][0]) == int.from_bytes(digest[8:16], "big")
     assert t["id_hex"][0] == digest[:16].hex()
+
+
+def test_add_children_counts_each_new_pair_once_as_the_numpy_sequence_did():
+    """TreeState.add_children (one compiled pass since 2026-11-29) against the numpy
+    sequence it replaced: batches with repeated (slot, child) pairs, pairs already valid
+    and pairs removed in between give the same entries, new-child masks and counts."""
+    from actors.scribe.tree import TreeState
+
+    def numpy_add(t, slots, children, creds, now):   # the code before, verbatim in effect
+        keys = slots.astype(np.int64) * t.n_nodes + children.astype(np.int64)
+        e, _ = t.entry_index.insert(keys)
+        t.entries.ensure(t.entry_index.size)
+        en = t.entries
+        _, first = np.unique(e, return_index=True)
+        is_first = np.zeros(len(e), bool)
+        is_first[first] = True
+        newly = is_first & ~en["valid"][e]
+        en["slot"][e], en["child"][e], en["valid"][e] = slots, children, True
+        en["cred"][e], en["refresh"][e] = creds, now
+        np.add.at(t.slots["n_children"], slots[newly], 1)
+        np.add.at(t.node_children, t.slots["node"][slots[newly]], 1)
+        return newly
+
+    rng = np.random.default_rng(11)
+    trees = [TreeState(n_local=6, n_nodes=30, n_groups=3) for _ in range(2)]
+    for t in trees:
+        t.get_or_make(np.repeat(np.arange(6), 3), np.tile(np.arange(3), 6))
+    for step in range(30):
+        n = int(rng.integers(0, 25))
+        slots = rng.integers(0, 18, n).astype(np.int32)
+        children = rng.integers(0, 30, n).astype(np.int32)
+        creds, now = rng.integers(-1, 5, n), np.full(n, 1000 * step, np.int64)
+        got = trees[0].add_children(slots, children, creds, now)
+        want = numpy_add(trees[1], slots, children, creds, now)
+        assert got.tolist() == want.tolist()
+        if step % 3 == 2:   # some pairs go, and come back later as new children
+            gone_s, gone_c = slots[: n // 2], children[: n // 2]
+            for t in trees:
+                t.remove_children(gone_s, gone_c)
+    a, b = trees[0].state(), trees[1].state()
+    for part in ("slots", "entries"):
+        for c, v in a[part].items():
+            assert np.array_equal(v, b[part][c]), (part, c)
+    assert a["node_children"].tolist() == b["node_children"].tolist()
+    assert a["node_children"].sum() == a["slots"]["n_children"].sum() > 0

@@ -30,6 +30,30 @@ def find_slots(ix, local_idx, groups, n_groups, active, only_active):
 
 
 @numba.njit(cache=True)
+def write_children(e, slots, children, creds, now, valid, e_slot, e_child, e_cred, e_refresh,
+                   n_children, node_children, slot_node):
+    """Child entries ``e`` (one per row, from the entry index) become (slot, child) with
+    the row's credential and refresh time, valid; a row whose entry was not valid before
+    the call, and is its entry's first row, is a new child: its slot's and node's child
+    counts go up. Returns that mask. Row by row: an entry's later rows find it valid (its
+    first row made it so) and write over it, as numpy's assignment in row order, with
+    ``np.unique`` for the first rows (``TreeState.add_children`` before). O(q)."""
+    newly = np.zeros(len(e), np.bool_)
+    for i in range(len(e)):
+        v = e[i]
+        if not valid[v]:
+            newly[i] = True
+            n_children[slots[i]] += 1
+            node_children[slot_node[slots[i]]] += 1
+        e_slot[v] = slots[i]
+        e_child[v] = children[i]
+        valid[v] = True
+        e_cred[v] = creds[i]
+        e_refresh[v] = now[i]
+    return newly
+
+
+@numba.njit(cache=True)
 def all_set(flags, idx):
     """Whether flags[i] holds for every i of idx (``flags[idx].all()`` without the
     temporary); False where an index is negative (a node not on this shard: the caller's

@@ -154,22 +154,12 @@ class TreeState:
         keys = np.asarray(slots, np.int64) * self.n_nodes + np.asarray(children, np.int64)
         e, _ = self.entry_index.insert(keys)
         self.entries.ensure(self.entry_index.size)
-        en = self.entries
-        # only the first row of a repeated pair may count as new
-        _, first = np.unique(e, return_index=True)
-        is_first = np.zeros(len(e), bool)
-        is_first[first] = True
-        was_valid = en["valid"][e].copy()
-        newly = is_first & ~was_valid
-        en["slot"][e] = slots
-        en["child"][e] = children
-        en["valid"][e] = True
-        en["cred"][e] = creds
-        en["refresh"][e] = now
-        if newly.any():
-            np.add.at(self.slots["n_children"], slots[newly], 1)
-            np.add.at(self.node_children, self.slots["node"][slots[newly]], 1)
-        return newly
+        en, sl = self.entries, self.slots
+        # only the first row of a repeated pair may count as new (one compiled pass)
+        return kernels.write_children(e, np.asarray(slots), np.asarray(children),
+                                      np.asarray(creds), np.asarray(now), en["valid"],
+                                      en["slot"], en["child"], en["cred"], en["refresh"],
+                                      sl["n_children"], self.node_children, sl["node"])
 
     def remove_children(self, slots, children) -> np.ndarray:
         """Remove (slot, child) entries; returns a mask of rows that removed something."""
