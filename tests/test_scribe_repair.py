@@ -138,8 +138,9 @@ def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch
     send, log, count and leave in the tree state exactly the same, through failures,
     repairs, expiries and multicasts: every sent record byte for byte, pass by pass."""
     from actors.scribe.application import Scribe
+    from actors.scribe.membership import TreeJoins
     from actors.scribe.tree import TreeState
-    from actors.scribe.types import DATA, HEARTBEAT, JOIN_ACK, REFRESH, TICK
+    from actors.scribe.types import DATA, HEARTBEAT, JOIN, JOIN_ACK, REFRESH, TICK
     from emulator.engine import ShardEngine
 
     outcomes, plans, stretches = [], [], []
@@ -154,6 +155,13 @@ def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch
         stretches.append(done - first)
         return done
     monkeypatch.setattr(Scribe, "receive_runs", receive_runs)
+    # the JOIN path's compiled passes (forward upcall, JOIN at the RP)
+    joins = {"forward": [], "at_rp": []}
+    for name, real in (("forward", TreeJoins.forward_compiled),
+                       ("at_rp", TreeJoins.at_rp_compiled)):
+        monkeypatch.setattr(TreeJoins, f"{name}_compiled",
+                            lambda self, *a, _n=name, _f=real: joins[_n].append(
+                                _f(self, *a)) or joins[_n][-1])
     monkeypatch.setattr(TreeState, "tick_plan",
                         lambda self, *a: plans.append(real_plan(self, *a)) or plans[-1])
     real_route, emitted = ShardEngine._route, []   # every record sent, every field
@@ -182,12 +190,19 @@ def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch
             assert not ok
     assert all(sum(v) > 10 for v in done.values()), \
         {t: (sum(v), len(v)) for t, v in done.items()}
+    # the JOIN path's passes ran, and declined where the general path is needed
+    assert sum(joins["forward"]) > 10 and sum(joins["at_rp"]) > 10, \
+        {k: (sum(v), len(v)) for k, v in joins.items()}
+    assert JOIN not in done
+
     assert not all(done[TICK]) and len(plans) > 0
     # several runs of a pass were taken in one call (Scribe.receive_runs), many times
     assert sum(k > 1 for k in stretches) > 10, stretches
     # the compiled TICK step under the Python handler, without the whole passes
     monkeypatch.setattr(Scribe, "receive_runs", lambda self, ctx, m, p, l, b, first, last: first)
     monkeypatch.setattr(Scribe, "receive_compiled", lambda self, ctx, t, b: False)
+    monkeypatch.setattr(TreeJoins, "forward_compiled", lambda self, *a: False)
+    monkeypatch.setattr(TreeJoins, "at_rp_compiled", lambda self, *a: False)
     plans.clear()
     steps = run()
     assert sum(p is not None for p in plans) > 100 and sum(p is None for p in plans) > 0

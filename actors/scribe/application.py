@@ -220,6 +220,9 @@ class Scribe:
             self.compiled[JOIN_ACK] = j.join_ack_compiled
         if plain and no_paths and self.publishing is None and r.period:
             self.compiled[TICK] = r.tick_compiled
+        # the JOIN path's compiled passes: also without a tree shaper and lazy growth
+        self.joins_compiled = plain and no_paths and self.bottleneck is None \
+            and not self.params["lazy_growth"]
         # the same, several runs of a pass in one call (receive_runs); rows lent per
         # message of each type, raised when a run asks for more (a tick's sends depend on
         # the trees its node is in)
@@ -301,7 +304,12 @@ class Scribe:
 
     def deliver(self, ctx, batch):
         """Routed messages at the live node closest to their key (the RP)."""
-        self._dispatch(ctx, msgs_of(batch), self.on_deliver)
+        m = msgs_of(batch)
+        if self.joins_compiled and len(m) and m["type"][0] == JOIN \
+                and self.joins.at_rp_compiled(ctx, m):
+            self.repair.start_ticks(ctx, m)
+            return
+        self._dispatch(ctx, m, self.on_deliver)
 
     def forward(self, ctx, batch, next_hop):
         """Routed messages passing a node: JOINs build the tree here (SPEC 3)."""
@@ -309,10 +317,10 @@ class Scribe:
         next_hop = np.asarray(next_hop).copy()
         is_join = (m["type"] == JOIN) & (m["src"] != m["dst"])  # not the origin's own call
         if is_join.any():
-            rows = np.flatnonzero(is_join)
-            self.joins.forward(ctx, m, rows, next_hop)
+            if not (self.joins_compiled and self.joins.forward_compiled(ctx, m, next_hop)):
+                self.joins.forward(ctx, m, np.flatnonzero(is_join), next_hop)
             if not self.params["lazy_growth"]:  # a lazy JOIN makes no new forwarders
-                self.repair.start_ticks(ctx, m[rows])
+                self.repair.start_ticks(ctx, m[is_join])
         return batch, next_hop
 
     def _dispatch(self, ctx, m, table):

@@ -31,8 +31,8 @@ import numpy as np
 from emulator.kernels import put_send, zero_rows
 
 from .kernels import ticking_nodes
-from .keyindex import key_value, ranges_where
-from .types import Data, JoinAck, Refresh
+from .keyindex import insert_key, key_value, ranges_where
+from .types import Data, Join, JoinAck, Refresh
 
 # type-specific columns (compile-time constants inside the kernels)
 _PUBLISH = Data.publish_time
@@ -40,6 +40,8 @@ _SEQNO = Data.seqno
 _HOPS = Data.total_hops
 _CREDENTIAL = Refresh.credential
 _ACL = JoinAck.acl
+_PARENT_SEQ = JoinAck.parent_seq
+_JOIN_CREDENTIAL = Join.credential
 
 DECLINED, DONE, MORE_ROOM = 0, 1, 2
 
@@ -368,6 +370,159 @@ def on_join_ack(m, li, six, n_groups, active, parent, last_heard, acl, key_hi, k
             _put_leave(out, w, r, leave_type, key_hi, key_lo, s_hr, s_rdist, s_lan)
             w += 1
     return DONE, 0, w, cursor
+
+
+@numba.njit(cache=True)
+def _adopt(out, w, r, v, eix, n_nodes, e_size, valid, e_slot, e_child, e_cred, e_refresh,
+           n_children, node_children, slot_node, acl, last_seq, key_hi, key_lo,
+           join_ack_type, s_hr, s_rdist, s_lan):
+    """Slot v (of r's receiver) adopts r's sender (a JOIN row): the (slot, child) entry
+    is found or added and written as ``kernels.write_children`` writes a row (counted
+    where it was not valid), and row w of out becomes the JOIN_ACK with the slot's ACL
+    token and last seqno (``TreeJoins.adopt_children`` for one row, without the reliable
+    layer, root paths and a shaper). Returns the entry index's new size. O(1) expected."""
+    src = r["src"]
+    x, _, e_size = insert_key(eix, n_nodes, e_size, np.int64(v) * n_nodes + np.int64(src))
+    if not valid[x]:
+        n_children[v] += 1
+        node_children[slot_node[v]] += 1
+    e_slot[x] = v
+    e_child[x] = src
+    valid[x] = True
+    e_cred[x] = r[_JOIN_CREDENTIAL]
+    e_refresh[x] = r["time"]
+    put_send(out, w, r["dst"], src, join_ack_type, r["time"], s_hr, s_rdist, s_lan)
+    _put_group(out, w, r["group"], key_hi, key_lo)
+    out[w][_ACL] = acl[v]
+    out[w][_PARENT_SEQ] = last_seq[v]
+    return e_size
+
+
+@numba.njit(cache=True)
+def on_join_forward(m, li, next_hop, six, n_groups, slot_size, eix, n_nodes, entry_size,
+                    slot_node, slot_group, active, parent, acl, join_cred, last_seq,
+                    n_children, node_children, valid, e_slot, e_child, e_cred, e_refresh,
+                    key_hi, key_lo, join_type, join_ack_type,
+                    out, pool, cursor, s_hr, s_rdist, s_lan):
+    """The routed JOINs of a forward upcall (``TreeJoins._forward``; no reliable layer,
+    no root paths, no tree shaper, no lazy growth): rows of another type, and a node's own
+    JOIN (src == dst), are left alone. At each row's node y (from the previous hop p =
+    src): y's slot for the group is found or made (row order, ``TreeState.get_or_make``);
+    a JOIN from y's own parent (a loop) stops; the others make p a child of y, answered
+    with a JOIN_ACK (row order); a slot that was not on the tree before the call becomes
+    a forwarder at its first such row (active, no parent, the JOIN's credential), and that
+    row's JOIN goes on as y's own (origin y, hops and path time 0); every other JOIN row
+    stops here (``next_hop`` -1). Declines where a JOIN meets a node that knows the ACL
+    and the credential is wrong (a refusal: the general path logs it), or where a row is
+    not for a node of this shard. The caller has made room for every row to add a slot
+    and an entry (``TreeState.make_room``). Returns (status, need, the slot and entry
+    indexes' new sizes, JOIN rows, rows written, cursor). O(q log q)."""
+    n = len(m)
+    is_join = np.zeros(n, np.bool_)
+    was = np.zeros(n, np.bool_)
+    ok = np.zeros(n, np.bool_)
+    joins = 0
+    n_ok = 0
+    for i in range(n):
+        r = m[i]
+        if r["type"] != join_type or r["src"] == r["dst"]:
+            continue
+        if li[i] < 0 or r["src"] < 0:
+            return DECLINED, 0, slot_size, entry_size, 0, 0, cursor
+        is_join[i] = True
+        joins += 1
+        v = _active_slot(six, n_groups, active, li[i], r["group"])
+        if v >= 0:
+            if acl[v] >= 0 and r[_JOIN_CREDENTIAL] != acl[v]:
+                return DECLINED, 0, slot_size, entry_size, 0, 0, cursor
+            was[i] = True
+            if parent[v] == r["src"]:
+                continue
+        ok[i] = True
+        n_ok += 1
+    if n_ok > len(out):
+        return MORE_ROOM, n_ok, slot_size, entry_size, 0, 0, cursor
+    # the case holds: write
+    zero_rows(out, 0, n_ok)
+    s = np.full(n, -1, np.int64)
+    for i in range(n):
+        if is_join[i]:
+            g = m[i]["group"]
+            v, new, slot_size = insert_key(six, n_groups, slot_size,
+                                           np.int64(li[i]) * n_groups + np.int64(g))
+            if new:
+                slot_node[v] = li[i]
+                slot_group[v] = g
+            s[i] = v
+    # a forwarder starts at the first accepted row of its slot (as first_of_slot_among)
+    cont = np.zeros(n, np.bool_)
+    keyed = np.where(ok, s, -1 - np.arange(n))
+    order = np.argsort(keyed, kind="mergesort")
+    for p in range(n):
+        i = order[p]
+        if ok[i] and not was[i] and (p == 0 or keyed[order[p - 1]] != keyed[i]):
+            cont[i] = True
+            v = s[i]
+            active[v] = True
+            parent[v] = -1
+            join_cred[v] = m[i][_JOIN_CREDENTIAL]
+    w = 0
+    for i in range(n):
+        if ok[i]:
+            entry_size = _adopt(out, w, m[i], s[i], eix, n_nodes, entry_size, valid, e_slot,
+                                e_child, e_cred, e_refresh, n_children, node_children,
+                                slot_node, acl, last_seq, key_hi, key_lo, join_ack_type,
+                                s_hr, s_rdist, s_lan)
+            w += 1
+    for i in range(n):
+        if cont[i]:      # the JOIN goes on as this node's own
+            m[i]["origin"] = m[i]["dst"]
+            m[i]["hops"] = 0
+            m[i]["path_us"] = 0
+        elif is_join[i]:
+            next_hop[i] = -1
+    return DONE, 0, slot_size, entry_size, joins, w, cursor
+
+
+@numba.njit(cache=True)
+def on_join_at_rp(m, li, six, n_groups, eix, n_nodes, entry_size, active, root, acl,
+                  last_seq, slot_node, n_children, node_children, valid, e_slot, e_child,
+                  e_cred, e_refresh, key_hi, key_lo, join_type, join_ack_type,
+                  out, pool, cursor, s_hr, s_rdist, s_lan):
+    """JOINs delivered at their RP, all accepted by the group's record there
+    (``TreeJoins.on_join_at_rp`` without the reliable layer, root paths, a tree shaper and
+    lazy growth): the RP's slot becomes active and adopts every joiner but itself (an RP
+    that joins its own group), with a JOIN_ACK each, in row order. Declines unless every
+    row is a JOIN for a node of this shard that is the group's root with a known ACL token
+    equal to the row's credential (a refusal, a replica's take-over: the general path).
+    The caller has made room for every row to add an entry. Returns (status, need, the
+    entry index's new size, rows written, cursor). O(q)."""
+    n = len(m)
+    s = np.empty(n, np.int64)
+    n_remote = 0
+    for i in range(n):
+        r = m[i]
+        if li[i] < 0 or r["type"] != join_type or r["src"] < 0:
+            return DECLINED, 0, entry_size, 0, cursor
+        v = key_value(six, np.int64(li[i]) * n_groups + np.int64(r["group"]))
+        if v < 0 or not root[v] or acl[v] < 0 or r[_JOIN_CREDENTIAL] != acl[v]:
+            return DECLINED, 0, entry_size, 0, cursor
+        s[i] = v
+        n_remote += r["src"] != r["dst"]
+    if n_remote > len(out):
+        return MORE_ROOM, n_remote, entry_size, 0, cursor
+    zero_rows(out, 0, n_remote)
+    for i in range(n):
+        active[s[i]] = True
+    w = 0
+    for i in range(n):
+        if m[i]["src"] != m[i]["dst"]:
+            entry_size = _adopt(out, w, m[i], s[i], eix, n_nodes, entry_size, valid, e_slot,
+                                e_child, e_cred, e_refresh, n_children, node_children,
+                                slot_node, acl, last_seq, key_hi, key_lo, join_ack_type,
+                                s_hr, s_rdist, s_lan)
+            w += 1
+    return DONE, 0, entry_size, w, cursor
 
 
 @numba.njit(cache=True)

@@ -82,8 +82,24 @@ class KeyIndex:
         return ranges_where(self.arrays, np.ascontiguousarray(prefixes, np.int64).reshape(-1),
                             _NO_FILTER if keep is None else keep)
 
+    def make_room(self, more: int, prefixes: int = 0) -> None:
+        """Room for ``more`` new keys whose prefixes are below ``prefixes``: what a compiled
+        caller does before it inserts with :func:`insert_key` (then it sets :attr:`size`
+        to the size that returned). O(1) unless the arrays grow (amortized)."""
+        self._room(self.size + int(more), int(prefixes))
+
     def _reserve(self, n: int, q: np.ndarray) -> None:
         """Room for n values (hash load <= 1/2) and for the prefixes of the keys q."""
+        need = 0
+        if self.width is not None and len(q):
+            lo, hi = int(q.min()), int(q.max())
+            if lo < 0:
+                raise ValueError(f"key {lo} is negative: a prefixed KeyIndex needs keys >= 0")
+            need = hi // self.width + 1
+        self._room(n, need)
+
+    def _room(self, n: int, prefixes: int) -> None:
+        """Room for n values (hash load <= 1/2) and prefixes 0..prefixes-1."""
         if 2 * n > len(self._hkeys):
             cap = len(self._hkeys)
             while 2 * n > cap:
@@ -94,13 +110,8 @@ class KeyIndex:
             self._key_of = _grown(self._key_of, cap, 0)
             if self.width is not None:
                 self._next = _grown(self._next, cap, -1)
-        if self.width is not None and len(q):
-            lo, hi = int(q.min()), int(q.max())
-            if lo < 0:
-                raise ValueError(f"key {lo} is negative: a prefixed KeyIndex needs keys >= 0")
-            need = hi // self.width + 1
-            if need > len(self._head):
-                self._head = _grown(self._head, max(need, 2 * len(self._head), 64), -1)
+        if self.width is not None and prefixes > len(self._head):
+            self._head = _grown(self._head, max(prefixes, 2 * len(self._head), 64), -1)
 
     def state(self) -> dict:
         """The keys and their values, sorted by key (and the width), for checkpoints."""
@@ -159,39 +170,46 @@ def _lookup(hkeys, hvals, q):
 
 
 @numba.njit(cache=True)
+def insert_key(ix, width, size, k):
+    """Look up key k in index arrays ix (`KeyIndex.arrays`, ``width`` its width or 0),
+    adding it with value ``size`` if absent. Returns (value, whether it was added, the new
+    size). The caller has made room (`KeyIndex.make_room`). O(1) expected plus, with a
+    width, the walk along k's prefix chain."""
+    hkeys, hvals, head, nxt, key_of = ix
+    if k == _EMPTY:
+        raise ValueError("KeyIndex: the smallest int64 is reserved")
+    mask = len(hkeys) - 1
+    c = _cell(k, mask)
+    while hkeys[c] != _EMPTY and hkeys[c] != k:
+        c = (c + 1) & mask
+    if hkeys[c] == k:
+        return hvals[c], False, size
+    v = np.int32(size)
+    hkeys[c] = k
+    hvals[c] = v
+    key_of[v] = k
+    if width > 0:          # link v into its prefix's chain, in key order
+        p = k // width
+        prev = -1
+        cur = head[p]
+        while cur >= 0 and key_of[cur] < k:
+            prev = cur
+            cur = nxt[cur]
+        nxt[v] = cur
+        if prev < 0:
+            head[p] = v
+        else:
+            nxt[prev] = v
+    return v, True, size + 1
+
+
+@numba.njit(cache=True)
 def _insert(hkeys, hvals, key_of, head, nxt, width, size, q, vals, new):
     """Look up or add every key of q (in order); returns the new size. The caller has
     made room (`KeyIndex._reserve`)."""
-    mask = len(hkeys) - 1
+    ix = (hkeys, hvals, head, nxt, key_of)
     for i in range(len(q)):
-        k = q[i]
-        if k == _EMPTY:
-            raise ValueError("KeyIndex: the smallest int64 is reserved")
-        c = _cell(k, mask)
-        while hkeys[c] != _EMPTY and hkeys[c] != k:
-            c = (c + 1) & mask
-        if hkeys[c] == k:
-            vals[i] = hvals[c]
-            continue
-        v = size
-        size += 1
-        hkeys[c] = k
-        hvals[c] = v
-        key_of[v] = k
-        vals[i] = v
-        new[i] = True
-        if width > 0:          # link v into its prefix's chain, in key order
-            p = k // width
-            prev = -1
-            cur = head[p]
-            while cur >= 0 and key_of[cur] < k:
-                prev = cur
-                cur = nxt[cur]
-            nxt[v] = cur
-            if prev < 0:
-                head[p] = v
-            else:
-                nxt[prev] = v
+        vals[i], new[i], size = insert_key(ix, width, size, q[i])
     return size
 
 

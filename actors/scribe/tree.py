@@ -118,6 +118,23 @@ class TreeState:
             self.slots["group"][s[new]] = np.asarray(groups)[new]
         return s
 
+    def make_room(self, slots: int, entries: int) -> None:
+        """Room for ``slots`` new slots and ``entries`` new child entries, for a compiled
+        handler (``handler_kernels``) that adds them itself (``keyindex.insert_key``) and
+        then reports the sizes it reached (:meth:`inserted`). Take the index arrays and
+        columns after this call: growing replaces them. Amortized O(1)."""
+        si, ei = self.slot_index, self.entry_index
+        si.make_room(slots, self.n_local)
+        self.slots.ensure(si.size + slots)
+        ei.make_room(entries, si.size + slots)     # (a new slot's children: a new prefix)
+        self.entries.ensure(ei.size + entries)
+
+    def inserted(self, n_slots: int, n_entries: int) -> None:
+        """A compiled handler added slots and entries up to these sizes (after
+        :meth:`make_room`)."""
+        self.slot_index.size = int(n_slots)
+        self.entry_index.size = int(n_entries)
+
     def reset(self, slots):
         """Forget the node's tree state for these slots (the key keeps its slot)."""
         sl = self.slots
