@@ -71,6 +71,13 @@ class Application(Protocol):
     def deliver(self, ctx, batch) -> None: ...
     def forward(self, ctx, batch, next_hop) -> tuple:
         """(batch, next_hop), possibly changed; next_hop -1 stops a message here."""
+    def routed(self, ctx, m, here, next_hop) -> bool:
+        """Optional: one routing step's messages of the application, at once (records
+        ``m``, the overlay's own copy, without payload; rows of mask ``here`` are delivered
+        at their node, the others pass it towards ``next_hop``): what ``deliver`` of the
+        ``here`` rows and then ``forward`` of the others would do, their sends in that
+        order, changing ``m``'s rows and ``next_hop`` in place as ``forward`` may. False
+        (nothing done): the overlay makes those two upcalls."""
     def new_leafs(self, ctx, local_idx) -> None:
         """The leaf sets of local nodes ``local_idx`` changed (the common API's update).
         It carries no time and must send nothing: the overlay may make it after the

@@ -262,3 +262,68 @@ def test_add_children_counts_each_new_pair_once_as_the_numpy_sequence_did():
             assert np.array_equal(v, b[part][c]), (part, c)
     assert a["node_children"].tolist() == b["node_children"].tolist()
     assert a["node_children"].sum() == a["slots"]["n_children"].sum() > 0
+
+
+def test_join_path_compiled_passes_match_the_general_path(monkeypatch):
+    """The JOIN path's compiled passes -- a routing step's deliver and forward upcalls in
+    one call (``Scribe.routed``: handler_kernels.on_routed_joins), or one call per upcall
+    (on_join_at_rp, on_join_forward) -- and the general numpy path send, log and count the
+    same and leave the same trees, on 3 shards: every sent record byte for byte, pass by
+    pass, through joins, a late wave of joins (trees already there), refused joins and a
+    multicast."""
+    from actors.scribe.membership import TreeJoins
+    from emulator.engine import ShardEngine
+
+    table, creators, creds, members = make_groups(seed=13)
+    taken = {"routed": [], "forward": [], "at_rp": []}
+    real = {"routed": TreeJoins.routed_compiled, "forward": TreeJoins.forward_compiled,
+            "at_rp": TreeJoins.at_rp_compiled}
+    for name, f in real.items():
+        monkeypatch.setattr(TreeJoins, f"{name}_compiled",
+                            lambda self, *a, _n=name, _f=f: taken[_n].append(
+                                _f(self, *a)) or taken[_n][-1])
+    real_route, emitted = ShardEngine._route, []
+
+    def route(self, m, payload):   # a handler pass's sends, all of them, before the stamp
+        emitted.append((self.shard_id, m.tobytes(), payload.tobytes()))
+        real_route(self, m, payload)
+    monkeypatch.setattr(ShardEngine, "_route", route)
+
+    def run():
+        emitted.clear()
+        w = build(7, 3, table, creators, creds, members)
+        late = np.setdiff1d(np.arange(N), members[0])[:40]
+        w.inject(join_requests(late, 0, 4_000_000 + np.arange(40) * 500, creds[0]))
+        outsiders = np.setdiff1d(np.arange(N), members[2])[:6]
+        w.inject(join_requests(outsiders, 2, 5_000_000, creds[2] + 1))  # refused
+        w.run()
+        w.inject(multicast_requests(w.rendezvous(G), np.arange(G), 9_000_000, creds))
+        w.run()
+        w.dump()
+        logs = {name: w.table(name) for name in ("delivery", "tree_edge", "refused", "route")}
+        trees = [e.stack.app.tree.state() for e in w.emu.engines]
+        return logs, w.counters, w.sent, trees, list(emitted)
+
+    fast = run()
+    assert sum(taken["routed"]) > 20 and not all(taken["routed"]), \
+        {k: (sum(v), len(v)) for k, v in taken.items()}
+    assert len(fast[0]["refused"]["node"]) >= 1
+    monkeypatch.setattr(TreeJoins, "routed_compiled", lambda self, *a: False)
+    per_upcall = run()
+    assert sum(taken["forward"]) > 20 and sum(taken["at_rp"]) > 20
+    monkeypatch.setattr(TreeJoins, "forward_compiled", lambda self, *a: False)
+    monkeypatch.setattr(TreeJoins, "at_rp_compiled", lambda self, *a: False)
+    general = run()
+    for other in (per_upcall, general):
+        logs, counts, sent, trees, passes = other
+        assert counts == fast[1] and sent == fast[2]
+        assert len(passes) == len(fast[4])
+        differ = [i for i, (a, b) in enumerate(zip(passes, fast[4], strict=True)) if a != b]
+        assert not differ, f"{len(differ)} passes' sends differ, the first is {differ[:1]}"
+        for name, cols in logs.items():
+            for c, v in cols.items():
+                assert np.array_equal(v, fast[0][name][c]), (name, c)
+        for tree, ref in zip(trees, fast[3], strict=True):
+            for part in ("slots", "entries"):
+                for c, v in tree[part].items():
+                    assert np.array_equal(v, ref[part][c]), (part, c)

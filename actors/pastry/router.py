@@ -29,6 +29,8 @@ class Router:
         self.app = app
         self.deliver_own = deliver_own
         self.forward_own = forward_own
+        # the application's optional one-call step (common API ``routed``)
+        self._app_routed = getattr(app, "routed", None)
 
     def route(self, ctx, src, key_hi, key_lo, type_code, sent, randomize=False, **fields):
         """Route messages from local nodes ``src`` towards 128-bit keys (mode 1).
@@ -76,8 +78,23 @@ class Router:
         """One routing step for messages now at ``m['dst']`` (local, alive). ``upcall``
         False: a message re-routed after a lost hop; the node already ran ``forward``."""
         nxt, kind, counts = self._next_hops(ctx, m)
+        logged = False
+        if upcall and self._app_routed is not None and not counts[kernels.HERE_OWN] \
+                and not counts[kernels.ON_OWN] and (payload is None or not len(payload)):
+            # only the application's messages: its deliver and forward upcalls in one call
+            # where it can (``m`` is the router's own copy: the hops are sent from it)
+            if counts[kernels.HERE_APP]:
+                self._log_route(ctx, m, kind, counts)
+                logged = True
+            if self._app_routed(ctx, m, kind == kernels.HERE_APP, nxt):
+                go = nxt >= 0    # (-1 for the rows delivered here and those stopped)
+                if go.all():
+                    self._send_hop(ctx, m, nxt)
+                elif go.any():
+                    self._send_hop(ctx, take_rows(m, go), nxt[go])
+                return
         if counts[kernels.HERE_OWN] or counts[kernels.HERE_APP]:
-            self._deliver(ctx, m, kind, counts, payload, upcall)
+            self._deliver(ctx, m, kind, counts, payload, upcall, logged)
         go_parts = []
         if counts[kernels.ON_OWN]:
             on = kind == kernels.ON_OWN
@@ -113,11 +130,16 @@ class Router:
                                   nodes.table.b, msg_types.LEAF_LOOKUP, msg_types.FIRST_OWN,
                                   msg_types.LAST_OWN)
 
-    def _deliver(self, ctx, m, kind, counts, payload, upcall) -> None:
+    def _log_route(self, ctx, m, kind, counts) -> None:
+        """A `route` log row for each message delivered here."""
         rows = np.empty(int(counts[kernels.HERE_OWN] + counts[kernels.HERE_APP]),
                         kernels.ROUTE_LOG_DTYPE)
         kernels.route_log(m, kind, rows)
         ctx.log_records("route", rows, ROUTE_LOG_COLUMNS)
+
+    def _deliver(self, ctx, m, kind, counts, payload, upcall, logged=False) -> None:
+        if not logged:
+            self._log_route(ctx, m, kind, counts)
         if counts[kernels.HERE_OWN]:
             self.deliver_own(ctx, take_rows(m, kind == kernels.HERE_OWN), upcall)
         if counts[kernels.HERE_APP]:

@@ -223,6 +223,9 @@ class Scribe:
         # the JOIN path's compiled passes: also without a tree shaper and lazy growth
         self.joins_compiled = plain and no_paths and self.bottleneck is None \
             and not self.params["lazy_growth"]
+        # a routing step's deliver and forward upcalls in one pass: also without tree
+        # repair, whose first TICK timers go between the two upcalls' sends
+        self.routed_compiled = self.joins_compiled and not r.period
         # the same, several runs of a pass in one call (receive_runs); rows lent per
         # message of each type, raised when a run asks for more (a tick's sends depend on
         # the trees its node is in)
@@ -301,6 +304,13 @@ class Scribe:
             self.repair.start_ticks(ctx, m[bounds[ticks_for]:bounds[ticks_for + 1]])
             r = done
         return r
+
+    def routed(self, ctx, m, here, next_hop) -> bool:
+        """A routing step's messages at once (rows ``here`` delivered at this node, the
+        others passing it towards ``next_hop``): :meth:`deliver` then :meth:`forward` in one
+        compiled pass where Scribe has it (JOINs, no tree repair); False (nothing done)
+        otherwise."""
+        return self.routed_compiled and self.joins.routed_compiled(ctx, m, here, next_hop)
 
     def deliver(self, ctx, batch):
         """Routed messages at the live node closest to their key (the RP)."""

@@ -399,51 +399,42 @@ def _adopt(out, w, r, v, eix, n_nodes, e_size, valid, e_slot, e_child, e_cred, e
 
 
 @numba.njit(cache=True)
-def on_join_forward(m, li, next_hop, six, n_groups, slot_size, eix, n_nodes, entry_size,
-                    slot_node, slot_group, active, parent, acl, join_cred, last_seq,
-                    n_children, node_children, valid, e_slot, e_child, e_cred, e_refresh,
-                    key_hi, key_lo, join_type, join_ack_type,
-                    out, pool, cursor, s_hr, s_rdist, s_lan):
-    """The routed JOINs of a forward upcall (``TreeJoins._forward``; no reliable layer,
-    no root paths, no tree shaper, no lazy growth): rows of another type, and a node's own
-    JOIN (src == dst), are left alone. At each row's node y (from the previous hop p =
-    src): y's slot for the group is found or made (row order, ``TreeState.get_or_make``);
-    a JOIN from y's own parent (a loop) stops; the others make p a child of y, answered
-    with a JOIN_ACK (row order); a slot that was not on the tree before the call becomes
-    a forwarder at its first such row (active, no parent, the JOIN's credential), and that
-    row's JOIN goes on as y's own (origin y, hops and path time 0); every other JOIN row
-    stops here (``next_hop`` -1). Declines where a JOIN meets a node that knows the ACL
-    and the credential is wrong (a refusal: the general path logs it), or where a row is
-    not for a node of this shard. The caller has made room for every row to add a slot
-    and an entry (``TreeState.make_room``). Returns (status, need, the slot and entry
-    indexes' new sizes, JOIN rows, rows written, cursor). O(q log q)."""
+def _forward_check(m, li, sel, six, n_groups, active, parent, acl, join_type):
+    """The check of :func:`on_join_forward` over the rows of mask ``sel``, writing nothing:
+    (status, the JOIN rows (not a node's own), their slot was active, they are accepted
+    (not from the slot's own parent), how many are)."""
     n = len(m)
     is_join = np.zeros(n, np.bool_)
     was = np.zeros(n, np.bool_)
     ok = np.zeros(n, np.bool_)
-    joins = 0
     n_ok = 0
     for i in range(n):
         r = m[i]
-        if r["type"] != join_type or r["src"] == r["dst"]:
+        if not sel[i] or r["type"] != join_type or r["src"] == r["dst"]:
             continue
         if li[i] < 0 or r["src"] < 0:
-            return DECLINED, 0, slot_size, entry_size, 0, 0, cursor
+            return DECLINED, is_join, was, ok, 0
         is_join[i] = True
-        joins += 1
         v = _active_slot(six, n_groups, active, li[i], r["group"])
         if v >= 0:
             if acl[v] >= 0 and r[_JOIN_CREDENTIAL] != acl[v]:
-                return DECLINED, 0, slot_size, entry_size, 0, 0, cursor
+                return DECLINED, is_join, was, ok, 0
             was[i] = True
             if parent[v] == r["src"]:
                 continue
         ok[i] = True
         n_ok += 1
-    if n_ok > len(out):
-        return MORE_ROOM, n_ok, slot_size, entry_size, 0, 0, cursor
-    # the case holds: write
-    zero_rows(out, 0, n_ok)
+    return DONE, is_join, was, ok, n_ok
+
+
+@numba.njit(cache=True)
+def _forward_write(m, li, next_hop, is_join, was, ok, six, n_groups, slot_size, eix, n_nodes,
+                   entry_size, slot_node, slot_group, active, parent, acl, join_cred,
+                   last_seq, n_children, node_children, valid, e_slot, e_child, e_cred,
+                   e_refresh, key_hi, key_lo, join_ack_type, out, w, s_hr, s_rdist, s_lan):
+    """The writes of :func:`on_join_forward` after its check (rows of out from w on, zeroed
+    by the caller). Returns (slot size, entry size, next row of out)."""
+    n = len(m)
     s = np.full(n, -1, np.int64)
     for i in range(n):
         if is_join[i]:
@@ -466,7 +457,6 @@ def on_join_forward(m, li, next_hop, six, n_groups, slot_size, eix, n_nodes, ent
             active[v] = True
             parent[v] = -1
             join_cred[v] = m[i][_JOIN_CREDENTIAL]
-    w = 0
     for i in range(n):
         if ok[i]:
             entry_size = _adopt(out, w, m[i], s[i], eix, n_nodes, entry_size, valid, e_slot,
@@ -481,7 +471,81 @@ def on_join_forward(m, li, next_hop, six, n_groups, slot_size, eix, n_nodes, ent
             m[i]["path_us"] = 0
         elif is_join[i]:
             next_hop[i] = -1
-    return DONE, 0, slot_size, entry_size, joins, w, cursor
+    return slot_size, entry_size, w
+
+
+@numba.njit(cache=True)
+def on_join_forward(m, li, next_hop, six, n_groups, slot_size, eix, n_nodes, entry_size,
+                    slot_node, slot_group, active, parent, acl, join_cred, last_seq,
+                    n_children, node_children, valid, e_slot, e_child, e_cred, e_refresh,
+                    key_hi, key_lo, join_type, join_ack_type,
+                    out, pool, cursor, s_hr, s_rdist, s_lan):
+    """The routed JOINs of a forward upcall (``TreeJoins._forward``; no reliable layer,
+    no root paths, no tree shaper, no lazy growth): rows of another type, and a node's own
+    JOIN (src == dst), are left alone. At each row's node y (from the previous hop p =
+    src): y's slot for the group is found or made (row order, ``TreeState.get_or_make``);
+    a JOIN from y's own parent (a loop) stops; the others make p a child of y, answered
+    with a JOIN_ACK (row order); a slot that was not on the tree before the call becomes
+    a forwarder at its first such row (active, no parent, the JOIN's credential), and that
+    row's JOIN goes on as y's own (origin y, hops and path time 0); every other JOIN row
+    stops here (``next_hop`` -1). Declines where a JOIN meets a node that knows the ACL
+    and the credential is wrong (a refusal: the general path logs it), or where a row is
+    not for a node of this shard. The caller has made room for every row to add a slot
+    and an entry (``TreeState.make_room``). Returns (status, need, the slot and entry
+    indexes' new sizes, rows written, cursor). O(q log q)."""
+    st, is_join, was, ok, n_ok = _forward_check(m, li, np.ones(len(m), np.bool_), six,
+                                                n_groups, active, parent, acl, join_type)
+    if st != DONE:
+        return st, 0, slot_size, entry_size, 0, cursor
+    if n_ok > len(out):
+        return MORE_ROOM, n_ok, slot_size, entry_size, 0, cursor
+    zero_rows(out, 0, n_ok)
+    slot_size, entry_size, w = _forward_write(
+        m, li, next_hop, is_join, was, ok, six, n_groups, slot_size, eix, n_nodes, entry_size,
+        slot_node, slot_group, active, parent, acl, join_cred, last_seq, n_children,
+        node_children, valid, e_slot, e_child, e_cred, e_refresh, key_hi, key_lo,
+        join_ack_type, out, 0, s_hr, s_rdist, s_lan)
+    return DONE, 0, slot_size, entry_size, w, cursor
+
+
+@numba.njit(cache=True)
+def _at_rp_check(m, li, sel, six, n_groups, root, acl, join_type):
+    """The check of :func:`on_join_at_rp` over the rows of mask ``sel``, writing nothing:
+    (status, each row's RP slot, how many rows come from another node)."""
+    n = len(m)
+    s = np.full(n, -1, np.int64)
+    n_remote = 0
+    for i in range(n):
+        if not sel[i]:
+            continue
+        r = m[i]
+        if li[i] < 0 or r["type"] != join_type or r["src"] < 0:
+            return DECLINED, s, 0
+        v = key_value(six, np.int64(li[i]) * n_groups + np.int64(r["group"]))
+        if v < 0 or not root[v] or acl[v] < 0 or r[_JOIN_CREDENTIAL] != acl[v]:
+            return DECLINED, s, 0
+        s[i] = v
+        n_remote += r["src"] != r["dst"]
+    return DONE, s, n_remote
+
+
+@numba.njit(cache=True)
+def _at_rp_write(m, s, eix, n_nodes, entry_size, active, acl, last_seq, slot_node, n_children,
+                 node_children, valid, e_slot, e_child, e_cred, e_refresh, key_hi, key_lo,
+                 join_ack_type, out, w, s_hr, s_rdist, s_lan):
+    """The writes of :func:`on_join_at_rp` after its check, for the rows with a slot
+    (rows of out from w on, zeroed by the caller). Returns (entry size, next row)."""
+    for i in range(len(m)):
+        if s[i] >= 0:
+            active[s[i]] = True
+    for i in range(len(m)):
+        if s[i] >= 0 and m[i]["src"] != m[i]["dst"]:
+            entry_size = _adopt(out, w, m[i], s[i], eix, n_nodes, entry_size, valid, e_slot,
+                                e_child, e_cred, e_refresh, n_children, node_children,
+                                slot_node, acl, last_seq, key_hi, key_lo, join_ack_type,
+                                s_hr, s_rdist, s_lan)
+            w += 1
+    return entry_size, w
 
 
 @numba.njit(cache=True)
@@ -497,32 +561,54 @@ def on_join_at_rp(m, li, six, n_groups, eix, n_nodes, entry_size, active, root, 
     equal to the row's credential (a refusal, a replica's take-over: the general path).
     The caller has made room for every row to add an entry. Returns (status, need, the
     entry index's new size, rows written, cursor). O(q)."""
-    n = len(m)
-    s = np.empty(n, np.int64)
-    n_remote = 0
-    for i in range(n):
-        r = m[i]
-        if li[i] < 0 or r["type"] != join_type or r["src"] < 0:
-            return DECLINED, 0, entry_size, 0, cursor
-        v = key_value(six, np.int64(li[i]) * n_groups + np.int64(r["group"]))
-        if v < 0 or not root[v] or acl[v] < 0 or r[_JOIN_CREDENTIAL] != acl[v]:
-            return DECLINED, 0, entry_size, 0, cursor
-        s[i] = v
-        n_remote += r["src"] != r["dst"]
+    st, s, n_remote = _at_rp_check(m, li, np.ones(len(m), np.bool_), six, n_groups, root,
+                                   acl, join_type)
+    if st != DONE:
+        return st, 0, entry_size, 0, cursor
     if n_remote > len(out):
         return MORE_ROOM, n_remote, entry_size, 0, cursor
     zero_rows(out, 0, n_remote)
-    for i in range(n):
-        active[s[i]] = True
-    w = 0
-    for i in range(n):
-        if m[i]["src"] != m[i]["dst"]:
-            entry_size = _adopt(out, w, m[i], s[i], eix, n_nodes, entry_size, valid, e_slot,
-                                e_child, e_cred, e_refresh, n_children, node_children,
-                                slot_node, acl, last_seq, key_hi, key_lo, join_ack_type,
-                                s_hr, s_rdist, s_lan)
-            w += 1
+    entry_size, w = _at_rp_write(m, s, eix, n_nodes, entry_size, active, acl, last_seq,
+                                 slot_node, n_children, node_children, valid, e_slot, e_child,
+                                 e_cred, e_refresh, key_hi, key_lo, join_ack_type, out, 0,
+                                 s_hr, s_rdist, s_lan)
     return DONE, 0, entry_size, w, cursor
+
+
+@numba.njit(cache=True)
+def on_routed_joins(m, li, here, next_hop, six, n_groups, slot_size, eix, n_nodes,
+                    entry_size, slot_node, slot_group, active, root, parent, acl, join_cred,
+                    last_seq, n_children, node_children, valid, e_slot, e_child, e_cred,
+                    e_refresh, key_hi, key_lo, join_type, join_ack_type,
+                    out, pool, cursor, s_hr, s_rdist, s_lan):
+    """One routing step's application messages (the overlay's ``routed`` upcall): the rows
+    of ``here`` delivered at this node, as :func:`on_join_at_rp`, then the others passing
+    it, as :func:`on_join_forward` -- ``Scribe.deliver`` then ``Scribe.forward``, their
+    sends in that order. Both are checked before either writes (they touch different
+    slots: a node routes every message for a key the same way), and the call declines
+    where either would. Returns (status, need, the slot and entry indexes' new sizes, rows
+    written, cursor). O(q log q)."""
+    st, s, n_remote = _at_rp_check(m, li, here, six, n_groups, root, acl, join_type)
+    if st != DONE:
+        return st, 0, slot_size, entry_size, 0, cursor
+    st, is_join, was, ok, n_ok = _forward_check(m, li, ~here, six, n_groups, active, parent,
+                                                acl, join_type)
+    if st != DONE:
+        return st, 0, slot_size, entry_size, 0, cursor
+    need = n_remote + n_ok
+    if need > len(out):
+        return MORE_ROOM, need, slot_size, entry_size, 0, cursor
+    zero_rows(out, 0, need)
+    entry_size, w = _at_rp_write(m, s, eix, n_nodes, entry_size, active, acl, last_seq,
+                                 slot_node, n_children, node_children, valid, e_slot, e_child,
+                                 e_cred, e_refresh, key_hi, key_lo, join_ack_type, out, 0,
+                                 s_hr, s_rdist, s_lan)
+    slot_size, entry_size, w = _forward_write(
+        m, li, next_hop, is_join, was, ok, six, n_groups, slot_size, eix, n_nodes, entry_size,
+        slot_node, slot_group, active, parent, acl, join_cred, last_seq, n_children,
+        node_children, valid, e_slot, e_child, e_cred, e_refresh, key_hi, key_lo,
+        join_ack_type, out, w, s_hr, s_rdist, s_lan)
+    return DONE, 0, slot_size, entry_size, w, cursor
 
 
 @numba.njit(cache=True)

@@ -257,13 +257,33 @@ class TreeJoins:
         t = self.tree
         t.make_room(len(m), len(m))
         sl, en, keys = t.slots, t.entries, self.messenger.groups.table
-        status, s_size, e_size, _, = self.messenger.send_compiled(
+        status, s_size, e_size = self.messenger.send_compiled(
             ctx, len(m), handler_kernels.on_join_forward, m, ctx.local(m["dst"]), next_hop,
             t.slot_index.arrays, t.n_groups, t.slot_index.size, t.entry_index.arrays,
             t.n_nodes, t.entry_index.size, sl["node"], sl["group"], sl["active"],
             sl["parent"], sl["acl"], sl["join_cred"], sl["last_seq"], sl["n_children"],
             t.node_children, en["valid"], en["slot"], en["child"], en["cred"], en["refresh"],
             keys["id_hi"], keys["id_lo"], JOIN, JOIN_ACK)
+        if status != handler_kernels.DONE:
+            return False
+        t.inserted(s_size, e_size)
+        return True
+
+    def routed_compiled(self, ctx, m, here, next_hop) -> bool:
+        """A routing step's messages in one compiled pass (``handler_kernels.
+        on_routed_joins``): JOINs delivered here (rows ``here``) as :meth:`at_rp_compiled`,
+        then the rest as :meth:`forward_compiled`. False (nothing done) when it declines."""
+        t = self.tree
+        t.make_room(len(m), len(m))
+        sl, en, keys = t.slots, t.entries, self.messenger.groups.table
+        status, s_size, e_size = self.messenger.send_compiled(
+            ctx, len(m), handler_kernels.on_routed_joins, m, ctx.local(m["dst"]), here,
+            next_hop, t.slot_index.arrays, t.n_groups, t.slot_index.size,
+            t.entry_index.arrays, t.n_nodes, t.entry_index.size, sl["node"], sl["group"],
+            sl["active"], sl["root"], sl["parent"], sl["acl"], sl["join_cred"],
+            sl["last_seq"], sl["n_children"], t.node_children, en["valid"], en["slot"],
+            en["child"], en["cred"], en["refresh"], keys["id_hi"], keys["id_lo"], JOIN,
+            JOIN_ACK)
         if status != handler_kernels.DONE:
             return False
         t.inserted(s_size, e_size)
