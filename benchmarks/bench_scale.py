@@ -133,7 +133,10 @@ def main():
     cluster = Cluster()
     cpus = os.cpu_count() or 2
     for i in range(a.cluster_nodes):
-        cluster.add_node(num_cpus=max(1, cpus // a.cluster_nodes) if i else cpus)
+        # no dashboard, as the emulator's own Ray (emulator.runtime.start_ray): on two cores
+        # its agent and modules took a few % of a core from the shards in the join
+        cluster.add_node(num_cpus=max(1, cpus // a.cluster_nodes) if i else cpus,
+                         include_dashboard=False)
     rows = []
     try:
         for k in a.shards:

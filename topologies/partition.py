@@ -8,7 +8,9 @@ k = 2: 24 ms between whole-region halves against 8 ms when a cut runs through a 
 i.e. a third of the synchronisation windows). Which regions go together matters as much:
 the lookahead is the least latency across the cut, so regions close to each other are
 kept in one part where the balance allows (`_spaced_deal`: on ts5050 with 100,000 hosts
-at k = 2, 130 ms instead of the 24 ms of a deal by weight alone). Otherwise units are
+at k = 2, 126 ms instead of the 24 ms of a deal by weight alone), under the tightest
+balance that keeps most of that distance (REGION_SLACKS); two parts are dealt exactly
+(`_two_way_split`). Otherwise units are
 whole domains (a stub domain, or a transit domain's own routers); units are ordered by
 region and cut into k contiguous runs of balanced host weight, so a shard holds whole
 stubs of few regions and most host pairs inside a shard are close while pairs across
@@ -32,6 +34,14 @@ from .topology import Topology
 # region costs windows (3x as many on ts5050 at k = 2), which costs far more on traffic of
 # a few hundred messages per window (BENCHMARKS.md, issue 15).
 REGION_SLACK = 0.05
+# Whole regions are dealt under the tightest of these slacks (the last is REGION_SLACK)
+# whose farthest deal keeps at least LOOKAHEAD_KEPT of the lookahead the loosest one
+# gets: between two cuts of whole regions (both at least a transit link apart), a few more
+# windows cost less than the busiest shard's extra hosts. On ts5050 with 100,000 hosts at
+# k = 2: 50.1 % of the hosts on the larger part and 126 ms apart, against 51.6 % and
+# 130 ms under 5 % (BENCHMARKS.md, "A tighter cut of whole regions", 2026-11-29).
+REGION_SLACKS = (0.01, 0.02, REGION_SLACK)
+LOOKAHEAD_KEPT = 0.75
 # The deal is evened out by moves and swaps only up to this many regions (transit-stub
 # graphs have tens): a round costs O(k^2) numpy calls, and with hundreds of regions (the
 # cities of a measured topology) the greedy deal is already close to even.
@@ -97,22 +107,41 @@ def _whole_regions(region: np.ndarray, weight: np.ndarray, k: int,
                    region_latency: np.ndarray | None = None) -> np.ndarray | None:
     """int32 part per router with every region whole, or None when k exceeds the regions
     or the parts cannot be balanced within REGION_SLACK; O(R + G log G + G k) for G regions
-    by weight alone, times O(log G) deals when `region_latency` is given (`_spaced_deal`).
+    by weight alone, times O(log G) deals per slack of REGION_SLACKS when `region_latency`
+    is given (`_spaced_deal`).
 
     Regions are dealt heaviest first, each to the lightest part so far (ties: the lowest
     part), the longest-processing-time rule (at most 4/3 of the best largest part), then
-    evened out by moves and swaps (`_even_out`, up to EVEN_OUT_MAX_REGIONS regions)."""
+    evened out by moves and swaps (`_even_out`, up to EVEN_OUT_MAX_REGIONS regions). With
+    latencies, each slack's cap gets its farthest deal, and the tightest slack whose deal
+    keeps LOOKAHEAD_KEPT of the loosest one's least cross-part latency wins."""
     ids, inverse = np.unique(region, return_inverse=True)
     if k < 2 or len(ids) < k:
         return None
     region_weight = np.bincount(inverse, weights=weight, minlength=len(ids))
-    cap = (1 + REGION_SLACK) * weight.sum() / k
-    part_of_region = _deal(region_weight, k, cap)
-    if part_of_region is None:
+    share = weight.sum() / k
+    by_weight = _deal(region_weight, k, (1 + REGION_SLACK) * share)
+    if by_weight is None:
         return None
-    if region_latency is not None and len(ids) <= EVEN_OUT_MAX_REGIONS:
-        part_of_region = _spaced_deal(region_weight, region_latency, k, cap, part_of_region)
-    return part_of_region[inverse]
+    if region_latency is None or len(ids) > EVEN_OUT_MAX_REGIONS:
+        return by_weight[inverse]
+    deals = []           # (slack, deal, least latency across its parts), tightest first
+    for slack in REGION_SLACKS:
+        cap = (1 + slack) * share
+        if np.bincount(by_weight, weights=region_weight, minlength=k).max() > cap:
+            continue     # (the deal by weight is every spaced deal's starting point)
+        deal = _spaced_deal(region_weight, region_latency, k, cap, by_weight)
+        deals.append((slack, deal, _least_cross_latency(deal, region_latency)))
+    loosest = deals[-1][2]
+    deal = next(d for _, d, look in deals if look >= LOOKAHEAD_KEPT * loosest)
+    return deal[inverse]
+
+
+def _least_cross_latency(part_of: np.ndarray, latency: np.ndarray) -> float:
+    """The least latency between two units of different parts (+inf with one part);
+    O(G^2)."""
+    across = part_of[:, None] != part_of[None, :]
+    return float(latency[across].min()) if across.any() else float("inf")
 
 
 def _deal(weight: np.ndarray, k: int, cap: float) -> np.ndarray | None:
@@ -121,6 +150,12 @@ def _deal(weight: np.ndarray, k: int, cap: float) -> np.ndarray | None:
     units. O(G log G + G k), plus the evening out."""
     if len(weight) < k:
         return None
+    if k == 2 and len(weight) <= EVEN_OUT_MAX_REGIONS and \
+            np.array_equal(weight, np.round(weight)):
+        part_of = _two_way_split(weight.astype(np.int64))
+        if part_of is None or np.bincount(part_of, weights=weight, minlength=2).max() > cap:
+            return None
+        return part_of
     load = np.zeros(k)
     part_of = np.empty(len(weight), np.int32)
     for g in np.argsort(-weight, kind="stable").tolist():
@@ -131,6 +166,31 @@ def _deal(weight: np.ndarray, k: int, cap: float) -> np.ndarray | None:
         _even_out(part_of, weight, load)
     if load.max() > cap or load.min() == 0:
         return None
+    return part_of
+
+
+def _two_way_split(weight: np.ndarray) -> np.ndarray | None:
+    """int32 part (0 or 1) per unit for the most even split of integer weights into two
+    non-empty parts (the heavier part as light as it can be), or None when no split
+    leaves both parts some weight. Exact: subset sums as bits of Python integers, O(G W)
+    bit operations for total weight W (word-parallel; 10^5 hosts over tens of regions is
+    a few milliseconds), where the longest-processing-time deal may miss a split within a
+    tight cap (on ts5050 at k = 2, 1 % over an even share: 126 ms apart against its 105)."""
+    w = weight.tolist()
+    total = sum(w)
+    sums = [1]                  # bit s of sums[i]: some subset of the first i units weighs s
+    for x in w:
+        sums.append(sums[-1] | (sums[-1] << x))
+    # the lighter part, as heavy as it can be: the highest subset sum up to half
+    best = (sums[-1] & ((1 << (total // 2 + 1)) - 1)).bit_length() - 1
+    if best <= 0:
+        return None
+    part_of = np.zeros(len(w), np.int32)
+    s = best
+    for i in range(len(w), 0, -1):          # back through the units: which make up s
+        if not (sums[i - 1] >> s) & 1:
+            part_of[i - 1] = 1
+            s -= w[i - 1]
     return part_of
 
 
