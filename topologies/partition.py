@@ -125,10 +125,11 @@ def _whole_regions(region: np.ndarray, weight: np.ndarray, k: int,
         return None
     if region_latency is None or len(ids) > EVEN_OUT_MAX_REGIONS:
         return by_weight[inverse]
+    heaviest = np.bincount(by_weight, weights=region_weight, minlength=k).max()
     deals = []           # (slack, deal, least latency across its parts), tightest first
     for slack in REGION_SLACKS:
         cap = (1 + slack) * share
-        if np.bincount(by_weight, weights=region_weight, minlength=k).max() > cap:
+        if heaviest > cap:
             continue     # (the deal by weight is every spaced deal's starting point)
         deal = _spaced_deal(region_weight, region_latency, k, cap, by_weight)
         deals.append((slack, deal, _least_cross_latency(deal, region_latency)))
