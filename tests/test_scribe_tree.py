@@ -267,7 +267,7 @@ def test_add_children_counts_each_new_pair_once_as_the_numpy_sequence_did():
 def test_join_path_compiled_passes_match_the_general_path(monkeypatch):
     """The JOIN path's compiled passes -- a routing step's deliver and forward upcalls in
     one call (``Scribe.routed``: handler_kernels.on_routed_joins; where it declines, one
-    call per upcall: on_join_at_rp, on_join_forward) -- and the general numpy path send,
+    call per upcall: TreeJoins.at_rp_compiled, forward_compiled) -- and the general path send,
     log and count the same and leave the same trees, on 3 shards: every sent record byte
     for byte, pass by pass, through joins, a late wave of joins (trees already there),
     refused joins and a multicast."""

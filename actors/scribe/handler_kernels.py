@@ -400,7 +400,7 @@ def _adopt(out, w, r, v, eix, n_nodes, e_size, valid, e_slot, e_child, e_cred, e
 
 @numba.njit(cache=True)
 def _forward_check(m, li, sel, six, n_groups, active, parent, acl, join_type):
-    """The check of :func:`on_join_forward` over the rows of mask ``sel``, writing nothing:
+    """The check of the passing rows of :func:`on_routed_joins` (mask ``sel``), writing nothing:
     (status, the JOIN rows (not a node's own), their slot was active, they are accepted
     (not from the slot's own parent), how many are)."""
     n = len(m)
@@ -432,7 +432,7 @@ def _forward_write(m, li, next_hop, is_join, was, ok, six, n_groups, slot_size, 
                    entry_size, slot_node, slot_group, active, parent, acl, join_cred,
                    last_seq, n_children, node_children, valid, e_slot, e_child, e_cred,
                    e_refresh, key_hi, key_lo, join_ack_type, out, w, s_hr, s_rdist, s_lan):
-    """The writes of :func:`on_join_forward` after its check (rows of out from w on, zeroed
+    """The writes of the passing rows of :func:`on_routed_joins` (rows of out from w on, zeroed
     by the caller). Returns (slot size, entry size, next row of out)."""
     n = len(m)
     s = np.full(n, -1, np.int64)
@@ -475,42 +475,8 @@ def _forward_write(m, li, next_hop, is_join, was, ok, six, n_groups, slot_size, 
 
 
 @numba.njit(cache=True)
-def on_join_forward(m, li, next_hop, six, n_groups, slot_size, eix, n_nodes, entry_size,
-                    slot_node, slot_group, active, parent, acl, join_cred, last_seq,
-                    n_children, node_children, valid, e_slot, e_child, e_cred, e_refresh,
-                    key_hi, key_lo, join_type, join_ack_type,
-                    out, pool, cursor, s_hr, s_rdist, s_lan):
-    """The routed JOINs of a forward upcall (``TreeJoins._forward``; no reliable layer,
-    no root paths, no tree shaper, no lazy growth): rows of another type, and a node's own
-    JOIN (src == dst), are left alone. At each row's node y (from the previous hop p =
-    src): y's slot for the group is found or made (row order, ``TreeState.get_or_make``);
-    a JOIN from y's own parent (a loop) stops; the others make p a child of y, answered
-    with a JOIN_ACK (row order); a slot that was not on the tree before the call becomes
-    a forwarder at its first such row (active, no parent, the JOIN's credential), and that
-    row's JOIN goes on as y's own (origin y, hops and path time 0); every other JOIN row
-    stops here (``next_hop`` -1). Declines where a JOIN meets a node that knows the ACL
-    and the credential is wrong (a refusal: the general path logs it), or where a row is
-    not for a node of this shard. The caller has made room for every row to add a slot
-    and an entry (``TreeState.make_room``). Returns (status, need, the slot and entry
-    indexes' new sizes, rows written, cursor). O(q log q)."""
-    st, is_join, was, ok, n_ok = _forward_check(m, li, np.ones(len(m), np.bool_), six,
-                                                n_groups, active, parent, acl, join_type)
-    if st != DONE:
-        return st, 0, slot_size, entry_size, 0, cursor
-    if n_ok > len(out):
-        return MORE_ROOM, n_ok, slot_size, entry_size, 0, cursor
-    zero_rows(out, 0, n_ok)
-    slot_size, entry_size, w = _forward_write(
-        m, li, next_hop, is_join, was, ok, six, n_groups, slot_size, eix, n_nodes, entry_size,
-        slot_node, slot_group, active, parent, acl, join_cred, last_seq, n_children,
-        node_children, valid, e_slot, e_child, e_cred, e_refresh, key_hi, key_lo,
-        join_ack_type, out, 0, s_hr, s_rdist, s_lan)
-    return DONE, 0, slot_size, entry_size, w, cursor
-
-
-@numba.njit(cache=True)
 def _at_rp_check(m, li, sel, six, n_groups, root, acl, join_type):
-    """The check of :func:`on_join_at_rp` over the rows of mask ``sel``, writing nothing:
+    """The check of the delivered rows of :func:`on_routed_joins` (mask ``sel``), writing nothing:
     (status, each row's RP slot, how many rows come from another node)."""
     n = len(m)
     s = np.full(n, -1, np.int64)
@@ -533,7 +499,7 @@ def _at_rp_check(m, li, sel, six, n_groups, root, acl, join_type):
 def _at_rp_write(m, s, eix, n_nodes, entry_size, active, acl, last_seq, slot_node, n_children,
                  node_children, valid, e_slot, e_child, e_cred, e_refresh, key_hi, key_lo,
                  join_ack_type, out, w, s_hr, s_rdist, s_lan):
-    """The writes of :func:`on_join_at_rp` after its check, for the rows with a slot
+    """The writes of the delivered rows of :func:`on_routed_joins`, for the rows with a slot
     (rows of out from w on, zeroed by the caller). Returns (entry size, next row)."""
     for i in range(len(m)):
         if s[i] >= 0:
@@ -549,45 +515,36 @@ def _at_rp_write(m, s, eix, n_nodes, entry_size, active, acl, last_seq, slot_nod
 
 
 @numba.njit(cache=True)
-def on_join_at_rp(m, li, six, n_groups, eix, n_nodes, entry_size, active, root, acl,
-                  last_seq, slot_node, n_children, node_children, valid, e_slot, e_child,
-                  e_cred, e_refresh, key_hi, key_lo, join_type, join_ack_type,
-                  out, pool, cursor, s_hr, s_rdist, s_lan):
-    """JOINs delivered at their RP, all accepted by the group's record there
-    (``TreeJoins.on_join_at_rp`` without the reliable layer, root paths, a tree shaper and
-    lazy growth): the RP's slot becomes active and adopts every joiner but itself (an RP
-    that joins its own group), with a JOIN_ACK each, in row order. Declines unless every
-    row is a JOIN for a node of this shard that is the group's root with a known ACL token
-    equal to the row's credential (a refusal, a replica's take-over: the general path).
-    The caller has made room for every row to add an entry. Returns (status, need, the
-    entry index's new size, rows written, cursor). O(q)."""
-    st, s, n_remote = _at_rp_check(m, li, np.ones(len(m), np.bool_), six, n_groups, root,
-                                   acl, join_type)
-    if st != DONE:
-        return st, 0, entry_size, 0, cursor
-    if n_remote > len(out):
-        return MORE_ROOM, n_remote, entry_size, 0, cursor
-    zero_rows(out, 0, n_remote)
-    entry_size, w = _at_rp_write(m, s, eix, n_nodes, entry_size, active, acl, last_seq,
-                                 slot_node, n_children, node_children, valid, e_slot, e_child,
-                                 e_cred, e_refresh, key_hi, key_lo, join_ack_type, out, 0,
-                                 s_hr, s_rdist, s_lan)
-    return DONE, 0, entry_size, w, cursor
-
-
-@numba.njit(cache=True)
 def on_routed_joins(m, li, here, next_hop, six, n_groups, slot_size, eix, n_nodes,
                     entry_size, slot_node, slot_group, active, root, parent, acl, join_cred,
                     last_seq, n_children, node_children, valid, e_slot, e_child, e_cred,
                     e_refresh, key_hi, key_lo, join_type, join_ack_type,
                     out, pool, cursor, s_hr, s_rdist, s_lan):
-    """One routing step's application messages (the overlay's ``routed`` upcall): the rows
-    of ``here`` delivered at this node, as :func:`on_join_at_rp`, then the others passing
-    it, as :func:`on_join_forward` -- ``Scribe.deliver`` then ``Scribe.forward``, their
-    sends in that order. Both are checked before either writes (they touch different
-    slots: a node routes every message for a key the same way), and the call declines
-    where either would. Returns (status, need, the slot and entry indexes' new sizes, rows
-    written, cursor). O(q log q)."""
+    """The JOIN path's compiled pass, without the reliable layer, root paths, a tree shaper
+    and lazy growth: the rows of ``here`` are delivered at their RP (``Scribe.deliver``),
+    the others pass their node (``Scribe.forward``), their sends in that order. One
+    routing step (the overlay's ``routed`` upcall) has both; a deliver or a forward upcall
+    alone has ``here`` all set or all clear (``TreeJoins``' three *_compiled methods).
+
+    At the RP (``TreeJoins.on_join_at_rp``): the RP's slot becomes active and adopts every
+    joiner but itself (an RP that joins its own group), with a JOIN_ACK each, in row
+    order. Passing (``TreeJoins._forward``; rows of another type and a node's own JOIN,
+    src == dst, are left alone): at each row's node y (from the previous hop p = src), y's
+    slot for the group is found or made (row order, ``TreeState.get_or_make``); a JOIN
+    from y's own parent (a loop) stops; the others make p a child of y, answered with a
+    JOIN_ACK (row order); a slot that was not on the tree before the call becomes a
+    forwarder at its first such row (active, no parent, the JOIN's credential), and that
+    row's JOIN goes on as y's own (origin y, hops and path time 0); every other JOIN row
+    stops here (``next_hop`` -1).
+
+    Both parts are checked before either writes (they touch different slots: a node
+    routes every message for a key the same way). The call declines, before writing
+    anything, where a row is not for a node of this shard, where a delivered row is not a
+    JOIN for the group's root with a known ACL token equal to its credential, or where a
+    passing JOIN meets a node that knows the ACL and the credential is wrong (a refusal,
+    a replica's take-over: the general path handles those). The caller has made room for
+    a slot and an entry per row (``TreeState.make_room``). Returns (status, need, the slot
+    and entry indexes' new sizes, rows written, cursor). O(q log q)."""
     st, s, n_remote = _at_rp_check(m, li, here, six, n_groups, root, acl, join_type)
     if st != DONE:
         return st, 0, slot_size, entry_size, 0, cursor

@@ -250,31 +250,32 @@ class TreeJoins:
             self.shaper.after_adopt(ctx, sl["node"][s].astype(np.int64), sub["time"])
 
     def forward_compiled(self, ctx, m, next_hop) -> bool:
-        """The JOIN rows of a forward upcall in one compiled pass
-        (``handler_kernels.on_join_forward``): as :meth:`forward` without the reliable
-        layer, root paths, a shaper and lazy growth (Scribe registers it only then).
-        False (nothing done) when it declines."""
-        t = self.tree
-        t.make_room(len(m), len(m))
-        sl, en, keys = t.slots, t.entries, self.messenger.groups.table
-        status, s_size, e_size = self.messenger.send_compiled(
-            ctx, len(m), handler_kernels.on_join_forward, m, ctx.local(m["dst"]), next_hop,
-            t.slot_index.arrays, t.n_groups, t.slot_index.size, t.entry_index.arrays,
-            t.n_nodes, t.entry_index.size, sl["node"], sl["group"], sl["active"],
-            sl["parent"], sl["acl"], sl["join_cred"], sl["last_seq"], sl["n_children"],
-            t.node_children, en["valid"], en["slot"], en["child"], en["cred"], en["refresh"],
-            keys["id_hi"], keys["id_lo"], JOIN, JOIN_ACK)
-        if status != handler_kernels.DONE:
-            return False
-        t.inserted(s_size, e_size)
-        return True
+        """The JOIN rows of a forward upcall in one compiled pass: as :meth:`forward`
+        without the reliable layer, root paths, a shaper and lazy growth (Scribe registers
+        it only then). False (nothing done) when it declines."""
+        return self._joins_compiled(ctx, m, np.zeros(len(m), bool), next_hop, len(m))
 
     def routed_compiled(self, ctx, m, here, next_hop) -> bool:
-        """A routing step's messages in one compiled pass (``handler_kernels.
-        on_routed_joins``): JOINs delivered here (rows ``here``) as :meth:`at_rp_compiled`,
-        then the rest as :meth:`forward_compiled`. False (nothing done) when it declines."""
+        """A routing step's messages in one compiled pass: JOINs delivered here (rows
+        ``here``) as :meth:`at_rp_compiled`, then the rest as :meth:`forward_compiled`.
+        False (nothing done) when it declines."""
+        return self._joins_compiled(ctx, m, here, next_hop, len(m))
+
+    def at_rp_compiled(self, ctx, m) -> bool:
+        """JOINs at their RP in one compiled pass: as :meth:`on_join_at_rp` where the RP's
+        record accepts every one, without the reliable layer, root paths, a shaper and
+        lazy growth (Scribe registers it only then). False (nothing done) when it
+        declines."""
+        return self._joins_compiled(ctx, m, np.ones(len(m), bool),
+                                    np.full(len(m), -1, np.int64), 0)
+
+    def _joins_compiled(self, ctx, m, here, next_hop, new_slots) -> bool:
+        """``handler_kernels.on_routed_joins`` over JOIN rows ``m``: those of mask ``here``
+        at their RP, the others passing their node towards ``next_hop`` (changed in place),
+        after room for ``new_slots`` slots and a child entry per row. False (nothing done)
+        when it declines."""
         t = self.tree
-        t.make_room(len(m), len(m))
+        t.make_room(new_slots, len(m))
         sl, en, keys = t.slots, t.entries, self.messenger.groups.table
         status, s_size, e_size = self.messenger.send_compiled(
             ctx, len(m), handler_kernels.on_routed_joins, m, ctx.local(m["dst"]), here,
@@ -287,26 +288,6 @@ class TreeJoins:
         if status != handler_kernels.DONE:
             return False
         t.inserted(s_size, e_size)
-        return True
-
-    def at_rp_compiled(self, ctx, m) -> bool:
-        """JOINs at their RP in one compiled pass (``handler_kernels.on_join_at_rp``): as
-        :meth:`on_join_at_rp` where the RP's record accepts every one, without the
-        reliable layer, root paths, a shaper and lazy growth (Scribe registers it only
-        then). False (nothing done) when it declines."""
-        t = self.tree
-        t.make_room(0, len(m))
-        sl, en, keys = t.slots, t.entries, self.messenger.groups.table
-        status, e_size = self.messenger.send_compiled(
-            ctx, len(m), handler_kernels.on_join_at_rp, m, ctx.local(m["dst"]),
-            t.slot_index.arrays, t.n_groups, t.entry_index.arrays, t.n_nodes,
-            t.entry_index.size, sl["active"], sl["root"], sl["acl"], sl["last_seq"],
-            sl["node"], sl["n_children"], t.node_children, en["valid"], en["slot"],
-            en["child"], en["cred"], en["refresh"], keys["id_hi"], keys["id_lo"], JOIN,
-            JOIN_ACK)
-        if status != handler_kernels.DONE:
-            return False
-        t.inserted(t.slot_index.size, e_size)
         return True
 
     def on_bn_join(self, ctx, m) -> None:
