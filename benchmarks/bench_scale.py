@@ -24,7 +24,7 @@ b the cost per message, and K = 2's ceiling against K = 1 on two cores follows f
     python benchmarks/bench_scale.py [--scenario paper_zipf_1500] [--nodes 100000]
         [--groups 1500] [--shards 1 2 4 8 16 32 64] [--cluster-nodes 4]
         [--bootstrap oracle|protocol] [--set KEY=VALUE ...] [--phases join multicast]
-        [--relay-above N]
+        [--relay-above N] [--profile-shards DIR]
 
 `--bootstrap protocol` with `--phases bootstrap` measures the Pastry join protocol (e.g. the
 faithful arrival process: `--set pastry.join_rate_per_s=50 ...`); `--cluster-nodes 1` is
@@ -79,6 +79,8 @@ def measure(args, k: int, address: str) -> dict:
             super().__init__(*a, **kw)
 
         def run(self, phase, until=None, progress=None):
+            if args.profile_shards and not phases:
+                self.profile_rounds()
             c0 = ray.get([a.counters.remote() for a in self._actors])
             busy0 = _host_busy_s()
             st = super().run(phase, until=until, progress=progress)
@@ -97,6 +99,8 @@ def measure(args, k: int, address: str) -> dict:
 
         def shutdown(self):
             peak.append(max(ray.get([a.peak_rss_bytes.remote() for a in self._actors])))
+            if args.profile_shards:
+                self.dump_profiles(Path(args.profile_shards).resolve() / f"K{k}")
             super().shutdown()
 
     emulator.Emulator = Measured
@@ -127,6 +131,11 @@ def main():
     ap.add_argument("--relay-above", type=int, default=None,
                     help="start rounds of more shards than this through the shards' relay "
                          "calls (default: the engine's RELAY_ABOVE; a large value: never)")
+    ap.add_argument("--profile-shards", default=None, metavar="DIR",
+                    help="profile every shard's rounds (CPU clock, cProfile) and write "
+                         "DIR/K<k>/shard<i>-<phase>.prof; compare two K with "
+                         "benchmarks/split_profile.py (the times then include the "
+                         "profiler's cost)")
     a = ap.parse_args()
     if a.tmp is not None:
         Path(a.tmp).mkdir(parents=True, exist_ok=True)

@@ -520,6 +520,19 @@ class Emulator:
     def idle(self) -> bool:
         return self._next == NEVER
 
+    # ---- profiling --------------------------------------------------------------------
+    def profile_rounds(self, on: bool = True) -> None:
+        """Profile every shard's rounds (CPU clock, one profile per phase) from now on;
+        off: stop and drop them (ShardActor.profile_rounds)."""
+        self._get([a.profile_rounds.remote(on) for a in self._actors], "profile_rounds")
+
+    def dump_profiles(self, directory) -> list[str]:
+        """Every shard's profiles as ``directory``/shard<k>-<phase>.prof (pstats; the
+        directory must be one the shards can write to: this machine's, or shared)."""
+        paths = self._get([a.dump_profiles.remote(str(directory)) for a in self._actors],
+                          "dump_profiles")
+        return [p for shard in paths for p in shard]
+
     # ---- stack calls, logs ------------------------------------------------------------
     def call(self, method: str, *args, phase: str | None = None) -> list:
         """stack.<method>(ctx, *args) on every shard, results in shard order. `phase`

@@ -42,9 +42,11 @@ references and are read zero-copy.
 
 from __future__ import annotations
 
+import cProfile
 import pickle
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import ray
@@ -142,6 +144,7 @@ class ShardActor:
         self._asked_in = np.zeros(0, np.int64)
         self._asked_out = np.zeros(0, np.int64)
         self._answers: list = []
+        self._profiles: dict | None = None       # phase -> cProfile of its rounds, when on
 
     def ready(self) -> int:
         """The shard's earliest pending event (timers its stack set up), once set up."""
@@ -330,7 +333,38 @@ class ShardActor:
             if k != self.engine.shard_id:
                 peer.abort.remote(self.engine.shard_id, int(number))
 
+    def profile_rounds(self, on: bool = True) -> None:
+        """Profile this shard's rounds from now on (``on``), one profile per phase, with
+        the thread's CPU clock: a function's time is the CPU it used, not the time the
+        process waited for a core, which on a host with more shard processes than cores
+        the wall clock would count (benchmarks/bench_scale.py --profile-shards). Off: the
+        profiles made so far are dropped."""
+        self._profiles = {} if on else None
+
+    def dump_profiles(self, directory: str) -> list[str]:
+        """Write each phase's profile (pstats) to ``directory``/shard<k>-<phase>.prof;
+        returns the paths written."""
+        out = []
+        for phase, prof in (self._profiles or {}).items():
+            path = Path(directory) / f"shard{self.engine.shard_id}-{phase}.prof"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            prof.dump_stats(str(path))
+            out.append(str(path))
+        return out
+
     def _round(self, number, era, limit, phase, earliest, injected):
+        if self._profiles is None:
+            return self._round_work(number, era, limit, phase, earliest, injected)
+        prof = self._profiles.get(phase)
+        if prof is None:
+            prof = self._profiles[phase] = cProfile.Profile(time.thread_time_ns, 1e-9)
+        prof.enable()
+        try:
+            return self._round_work(number, era, limit, phase, earliest, injected)
+        finally:
+            prof.disable()
+
+    def _round_work(self, number, era, limit, phase, earliest, injected):
         engine = self.engine
         me, d = engine.shard_id, engine.delta_us
         running = earliest < limit          # peers that take part and have not left

@@ -548,6 +548,31 @@ def test_timers_idle_jumps_and_failures(lat, tmp_path, ray_session):
     emu.shutdown()
 
 
+def test_shard_profiles_hold_each_phase_of_each_shard(lat, tmp_path, ray_session):
+    """bench_scale --profile-shards: every shard profiles its rounds per phase (CPU clock)
+    and writes them where asked; turned off, nothing is kept."""
+    import pstats
+
+    from emulator import Emulator
+    emu = Emulator(lat.n_hosts, lat, functools.partial(Flood, 2, 3), shards=2, seed=5,
+                   run_dir=tmp_path / "run", type_names=TYPE_NAMES, message_dtype=FLOOD_DTYPE)
+    starts = np.arange(8)
+    emu.inject(new_messages(8, FLOOD_DTYPE, time=starts * 3000, src=starts * 100,
+                            dst=starts * 100, type=PING))
+    emu.profile_rounds()
+    emu.run("p")
+    paths = emu.dump_profiles(tmp_path / "prof")
+    assert sorted(Path(p).name for p in paths) == ["shard0-p.prof", "shard1-p.prof"]
+    for p in paths:
+        st = pstats.Stats(p).stats
+        advance = [v for (f, _, name), v in st.items()
+                   if name == "advance" and f.endswith("engine.py")]
+        assert advance and advance[0][1] >= 1     # the engine's window loop, called
+    emu.profile_rounds(False)
+    assert emu.dump_profiles(tmp_path / "none") == []
+    emu.shutdown()
+
+
 @pytest.mark.slow
 def test_sparse_traffic_grows_the_window_cap_and_now_is_the_last_cell(lat, tmp_path,
                                                                        ray_session):
