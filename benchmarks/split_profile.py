@@ -28,6 +28,8 @@ import pstats
 import sys
 from pathlib import Path
 
+from numba.core.registry import CPUDispatcher
+
 _ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_ROOT))
 
@@ -35,28 +37,32 @@ PACKAGES = ("actors", "emulator", "topologies", "scenarios", "analysis")
 KINDS = ("compiled kernels", "our Python", "numpy, builtins, other")
 
 
+_MODULES: dict = {}     # dotted name -> the module imported (None: it did not import)
+
+
 def own_module(filename: str) -> str | None:
     """The dotted module of a profiled file of this project (by its path from the last
     package directory in it, so that profiles of another checkout match), else None."""
     parts = Path(filename).with_suffix("").parts
+    if ".venv" in parts or "site-packages" in parts:
+        return None
     for i in range(len(parts) - 1, -1, -1):
-        if parts[i] in PACKAGES and ".venv" not in parts and "site-packages" not in parts:
+        if parts[i] in PACKAGES:
             return ".".join(parts[i:])
     return None
 
 
-def kind_of(filename: str, name: str, _cache: dict = {}) -> str:  # noqa: B006 (a memo)
+def kind_of(filename: str, name: str) -> str:
     """Which of KINDS a profiled function is. O(1) after its module's first import."""
     mod = own_module(filename)
     if mod is None:
         return KINDS[2]
-    if mod not in _cache:
+    if mod not in _MODULES:
         try:
-            _cache[mod] = importlib.import_module(mod)
+            _MODULES[mod] = importlib.import_module(mod)
         except Exception:           # a module of another version: count it as Python
-            _cache[mod] = None
-    from numba.core.registry import CPUDispatcher
-    obj = getattr(_cache[mod], name, None) if _cache[mod] is not None else None
+            _MODULES[mod] = None
+    obj = getattr(_MODULES[mod], name, None)
     return KINDS[0] if isinstance(obj, CPUDispatcher) else KINDS[1]
 
 

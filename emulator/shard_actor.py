@@ -337,8 +337,8 @@ class ShardActor:
         """Profile this shard's rounds from now on (``on``), one profile per phase, with
         the thread's CPU clock: a function's time is the CPU it used, not the time the
         process waited for a core, which on a host with more shard processes than cores
-        the wall clock would count (benchmarks/bench_scale.py --profile-shards). Off: the
-        profiles made so far are dropped."""
+        the wall clock would count (benchmarks/bench_scale.py --profile-shards). The
+        profiles made so far are dropped (on again: they start afresh)."""
         self._profiles = {} if on else None
 
     def dump_profiles(self, directory: str) -> list[str]:
