@@ -450,9 +450,9 @@ def ray_session():
 
 
 def _flood(lat, tmp_path, ray, shards=1, node_shard=None, seed=5, phase="p", handoff=False,
-           relay_above=8, relay_fanout=4, exact_causes=32, **kw):
+           relay_above=8, relay_fanout=4, exact_causes=32, flood=(3, 7), **kw):
     from emulator import Emulator
-    emu = Emulator(lat.n_hosts, lat, functools.partial(Flood, 3, 7, **kw), shards=shards,
+    emu = Emulator(lat.n_hosts, lat, functools.partial(Flood, *flood, **kw), shards=shards,
                    node_shard=node_shard, seed=seed, run_dir=tmp_path, type_names=TYPE_NAMES,
                    handoff=handoff, message_dtype=FLOOD_DTYPE, message_log_fields=("hops",),
                    relay_above=relay_above, relay_fanout=relay_fanout,
@@ -552,13 +552,7 @@ def test_shard_profiles_hold_each_phase_of_each_shard(lat, tmp_path, ray_session
     """bench_scale --profile-shards: every shard profiles its rounds per phase (CPU clock)
     and writes them where asked; turned off, nothing is kept."""
     import pstats
-
-    from emulator import Emulator
-    emu = Emulator(lat.n_hosts, lat, functools.partial(Flood, 2, 3), shards=2, seed=5,
-                   run_dir=tmp_path / "run", type_names=TYPE_NAMES, message_dtype=FLOOD_DTYPE)
-    starts = np.arange(8)
-    emu.inject(new_messages(8, FLOOD_DTYPE, time=starts * 3000, src=starts * 100,
-                            dst=starts * 100, type=PING))
+    emu = _flood(lat, tmp_path / "run", ray_session, shards=2, flood=(2, 3))   # a small one
     emu.profile_rounds()
     emu.run("p")
     paths = emu.dump_profiles(tmp_path / "prof")
