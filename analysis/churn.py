@@ -224,7 +224,7 @@ def churn_rp_failover(messages: DataFrame, arrivals: DataFrame, groups: DataFram
 
     The take-over itself is not logged (Scribe counts it in `scribe_rp_takeovers`); the
     fail-over time is measured from the RP's first failure to the first arrival, at any
-    member, of a message published after it (issue 22: the arrival time, not the publish
+    member, of a message published after it (the arrival time, not the publish
     time, so that messages published after the failure that the source had to re-send
     count by when they got through).
     Schema: topo int, variant string, group int, rp int, failed_us bigint,

@@ -47,7 +47,7 @@ def overlay_hops(message: DataFrame, traffic: tuple[Traffic, ...], labels: list)
 
     Disjoint selections (the default ones: one phase each) label a row with one CASE
     expression; overlapping ones explode an array of labels, which Spark evaluates row by
-    row outside its generated code (5x slower on the 10-topology run's 12 M hops)."""
+    row outside its generated code, several times slower on millions of hops."""
     conds = [F.col("phase").isin(list(t.phases)) & F.col("type").isin(list(t.types))
              for t in traffic]
     if _disjoint(traffic):
@@ -97,7 +97,7 @@ def link_loads(message: DataFrame, membership: DataFrame, groups: DataFrame,
     both naive unicast and IP multicast); Spark sums the partial loads of the buckets. IP
     multicast keeps each group whole in one call (its union of routes).
     `buckets` 1: one call per (topo, traffic) and no sums -- the partial rows and their
-    shuffle cost as much as the rest of the section (10-topology paper run: 22 s -> 15 s).
+    shuffle cost as much as the rest of the section (benchmarks/bench_analysis.py times it).
     The (topo, traffic, bucket) keys are dealt out to the `partitions` in turn
     (`analysis.placement`).
     """

@@ -15,8 +15,8 @@ The hand-off (`load_refs`, a cluster without shared storage): shards returned ea
 an Arrow IPC stream into the object store (`emulator.storage.TableRef`); Spark's executors
 (RayDP's Ray Java actors) read those objects themselves (`RayDatasetRDD`) and decode the
 Arrow batches in the JVM. No byte goes through the driver, no Python runs per row or per
-batch, and no Ray Data task is needed (so no CPU beyond the executors' own; an earlier
-Ray Data path hung when Spark held every core). `run.storage` URIs other than local paths
+batch, and no Ray Data task is needed (so no CPU beyond the executors' own, and nothing
+that waits for a core while Spark holds every one). `run.storage` URIs other than local paths
 are read by Spark itself (`s3://` as Hadoop's `s3a://`).
 """
 

@@ -4,7 +4,7 @@ Every metrics CSV is collected to the driver (Arrow) and written here, so a clus
 executors do not share the driver's disk still gets whole files; `write_frame` checks the
 number of data rows it wrote against the frame. Numbers are formatted as Spark's CSV writer
 did (Java's `Double.toString`: `1500.0`, `1.0E-4`, `1.2345678E7`; integers plainly; null
-as an empty field), so the files read back to the same values as before.
+as an empty field), so the files read back to the same values as Spark's own CSVs.
 """
 
 from __future__ import annotations

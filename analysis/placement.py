@@ -72,8 +72,8 @@ def placed(df: DataFrame, keys: Sequence[str], values: Sequence[Sequence[int]],
     whose `keys` equal values[i] on shuffle partition i mod `partitions` (the session's
     spark.sql.shuffle.partitions; any other row gets slot 0). The keys must be int
     columns. O(1) per row: the slot is looked up in a table indexed by the keys' offsets
-    from their least values (a CASE over the keys made Spark's generated code too large
-    for the JIT, which then interpreted it: the ten-topology analysis took 1.7x as long)."""
+    from their least values (a CASE over the keys makes Spark's generated code too large
+    for the JIT, which then interprets it, much slower on a large run)."""
     types = dict(df.dtypes)
     wrong = [k for k in keys if types.get(k) != "int"]
     if wrong:

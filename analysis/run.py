@@ -99,8 +99,8 @@ class _Context:
         self.topologies = sorted(meta)
         partitions = self.partitions
         # group buckets of the delay and node-stress grouped maps: no more than that (each
-        # delay call has a fixed cost: ten topologies x 8 buckets took 5.8 s, x 1 took
-        # 3.9 s; each node-stress call one row per node it sees, summed per topology)
+        # delay call has a fixed cost, which many buckets multiply; each node-stress call
+        # returns one row per node it sees, summed per topology)
         self.buckets = _buckets(partitions, len(meta))
         # link stress: every (topology, traffic, bucket) call returns one partial row per link
         # its packets touch (the LAN links of its members, most core links), which Spark then
@@ -416,7 +416,7 @@ def _delay_summary(dp_pd: pd.DataFrame, rdp_pd: pd.DataFrame, primary: str) -> d
         "groups": _num(r["groups"]),
         "rad": _stats(r, "rad_", ["mean", "median", "p90", "max"]),
         "rmd": _stats(r, "rmd_", ["mean", "median", "p90", "max"])})
-    for v in dp.values():   # the key names: p50 = median
+    for v in dp.values():   # summary.json's documented key names: p50 = median
         for k in ("rad", "rmd"):
             v[k] = {"p50": v[k]["median"], "p90": v[k]["p90"], "max": v[k]["max"],
                     "mean": v[k]["mean"]}
@@ -486,7 +486,7 @@ def _merge_and_write(path: Path, summary: dict, extra: dict) -> dict:
                 merged[k] = {**merged[k], **v}
             else:
                 merged[k] = v
-    # the key order first, extras after
+    # the documented keys first, in their order (docs/analysis.md), extras after
     head = ["scenario", "nodes", "groups", "topologies", "delay_penalty", "rdp_rank1",
             "node_stress", "link_stress", "overlay", "churn", "timing"]
     ordered = {k: merged[k] for k in head if k in merged}

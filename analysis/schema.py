@@ -22,7 +22,7 @@ EVENT_TABLES: dict[str, dict[str, str]] = {
     "delivery": {"phase": "string", "group": "int", "member": "int", "source": "int",
                  "publish_time": "bigint", "time": "bigint", "hops": "smallint",
                  "seqno": "bigint", "variant": "string"},
-    # reliable layer (issue 22): every copy the tree brings a member, before hold-back and
+    # reliable layer: every copy the tree brings a member, before hold-back and
     # duplicate removal (`delivery` is then what the layer releases to the application)
     "arrival": {"phase": "string", "group": "int", "member": "int", "source": "int",
                 "publish_time": "bigint", "time": "bigint", "hops": "smallint",

@@ -1,10 +1,10 @@
 """Warm Spark up on a tiny run while the emulation still runs.
 
-Why: on a fresh Spark session the first analysis of a run pays ~10-15 s that a second one
-does not (measured on `quick`, 2,000 nodes: 19.1 s cold, 3.8-5.7 s warm, same session):
-the JVM loads and JIT-compiles Spark's scan, shuffle, Arrow and codegen paths, Spark's
-Python workers fork and import the kernels, each worker reads the topology file, and the
-driver imports matplotlib and draws its first figure. None of that depends on the run's
+Why: on a fresh Spark session the first analysis of a run pays seconds that a second one
+does not (benchmarks/bench_analysis.py --runs shows it on a fresh process): the JVM loads
+and JIT-compiles Spark's scan, shuffle, Arrow and codegen paths, Spark's Python workers
+fork and import the kernels, each worker reads the topology file, and the driver imports
+matplotlib and draws its first figure. None of that depends on the run's
 data, so the scenario runner starts Spark in a background thread when the emulation begins
 and analyses a six-node run written here (the real run's own topology file, every event
 table of the schema with a few rows) while the shards work; the run's own analysis then

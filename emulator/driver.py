@@ -54,16 +54,18 @@ CAP_MAX_FACTOR = 16
 # The earliest times a round tells the shards follow the chains of messages from the
 # EXACT_CAUSES shards with the earliest events exactly and bound those from the others
 # together (caused_at): O(K x EXACT_CAUSES) per round rather than O(K^2) numpy, which at
-# 1,000 shards cost the driver ~9 ms a round (BENCHMARKS.md, bench_driver_round.py). Up to
+# 1,000 shards is milliseconds of driver time a round (benchmarks/bench_driver_round.py
+# measures both). Up to
 # EXACT_CAUSES shards with events the bound is the exact one.
 EXACT_CAUSES = 32
 
 # A round with more than RELAY_ABOVE shards is started with one call: the driver calls the
 # first shard, which calls RELAY_FANOUT others and so on down a tree over the round's shards
 # (ShardActor.relay_round), and the heads come back up it. Each call costs its caller
-# ~0.2-0.3 ms of CPU (Ray's own; benchmarks/bench_round_call.py), which at K shards made
-# the driver a serial O(K) cost per round; the tree spreads those calls over the shards and
-# adds O(log K) hops of latency, which below ~8 shards costs more than it saves.
+# a fraction of a millisecond of CPU (Ray's own; benchmarks/bench_round_call.py measures
+# it), which at K shards makes the driver a serial O(K) cost per round; the tree spreads
+# those calls over the shards and adds O(log K) hops of latency, which below ~8 shards
+# costs more than it saves.
 RELAY_ABOVE = 8
 RELAY_FANOUT = 4
 

@@ -7,10 +7,10 @@ what it did), the earliest arrival it pushed to each peer for after the round's 
 latest arrival; see `bound_left`). The heads of many shards are the same three strings
 concatenated, so a shard relaying a round (ShardActor.relay_round) joins its subtree's
 heads in O(children) and the driver reads every shard's at once with numpy: its work per
-round no longer grows with the number of shards in Python. Raw bytes rather than numpy
-arrays because Ray passes bytes without pickle's out-of-band buffers (as an argument a numpy
-array cost the driver ~1.5x; as a result the bytes head cost no more than a stats dict or a
-bare int per call: benchmarks/bench_round_call.py).
+round does not grow with the number of shards in Python. Raw bytes rather than numpy
+arrays because Ray passes bytes without pickle's out-of-band buffers: as an argument a numpy
+array costs the driver more CPU per call, and as a result a bytes head costs no more than a
+stats dict or a bare int (benchmarks/bench_round_call.py measures each).
 """
 
 from __future__ import annotations

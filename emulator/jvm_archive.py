@@ -4,9 +4,8 @@ A fresh analysis spends seconds in JVMs that load, parse and verify the same Spa
 and Ray classes from jars: ~11,000 in the driver, as many again in the executor. Java 17
 can write the classes a JVM has loaded into an archive when that JVM exits
 (`-XX:ArchiveClassesAtExit`) and map the archive at a later start
-(`-XX:SharedArchiveFile`). Measured on `quick` (BENCHMARKS.md, issue 17 fifth pass): ~1 s
-less to start Spark with the driver's archive and ~1.5 s less for the first analysis with
-the executor's.
+(`-XX:SharedArchiveFile`), which saves seconds of Spark's start and of the first analysis
+(benchmarks/bench_analysis.py --runs times both on a fresh process).
 
 So the first Spark session on a machine (for a given Java and set of jars) runs its JVMs
 with the dump option, and stopping it (emulator/runtime.py `stop_spark`) makes them exit in
@@ -36,8 +35,8 @@ from .storage import cache_dir
 
 log = logging.getLogger("scribe_emu.runtime")
 
-# Not RayDP's app master: its JVM ends without writing one (tried: RayDP's stop SIGTERMs
-# it after closing its gateway, and no archive appears), and a JVM set to dump starts slower.
+# Not RayDP's app master: its JVM ends without writing one (RayDP's stop SIGTERMs it after
+# closing its gateway, so no archive appears), and a JVM set to dump starts slower.
 ROLES = ("driver", "executor")
 SPARK_OPTION = {role: f"spark.{role}.extraJavaOptions" for role in ROLES}
 # Java refuses to archive, or to map an archive, next to a -javaagent (RayDP's driver runs

@@ -125,7 +125,7 @@ def rows_by_shard(dst, node_shard, n_shards):
     (order: row indices, shard by shard and in row order within a shard; starts: shard s's
     rows are ``order[starts[s]:starts[s + 1]]``; the shards with rows, ascending). One
     compiled call where the numpy split (a gather, a compare per shard, a unique, a take
-    per shard) cost ~40-50 us a pass on the development VM. O(rows + shards)."""
+    per shard) would be several numpy calls per shard on every pass. O(rows + shards)."""
     n = len(dst)
     starts = np.zeros(n_shards + 1, np.int64)
     for i in range(n):
@@ -281,8 +281,8 @@ def _key_before(types, time, src, seq, a, b):
 
 
 _SORT_RUN = 32   # rows sorted by insertion before the merges
-# above this many rows np.lexsort's four stable passes beat the merge sort's indirect
-# comparisons (measured: 0.5-0.8x lexsort's time at 1,000-10,000 rows, 2x at 100,000)
+# above this many rows np.lexsort's four stable passes beat the merge sort's indirect,
+# cache-missing comparisons; below it the merge sort is the faster of the two
 SORT_MAX = 16384
 
 
@@ -291,9 +291,9 @@ def dispatch_sort(types, time, src, seq):
     """``np.lexsort((seq, src, time, types))``: the stable order of the rows by (type,
     time, src, seq), as one compiled merge sort (runs of 32 rows by insertion, then
     bottom-up merges that take the right row only when its key is strictly below: rows
-    with equal keys keep their order). O(n log n) comparisons: 0.8x lexsort's time at
-    ~160 rows, 0.5-0.7x at 1,000-10,000, 2x at 100,000 (``SORT_MAX``); its gain is
-    that the queue's pop runs it in the same call (``EventQueue.pop_cell``)."""
+    with equal keys keep their order). O(n log n) comparisons, faster than lexsort up to
+    ``SORT_MAX`` rows; it also lets the queue's pop sort in the same compiled call
+    (``EventQueue.pop_cell``)."""
     n = len(types)
     order = np.arange(n)
     for lo in range(0, n, _SORT_RUN):

@@ -44,8 +44,8 @@ class RouterLatency:
         store, shared memory mapped in 4 KiB pages; the protocol kernels look delays up at
         random across it (~100 MB for ts5050's 5,050 routers), so nearly every look-up
         also misses the TLB. numpy gives a large array of its own transparent huge pages
-        (2 MiB): random look-ups 2.3x faster in a microbenchmark (BENCHMARKS.md, issue
-        13). Many shards on one machine share the store's copy instead."""
+        (2 MiB), on which random look-ups rarely miss it. Many shards on one machine share
+        the store's copy instead."""
         if self.router_dist_us.nbytes * max(int(n_shards), 1) > PRIVATE_TABLE_BYTES:
             return self
         return RouterLatency(self.host_router, np.array(self.router_dist_us), self.lan_us)

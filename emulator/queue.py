@@ -10,16 +10,15 @@ messages out of the heap, gathers their rows and payload into one batch and free
 slots. A message is copied twice in its life (into the pool, out of it) and each push or
 pop is one compiled call plus O(1) per message in the ring and O(log H) in the heap of H.
 
-History, measured (BENCHMARKS.md, issue 13): a log-structured set of time-sorted runs (an
-LSM tree of numpy batches) copied every message O(log P) times through its merges and paid
-several numpy calls per run on every pop (12-17 % of a sparse protocol bootstrap); a
-calendar of per-cell numpy buckets was 4x slower still (one send spreads over ~150 cells
-of latency, so it made hundreds of tiny chunks per send); a 4-ary heap in one (time, slot)
-array was 10-20 % slower per message than a binary heap in two arrays at 300,000 pending;
-the binary heap alone spent O(log P) cache-missing steps per message on its way out
-(~10 % of a protocol bootstrap's shard time at 10^5 pending: its sift-down walks the whole
-depth for every message), which the compiled ring removes for every message due within
-the ring's horizon.
+Why this shape: a heap alone pays O(log P) cache-missing steps per message on its way
+out (its sift-down walks the whole depth for every message), which the compiled ring
+avoids for every message due within its horizon. Numpy structures cost more: time-sorted
+runs merged as an LSM tree copy every message O(log P) times and pay several numpy calls
+per run on every pop, and per-cell numpy buckets cut one send (whose delays spread over
+~150 cells) into hundreds of tiny chunks. The heap is binary, over two arrays (time,
+slot), which is cheaper per message than a 4-ary heap in one array. The queue's share of
+a shard's time is measured by benchmarks/bench_pastry.py --protocol (a protocol
+bootstrap) and benchmarks/bench_protocol.py (per-message cost by batch size).
 
 The queue returns the set of messages due; their order is the engine's business (it sorts
 a cell by its own total key), so neither the buckets' nor the heap's order reaches a

@@ -2,9 +2,10 @@
 array and one payload pool, and taken out as a single Batch.
 
 A cell of sparse protocol traffic makes tens of small sends (a few rows each, some with
-payload). Making each its own array and joining them at the end of the pass cost a zeroed
-allocation and a Batch per send, then a concatenation that checked, copied and re-offset
-every part (BENCHMARKS.md, issue 13: ~14 % of a faithful bootstrap's shard time). Here a
+payload). Making each its own array and joining them at the end of the pass would cost a
+zeroed allocation and a Batch per send, then a concatenation that checks, copies and
+re-offsets every part: a large share of a protocol bootstrap's shard time
+(benchmarks/bench_pastry.py --protocol measures it). Here a
 send reserves zeroed rows at the end of the buffer and writes its fields in place, and its
 payload is copied once into the pool; `take` copies the whole pass out in one piece.
 Rows, their order and their payload segments are exactly those of the sends one by one.

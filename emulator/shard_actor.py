@@ -23,8 +23,9 @@ is *eager* for in this round: those it is the nearest shard to (least lookahead 
 the likely holder of their least promise) and those that asked (`want`) this round. A shard
 blocked on a promise from a peer that is not eager for it asks once per round; the peer
 answers at once from its last promise if that is higher, and pushes it every rise for the
-rest of the round. At K = 2 every peer is the nearest, as before; at larger K the bare
-promises are those that bind (~30 % fewer at K = 8-16). Batches always go, with a promise.
+rest of the round. At K = 2 every peer is the nearest, so each gets every promise; at
+larger K only the bare promises that bind are sent (benchmarks/bench_scale.py counts bare
+promises and asks per window). Batches always go, with a promise.
 
 A promise holds for the rest of the driver's `run` call it was made in (its *era*, the
 number of that call's first round): between two calls the driver may inject stimuli due

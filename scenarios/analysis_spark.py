@@ -1,15 +1,15 @@
 """The run's Spark session: started the same way for the analysis and for its warm-up,
 and, on one machine, started and warmed up in the background while the emulation runs.
 
-A fresh Spark session's first analysis pays ~10-15 s of JVM and worker warm-up that the
-run's data has nothing to do with (analysis/warmup.py says what and how it was measured),
-plus the session's own start (7-14 s). `SparkWarmup` does both in a driver thread while the
+A fresh Spark session's first analysis pays seconds of JVM and worker warm-up that the
+run's data has nothing to do with (analysis/warmup.py says what), plus the session's own
+start. `SparkWarmup` does both in a driver thread while the
 shards emulate, so the analysis that follows the emulation starts on a warm session. The
 JVMs are processes of their own and run SCHED_IDLE meanwhile; the thread itself mostly
 waits on Ray and Py4J, but the warm-up's own driver-side work (collecting results, writing
 its CSVs and figures) takes the GIL from the driver's window loop for moments. It pays
-with a spare core: on two cores that two shards keep busy the emulation got slower by what
-the analysis gained (BENCHMARKS.md, issue 17 third pass), hence `analysis.warmup = auto`.
+with a spare core: on two cores that two shards keep busy the emulation loses about what
+the analysis gains, hence `analysis.warmup = auto`.
 Results do not change: the warm-up analyses a throw-away run of its own.
 """
 
@@ -30,11 +30,10 @@ from emulator.runtime import (
 log = logging.getLogger("scribe_emu.runner")
 
 
-# `analysis.jit = auto`: the client compiler up to this many nodes x topologies. Measured
-# on a fresh session (BENCHMARKS.md, issue 17 fourth pass): C1 made the first analysis of
-# `quick` (2,000 nodes) 15.6 -> 9.0 s, `paper_zipf_1500 --topologies 1` (100,000) 19.5 ->
-# 15.5 s, `small_groups_30k` (50,000) 23.5 -> 17.9 s, but the ten-topology run (1,000,000)
-# 56.7 -> 66.5 s: its jobs run long enough for C2's faster code to pay for its compiling.
+# `analysis.jit = auto`: the client compiler (C1) up to this many nodes x topologies. A
+# small or one-topology run's jobs are short, so C1's quick compiling shortens its first
+# analysis; a run of about a million node-topologies runs long enough for C2's faster code
+# to pay for its compiling. benchmarks/bench_analysis.py --runs times a run's analysis.
 C1_MAX_NODE_TOPOLOGIES = 300_000
 
 

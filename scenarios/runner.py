@@ -75,8 +75,8 @@ _STREAM_CHURN = 0xC4E2
 # Event logs reach Spark as Parquet (one machine, or a named run.storage) or through the
 # object store (a multi-node cluster without storage): scenarios/event_logs.py. The
 # object-store path is RayDP's JVM reader, not Ray Data's `to_spark` (a pandas UDF per
-# block at every use: a 14 M-row table was still converting after 9 min, and it hung when
-# Spark held every core): analysis/load.py `load_refs`.
+# block at every use, far too slow for tables of millions of rows, and its tasks wait for
+# cores that Spark holds): analysis/load.py `load_refs`.
 
 
 # ---- run directory ------------------------------------------------------------------------
@@ -936,9 +936,9 @@ def _open_events(cfg, run_dir: Path, state: _State, resumed: bool) -> RunEvents:
 
 
 # Below this many nodes per shard a window's synchronisation costs more than a second shard
-# saves: measured on 2 cores (BENCHMARKS.md, 2026-11-26), `churn` (3,000 nodes) ran its
-# phases in ~13 s on one shard and ~15 s on two, FreePastry's 10,000-node workload 8.3-8.4 s
-# on one and no faster on two, `small_groups_30k` (50,000 nodes) 1.46x faster on two.
+# saves: on two cores `churn` (3,000 nodes) is slower on two shards than on one, a
+# 10,000-node overlay no faster, `small_groups_30k` (50,000 nodes) faster
+# (benchmarks/bench_scale.py measures a scenario's phases at each K).
 MIN_NODES_PER_SHARD = 10_000
 
 
@@ -998,8 +998,8 @@ def _run_and_analyse(cfg, run_dir: Path, state: _State, events: RunEvents,
 def _spark_warmup(cfg, run_dir: Path):
     """Spark started and warmed up beside the emulation (scenarios/analysis_spark.py), when
     `analysis.warmup` is on (auto: the machine has a CPU the shards leave free; on two
-    cores busy with two shards it made the emulation slower by what it saved the analysis,
-    BENCHMARKS.md), the Ray cluster is this machine (the warm-up run lives in a local
+    cores busy with two shards the emulation loses about what the analysis gains), the Ray
+    cluster is this machine (the warm-up run lives in a local
     temporary directory) and no Spark session is up yet (a running one is warm)."""
     from emulator.runtime import ray_is_local, spark_running
     from scenarios.analysis_spark import SparkWarmup

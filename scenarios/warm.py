@@ -2,7 +2,7 @@
 
 The protocol handlers are numba kernels compiled on first use and cached next to their
 sources (``cache=True``). A fresh install has no cache, so its first run would compile
-them all inside the run: ~24-36 s of the first `make run` on two cores (BENCHMARKS.md).
+them all inside the run, tens of seconds of the first `make run` on two cores.
 `make run` calls :func:`warm` first, once per machine (`make warm`): it runs a scaled-down
 copy of the scenario -- the same phases, the same shard actors and the same code paths,
 so the kernels compile with the signatures the full run looks up -- and throws the run

@@ -32,14 +32,14 @@ from .topology import Topology
 # How much heavier than an even share (1/k of the hosts) a part of whole regions may be.
 # A part 5 % over its share costs at most 5 % of a phase's parallel time; a cut through a
 # region costs windows (3x as many on ts5050 at k = 2), which costs far more on traffic of
-# a few hundred messages per window (BENCHMARKS.md, issue 15).
+# a few hundred messages per window (benchmarks/bench_scale.py measures both).
 REGION_SLACK = 0.05
 # Whole regions are dealt under the tightest of these slacks (the last is REGION_SLACK)
 # whose farthest deal keeps at least LOOKAHEAD_KEPT of the lookahead the loosest one
 # gets: between two cuts of whole regions (both at least a transit link apart), a few more
 # windows cost less than the busiest shard's extra hosts. On ts5050 with 100,000 hosts at
-# k = 2: 50.1 % of the hosts on the larger part and 126 ms apart, against 51.6 % and
-# 130 ms under 5 % (BENCHMARKS.md, "A tighter cut of whole regions", 2026-11-29).
+# k = 2 a 1 % slack keeps the parts about 126 ms apart, nearly the 130 ms of a 5 % one
+# (benchmarks/bench_scale.py measures the phases at each K).
 REGION_SLACKS = (0.01, 0.02, REGION_SLACK)
 LOOKAHEAD_KEPT = 0.75
 # The deal is evened out by moves and swaps only up to this many regions (transit-stub
