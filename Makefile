@@ -19,6 +19,7 @@ help:
 	@echo "make warm   - compile the default scenario's kernels once (make run and make quick do it)"
 	@echo "make java   - install OpenJDK 17 (as root, apt-get) when java is missing"
 	@echo "make bench  - run benchmarks/bench_*.py"
+	@echo "make bench-report - render BENCHMARKS.md's tables from benchmarks/results/*.json"
 	@echo "make lint   - ruff check"
 
 venv: $(VENV)/.installed
@@ -80,6 +81,11 @@ test-fast: venv
 
 bench: venv java
 	@set -e; for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b $(ARGS); done
+
+# BENCHMARKS.md's tables from the benchmarks' records (benchmarks/report.py --check: compare only)
+.PHONY: bench-report
+bench-report: venv
+	$(PY) benchmarks/report.py
 
 lint: venv
 	$(PY) -m ruff check .
