@@ -16,6 +16,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from actors.pastry.protocol import PARAMETERS as PASTRY_PARAMETERS
+from actors.scribe.application import PARAMETERS as SCRIBE_PARAMETERS
+
 SCENARIO_DIR = Path(__file__).resolve().parent
 PROJECT_ROOT = SCENARIO_DIR.parent
 
@@ -26,9 +29,11 @@ class ScenarioError(ValueError):
 
 # ---- the schema ------------------------------------------------------------------------
 # Each section: key -> (type, default, check, help). Types: int, float, bool, str, list.
-# The [pastry] section is the one place of Pastry's defaults: the protocol takes complete
-# parameter dicts (ScenarioConfig.pastry_params, or protocol_params outside a scenario)
-# and checks them again when the stack is built (its ValueError becomes a ScenarioError).
+# The [pastry] and [scribe] sections are the protocols' own parameter declarations
+# (actors.params.Param, declared in actors/pastry/protocol.py and
+# actors/scribe/application.py): one default, range and help text per parameter. The
+# protocols take complete parameter dicts (ScenarioConfig.pastry_params / scribe_params,
+# or protocol_params outside a scenario) and check them again when the stack is built.
 
 def _pos(v):
     return v > 0
@@ -42,16 +47,19 @@ def _memory(v):
     return re.fullmatch(r"[1-9]\d*[kmgt]b?", v.strip().lower()) is not None
 
 
+def _section(declared: dict) -> dict[str, tuple]:
+    """A schema section made of a protocol's parameter declarations."""
+    return {k: (p.type, p.default, p.in_range, p.describe()) for k, p in declared.items()}
+
+
 PHASES = ("bootstrap", "create", "join", "multicast", "collapse", "multicast_collapsed",
           "multicast_bottleneck", "churn")
 PARTITIONS = ("locality", "random")
 GROUP_KINDS = ("zipf", "fixed")
 PLACEMENTS = ("uniform", "lan_slots")        # topologies.hosts.PLACEMENTS
 VOCABULARIES = ("groups", "pubsub")          # scenarios.vocabulary.TERMS
-BOOTSTRAPS = ("oracle", "protocol")
 WARMUP_MODES = ("auto", "on", "off")
 JIT_MODES = ("auto", "c1", "tiered")        # scenarios/analysis_spark.py jvm_conf
-HOP_ACK_MODES = ("auto", "on", "off")
 EVENT_LOG_LAYOUTS = ("auto", "object_store", "files")   # scenarios/event_logs.py
 
 SCHEMA: dict[str, dict[str, tuple]] = {
@@ -94,66 +102,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "exponent": (float, 1.25, _pos, "Zipf exponent e of gsize(r) = floor(N r^-e + 0.5)"),
         "size": (int, 11, _pos, "members per group when kind = fixed"),
     },
-    "pastry": {
-        "bootstrap": (str, "oracle", lambda v: v in BOOTSTRAPS, f"{' | '.join(BOOTSTRAPS)}"),
-        "b": (int, 4, None, "digit bits (1, 2, 4, 8, 16)"),
-        "l": (int, 16, None, "leaf-set size (even, >= 2)"),
-        "m": (int, 32, None, "neighbourhood-set size"),
-        "keepalive_us": (int, 0, _nonneg, "leaf-set keep-alive period, us (0 = off)"),
-        "fail_timeout_us": (int, 0, _nonneg, "silence before a leaf is presumed failed "
-                            "(0 = 3 keep-alive periods)"),
-        # A fixed rate, whatever the size: a deployment does not see its nodes arrive
-        # faster because there are more of them. At 10/s about 20 joins are in flight on
-        # ts5050 (a join lasts ~2 s there), ~0.2 % of a 10k overlay, so concurrent joiners
-        # rarely touch the same leaf sets or serve as each other's contact (docs/pastry.md,
-        # "Arrival process"). A flash crowd is asked for, e.g. nodes / 10 for everyone
-        # within 10 s (the old default, which gave 10^4 joins/s at 10^5 nodes).
-        "join_rate_per_s": (float, 10.0, _pos, "protocol bootstrap: node arrivals per "
-                            "second, Poisson, the same at any size (> 0; a flash crowd is "
-                            "a high rate, e.g. nodes / 10)"),
-        "join_contact_fallback": (str, "first", lambda v: v in ("first", "nearest"),
-                                  "protocol bootstrap: contact of a joiner that finds no "
-                                  "settled node: first (node 0) | nearest (nearest earlier "
-                                  "arrival)"),
-        "join_settle_us": (int, 2_000_000, _nonneg, "protocol bootstrap: a node serves as a "
-                           "contact this long after joining"),
-        "leaf_refresh_us": (int, 2_000_000, _nonneg, "protocol bootstrap: joined nodes look "
-                            "up their own id this often until the last arrival + "
-                            "join_settle_us, us (0 = never)"),
-        "leaf_refresh_rounds": (int, 0, _nonneg, "protocol bootstrap: at most this many "
-                                "leaf refreshes per node after its join (0 = no bound)"),
-        "table_maintenance_us": (int, 0, _nonneg, "protocol bootstrap: routing-table "
-                                 "maintenance period; a node asks one random entry of each "
-                                 "row for its row, us (0 = off)"),
-        "join_exchange_rows": (int, 2, _nonneg, "protocol bootstrap: a joined node asks the "
-                               "nodes of its top rows for theirs (second join stage; 0 = off)"),
-        "dead_memory": (int, 8, _pos, "presumed-failed ids a node remembers"),
-        "join_start_us": (int, 0, _nonneg, "protocol bootstrap: time of the first arrival, us"),
-        "rejoin_timeout_us": (int, 1_000_000, _pos, "a recovering node tries its next "
-                              "contact after this, us"),
-        "hop_ack": (str, "auto", lambda v: v in HOP_ACK_MODES, "per-hop acks of routed "
-                    "messages: auto (on iff keep-alives are) | on | off"),
-        "ack_slack_us": (int, 0, _nonneg, "hop-ack deadline = sent + 2 x latency + this, us "
-                         "(0 = one cell)"),
-    },
-    "scribe": {
-        "bottleneck": (bool, False, None, "run the bottleneck remover while joining"),
-        "bottleneck_bound": (int, 64, _pos, "children bound of the bottleneck remover"),
-        "heartbeat_us": (int, 0, _nonneg, "tree maintenance period, us (0 = no repair)"),
-        "heartbeat_miss": (int, 3, _pos, "silent parent periods before a repair join"),
-        "child_expiry_miss": (int, 3, _pos, "periods before an unrefreshed child expires"),
-        "replicas": (int, 5, _nonneg, "RP record copies on the closest nodes"),
-        "rp_cache_ttl_us": (int, 0, _nonneg, "source RP cache lifetime, us (0 = 3 periods)"),
-        "reliable": (bool, False, None, "ordered reliable delivery layer"),
-        "reliable_buffer": (int, 256, _pos, "messages buffered per (node, group)"),
-        "max_tree_hops": (int, 255, _pos, "DATA hop limit (loop guard)"),
-        "lazy_growth": (bool, False, None, "lazy-growth variant"),
-        "root_paths": (str, "auto", lambda v: v in HOP_ACK_MODES, "pass root paths down the "
-                       "trees to detect loops: auto (on with the bottleneck remover) | on | "
-                       "off"),
-        "root_path_max": (int, 32, lambda v: v >= 2, "longest root path kept; deeper counts "
-                          "as a loop"),
-    },
+    "pastry": _section(PASTRY_PARAMETERS),
+    "scribe": _section(SCRIBE_PARAMETERS),
     "phases": {
         "order": (list, ["bootstrap", "create", "join", "multicast"], None,
                   f"phase names from {', '.join(PHASES)}"),
@@ -279,12 +229,9 @@ class ScenarioConfig:
         return p
 
     def scribe_params(self) -> dict:
-        """Parameters for `Scribe(params)` (0 means None for the optional periods)."""
-        s = dict(self.scribe)
-        s["heartbeat_us"] = s["heartbeat_us"] or None
-        s["rp_cache_ttl_us"] = s["rp_cache_ttl_us"] or None
-        s["root_paths"] = {"auto": None, "on": True, "off": False}[s["root_paths"]]
-        return s
+        """Parameters for `Scribe(params)`, as Scribe takes them (None where a setting
+        says off or auto: Param.means)."""
+        return {k: SCRIBE_PARAMETERS[k].value(v) for k, v in self.scribe.items()}
 
     @property
     def periodic(self) -> bool:
@@ -518,7 +465,8 @@ def _validate(cfg: ScenarioConfig) -> None:
         if c["warmup_us"] >= c["duration_us"]:
             raise ScenarioError(f"churn.warmup_us = {c['warmup_us']} must be shorter than "
                                 f"churn.duration_us = {c['duration_us']}")
-    # the protocols' own checks (digit size, leaf-set size, ...) with their messages
+    # the protocols check the complete parameter dicts they are built with (the same
+    # declarations as the schema's, so this only fails on what the schema cannot see)
     from actors.stack import make_stack
     try:
         make_stack(cfg.pastry_params(cfg.seed), cfg.scribe_params())

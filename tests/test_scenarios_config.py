@@ -121,8 +121,10 @@ def test_overrides_keywords_and_sets():
     (dict(sets=["pastry.l=abc"]), r"pastry\.l must be an integer, got 'abc'"),
     (dict(sets=["pastry.l=16.5"]), r"pastry\.l must be an integer"),
     (dict(sets=["scribe.bottleneck=1"]), r"scribe\.bottleneck must be true/false"),
-    (dict(sets=["pastry.l=15"]), r"Pastry.*l"),
-    (dict(sets=["pastry.b=3"]), r"b"),
+    (dict(sets=["pastry.l=15"]), r"pastry\.l = 15 is out of range: an even integer >= 2 \("),
+    (dict(sets=["pastry.b=3"]), r"pastry\.b = 3 is out of range: 1 \| 2 \| 4 \| 8 \| 16 \("),
+    (dict(sets=["scribe.root_paths=maybe"]), r"scribe\.root_paths = 'maybe' is out of range: "
+                                             r"auto \| on \| off"),
     (dict(bootstrap="magic"), r"pastry\.bootstrap = 'magic' is out of range: oracle \| protocol"),
     (dict(nodes=1), r"run\.nodes = 1 is out of range"),
     (dict(nodes=True), r"run\.nodes must be an integer"),
@@ -186,7 +188,7 @@ def test_protocol_params_are_the_schema_defaults_and_complete():
     cfg = load_scenario("quick")
     pastry, scribe = protocol_params(cfg.nodes, 7, pastry=cfg.pastry, scribe=cfg.scribe)
     assert pastry == cfg.pastry_params(7) and scribe == cfg.scribe_params()
-    assert set(pastry) == set(PARAMETERS)
+    assert set(pastry) == set(PARAMETERS) | {"seed"}
     # a fixed arrival rate, whatever the size (no nodes / 10 fallback)
     assert protocol_params(3000)[0]["join_rate_per_s"] == 10.0
     assert protocol_params(3000, pastry={"join_rate_per_s": 300.0})[0]["join_rate_per_s"] \
@@ -208,9 +210,40 @@ def test_protocol_params_are_the_schema_defaults_and_complete():
         protocol_params(pastry={"hop_ack": "sometimes"})
 
 
+def test_the_protocols_declare_their_parameters_and_the_schema_composes_them():
+    """Each Pastry and Scribe parameter is declared once, by its protocol (type, default,
+    valid values, help); the schema's [pastry] / [scribe] sections are those declarations,
+    and a protocol given a bad value says so in the same words as a scenario file would."""
+    from actors.pastry.protocol import PARAMETERS as PASTRY
+    from actors.pastry.protocol import Pastry
+    from actors.scribe.application import PARAMETERS as SCRIBE
+    from actors.scribe.application import Scribe
+    from scenarios.config import SCHEMA, protocol_params
+
+    for section, declared in (("pastry", PASTRY), ("scribe", SCRIBE)):
+        assert list(SCHEMA[section]) == list(declared)
+        for k, p in declared.items():
+            t, default, check, help_ = SCHEMA[section][k]
+            assert (t, default, help_) == (p.type, p.default, p.describe())
+            assert check is None or check(default), (section, k)
+            assert "\n" not in help_
+    pastry, scribe = protocol_params(100)
+    with pytest.raises(ValueError) as e:
+        Pastry(None, {**pastry, "l": 15})
+    with pytest.raises(ScenarioError) as s:
+        load_scenario("quick", sets=["pastry.l=15"])
+    assert str(e.value) == "Pastry: " + str(s.value).removeprefix("pastry.")
+    # Scribe takes a setting ("off", 0) or its own value (False, None) alike
+    assert Scribe({**scribe, "root_paths": "off", "heartbeat_us": 0}).params == \
+        Scribe({**scribe, "root_paths": False, "heartbeat_us": None}).params
+    with pytest.raises(ValueError, match=r"^Scribe: heartbeat_us = -1 is out of range: an "
+                                         r"integer >= 0 \(tree maintenance period"):
+        Scribe({**scribe, "heartbeat_us": -1})
+
+
 def test_join_arrivals_keep_their_rate_at_any_size():
     """The protocol bootstrap's arrivals are a fixed Poisson rate, not squeezed into a fixed
-    span: 100k nodes arrive no faster than 2k (the old 0 = nodes / 10 default gave 10^4/s)."""
+    span: 100k nodes arrive no faster than 2k."""
     from actors.pastry.join import join_schedule
     small = load_scenario("paper_zipf_1500", nodes=2000, groups=60, bootstrap="protocol")
     big = load_scenario("paper_zipf_1500", bootstrap="protocol")

@@ -15,9 +15,10 @@
 
 and dispatches the engine's calls to them. Bootstrap modes (``params["bootstrap"]``):
 ``oracle`` installs the exact PNS state of :mod:`.oracle` at setup; ``protocol`` runs the
-join protocol on the virtual clock. The parameters come complete from the scenario schema
-(scenarios/config.py, ``protocol_params`` outside a scenario); this module checks them
-and holds no defaults.
+join protocol on the virtual clock. Every parameter is declared once, in
+:data:`PARAMETERS` (type, default, valid values, meaning); the scenario schema
+(scenarios/config.py) composes its [pastry] section from them, and ``Pastry`` takes
+complete dicts (a scenario's, or ``protocol_params`` outside one) and checks them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from actors.common_api import Application
+from actors.params import Param, checked
 
 from . import handler_kernels
 from . import types as msg_types
@@ -36,61 +38,61 @@ from .messages import make_batch, msgs_of, payload_of, take_rows
 from .nodes import PastryNodes
 from .oracle import oracle_state
 from .router import ROUTE_LOG_COLUMNS, Router
-from .state import PastryState, check_params
+from .state import SIZES, PastryState
 from .table_repair import TableRepair
 
-BOOTSTRAPS = ("oracle", "protocol")
-CONTACT_FALLBACKS = ("first", "nearest")  # no settled contact: node 0 | nearest earlier
-HOP_ACK_MODES = ("auto", "on", "off")  # auto: on iff keep-alives are
-# parameter -> (lowest allowed value, what it is); bootstrap, b, l, m, hop_ack,
-# join_rate_per_s, join_contact_fallback are checked on their own
-RANGES = {
-    "keepalive_us": (0, "leaf-set keep-alive period, us (0 = off)"),
-    "fail_timeout_us": (0, "silence before a leaf is presumed failed, us (0 = 3 periods)"),
-    "join_start_us": (0, "protocol bootstrap: time of the first arrival, us"),
-    "join_settle_us": (0, "a node serves as a join contact this long after joining, us"),
-    "leaf_refresh_us": (0, "period of the own-id lookup during the bootstrap, us (0 = off)"),
-    "leaf_refresh_rounds": (0, "own-id lookups per node after its join (0 = no bound)"),
-    "table_maintenance_us": (0, "period of the routing-table maintenance during the "
-                             "bootstrap, us (0 = off)"),
-    "join_exchange_rows": (0, "top table rows a joined node asks its row nodes for"),
-    "seed": (0, "seed of the join schedule"),
-    "dead_memory": (1, "presumed-failed ids a node remembers"),
-    "ack_slack_us": (0, "hop-ack deadline slack, us (0 = one cell)"),
-    "rejoin_timeout_us": (1, "a recovering node tries its next contact after this, us"),
+# Every parameter of Pastry, declared once: the scenario schema's [pastry] section is made
+# of these (scenarios/config.py), and Pastry checks the complete dicts it gets against them.
+PARAMETERS = {
+    "bootstrap": Param(str, "oracle", "how the tables are built; oracle: the exact PNS "
+                       "state, at setup; protocol: the join protocol on the virtual clock",
+                       choices=("oracle", "protocol")),
+    **SIZES,
+    "keepalive_us": Param(int, 0, "leaf-set keep-alive period, us; 0 = off", low=0),
+    "fail_timeout_us": Param(int, 0, "silence before a leaf is presumed failed, us; "
+                             "0 = 3 keep-alive periods", low=0),
+    # A fixed rate, whatever the size: a deployment does not see its nodes arrive faster
+    # because there are more of them. At 10/s about 20 joins are in flight on ts5050 (a
+    # join lasts ~2 s there), ~0.2 % of a 10k overlay, so concurrent joiners rarely touch
+    # the same leaf sets or serve as each other's contact (docs/pastry.md, "Arrival
+    # process"). A flash crowd is a high rate, e.g. nodes / 10 for everyone within 10 s.
+    "join_rate_per_s": Param(float, 10.0, "protocol bootstrap: node arrivals per second, "
+                             "Poisson, the same at any size; a flash crowd is a high rate, "
+                             "e.g. nodes / 10", low=0, strict=True),
+    "join_contact_fallback": Param(str, "first", "protocol bootstrap: contact of a joiner "
+                                   "that finds no settled node; first: node 0; nearest: "
+                                   "the nearest earlier arrival",
+                                   choices=("first", "nearest")),
+    "join_settle_us": Param(int, 2_000_000, "protocol bootstrap: a node serves as a join "
+                            "contact this long after joining, us", low=0),
+    "leaf_refresh_us": Param(int, 2_000_000, "protocol bootstrap: joined nodes look up "
+                             "their own id this often until the last arrival + "
+                             "join_settle_us, us; 0 = never", low=0),
+    "leaf_refresh_rounds": Param(int, 0, "protocol bootstrap: at most this many leaf "
+                                 "refreshes per node after its join; 0 = no bound", low=0),
+    "table_maintenance_us": Param(int, 0, "protocol bootstrap: routing-table maintenance "
+                                  "period; a node asks one random entry of each row for "
+                                  "its row, us; 0 = off", low=0),
+    "join_exchange_rows": Param(int, 2, "a joined node asks the nodes of its top this many "
+                                "rows for theirs, the second join stage; 0 = off", low=0),
+    "dead_memory": Param(int, 8, "presumed-failed ids a node remembers", low=1),
+    "join_start_us": Param(int, 0, "protocol bootstrap: time of the first arrival, us",
+                           low=0),
+    "rejoin_timeout_us": Param(int, 1_000_000, "a recovering node tries its next contact "
+                               "after this, us", low=1),
+    "hop_ack": Param(str, "auto", "per-hop acks of routed messages; auto: on iff "
+                     "keep-alives are", choices=("auto", "on", "off")),
+    "ack_slack_us": Param(int, 0, "hop-ack deadline = sent + 2 x latency + this, us; "
+                          "0 = one cell", low=0),
 }
-PARAMETERS = ("bootstrap", "b", "l", "m", "join_rate_per_s", "join_contact_fallback",
-              "hop_ack", *RANGES)
+# not a setting: the run's topology seed, which the join schedule follows
+SEED = Param(int, 0, "seed of the join schedule", low=0)
 
 
 def check_pastry_params(params: dict) -> dict:
-    """A copy of ``params`` if it names every Pastry parameter, no other, each in range;
-    else a one-line ValueError."""
-    p = dict(params)
-    unknown, missing = set(p) - set(PARAMETERS), set(PARAMETERS) - set(p)
-    if unknown:
-        raise ValueError(f"Pastry: unknown parameter(s) {sorted(unknown)}")
-    if missing:
-        raise ValueError(f"Pastry: missing parameter(s) {sorted(missing)} (the scenario "
-                         "schema has them all: scenarios.config.protocol_params)")
-    if p["bootstrap"] not in BOOTSTRAPS:
-        raise ValueError(f"Pastry: bootstrap must be one of {BOOTSTRAPS}, got {p['bootstrap']!r}")
-    if p["hop_ack"] not in HOP_ACK_MODES:
-        raise ValueError(f"Pastry: hop_ack must be one of {HOP_ACK_MODES}, got {p['hop_ack']!r}")
-    if p["join_contact_fallback"] not in CONTACT_FALLBACKS:
-        raise ValueError(f"Pastry: join_contact_fallback must be one of {CONTACT_FALLBACKS}, "
-                         f"got {p['join_contact_fallback']!r}")
-    check_params(p["b"], p["l"], p["m"])
-    rate = p["join_rate_per_s"]
-    if isinstance(rate, bool) or not isinstance(rate, (int, float, np.integer, np.floating)) \
-            or not rate > 0:
-        raise ValueError(f"Pastry: join_rate_per_s must be > 0, got {rate!r}")
-    for name, (lowest, what) in RANGES.items():
-        v = p[name]
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lowest:
-            raise ValueError(f"Pastry: {name} must be an integer >= {lowest} ({what}), "
-                             f"got {v!r}")
-    return p
+    """A copy of ``params`` if it names every parameter of :data:`PARAMETERS` and
+    ``seed``, no other, each valid; else a one-line ValueError."""
+    return checked("Pastry", {**PARAMETERS, "seed": SEED}, dict(params))
 
 
 class NoApplication:

@@ -22,7 +22,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .ids import check_b, n_digits
+from actors.params import Param
+
+from .ids import SUPPORTED_B, check_b, n_digits
+
+# Pastry's table sizes (the protocol's other parameters: protocol.PARAMETERS)
+SIZES = {
+    "b": Param(int, 4, "bits per id digit: the routing table has 2^b columns",
+               choices=SUPPORTED_B),
+    "l": Param(int, 16, "leaf-set size: the l/2 nearest smaller and l/2 nearest larger ids",
+               low=2, even=True),
+    "m": Param(int, 32, "neighbourhood-set size: the nodes nearest by network delay", low=0),
+}
 
 
 def table_rows(n_nodes: int, b: int = 4) -> int:
@@ -39,12 +50,12 @@ def table_rows(n_nodes: int, b: int = 4) -> int:
 
 
 def check_params(b: int, l: int, m: int) -> None:
-    """Validate the Pastry sizes (one-line ValueError naming the bad one)."""
-    check_b(b)
-    if not isinstance(l, (int, np.integer)) or l < 2 or l % 2:
-        raise ValueError(f"Pastry leaf set size l must be a positive even integer, got {l!r}")
-    if not isinstance(m, (int, np.integer)) or m < 0:
-        raise ValueError(f"Pastry neighbourhood set size M must be >= 0, got {m!r}")
+    """Validate the Pastry sizes against :data:`SIZES` (one-line ValueError naming the bad
+    one)."""
+    for name, v in (("b", b), ("l", l), ("m", m)):
+        why = SIZES[name].problem(name, v)
+        if why is not None:
+            raise ValueError(f"Pastry: {why}")
 
 
 @dataclass

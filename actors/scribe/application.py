@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from actors.params import Param, checked
+
 from . import handler_kernels
 from .bottleneck import BottleneckRemover
 from .collapse import TreeCollapse
@@ -77,47 +79,44 @@ WIRING = {
     "groups_key": "groups",   # name of the shared group table (ctx.shared)
 }
 
-# Every configuration parameter, with its meaning. The values come complete from the
-# scenario schema's [scribe] section (scenarios/config.py, the one home of the defaults;
-# `protocol_params()` outside a scenario).
+# Every parameter of Scribe, declared once: the scenario schema's [scribe] section is made
+# of these (scenarios/config.py). Scribe works with None where a setting says "off" or
+# "auto" (``means``) and takes either form.
 PARAMETERS = {
-    "bottleneck": "run the bottleneck remover",
-    "bottleneck_bound": "bound on the total children of a node (all groups)",
-    "heartbeat_us": "tree maintenance period, us; None disables repair",
-    "heartbeat_miss": "periods without parent news before re-joining",
-    "child_expiry_miss": "periods without refresh before a child entry expires",
-    "replicas": "RP record copies on the k closest nodes (0: none)",
-    "rp_cache_ttl_us": "sources re-route to the RP after this; None: heartbeat_miss periods",
-    "reliable": "ordered reliable delivery layer (root numbering, buffers)",
-    "reliable_buffer": "messages buffered per (node, group)",
-    "max_tree_hops": "DATA copies beyond this many hops are dropped (loop guard)",
-    "root_paths": "pass root paths down the trees to detect loops (SPEC 3); None: on with "
-                  "the bottleneck remover",
-    "root_path_max": "longest root path kept; deeper counts as a loop",
-    "lazy_growth": "variant: a JOIN stops at the first tree node, which adopts the joiner "
-                   "itself unless it has bottleneck_bound children",
+    "bottleneck": Param(bool, False, "run the bottleneck remover while joining"),
+    "bottleneck_bound": Param(int, 64, "bound of the bottleneck remover on the children of "
+                              "a node, all groups together", low=1),
+    "heartbeat_us": Param(int, 0, "tree maintenance period, us; 0 = no repair", low=0,
+                          means={0: None}),
+    "heartbeat_miss": Param(int, 3, "silent parent periods before a repair join", low=1),
+    "child_expiry_miss": Param(int, 3, "periods without refresh before a child entry "
+                               "expires", low=1),
+    "replicas": Param(int, 5, "RP record copies on the closest nodes; 0 = none", low=0),
+    "rp_cache_ttl_us": Param(int, 0, "sources re-route to the RP after this, us; 0 = "
+                             "heartbeat_miss periods", low=0, means={0: None}),
+    "reliable": Param(bool, False, "ordered reliable delivery layer: root numbering, "
+                      "buffers"),
+    "reliable_buffer": Param(int, 256, "messages buffered per (node, group)", low=1),
+    "max_tree_hops": Param(int, 255, "DATA copies beyond this many hops are dropped: the loop "
+                           "guard", low=1),
+    "lazy_growth": Param(bool, False, "lazy-growth variant: a JOIN stops at the first tree "
+                         "node, which adopts the joiner itself unless it has "
+                         "bottleneck_bound children"),
+    "root_paths": Param(str, "auto", "pass root paths down the trees to detect loops; auto: "
+                        "on with the bottleneck remover",
+                        choices=("auto", "on", "off"),
+                        means={"auto": None, "on": True, "off": False}),
+    "root_path_max": Param(int, 32, "longest root path kept; deeper counts as a loop", low=2),
 }
 
 
 def checked_params(params: dict | None) -> dict:
-    """Every parameter of PARAMETERS given (plus optional WIRING), validated (one clear
-    line per error); holds no default values of its own."""
+    """Every parameter of :data:`PARAMETERS` given (plus optional :data:`WIRING`), each
+    valid, as Scribe's values (None for "off" / "auto"); else a one-line ValueError."""
     params = dict(params or {})
-    unknown = set(params) - set(PARAMETERS) - set(WIRING)
-    if unknown:
-        raise ValueError(f"Scribe: unknown parameter(s) {sorted(unknown)}")
-    missing = set(PARAMETERS) - set(params)
-    if missing:
-        raise ValueError(f"Scribe: missing parameter(s) {sorted(missing)} (complete "
-                         "parameters come from the scenario schema: "
-                         "scenarios.config.protocol_params)")
-    params = {**WIRING, **params}
-    bound = params["bottleneck_bound"]
-    if not isinstance(bound, (int, np.integer)) or bound < 1:
-        raise ValueError(f"Scribe: bottleneck_bound must be a positive integer, got {bound!r}")
+    wiring = {k: params.pop(k) for k in WIRING if k in params}
+    params = {**WIRING, **wiring, **checked("Scribe", PARAMETERS, params)}
     hb = params["heartbeat_us"]
-    if hb is not None and (not isinstance(hb, (int, np.integer)) or hb <= 0):
-        raise ValueError(f"Scribe: heartbeat_us must be a positive integer or None, got {hb!r}")
     if params["rp_cache_ttl_us"] is None and hb:
         params["rp_cache_ttl_us"] = params["heartbeat_miss"] * hb
     return params

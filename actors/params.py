@@ -1,0 +1,119 @@
+"""A protocol parameter, declared once: its type, default, valid values and meaning.
+
+Each protocol declares its parameters next to its code (``actors.pastry.protocol.PARAMETERS``,
+``actors.scribe.application.PARAMETERS``) and checks the dicts it is given against them;
+the scenario schema (scenarios/config.py) composes its [pastry] and [scribe] sections from
+the same declarations, so every default, range and help text exists in one place.
+
+A declaration describes the *setting*, the value a scenario file holds. ``means`` maps a
+setting value to the value the protocol works with where the two differ (Scribe's
+``heartbeat_us = 0`` is ``None``: no repair); a protocol takes either.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+
+_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter. Valid values: of ``type``; among ``choices`` if given; otherwise
+    ``>= low`` (``> low`` if ``strict``), and even if ``even``."""
+
+    type: type
+    default: object
+    help: str
+    low: float | None = None
+    strict: bool = False
+    even: bool = False
+    choices: tuple = ()
+    means: dict = field(default_factory=dict, hash=False)
+
+    def type_ok(self, v) -> bool:
+        """``v`` is of the declared type (numpy scalars count; a bool is not a number)."""
+        if self.type is bool:
+            return isinstance(v, bool)
+        if isinstance(v, bool):
+            return False
+        if self.type is int:
+            return isinstance(v, numbers.Integral)
+        if self.type is float:
+            return isinstance(v, numbers.Real) and math.isfinite(v)
+        return isinstance(v, self.type)
+
+    def in_range(self, v) -> bool:
+        """``v`` (already of the declared type) is a valid value."""
+        if self.choices:
+            return v in self.choices
+        if self.low is not None and not (v > self.low if self.strict else v >= self.low):
+            return False
+        return not (self.even and v % 2)
+
+    def valid(self) -> str:
+        """The valid values in words, e.g. ``an even integer >= 2``, ``oracle | protocol``."""
+        if self.choices:
+            return " | ".join(str(c) for c in self.choices)
+        words = _TYPE_WORDS[self.type]
+        if self.even:
+            words = "an even " + words.removeprefix("an ")
+        if self.low is not None:
+            low = int(self.low) if float(self.low).is_integer() else self.low
+            words += f" {'>' if self.strict else '>='} {low}"
+        return words
+
+    def describe(self) -> str:
+        """What the parameter is and which values it takes: the tail of an error line."""
+        return f"{self.valid()} ({self.help})"
+
+    def problem(self, name: str, v) -> str | None:
+        """None if ``v`` is a valid setting of ``name``, else one line saying why not."""
+        if not self.type_ok(v) and not self.choices:
+            return f"{name} must be {_TYPE_WORDS[self.type]}, got {v!r}"
+        if not self.type_ok(v) or not self.in_range(v):
+            return f"{name} = {v!r} is out of range: {self.describe()}"
+        return None
+
+    def is_meant(self, v) -> bool:
+        """``v`` is already a protocol value that a setting stands for (``None``, ...)."""
+        return any(v is x for x in self.means.values())
+
+    def value(self, v):
+        """The protocol's value of setting ``v``."""
+        for setting, meant in self.means.items():
+            if self.type_ok(v) and v == setting:
+                return meant
+        return v
+
+
+def checked(owner: str, declared: dict[str, Param], params: dict) -> dict:
+    """``params`` with every name of ``declared`` present and valid, as the protocol's
+    values (``Param.value``); a one-line ValueError, prefixed with ``owner``, names the
+    first unknown, missing or invalid parameter. Names outside ``declared`` are the
+    caller's to check first (they are refused here)."""
+    unknown, missing = set(params) - set(declared), set(declared) - set(params)
+    if unknown:
+        raise ValueError(f"{owner}: unknown parameter(s) {sorted(unknown)}; valid: "
+                         f"{', '.join(declared)}")
+    if missing:
+        raise ValueError(f"{owner}: missing parameter(s) {sorted(missing)} (complete "
+                         "parameters come from the scenario schema: "
+                         "scenarios.config.protocol_params)")
+    out = {}
+    for name, p in declared.items():
+        v = params[name]
+        if not p.is_meant(v):
+            why = p.problem(name, v)
+            if why is not None:
+                raise ValueError(f"{owner}: {why}")
+            v = p.value(v)
+        out[name] = v
+    return out
+
+
+def defaults(declared: dict[str, Param]) -> dict:
+    """The settings' defaults, by name."""
+    return {name: p.default for name, p in declared.items()}
