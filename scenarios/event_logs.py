@@ -4,7 +4,7 @@ cluster", docs/ARCHITECTURE.md "Event logs").
 Three layouts, chosen once per run (`layout_for`) and recorded in state.json so that a
 resumed run keeps its layout:
 
-  files under the run directory   one machine, no `run.storage`: today's layout
+  files under the run directory   one machine, no `run.storage`: the default
   files under `run.storage`       a local path, a shared mount or any pyarrow URI; shards
                                   write Parquet and checkpoints there, the driver its own
                                   tables; the run directory keeps a pointer (STORAGE)
