@@ -227,11 +227,13 @@ def main(argv=None) -> int:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--memory", default="4GB")
     ap.add_argument("--keep", action="store_true", help="keep the run directory")
+    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
+                    help="write the figures as a record of benchmarks/report.py")
     ap.add_argument("--runs", type=Path, nargs="+", help="time `cli.py analyze` on copies "
                     "of these run directories instead")
     args = ap.parse_args(argv)
     if args.runs:
-        return time_analyze(args.runs, args.out)
+        return time_analyze(args.runs, args.out, args.json)
 
     run_dir = args.out / "run"
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -266,16 +268,22 @@ def main(argv=None) -> int:
           summary["delay_penalty"]["rmd"]["p50"])
     if "churn" in summary:
         print("churn:", json.dumps(summary["churn"]))
+    if args.json:
+        from report import write_record
+        write_record(args.json, f"bench_analysis, synthetic {args.nodes:,} nodes", {
+            "spark_start_s": t_spark, "analysis_s": wall,
+            **{f"{k}_s": v for k, v in timing.items()}})
     if not args.keep:
         shutil.rmtree(run_dir, ignore_errors=True)
     return 0
 
 
-def time_analyze(runs: list[Path], out: Path) -> int:
+def time_analyze(runs: list[Path], out: Path, json_path: Path | None = None) -> int:
     """`cli.py analyze` on a copy of each run directory: Spark start, sections, wall."""
     import subprocess
     print(f"machine: {platform.node()} {platform.machine()}, "
           f"{__import__('os').cpu_count()} cores; load {__import__('os').getloadavg()[0]:.1f}")
+    figures: dict = {}
     for run in runs:
         copy = out / f"analyze-{run.name}"
         shutil.rmtree(copy, ignore_errors=True)
@@ -294,6 +302,13 @@ def time_analyze(runs: list[Path], out: Path) -> int:
               f"{timing.get('spark_start', float('nan')):.1f} s; analysis "
               f"{sections.pop('total'):.1f} s ({json.dumps(sections)}); "
               f"load {__import__('os').getloadavg()[0]:.1f}", flush=True)
+        figures.update({f"{run.name}_analyze_wall_s": wall,
+                        f"{run.name}_spark_start_s": timing.get("spark_start"),
+                        f"{run.name}_analysis_s": timing.get("analysis_total")})
+    if json_path:
+        from report import write_record
+        write_record(json_path, "bench_analysis --runs",
+                     {k: v for k, v in figures.items() if v is not None})
     return 0
 
 

@@ -11,7 +11,7 @@ shard due. Reported: microseconds of wall time per round (one process, no other 
 set beside Ray's own cost per call (benchmarks/bench_round_call.py) and the driver CPU per
 round measured on real shards (benchmarks/bench_round_relay.py).
 
-    python benchmarks/bench_driver_round.py [--shards 16 32 64 256 1000]
+    python benchmarks/bench_driver_round.py [--shards 16 32 64 256 1000] [--json PATH]
 """
 
 from __future__ import annotations
@@ -62,15 +62,24 @@ def per_round_us(k: int, rounds: int, exact: int | None) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shards", type=int, nargs="+", default=[16, 32, 64, 256, 1000])
+    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
+                    help="write the figures as a record of benchmarks/report.py "
+                         "(e.g. benchmarks/results/driver_round.json)")
     a = ap.parse_args()
     print(f"load {os.getloadavg()[0]:.1f}")
     print(f"| K | driver's own work per round, us (bound exact for {EXACT_CAUSES} shards, "
           "as the driver) | the same with the exact bound over every shard |")
     print("|---|---|---|")
+    figures = {}
     for k in a.shards:
         n = 2000 if k <= 64 else 200
-        print(f"| {k} | {per_round_us(k, n, EXACT_CAUSES):.0f} | "
-              f"{per_round_us(k, n, None):.0f} |", flush=True)
+        ours, exact = per_round_us(k, n, EXACT_CAUSES), per_round_us(k, n, None)
+        figures.update({f"us_per_round_k{k}": ours, f"exact_us_per_round_k{k}": exact})
+        print(f"| {k} | {ours:.0f} | {exact:.0f} |", flush=True)
+    if a.json:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from report import write_record
+        write_record(a.json, "bench_driver_round", figures)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ in total and per shard, synchronisation rounds, wall time not spent inside shard
 per-round overhead), for small batches (few seeds) and large ones (many seeds at once).
 
     python benchmarks/bench_engine.py [--nodes 50000] [--shards 1 2 4] [--seeds 20 5000]
+        [--json PATH]
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def main():
     ap.add_argument("--seeds", type=int, nargs="+", default=[20, 5000])
     ap.add_argument("--fanout", type=int, default=4)
     ap.add_argument("--messages", type=int, default=2_000_000, help="about this many per run")
+    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
+                    help="write the figures as a record of benchmarks/report.py "
+                         "(e.g. benchmarks/results/engine_flood.json)")
     a = ap.parse_args()
     start_ray()
     topo = make_topology("ts5050", 1, a.nodes)
@@ -76,6 +80,15 @@ def main():
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:,} | {r[4]:.2f} | {r[5]:,.0f} | {r[6]:,.0f} | "
               f"{r[7]:,} | {r[8] or '-'} | {r[9]:.2f} | {r[10]:.0f} |")
+    if a.json:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from report import write_record
+        keys = ("seeds", "k", "partition", "messages", "wall_s", "msg_per_s", "msg_per_s_shard",
+                "rounds", "lookahead_us", "overhead_ms_per_round", "sync_pct")
+        figures = {f"msg_per_s_k{r[1]}_seeds{r[0]}" + ("" if r[2] == "round-robin" else
+                                                       f"_{r[2]}"): r[5] for r in rows}
+        figures["rows"] = [dict(zip(keys, r, strict=True)) for r in rows]
+        write_record(a.json, f"bench_engine, {a.nodes:,} nodes", figures)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import argparse
 import multiprocessing
 import os
 import time
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -114,6 +115,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--parallel", type=int, default=0, metavar="N",
                     help="also run each workload in N processes at once")
+    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
+                    help="write the figures as a record of benchmarks/report.py "
+                         "(e.g. benchmarks/results/host.json)")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
@@ -124,10 +128,16 @@ def main() -> None:
     print(f"host: python {t['python']:.3f} s, numpy {t['numpy']:.3f} s, "
           f"numba {t['numba']:.3f} s (best of {args.repeat}; load {load:.2f}, "
           f"{os.cpu_count()} CPUs)")
+    figures = {f"{k}_s": v for k, v in t.items()}
     if args.parallel:
         c = parallel_cores(args.parallel, args.repeat)
         print(f"{args.parallel} processes at once got the work of: python {c['python']:.2f}, "
               f"numpy {c['numpy']:.2f}, numba {c['numba']:.2f} cores")
+        figures.update({f"parallel_{k}_cores": v for k, v in c.items()},
+                       parallel=args.parallel)
+    if args.json:
+        from report import write_record
+        write_record(args.json, "bench_host", figures)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 routed next-hop decisions per second. Usage:
     python benchmarks/bench_pastry.py --oracle 10000 50000 100000 --protocol 2000 --routes 200000
     python benchmarks/bench_pastry.py --oracle --protocol 2000 5000 10000 [--rate R] [--profile N]
+    ... [--json PATH]   (the figures as a record of benchmarks/report.py)
 Uses the synthetic network of actors/pastry/synthetic.py (5050 routers)."""
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ from actors.pastry.oracle import oracle_state  # noqa: E402
 from actors.pastry.quality import route_paths, table_quality  # noqa: E402
 from actors.pastry.synthetic import synthetic_network  # noqa: E402
 
+FIGURES: dict = {}      # what --json writes
+
+
+def _size(n: int) -> str:
+    return f"{n // 1000}k" if n % 1000 == 0 else str(n)
+
 
 def bench_oracle(n, routers):
     net = synthetic_network(n, routers, seed=1)
@@ -27,6 +34,8 @@ def bench_oracle(n, routers):
                       net["router_dist_us"], net["lan_us"])
     dt = time.perf_counter() - t
     print(f"oracle N={n}: {dt:.1f} s, state {st.nbytes() / 1e6:.0f} MB")
+    FIGURES[f"oracle_s_{_size(n)}"] = dt
+    FIGURES[f"state_mb_{_size(n)}"] = st.nbytes() / 1e6
     return net, st
 
 
@@ -41,6 +50,7 @@ def bench_routes(net, st, k):
     dt = time.perf_counter() - t
     print(f"routes N={n}: {k} routes, {hops.sum()} hops in {dt:.2f} s = "
           f"{hops.sum() / dt:,.0f} hops/s, mean hops {hops.mean():.2f}")
+    FIGURES.setdefault("hops_per_s", []).append(float(hops.sum() / dt))
 
 
 def bench_protocol(n, routers, rate, quality=True):
@@ -75,6 +85,8 @@ def bench_protocol(n, routers, rate, quality=True):
                           net["router_dist_us"], net["lan_us"])
         line += ", quality " + ", ".join(f"{k} {v:.3f}" for k, v in q.items())
     print(line, flush=True)
+    FIGURES[f"protocol_cpu_s_{_size(n)}"] = dc
+    FIGURES[f"protocol_cpu_ms_per_node_{_size(n)}"] = 1e3 * dc / joined
     return dc / joined
 
 
@@ -98,6 +110,9 @@ if __name__ == "__main__":
     ap.add_argument("--routers", type=int, default=5050)
     ap.add_argument("--no-quality", action="store_true")
     ap.add_argument("--profile", type=int, default=0, help="cProfile a protocol run of N")
+    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
+                    help="write the figures as a record of benchmarks/report.py "
+                         "(e.g. benchmarks/results/pastry_oracle.json)")
     a = ap.parse_args()
     for n in a.oracle:
         net, st = bench_oracle(n, a.routers)
@@ -106,3 +121,7 @@ if __name__ == "__main__":
         bench_protocol(n, min(a.routers, 500), a.rate, quality=not a.no_quality)
     if a.profile:
         profile_protocol(a.profile, min(a.routers, 500), a.rate)
+    if a.json:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from report import write_record
+        write_record(a.json, "bench_pastry", FIGURES)

@@ -65,9 +65,12 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=0,
                     help="shard actors (default 0: the scenarios' automatic count, one per "
                          "CPU and at most one per 10,000 nodes)")
+    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
+                    help="write the figures as a record of benchmarks/report.py "
+                         "(e.g. benchmarks/results/freepastry_workload.json)")
     a = ap.parse_args()
 
-    from scenarios import run_scenario, runner
+    from scenarios import phases, run_scenario, runner
     from scenarios.config import load_scenario
 
     a.out.mkdir(parents=True, exist_ok=False)
@@ -77,7 +80,7 @@ def main() -> None:
     cfg = load_scenario(str(toml))
     run_dir = a.out / "run"
     quality_s = []
-    inner = runner._overlay_quality
+    inner = phases._overlay_quality
 
     def timed_quality(topo_run):
         t0 = time.perf_counter()
@@ -87,7 +90,7 @@ def main() -> None:
 
     # the scenario runner itself, emulation only (the Spark analysis is not part of the
     # comparison), as benchmarks/bench_scale.py
-    runner._overlay_quality = timed_quality
+    phases._overlay_quality = timed_quality
     runner._analyse = lambda *args, **kw: {}
     runner._record_total = lambda *args, **kw: None
     t0 = time.perf_counter()
@@ -104,6 +107,17 @@ def main() -> None:
               f"messages {st['messages']:>10,}  windows {st['windows']:>6,}  "
               f"{st['messages'] / max(st['emulation_s'], 1e-9):>9,.0f} msg/s")
     print(f"table-quality check {out['quality_check_s']} s; total {out['total_s']} s")
+    if a.json:
+        from report import write_record
+        ph = out["phases"]
+        figures = {"emulation_s": sum(st["emulation_s"] for st in ph.values()),
+                   "bootstrap_emulation_s": ph.get("bootstrap", {}).get("emulation_s"),
+                   "quality_check_s": out["quality_check_s"], "total_s": out["total_s"],
+                   "shards": out["shards"],
+                   **{f"{p}_emulation_s": st["emulation_s"] for p, st in ph.items()},
+                   **{f"{p}_messages": st["messages"] for p, st in ph.items()}}
+        write_record(a.json, "bench_peer (FreePastry's workload)",
+                     {k: v for k, v in figures.items() if v is not None})
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ Usage: ``python benchmarks/bench_protocol.py [--nodes 10000] [--src CHECKOUT]``
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -148,7 +147,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--min-s", type=float, default=0.3, help="time spent per cell at least")
     ap.add_argument("--src", type=Path, default=Path(__file__).resolve().parents[1])
-    ap.add_argument("--json", type=Path, help="write the table here too")
+    ap.add_argument("--json", type=Path, metavar="PATH",
+                    help="write the table as a record of benchmarks/report.py, figures "
+                         "TYPE_SIZE in messages/s (e.g. benchmarks/results/protocol_cells.json)")
     ap.add_argument("--types", nargs="*", default=list(TYPES))
     a = ap.parse_args()
     sys.path.insert(0, str(a.src.resolve()))
@@ -171,8 +172,11 @@ def main() -> None:
         out[kind] = row
         print(f"{kind:12s}" + "".join(f"{row[k]:>12,.0f}" for k in SIZES), flush=True)
     if a.json:
-        a.json.write_text(json.dumps({"src": str(a.src), "nodes": a.nodes,
-                                      "load": os.getloadavg()[0], "rates": out}, indent=1))
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from report import write_record
+        figures = {f"{kind}_{k}": rate for kind, row in out.items() for k, rate in row.items()}
+        write_record(a.json, f"bench_protocol, {a.nodes:,} nodes",
+                     {**figures, "nodes": a.nodes, "src": str(a.src)})
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ bytes, a list, or one shared object-store copy, and for the result as a stats di
 old head), the raw-bytes head of emulator/heads.py (read with numpy, as the driver does),
 or a bare int.
 
-    python benchmarks/bench_round_call.py [--shards 16] [--rounds 200]
+    python benchmarks/bench_round_call.py [--shards 16] [--rounds 200] [--json PATH]
 """
 
 from __future__ import annotations
@@ -61,6 +61,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shards", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
+                    help="write the figures as a record of benchmarks/report.py "
+                         "(e.g. benchmarks/results/round_call.json)")
     args = ap.parse_args()
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
     shards = [Shard.options(max_concurrency=2).remote() for _ in range(args.shards)]
@@ -76,10 +79,18 @@ def main() -> None:
     print(f"K = {args.shards}, {args.rounds} rounds, load {load:.1f}")
     print("| earliest times, result | driver CPU us per call, run 1 | run 2 |")
     print("|---|---|---|")
+    figures: dict = {"cases": {}}
     for label, method, make in cases:
         runs = [per_call_us(shards, args.rounds, method, make) for _ in range(2)]
+        figures["cases"][label] = runs
         print(f"| {label} | {runs[0]:.0f} | {runs[1]:.0f} |")
     ray.shutdown()
+    if args.json:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from report import write_record
+        every = [x for runs in figures["cases"].values() for x in runs]
+        figures["driver_cpu_us_per_call_range"] = [min(every), max(every)]
+        write_record(args.json, f"bench_round_call, K = {args.shards}", figures)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ unpickling, not waiting), and wall time. The flood is short on purpose: on a 2-c
 shard processes share the cores, and what is measured is the driver, not the shards.
 
     python benchmarks/bench_round_relay.py [--shards 16 32 64] [--hops 3] [--repeat 2]
-        [--modes direct relayed]
+        [--modes direct relayed] [--json PATH]
 """
 
 from __future__ import annotations
@@ -64,6 +64,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--modes", nargs="+", choices=("direct", "relayed"),
                     default=["direct", "relayed"])
+    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
+                    help="write the figures as a record of benchmarks/report.py: "
+                         "driver_cpu_ms_per_round_kK (relayed), ..._direct, per repeat "
+                         "(e.g. benchmarks/results/round_relay_k64.json)")
     a = ap.parse_args()
     topo = make_topology("ts600", 1, 1500)
     lat = RouterLatency.from_topology(topo)
@@ -74,16 +78,25 @@ def main() -> None:
     print("| K | rounds started | rounds | windows | driver calls | messages | "
           "driver CPU ms/round | driver CPU ms/window | wall s |")
     print("|---|---|---|---|---|---|---|---|---|")
+    figures: dict = {}
     for k in a.shards:
         for _ in range(a.repeat):
             for mode in a.modes:
                 above = 0 if mode == "relayed" else 1 << 30
                 r = measure(lat, k, above, a.hops, a.fanout)
+                tail = "" if mode == "relayed" else "_direct"
+                for name, per in (("round", r["rounds"]), ("window", r["windows"])):
+                    figures.setdefault(f"driver_cpu_ms_per_{name}_k{k}{tail}", []).append(
+                        1000 * r["driver_cpu_s"] / max(per, 1))
                 print(f"| {k} | {mode} | {r['rounds']} | {r['windows']} | {r['calls']} | "
                       f"{r['messages']:,} | {1000 * r['driver_cpu_s'] / max(r['rounds'], 1):.2f} | "
                       f"{1000 * r['driver_cpu_s'] / max(r['windows'], 1):.3f} | "
                       f"{r['wall_s']:.1f} |", flush=True)
     ray.shutdown()
+    if a.json:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from report import write_record
+        write_record(a.json, "bench_round_relay", figures)
 
 
 if __name__ == "__main__":

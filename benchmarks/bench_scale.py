@@ -4,10 +4,10 @@ For each K, runs the scenario's emulation (no Spark analysis) on a local
 Ray cluster of `--cluster-nodes` simulated nodes (`ray.cluster_utils.Cluster`; shards are
 spread over them) and reports per phase: windows, shard calls, driver time per window
 (the driver's own loop work, not waiting for shards; and its thread's CPU time, which
-leaves out waiting for a core when K shard processes share a few), synchronisation share (wall time outside the
-busiest shard), the busiest shard's CPU seconds in the phase and all shards' (thread CPU of
-`advance`: below its wall time when shards wait for a core), the longest any shard waited
-for its peers to take its outboxes (`deliver`), messages/s, and the peak
+leaves out waiting for a core when K shard processes share a few), synchronisation share
+(wall time outside the busiest shard), the busiest shard's CPU seconds in the phase and all
+shards' (thread CPU of `advance`: below its wall time when shards wait for a core), the
+longest any shard waited for its peers to take its outboxes (`deliver`), messages/s, and the peak
 resident memory of the largest shard process. Since the shards synchronise among
 themselves (emulator/shard_actor.py), "windows" are the busiest shard's windows and
 "rounds" the driver's (with how many ended early because every shard went idle); "peer
@@ -24,11 +24,14 @@ b the cost per message, and K = 2's ceiling against K = 1 on two cores follows f
     python benchmarks/bench_scale.py [--scenario paper_zipf_1500] [--nodes 100000]
         [--groups 1500] [--shards 1 2 4 8 16 32 64] [--cluster-nodes 4]
         [--bootstrap oracle|protocol] [--set KEY=VALUE ...] [--phases join multicast]
-        [--relay-above N] [--profile-shards DIR]
+        [--relay-above N] [--profile-shards DIR] [--json PATH]
 
 `--bootstrap protocol` with `--phases bootstrap` measures the Pastry join protocol (e.g. the
 faithful arrival process: `--set pastry.join_rate_per_s=50 ...`); `--cluster-nodes 1` is
-one Ray node, as `python cli.py scenario` starts on a laptop.
+one Ray node, as `python cli.py scenario` starts on a laptop. `--json PATH` writes the
+table and, per phase, `PHASE_wall_s_kK`, `PHASE_sync_ms_per_window_kK`, ...,
+`PHASE_speedup_k2` (K = 1 over K = 2) and the fit `PHASE_fit_a_ms` / `PHASE_fit_b_us` as a
+record of benchmarks/report.py (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -136,6 +139,9 @@ def main():
                          "DIR/K<k>/shard<i>-<phase>.prof; compare two K with "
                          "benchmarks/split_profile.py (the times then include the "
                          "profiler's cost)")
+    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
+                    help="write the figures as a record of benchmarks/report.py "
+                         "(e.g. benchmarks/results/scale_100k_k1_k2.json)")
     a = ap.parse_args()
     if a.tmp is not None:
         Path(a.tmp).mkdir(parents=True, exist_ok=True)
@@ -171,8 +177,9 @@ def main():
           f"relay above {relay_above} shards, "
           f"{a.cluster_nodes} simulated Ray nodes\n")
     print("| K | phase | messages | rounds (early) | windows | shard calls | wall s | "
-          "driver ms/window | driver CPU ms/window | driver ms/round | sync % | shard CPU s, max / sum | "
-          "peer wait s, max | bare promises / asks per window | msg/s | peak shard RSS MB | "
+          "driver ms/window | driver CPU ms/window | driver ms/round | sync % | "
+          "shard CPU s, max / sum | peer wait s, max | bare promises / asks per window | "
+          "msg/s | peak shard RSS MB | "
           "host busy cores | cells, max / sum | run s | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -197,13 +204,61 @@ def main():
                   f"{st['host_busy_s'] / max(st['wall_s'], 1e-9):.2f} | "
                   f"{max(st['cells']):,} / {sum(st['cells']):,} | "
                   f"{r['total_s']:.0f} | {r['load']:.1f} |")
+    fits = {}
     for p in a.phases:
         fit = cell_cost_fit([r["phases"][p] for r in rows if p in r["phases"]])
         if fit:
+            fits[p] = fit
             print(f"\n{p}: shard CPU = {1e3 * fit['per_cell_s']:.3f} ms x cells + "
                   f"{1e6 * fit['per_event_s']:.3f} us x events (least squares over "
                   f"{fit['points']} shards; residual {100 * fit['residual']:.0f} % of the "
                   f"CPU); K = 2 on two free cores at most {fit['k2_ceiling']:.2f}x K = 1")
+    if a.json:
+        from report import write_record
+        write_record(a.json, f"bench_scale {a.scenario} {a.nodes:,} nodes",
+                     json_figures(rows, a.phases, fits))
+
+
+def json_figures(rows: list[dict], phases, fits: dict) -> dict:
+    """The run's figures for benchmarks/report.py: per phase and K the wall, windows,
+    rounds, sync share and per window, driver CPU per window, shard CPU; K = 2 against
+    K = 1; the cell-cost fit; and every row of the table."""
+    fig: dict = {}
+    walls: dict[int, float] = {}
+    for r in rows:
+        k = r["k"]
+        for p in phases:
+            st = r["phases"].get(p)
+            if not st:
+                continue
+            w = max(st["windows"], 1)
+            fig.update({
+                f"{p}_wall_s_k{k}": st["wall_s"], f"{p}_windows_k{k}": st["windows"],
+                f"{p}_rounds_k{k}": st.get("rounds", st["windows"]),
+                f"{p}_messages_k{k}": st["messages"],
+                f"{p}_sync_pct_k{k}": 100 * st["sync_s"] / max(st["wall_s"], 1e-9),
+                f"{p}_sync_ms_per_window_k{k}": 1000 * st["sync_s"] / w,
+                f"{p}_driver_cpu_ms_per_window_k{k}": 1000 * st.get("driver_cpu_s", 0.0) / w,
+                f"{p}_shard_cpu_s_max_k{k}": max(st.get("cpu_s", [0.0])),
+                f"{p}_shard_cpu_s_sum_k{k}": sum(st.get("cpu_s", [])),
+                f"{p}_cells_sum_k{k}": sum(st["cells"]),
+            })
+            walls[k] = walls.get(k, 0.0) + st["wall_s"]
+    for p in phases:
+        if f"{p}_wall_s_k1" in fig and f"{p}_wall_s_k2" in fig:
+            fig[f"{p}_speedup_k2"] = fig[f"{p}_wall_s_k1"] / max(fig[f"{p}_wall_s_k2"], 1e-9)
+    if 1 in walls and 2 in walls:
+        fig["both_speedup_k2"] = walls[1] / max(walls[2], 1e-9)
+    for p, fit in fits.items():
+        fig[f"{p}_fit_a_ms"] = 1e3 * fit["per_cell_s"]
+        fig[f"{p}_fit_b_us"] = 1e6 * fit["per_event_s"]
+        fig[f"{p}_k2_ceiling"] = fit["k2_ceiling"]
+    fig["rows"] = [{"k": r["k"], "total_s": r["total_s"], "load": r["load"],
+                    "peak_shard_rss_mb": r["peak_rss"] / 2**20,
+                    "phases": {p: {x: v for x, v in st.items()
+                                   if isinstance(v, (int, float, list))}
+                               for p, st in r["phases"].items()}} for r in rows]
+    return fig
 
 
 def cell_cost_fit(phase_rows) -> dict | None:

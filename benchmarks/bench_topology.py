@@ -2,6 +2,7 @@
 lookups per second, IP-multicast baseline for the Zipf groups of the paper scenario.
 
     .venv/bin/python benchmarks/bench_topology.py [--seed 3] [--hosts 100000] [--groups 1500]
+        [--json PATH]
 
 Prints a Markdown table. Peak memory = growth of the process's max RSS during a step.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import resource
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -33,6 +35,9 @@ def main():
     ap.add_argument("--hosts", type=int, default=100_000)
     ap.add_argument("--groups", type=int, default=1500)
     ap.add_argument("--pairs", type=int, default=1_000_000)
+    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
+                    help="write the figures as a record of benchmarks/report.py "
+                         "(e.g. benchmarks/results/topology.json)")
     args = ap.parse_args()
     rows = []
 
@@ -98,6 +103,13 @@ def main():
     print("| step | time | notes |\n|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} |")
+    if args.json:
+        from report import write_record
+        write_record(args.json, f"bench_topology, ts5050, {args.hosts:,} hosts", {
+            "generation_s": t_gen, "all_pairs_s": t_tab, "all_pairs_mb": table_mb,
+            "latency_m_per_s": args.pairs / t_lat / 1e6, "path_links_ms": t_pl * 1000,
+            "route_links_ms": t_rl * 1000, "ip_multicast_s": t_ipm,
+            "rows": [{"step": r[0], "time": r[1], "notes": r[2]} for r in rows]})
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Digest of a small Pastry run on the real ShardEngine: the guard of the protocol fast path.
 
 The workload (in one process, :class:`emulator.local.LocalEmulator`): ``--nodes`` hosts of
-a synthetic network join by the protocol (arrivals over 3 s, keep-alives every second),
-5% of them crash mid-bootstrap and recover 4 s later (keep-alive timeouts, leaf-set and
-lazy routing-table repair, per-hop acks, rejoins). The digest is a SHA-256 over
+a synthetic network join by the protocol (arrivals over 3 s, node 0 the contact of
+joiners with no settled node, unbounded leaf refresh, keep-alives every second), 5% of
+them crash mid-bootstrap and recover 4 s later (keep-alive timeouts, leaf-set and lazy
+routing-table repair, per-hop acks, rejoins). The digest is a SHA-256 over
 
 - the message log (every hop: time, arrival, type, src, dst, group), rows sorted;
 - the route log (every delivered routed message), rows sorted;
@@ -11,8 +12,8 @@ lazy routing-table repair, per-hop acks, rejoins). The digest is a SHA-256 over
 - the per-type sent / lost counters and the protocol counters (probes, repairs, ...).
 
 Any change to a message, a decision or a log changes it. tests/test_protocol_digest.py
-compares it with the digest recorded from the code before the numba kernels, for one
-and two shards.
+compares it with the digest of the numpy implementation the numba kernels replaced, for
+one and two shards.
 
 ``--faithful``: the second workload, the faithful bootstrap's settings
 (results/paper_zipf_1500_protocol: arrivals at 50/s with the nearest settled contact, no
@@ -55,9 +56,11 @@ def run_workload(n_nodes: int = 600, shards: int = 1, seed: int = 3):
     """Run the workload; returns (LocalEmulator, seconds)."""
     net = synthetic_network(n_nodes, max(8, n_nodes // 10), seed, span_us=60_000)
     lat = RouterLatency(net["host_router"], net["router_dist_us"], net["lan_us"])
+    # every setting that shapes the run is given (the digest must not follow the defaults)
     params, _ = protocol_params(n_nodes, seed, pastry={
         "bootstrap": "protocol", "join_rate_per_s": n_nodes / 3.0, "keepalive_us": 1_000_000,
-        "join_settle_us": 1_000_000, "leaf_refresh_us": 1_000_000})
+        "join_settle_us": 1_000_000, "leaf_refresh_us": 1_000_000, "leaf_refresh_rounds": 0,
+        "join_contact_fallback": "first", "join_exchange_rows": 2, "table_maintenance_us": 0})
     emu = LocalEmulator(lat, functools.partial(make_pastry, params), shards=shards,
                         seed=seed, shared=net, message_dtype=MSG_DTYPE,
                         message_log_fields=MESSAGE_LOG_FIELDS)
@@ -77,8 +80,8 @@ def run_faithful(n_nodes: int = 300, shards: int = 1, seed: int = 5):
     lat = RouterLatency(net["host_router"], net["router_dist_us"], net["lan_us"])
     params, _ = protocol_params(n_nodes, seed, pastry={
         "bootstrap": "protocol", "join_rate_per_s": 50.0, "join_contact_fallback": "nearest",
-        "keepalive_us": 0, "leaf_refresh_rounds": 5, "table_maintenance_us": 3_000_000,
-        "join_exchange_rows": 8})
+        "keepalive_us": 0, "leaf_refresh_us": 2_000_000, "leaf_refresh_rounds": 5,
+        "table_maintenance_us": 3_000_000, "join_exchange_rows": 8})
     emu = LocalEmulator(lat, functools.partial(make_pastry, params), shards=shards,
                         seed=seed, shared=net, message_dtype=MSG_DTYPE,
                         message_log_fields=MESSAGE_LOG_FIELDS)

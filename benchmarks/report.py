@@ -107,6 +107,7 @@ def write_record(path: Path | str, workload: str, figures: dict, *, command: str
     scalar figure. Returns the record."""
     path = Path(path)
     old = json.loads(path.read_text()) if path.exists() else {}
+    figures = _rounded(figures)
     commit = _git("rev-parse", "--short", "HEAD") or "unknown"
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
     rec = {
@@ -117,12 +118,15 @@ def write_record(path: Path | str, workload: str, figures: dict, *, command: str
         "machine": this_machine(),
         "commit": commit,
         "dirty": dirty,
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
         "load": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         "source": "measured by the benchmark's --json",
-        "figures": _rounded(figures),
+        "figures": figures,
     }
-    rows = [{k: v for k, v in r.items() if k != "measured"} for r in old.get("rows", [])]
+    # a row measured apart from the others goes when this run does not fill it (its
+    # figures were another benchmark's); the others stay, shown as they can be
+    rows = [{k: v for k, v in r.items() if k != "measured"} for r in old.get("rows", [])
+            if "measured" not in r or _renders(r, figures)]
     if not rows:
         scalars = [k for k, v in figures.items() if _is_number(v)]
         rows = [{"title": title or workload,
@@ -208,15 +212,38 @@ def _fmt(name: str, v) -> str:
     return _fmt_one(v)
 
 
+def _lookup(figures: dict, key: str):
+    """A figure by name; ``X`` and ``X_range`` stand in for each other (a transcribed range
+    of runs against a benchmark's own list of runs)."""
+    if key in figures:
+        return figures[key]
+    alt = key[:-len("_range")] if key.endswith("_range") else key + "_range"
+    return figures[alt]
+
+
 class _Figures(dict):
+    def __init__(self, figures: dict):
+        super().__init__()
+        self.figures = figures
+
     def __missing__(self, key):
-        raise KeyError(key)
+        _lookup(self.figures, key)                       # KeyError when neither is there
+        name = key if key in self.figures else (
+            key[:-len("_range")] if key.endswith("_range") else key + "_range")
+        return _fmt(name, self.figures[name])
+
+
+def _renders(row: dict, figures: dict) -> bool:
+    try:
+        row["display"].format_map(_Figures(figures))
+        return True
+    except (KeyError, IndexError, ValueError):
+        return False
 
 
 def render_display(row: dict, figures: dict) -> str:
-    shown = _Figures({k: _fmt(k, v) for k, v in figures.items()})
     try:
-        return row["display"].format_map(shown)
+        return row["display"].format_map(_Figures(figures))
     except (KeyError, IndexError, ValueError):
         scal = [f"{k} {_fmt(k, v)}" for k, v in figures.items()
                 if _is_number(v) or (isinstance(v, list) and all(_is_number(x) for x in v))]
@@ -227,8 +254,12 @@ def verdict(target: dict, figures: dict) -> str:
     """"met", "missed", "met in i of n runs", or the target's own verdict text while its
     figure is missing."""
     fig = target.get("figure")
-    if fig and fig in figures and target.get("op") in OPS:
-        vals = figures[fig] if isinstance(figures[fig], list) else [figures[fig]]
+    try:
+        got = _lookup(figures, fig) if fig else None
+    except KeyError:
+        got = None
+    if got is not None and target.get("op") in OPS:
+        vals = got if isinstance(got, list) else [got]
         ok = [OPS[target["op"]](x, target["value"]) for x in vals if _is_number(x)]
         if ok and all(ok):
             return "met"
@@ -323,7 +354,13 @@ def main(argv: list[str] | None = None) -> int:
         from_run(a.run_dir, a.record, a.command)
         a.check = False
     text = a.page.read_text()
-    new = render_page(text, load_records())
+    records = load_records()
+    new = render_page(text, records)
+    for sec in sorted({r["section"] for r in records}):
+        if f"<!-- report:{sec} -->" not in text:
+            print(f"warning: no <!-- report:{sec} --> block on the page for "
+                  f"{', '.join(r['_file'] for r in records if r['section'] == sec)}",
+                  file=sys.stderr)
     if a.check:
         if new != text:
             sys.stdout.writelines(difflib.unified_diff(
@@ -335,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if new != text:
         a.page.write_text(new)
-        print(f"{a.page}: tables rendered from {len(load_records())} records")
+        print(f"{a.page}: tables rendered from {len(records)} records")
     return 0
 
 
