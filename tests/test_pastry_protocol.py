@@ -368,8 +368,9 @@ def bootstrap(small, **pastry):
 
 def test_leaf_refresh_rounds_cap_the_refreshes_per_node(small):
     """leaf_refresh_rounds = k: at most k LEAF_REFRESH ticks (so k own-id lookups) per
-    node, counted in the timer's b; 0 (default): until the last arrival + join_settle_us."""
-    free, _, _ = bootstrap(small, join_rate_per_s=20.0)   # 10 s of arrivals, 2 s period
+    node, counted in the timer's b; 0: until the last arrival + join_settle_us."""
+    free, _, _ = bootstrap(small, join_rate_per_s=20.0,   # 10 s of arrivals, 2 s period
+                           leaf_refresh_rounds=0)
     capped, _, _ = bootstrap(small, join_rate_per_s=20.0, leaf_refresh_rounds=2)
     n = free.n
     f, c = free.sent, capped.sent
@@ -395,7 +396,7 @@ def test_table_maintenance_asks_rows_periodically_and_improves_tables(small):
 
 
 def test_join_contact_fallback_nearest_spreads_a_crowd_off_node_0(small):
-    """Arrivals crowded within join_settle_us: with 'first' (default) every joiner takes
+    """Arrivals crowded within join_settle_us: with 'first' every joiner takes
     node 0 as contact A; with 'nearest' each takes the nearest (by router delay) node that
     arrived before it, so node 0 is only the contact of joiners it is nearest to, and the
     overlay still converges (with closer tables)."""
@@ -421,6 +422,6 @@ def test_join_contact_fallback_nearest_spreads_a_crowd_off_node_0(small):
     d[np.arange(len(nearest))[None, :] >= x[:, None]] = np.iinfo(np.int64).max
     assert (dist[hr[x], hr[nearest[1:]]] == d.min(axis=1)).all()
     assert (nearest[1:] == 0).sum() < 0.2 * len(x)
-    _, _, q_first = bootstrap(small, **crowd)
+    _, _, q_first = bootstrap(small, join_contact_fallback="first", **crowd)
     _, _, q_near = bootstrap(small, join_contact_fallback="nearest", **crowd)
     assert q_near["fraction_optimal"] > q_first["fraction_optimal"]

@@ -1,10 +1,10 @@
 """The protocol fast path changes nothing: a small Pastry run on the real ShardEngine
 (protocol bootstrap with crashes, recoveries, keep-alives, repair; see
-benchmarks/protocol_digest.py) gives, for one and two shards, the digest of its message
-log, route log, final tables and counters that the numpy code before the numba kernels
-gave (recorded 2026-11-24 from commit 4f73e8c). A change of any message, decision or log
-row fails this test; a deliberate protocol change must record the new digest here and
-say why in its commit."""
+benchmarks/protocol_digest.py, which gives every setting that shapes the run) gives, for
+one and two shards, the digest of its message log, route log, final tables and counters
+that the numpy implementation the numba kernels replaced gives (commit 4f73e8c). A
+change of any message, decision or log row fails this test; a deliberate protocol change
+must record the new digest here and say why in its commit."""
 
 import sys
 from pathlib import Path
@@ -51,9 +51,9 @@ def test_small_protocol_run_reproduces_the_reference_digest(shards, monkeypatch)
     assert d == REFERENCE[200]
 
 
-# the faithful-bootstrap workload (300 nodes, seed 5), recorded 2026-11-27 from 47d9126, the
-# code before the compiled handlers (handler_kernels.py): logs sorted (any shard count),
-# and in the order they were written, per shard count
+# the faithful-bootstrap workload (300 nodes, seed 5) on the handlers without their compiled
+# versions (handler_kernels.py; commit 47d9126): logs sorted (any shard count), and in the
+# order they were written, per shard count
 FAITHFUL = "0a44ae3f5a94f0d748f45d1741580117636e38991e796c02cdbb91e3d0d5ddb0"
 FAITHFUL_ORDERED = {1: "c096ce074c2367478e2fd4fa1321cc1c7c59f7218b4a1479458f64b69d78444c",
                     2: "0c9338f15469172efd358e785809b0302cdf09f790e2cc177d771b2f605d2603"}
@@ -63,7 +63,7 @@ FAITHFUL_ORDERED = {1: "c096ce074c2367478e2fd4fa1321cc1c7c59f7218b4a1479458f64b6
 def test_faithful_bootstrap_reproduces_the_reference_digest(shards, monkeypatch):
     """No keep-alives, so no hop acks: the compiled lookup, refresh and exchange handlers
     run, most runs of a pass together in one call (``Pastry.handle_runs``); their sends,
-    in their order, are those of the code before them."""
+    in their order, are those of the Python handlers."""
     taken = _count_runs_taken(monkeypatch)
     emu, _ = run_faithful(300, shards)
     # every type of the stretch was taken together many times (so the digest covers it)

@@ -179,9 +179,8 @@ def test_list_scenarios():
 
 
 def test_protocol_params_are_the_schema_defaults_and_complete():
-    """The scenario schema is the one place of Pastry's defaults: outside a scenario,
-    protocol_params gives what a default scenario gives the stack, and Pastry takes only
-    complete parameter dicts (no defaults of its own)."""
+    """Outside a scenario, protocol_params gives what a default scenario gives the stack,
+    and Pastry takes only complete parameter dicts."""
     from actors.pastry.protocol import PARAMETERS, Pastry
     from scenarios.config import protocol_params
 
@@ -257,11 +256,14 @@ def test_join_arrivals_keep_their_rate_at_any_size():
     assert crowd.pastry_params(1)["join_rate_per_s"] == 10000.0
     with pytest.raises(ScenarioError, match=r"pastry\.join_rate_per_s = 0\.0 is out of range"):
         load_scenario("paper_zipf_1500", sets=["pastry.join_rate_per_s=0"])
-    # the bounded leaf refresh and the table maintenance are off unless asked for
-    assert big.pastry["leaf_refresh_rounds"] == 0 and big.pastry["table_maintenance_us"] == 0
-    assert big.pastry["join_contact_fallback"] == "first"
-    assert load_scenario("paper_zipf_1500", sets=["pastry.join_contact_fallback=nearest"]
-                         ).pastry_params(1)["join_contact_fallback"] == "nearest"
+    # the defaults are the cheapest set known to build the best tables: five leaf
+    # refreshes per node, the nearest earlier arrival as the fallback contact, two rows
+    # exchanged, no table maintenance
+    assert (big.pastry["leaf_refresh_rounds"], big.pastry["join_contact_fallback"],
+            big.pastry["join_exchange_rows"], big.pastry["table_maintenance_us"]) == (
+                5, "nearest", 2, 0)
+    assert load_scenario("paper_zipf_1500", sets=["pastry.join_contact_fallback=first"]
+                         ).pastry_params(1)["join_contact_fallback"] == "first"
     with pytest.raises(ScenarioError, match=r"pastry\.join_contact_fallback = 'node0'"):
         load_scenario("paper_zipf_1500", sets=["pastry.join_contact_fallback=node0"])
 

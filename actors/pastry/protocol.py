@@ -59,7 +59,18 @@ PARAMETERS = {
     "join_rate_per_s": Param(float, 10.0, "protocol bootstrap: node arrivals per second, "
                              "Poisson, the same at any size; a flash crowd is a high rate, "
                              "e.g. nodes / 10", low=0, strict=True),
-    "join_contact_fallback": Param(str, "first", "protocol bootstrap: contact of a joiner "
+    # The protocol bootstrap's defaults are the cheapest set known to build the best
+    # tables: at 10,000 nodes on ts5050 (10 arrivals/s), five leaf refreshes per node and
+    # the nearest-arrival fallback send 2.1 M messages where unbounded refreshes and the
+    # node-0 fallback send 14.7 M, for tables as good (85.9 % optimal, leaf sets exact).
+    # join_exchange_rows stays 2: more rows double the requests for little (every row at
+    # 1k nodes: the same tables; 4 rows at 20k: 51.5 % optimal instead of 49.2 %;
+    # docs/pastry.md, "Second join stage", "Cause 3"), and a recovered node's rejoin uses
+    # it under the oracle bootstrap too. table_maintenance_us stays off: its better
+    # tables cost messages in proportion to the arrival span over the period, a period
+    # to choose per run (docs/pastry.md, "Cause 4"; paper_zipf_1500_protocol sets
+    # FreePastry's 15 min).
+    "join_contact_fallback": Param(str, "nearest", "protocol bootstrap: contact of a joiner "
                                    "that finds no settled node; first: node 0; nearest: "
                                    "the nearest earlier arrival",
                                    choices=("first", "nearest")),
@@ -68,7 +79,7 @@ PARAMETERS = {
     "leaf_refresh_us": Param(int, 2_000_000, "protocol bootstrap: joined nodes look up "
                              "their own id this often until the last arrival + "
                              "join_settle_us, us; 0 = never", low=0),
-    "leaf_refresh_rounds": Param(int, 0, "protocol bootstrap: at most this many leaf "
+    "leaf_refresh_rounds": Param(int, 5, "protocol bootstrap: at most this many leaf "
                                  "refreshes per node after its join; 0 = no bound", low=0),
     "table_maintenance_us": Param(int, 0, "protocol bootstrap: routing-table maintenance "
                                   "period; a node asks one random entry of each row for "
