@@ -99,7 +99,8 @@ def command_line(argv: list[str] | None = None) -> str:
 
 
 def write_record(path: Path | str, workload: str, figures: dict, *, command: str | None = None,
-                 title: str | None = None, display: str | None = None) -> dict:
+                 title: str | None = None, display: str | None = None,
+                 commit: str | None = None, date: str | None = None) -> dict:
     """Write (or refresh) the record at ``path`` from a run made now, here, at HEAD.
 
     Keeps the page layout of a record already there (section, order, rows and their
@@ -108,8 +109,8 @@ def write_record(path: Path | str, workload: str, figures: dict, *, command: str
     path = Path(path)
     old = json.loads(path.read_text()) if path.exists() else {}
     figures = _rounded(figures)
-    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    dirty = False if commit else bool(_git("status", "--porcelain", "--untracked-files=no"))
+    commit = commit or _git("rev-parse", "--short", "HEAD") or "unknown"
     rec = {
         "workload": old.get("workload", workload),
         "section": old.get("section", "other"),
@@ -118,7 +119,7 @@ def write_record(path: Path | str, workload: str, figures: dict, *, command: str
         "machine": this_machine(),
         "commit": commit,
         "dirty": dirty,
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
+        "date": date or datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
         "load": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         "source": "measured by the benchmark's --json",
         "figures": figures,
@@ -157,11 +158,12 @@ def _is_number(v) -> bool:
 
 # ---- scenario runs ---------------------------------------------------------------------
 
-def from_run(run_dir: Path, name: str, command: str | None) -> dict:
+def from_run(run_dir: Path, name: str, command: str | None, commit: str | None = None) -> dict:
     """Refresh record ``name`` from a scenario run directory's summary.json. The record's
     ``from_run`` maps each figure to the summary values it sums: ``timing:KEY`` (glob
     allowed, ``-timing:KEY`` left out) or ``emulation:PHASE`` (the phase's emulation
-    seconds, the runner's phase statistics)."""
+    seconds, the runner's phase statistics). The date is the summary's (its file's time);
+    a run directory does not record the code, so ``commit`` (default HEAD) says it."""
     path = RESULTS / f"{name}.json"
     old = json.loads(path.read_text())
     spec = old.get("from_run")
@@ -188,8 +190,9 @@ def from_run(run_dir: Path, name: str, command: str | None) -> dict:
             total += sign * sum(vals)
         if not missing:
             figures[fig] = round(total, 2)
-    return write_record(path, old["workload"], figures,
-                        command=command or old.get("command"))
+    written = datetime.fromtimestamp((run_dir / "summary.json").stat().st_mtime, UTC)
+    return write_record(path, old["workload"], figures, command=command or old.get("command"),
+                        commit=commit, date=written.strftime("%Y-%m-%d %H:%M"))
 
 
 # ---- rendering -------------------------------------------------------------------------
@@ -349,9 +352,11 @@ def main(argv: list[str] | None = None) -> int:
     fr.add_argument("run_dir", type=Path)
     fr.add_argument("--record", required=True, help="benchmarks/results/NAME.json")
     fr.add_argument("--command", default=None, help="the command that made the run")
+    fr.add_argument("--commit", default=None,
+                    help="the code the run was made with (default: HEAD, the tree as it is)")
     a = ap.parse_args(argv)
     if a.cmd == "from-run":
-        from_run(a.run_dir, a.record, a.command)
+        from_run(a.run_dir, a.record, a.command, a.commit)
         a.check = False
     text = a.page.read_text()
     records = load_records()
