@@ -9,7 +9,8 @@ A record is one measurement: what was run (``command``), on what ``machine``, at
 ``commit`` and ``date``, and its ``figures`` (numbers, or lists of numbers for several runs).
 It names the page ``section`` it belongs to and the ``rows`` it shows there: each row a
 ``title``, a ``display`` (a format string over the figures: ``{name}``; a list prints as
-"a, b", a figure whose name ends in ``_range`` as "a-b") and optionally a ``target``
+"a, b", a figure whose name ends in ``_range`` as "a-b", a figure the record lacks as
+"n/a") and optionally a ``target``
 (``text``, and ``figure`` / ``op`` / ``value`` to judge it: met when every run meets it;
 ``verdict``: what to print while that figure is missing). A row may carry its own
 ``measured`` (commit, date, machine, source) when it was measured apart from the record's
@@ -225,12 +226,18 @@ def _lookup(figures: dict, key: str):
 
 
 class _Figures(dict):
-    def __init__(self, figures: dict):
+    def __init__(self, figures: dict, missing: str | None = None):
         super().__init__()
         self.figures = figures
+        self.missing = missing     # what a figure the record lacks prints as (None: raise)
 
     def __missing__(self, key):
-        _lookup(self.figures, key)                       # KeyError when neither is there
+        try:
+            _lookup(self.figures, key)
+        except KeyError:
+            if self.missing is None:
+                raise
+            return self.missing
         name = key if key in self.figures else (
             key[:-len("_range")] if key.endswith("_range") else key + "_range")
         return _fmt(name, self.figures[name])
@@ -246,8 +253,8 @@ def _renders(row: dict, figures: dict) -> bool:
 
 def render_display(row: dict, figures: dict) -> str:
     try:
-        return row["display"].format_map(_Figures(figures))
-    except (KeyError, IndexError, ValueError):
+        return row["display"].format_map(_Figures(figures, missing="n/a"))
+    except (IndexError, ValueError):
         scal = [f"{k} {_fmt(k, v)}" for k, v in figures.items()
                 if _is_number(v) or (isinstance(v, list) and all(_is_number(x) for x in v))]
         return "; ".join(scal[:6])
