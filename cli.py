@@ -84,7 +84,7 @@ def _bad_input_types() -> tuple[type[BaseException], ...]:
 
 def _is_run_stopped(exc: BaseException) -> bool:
     try:
-        from scenarios.runner import RunStopped
+        from scenarios.run_dir import RunStopped
     except ImportError:
         return False
     return isinstance(exc, RunStopped)

@@ -16,6 +16,7 @@ Results do not change: the warm-up analyses a throw-away run of its own.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -144,3 +145,19 @@ class SparkWarmup:
                      "stopped" if self._cancelled.is_set() else "failed", exc_info=True)
         finally:    # every JVM of the session is up by now (its Python workers inherit)
             self._jvms_low.set()
+
+
+def start_warmup(cfg, run_dir: Path) -> SparkWarmup | None:
+    """Spark started and warmed up beside the emulation, when `analysis.warmup` is on
+    (auto: the machine has a CPU the shards leave free; on two cores busy with two shards
+    the emulation loses about what the analysis gains), the Ray cluster is this machine
+    (the warm-up run lives in a local temporary directory) and no Spark session is up yet
+    (a running one is warm). None when it does not start."""
+    from emulator.runtime import ray_is_local, spark_running
+
+    mode = cfg.analysis["warmup"]
+    spare_cpu = (os.cpu_count() or 1) > cfg.shards
+    if mode == "off" or (mode == "auto" and not spare_cpu) or not ray_is_local() \
+            or spark_running():
+        return None
+    return SparkWarmup(cfg, run_dir / "topology" / "topo-0.npz").start()

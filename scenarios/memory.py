@@ -1,4 +1,5 @@
-"""How much memory a run needs, estimated from its configuration before anything starts.
+"""How much memory a run needs, estimated from its configuration before anything starts,
+and the check that refuses a run that would not fit (`check_memory`).
 
 The figures are upper-end rates measured on the development machine (BENCHMARKS.md): the
 1,000,000-node `paper_zipf_1500` run (oracle, 2 shards) peaked at 6.8 GB (summed PSS of
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 import math
 
-from .config import ScenarioConfig
+from .config import ScenarioConfig, ScenarioError
+from .progress import log, warn
 
 # the fixed part: Ray's head processes and object store floor, the Spark driver (3 GB heap
 # cap, rarely all used) and executor, this driver process
@@ -94,3 +96,26 @@ def format_bytes(n: int | float) -> str:
         if n >= size:
             return f"{n / size:,.1f} {unit}"
     return f"{n / 1024:,.0f} KB"
+
+
+def check_memory(cfg: ScenarioConfig, *, force: bool = False, cluster: bool = False,
+                 total: int | None = None) -> None:
+    """Refuse (ScenarioError) a run whose memory estimate exceeds this machine's memory (or
+    the connected Ray cluster's), before it starts, rather than be killed by the OOM
+    killer hours in. `force` logs the estimate and goes on."""
+    need = estimate_memory(cfg)
+    have = machine_memory(cluster=cluster) if total is None else int(total)
+    where = "the Ray cluster's" if cluster else "this machine's"
+    if need["total"] <= have:
+        log.info("memory estimate %s of %s %s", format_bytes(need["total"]), where,
+                 format_bytes(have))
+        return
+    parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in need.items() if k != "total" and v)
+    msg = (f"run needs about {format_bytes(need['total'])} of memory ({parts}), more than "
+           f"{where} {format_bytes(have)}")
+    if force:
+        warn(f"{msg}; going on (--force)")
+        return
+    raise ScenarioError(f"{msg}; use fewer nodes/groups, a cluster (--address), or --force "
+                        "to try anyway")
+

@@ -5,8 +5,8 @@ was (pure numpy, no Ray)."""
 import numpy as np
 
 from scenarios import load_scenario
+from scenarios.churn import churn_schedule
 from scenarios.groups import plan_groups
-from scenarios.runner import churn_schedule
 
 T0 = 10_000_000
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from scenarios import ScenarioError, load_scenario, run_scenario
-from scenarios import runner as runner_mod
+from scenarios import phases as runner_mod
 from scenarios.groups import zipf_sizes
 
 pytestmark = pytest.mark.slow
