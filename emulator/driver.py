@@ -38,8 +38,9 @@ INJECT_SEQ_BASE = -(1 << 62)  # injected stimuli sort before protocol messages o
 
 # The window cap adapts to the wall time a window takes: where no lookahead bounds a window
 # (one shard, or shards far apart) sparse traffic would otherwise pay a driver round trip
-# per cap of virtual time (the faithful 10k protocol bootstrap: 1,037 windows of 200 ms,
-# 2.5-8 ms of round trip and idle shard each on one shard, 40-50 ms of work). The cap
+# per cap of virtual time (in a protocol bootstrap's sparse arrivals a window's round trip
+# and idle shard cost a large share of its work; benchmarks/bench_scale.py reports the
+# windows and the driver's time per window). The cap
 # doubles while capped windows take less than CAP_GROW_BELOW_S, up to CAP_MAX_FACTOR times
 # the configured cap, and halves back when one takes more than CAP_SHRINK_ABOVE_S (the
 # progress display, redrawn every 0.5 s, stays fresh). The factor bounds how much traffic
