@@ -25,45 +25,46 @@ def read_only(value):
 
 
 @numba.njit(cache=True)
+def host_delay(host_router, router_dist, lan_us, a, b):
+    """The latency rule, the one place it is written: the one-way delay (us, int64) from
+    host ``a`` to host ``b`` = lan + dist[router(a), router(b)] + lan, 0 for a == b. Every
+    compiled delay (sends' arrival times, the protocols' proximity probes) is this. O(1)."""
+    if a == b:
+        return np.int64(0)
+    return np.int64(router_dist[host_router[a], host_router[b]]) + 2 * np.int64(lan_us)
+
+
+@numba.njit(cache=True)
 def router_latency(host_router, router_dist, lan_us, a, b):
-    """lan + dist[router(a), router(b)] + lan per pair, 0 where a == b (int64). O(n)."""
+    """:func:`host_delay` of each pair (a[i], b[i]) (int64). O(n)."""
     n = len(a)
     out = np.empty(n, np.int64)
-    lan2 = 2 * np.int64(lan_us)
     for i in range(n):
-        if a[i] == b[i]:
-            out[i] = 0
-        else:
-            out[i] = np.int64(router_dist[host_router[a[i]], host_router[b[i]]]) + lan2
+        out[i] = host_delay(host_router, router_dist, lan_us, a[i], b[i])
     return out
 
 
 @numba.njit(cache=True)
 def set_arrivals(m, host_router, router_dist, lan_us):
-    """Each message record's ``time`` = ``sent`` + :func:`router_latency` (src, dst), in
+    """Each message record's ``time`` = ``sent`` + :func:`host_delay` (src, dst), in
     place: one pass over the records instead of two field copies, a latency array and a
     sum (``ShardContext.send``). O(n)."""
-    lan2 = 2 * np.int64(lan_us)
     for i in range(len(m)):
-        a, b = m[i]["src"], m[i]["dst"]
-        d = np.int64(0) if a == b else \
-            np.int64(router_dist[host_router[a], host_router[b]]) + lan2
-        m[i]["time"] = m[i]["sent"] + d
+        m[i]["time"] = m[i]["sent"] + host_delay(host_router, router_dist, lan_us,
+                                                 m[i]["src"], m[i]["dst"])
 
 
 @numba.njit(cache=True)
 def put_send(out, j, src, dst, type_, sent, host_router, router_dist, lan_us):
     """Record ``j`` of ``out`` (zeroed rows of ``ShardContext.send_room``) becomes a send
-    from ``src`` to ``dst``: type, sent and time = sent + :func:`router_latency` (src,
-    dst), as ``ShardContext.send`` writes it; the caller sets the protocol's fields. O(1)."""
+    from ``src`` to ``dst``: type, sent and time = sent + :func:`host_delay` (src, dst),
+    as ``ShardContext.send`` writes it; the caller sets the protocol's fields. O(1)."""
     r = out[j]
     r["src"] = src
     r["dst"] = dst
     r["type"] = type_
     r["sent"] = sent
-    d = np.int64(0) if src == dst else \
-        np.int64(router_dist[host_router[src], host_router[dst]]) + 2 * np.int64(lan_us)
-    r["time"] = sent + d
+    r["time"] = sent + host_delay(host_router, router_dist, lan_us, src, dst)
 
 
 @numba.njit(cache=True)
@@ -209,17 +210,55 @@ def _copy_segments(pay_off, pay_len, payload, out, pos):
 
 
 @numba.njit(cache=True)
-def pack_rows(rows):
-    """The non-negative entries of each row of an int matrix, in row order: (payload
-    int32, pay_off int64, pay_len int64), as ``batch.pack_rows`` computed them in numpy.
-    O(rows.size)."""
+def unique_first(keys):
+    """Unique-first, the one place it is written: (the distinct keys, sorted; the index of
+    each one's first occurrence int64), what ``np.unique(keys, return_index=True)``
+    returns, in one compiled pass (callers hold a handful of keys, where numpy's unique
+    costs ~15 us). O(n log n)."""
+    n = len(keys)
+    o = np.argsort(keys, kind="mergesort")     # stable: a key's first occurrence first
+    vals = np.empty(n, keys.dtype)
+    first = np.empty(n, np.int64)
+    u = 0
+    for q in range(n):
+        k = keys[o[q]]
+        if q == 0 or k != vals[u - 1]:
+            vals[u] = k
+            first[u] = o[q]
+            u += 1
+    return vals[:u].copy(), first[:u].copy()
+
+
+@numba.njit(cache=True)
+def pack_row(row, pool, pos):
+    """Payload packing, the one place it is written: the non-negative entries of ``row``
+    (a message's ids; -1 = none) into ``pool`` from ``pos`` on, in order. Returns the
+    position after them. O(len(row))."""
+    for j in range(len(row)):
+        if row[j] >= 0:
+            pool[pos] = row[j]
+            pos += 1
+    return pos
+
+
+@numba.njit(cache=True)
+def packed_size(rows):
+    """How many ids :func:`pack_row` writes for all rows of an int matrix. O(rows.size)."""
     n, w = rows.shape
     total = 0
     for i in range(n):
         for j in range(w):
             if rows[i, j] >= 0:
                 total += 1
-    payload = np.empty(total, np.int32)
+    return total
+
+
+@numba.njit(cache=True)
+def pack_rows(rows):
+    """The non-negative entries of each row of an int matrix, in row order: (payload
+    int32, pay_off int64, pay_len int64) for ``ctx.send``. O(rows.size)."""
+    n = rows.shape[0]
+    payload = np.empty(packed_size(rows), np.int32)
     offs = np.zeros(n, np.int64)
     lens = np.zeros(n, np.int64)
     pack_rows_into(rows, offs, lens, payload, 0)
@@ -233,23 +272,15 @@ def pack_rows_into(rows, pay_off, pay_len, pool, used):
     ``pack_rows`` then ``append_payload`` set them (offsets left 0 when no row has an
     entry). Returns the new cursor; -1 (nothing written) when ``pool`` lacks room.
     O(rows.size)."""
-    n, w = rows.shape
-    need = 0
-    for i in range(n):
-        for j in range(w):
-            if rows[i, j] >= 0:
-                need += 1
+    need = packed_size(rows)
     if need == 0:
         return used
     if used + need > len(pool):
         return -1
     pos = used
-    for i in range(n):
+    for i in range(rows.shape[0]):
         pay_off[i] = pos
-        for j in range(w):
-            if rows[i, j] >= 0:
-                pool[pos] = rows[i, j]
-                pos += 1
+        pos = pack_row(rows[i], pool, pos)
         pay_len[i] = pos - pay_off[i]
     return pos
 

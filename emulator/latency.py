@@ -58,12 +58,13 @@ class RouterLatency:
         """One-way delay (us, int64) between hosts; vectorized, broadcasting; O(len)."""
         a = np.asarray(a, np.int64)
         b = np.asarray(b, np.int64)
-        if a.ndim == 1 and a.shape == b.shape:  # the common case, compiled
+        if a.ndim == 1 and a.shape == b.shape:  # the common case: no copies
             return kernels.router_latency(self.host_router, self.router_dist_us, self.lan_us,
                                           a, b)
-        hr = self.host_router
-        d = self.router_dist_us[hr[a], hr[b]].astype(np.int64) + 2 * self.lan_us
-        return np.where(a == b, 0, d)
+        a, b = np.broadcast_arrays(a, b)
+        return kernels.router_latency(self.host_router, self.router_dist_us, self.lan_us,
+                                      np.ascontiguousarray(a.ravel()),
+                                      np.ascontiguousarray(b.ravel())).reshape(a.shape)
 
     def min_latency_us(self) -> int:
         """Smallest latency between two distinct hosts (the grid cell width); O(R^2) at worst."""

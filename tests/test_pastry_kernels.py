@@ -1,21 +1,17 @@
-"""The numba kernels compute exactly what the numpy functions they replace computed:
-random states and candidate rows (duplicates, -1 pads, dead ids, the node itself, short
-leaf sets, empty slots), compared value for value."""
+"""The numba kernels compute exactly what their numpy references (tests/reference_pastry.py)
+compute: random states and candidate rows (duplicates, -1 pads, dead ids, the node itself,
+short leaf sets, empty slots), compared value for value."""
 
 import numpy as np
 import pytest
+import reference_pastry as ref_pastry
+from reference_pastry import group_rows_kernel as group_rows
 
 from actors.pastry import kernels
-from actors.pastry.merge import (
-    group_rows,
-    group_rows_numpy,
-    insert_table,
-    select_leaves,
-    select_nearest,
-)
 from actors.pastry.oracle import oracle_state
-from actors.pastry.routing import next_hop, next_hop_numpy
-from actors.pastry.synthetic import host_latency, synthetic_network
+from actors.pastry.routing import next_hop
+from actors.pastry.synthetic import synthetic_network
+from emulator.kernels import router_latency, unique_first
 
 N = 400
 
@@ -57,8 +53,8 @@ def test_next_hop_kernel_equals_numpy(net, holey_state):
     for exclude in (None, ex):
         got = next_hop(holey_state, nodes, nodes, kh, kl, net["node_ids_hi"],
                        net["node_ids_lo"], exclude=exclude)
-        ref = next_hop_numpy(holey_state, nodes, nodes, kh, kl, net["node_ids_hi"],
-                             net["node_ids_lo"], exclude=exclude)
+        ref = ref_pastry.next_hop(holey_state, nodes, nodes, kh, kl, net["node_ids_hi"],
+                                  net["node_ids_lo"], exclude=exclude)
         assert np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1])
         assert set(np.unique(got[1]).tolist()) == {0, 1, 2}  # every rule exercised
 
@@ -71,7 +67,7 @@ def test_insert_table_kernel_equals_numpy(net, holey_state):
     dead = np.full((300, 4), -1, np.int32)
     a, b = holey_state.rt.copy(), holey_state.rt.copy()
     lat = RouterLat(net)
-    p_ref = insert_table(a, li, li, cand, net["node_ids_hi"], net["node_ids_lo"], 4, lat)
+    p_ref = ref_pastry.insert_table(a, li, li, cand, net["node_ids_hi"], net["node_ids_lo"], 4, lat)
     p_got = kernels.insert_table(b, li.astype(np.int64), li.astype(np.int64), cand,
                                  net["node_ids_hi"], net["node_ids_lo"], 4, net["host_router"],
                                  net["router_dist_us"], net["lan_us"], dead)
@@ -83,10 +79,11 @@ def test_leaf_and_neighbour_selection_kernels_equal_numpy(net, holey_state):
     me = rng.integers(0, N, 500).astype(np.int64)
     cand = _cand(rng, 500, 40, me)
     dead = np.where(rng.random((500, 8)) < 0.3, cand[:, 3:11], -1).astype(np.int32)
-    ref = select_leaves(me, cand, net["node_ids_hi"], net["node_ids_lo"], 8, exclude=dead)
+    ref = ref_pastry.select_leaves(me, cand, net["node_ids_hi"], net["node_ids_lo"], 8,
+                                   exclude=dead)
     got = kernels.select_leaves(me, cand, net["node_ids_hi"], net["node_ids_lo"], 8, dead)
     assert np.array_equal(got, ref)
-    ref = select_nearest(me, cand, 16, RouterLat(net), exclude=dead)
+    ref = ref_pastry.select_nearest(me, cand, 16, RouterLat(net), exclude=dead)
     got = kernels.select_nearest(me, cand, 16, dead, net["host_router"],
                                  net["router_dist_us"], net["lan_us"])
     assert np.array_equal(got, ref)
@@ -98,20 +95,25 @@ def test_group_rows_kernel_equals_numpy():
     cand = rng.integers(-1, 1000, (400, 7))
     t = rng.integers(0, 10**9, 400)
     for tt in (t, None):
-        got, ref = group_rows(keys, cand, tt), group_rows_numpy(keys, cand, tt)
+        got, ref = group_rows(keys, cand, tt), ref_pastry.group_rows(keys, cand, tt)
         assert all(np.array_equal(x, y) for x, y in zip(got[:2], ref[:2], strict=True))
         assert (tt is None and got[2] is None) or np.array_equal(got[2], ref[2])
 
 
 class RouterLat:
-    """The engine's latency rule (0 for a node to itself) on a synthetic network."""
+    """The engine's latency rule (``emulator.kernels.router_latency``: 0 for a node to
+    itself) on a synthetic network."""
 
     def __init__(self, net):
         self.net = net
 
     def __call__(self, a, b):
-        a, b = np.asarray(a), np.asarray(b)
-        return np.where(a == b, 0, host_latency(self.net, a, b))
+        a, b = np.broadcast_arrays(np.asarray(a, np.int64), np.asarray(b, np.int64))
+        net = self.net
+        return router_latency(np.asarray(net["host_router"], np.int32),
+                              np.asarray(net["router_dist_us"], np.int32), int(net["lan_us"]),
+                              np.ascontiguousarray(a.ravel()),
+                              np.ascontiguousarray(b.ravel())).reshape(a.shape)
 
 
 def test_nearest_column_is_argmin_with_first_of_equals():
@@ -231,7 +233,7 @@ def test_unique_first_equals_numpy_unique_with_first_indices():
     rng = np.random.default_rng(9)
     for n in (0, 1, 5, 300):
         keys = rng.integers(0, 20, n).astype(np.int64)
-        vals, first = kernels.unique_first(keys)
+        vals, first = unique_first(keys)
         ref_vals, ref_first = np.unique(keys, return_index=True)
         assert np.array_equal(vals, ref_vals) and np.array_equal(first, ref_first)
 
@@ -367,7 +369,8 @@ def test_hop_identity_and_ack_matching_kernels_equal_numpy():
     """A hop's 64-bit identity (every field width and sign the record has, keys with the
     top bit set) and the multiset clearing of pending hops by acks, against the numpy
     code they replaced."""
-    from actors.pastry.hop_acks import acked_pending_numpy, hop_hash
+    from reference_pastry import acked_pending, hop_hash
+
     from actors.pastry.messages import MSG_DTYPE
 
     rng = np.random.default_rng(3)
@@ -385,7 +388,7 @@ def test_hop_identity_and_ack_matching_kernels_equal_numpy():
         identity = rng.integers(0, 6, int(rng.integers(0, 30))).astype(np.uint64)
         acks = rng.integers(0, 8, int(rng.integers(1, 10))).astype(np.uint64)
         assert np.array_equal(kernels.acked_pending(identity, acks),
-                              acked_pending_numpy(identity, acks))
+                              acked_pending(identity, acks))
 
 
 def test_hops_due_equals_the_latest_timer_per_sender():

@@ -33,7 +33,7 @@ def test_table_rows_and_memory():
     assert table_rows(10**9, 1) == 32
     s = PastryState.empty(1000, 100_000)
     assert s.nbytes() * 100 < 2 * 2**30  # < 2 GB per 100k nodes
-    with pytest.raises(ValueError, match="leaf set"):
+    with pytest.raises(ValueError, match="leaf.set"):
         PastryState.empty(10, 100, l=15)
 
 
@@ -200,13 +200,14 @@ def test_tiny_rings_route_to_closest_with_short_sides(n):
 
 def test_select_leaves_keeps_a_side_short_rather_than_wrapping():
     """A node that knows only larger ids must not put far larger ids on its smaller side."""
-    from actors.pastry.merge import select_leaves
+    from actors.pastry.kernels import select_leaves
     from actors.pastry.synthetic import synthetic_network
     net = synthetic_network(400, 7, seed=4)
     hi, lo = net["node_ids_hi"], net["node_ids_lo"]
     o = I.sorted_order(hi, lo)
     me = o[100]
     cand = np.r_[o[95:100], o[101:140]][None, :]        # 5 smaller, 39 larger
-    out = select_leaves(np.array([me]), cand, hi, lo, 8)
+    out = select_leaves(np.array([me], np.int64), cand.astype(np.int64), hi, lo, 8,
+                        np.full((1, 0), -1, np.int32))
     assert out[0, :5].tolist() == o[99:94:-1].tolist() and (out[0, 5:8] == -1).all()
     assert out[0, 8:].tolist() == o[101:109].tolist()

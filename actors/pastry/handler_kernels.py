@@ -20,7 +20,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from emulator.kernels import put_send, zero_rows
+from emulator.kernels import pack_row, packed_size, put_send, zero_rows
 from emulator.rng import node_draw
 
 from .kernels import (
@@ -37,6 +37,7 @@ from .kernels import (
     route_step,
     row_contains,
     sender_and_payload,
+    side_farthest,
     table_rows,
 )
 from .types import (
@@ -92,11 +93,7 @@ def _put_leaf_set(out, k, members, x, me, pool, pos):
     """Payload of send ``k``: node ``x``'s leaf-set members (-1 slots dropped) then ``me``
     (``kernels.rows_and`` packed as ``ctx.send_rows`` packs it). Returns the new cursor."""
     out[k]["pay_off"] = pos
-    for j in range(members.shape[1]):
-        v = members[x, j]
-        if v >= 0:
-            pool[pos] = v
-            pos += 1
+    pos = pack_row(members[x], pool, pos)
     pool[pos] = me
     pos += 1
     out[k]["pay_len"] = pos - out[k]["pay_off"]
@@ -203,27 +200,15 @@ def on_rows_req(m, li, rows_asked, rt, reply_type, out, pool, cursor, s_hr, s_rd
     written, cursor). Room: 1 row and 2^b ids per message. O(n * 2^b)."""
     n = len(m)
     nrows, width = rt.shape[1], rt.shape[2]
-    need = 0
+    rows = np.empty((n, width), rt.dtype)
     for i in range(n):
         r = min(rows_asked[i], nrows - 1)
         for d in range(width):
-            if rt[li[i], r, d] >= 0:
-                need += 1
-    pos = cursor
-    for i in range(n):
+            rows[i, d] = rt[li[i], r, d]
         put_send(out, i, m[i]["dst"], m[i]["src"], reply_type, m[i]["time"], s_hr, s_rdist,
                  s_lan)
         out[i][_ROW] = rows_asked[i]
-        if need:
-            r = min(rows_asked[i], nrows - 1)
-            out[i]["pay_off"] = pos
-            for d in range(width):
-                v = rt[li[i], r, d]
-                if v >= 0:
-                    pool[pos] = v
-                    pos += 1
-            out[i]["pay_len"] = pos - out[i]["pay_off"]
-    return n, pos
+    return n, _pack_rows(out, 0, rows, pool, cursor)
 
 
 @numba.njit(cache=True)
@@ -484,19 +469,11 @@ def _pack_rows(out, k0, rows, pool, pos):
     """Payload of sends k0.. k0 + len(rows) - 1: row i's non-negative entries each, as
     ``ctx.send_rows`` packs one call's rows (offsets left 0 when no row has an entry).
     Returns the new cursor."""
-    need = 0
-    for i in range(rows.shape[0]):
-        for j in range(rows.shape[1]):
-            if rows[i, j] >= 0:
-                need += 1
-    if need == 0:
+    if packed_size(rows) == 0:
         return pos
     for i in range(rows.shape[0]):
         out[k0 + i]["pay_off"] = pos
-        for j in range(rows.shape[1]):
-            if rows[i, j] >= 0:
-                pool[pos] = rows[i, j]
-                pos += 1
+        pos = pack_row(rows[i], pool, pos)
         out[k0 + i]["pay_len"] = pos - out[k0 + i]["pay_off"]
     return pos
 
@@ -703,11 +680,12 @@ def on_join_start(m, contact, attempt, req_type, out, pool, cursor, s_hr, s_rdis
 
 @numba.njit(cache=True)
 def on_ka_timer(m, li, incarnation, members, heard, joined, global_ids, half, timeout_us,
-                keepalive_us, req_type, keepalive_type, timer_type, out, pool, cursor,
-                s_hr, s_rdist, s_lan):
-    """KA_TIMER (``LeafSetMaintenance.on_ka_timer``) when no leaf has been silent longer
-    than ``timeout_us`` (else nothing is written and ok is False: the handler's general
-    path presumes them failed). Timers of an old incarnation are void. Each node whose
+                check_silent, keepalive_us, req_type, keepalive_type, timer_type, out, pool,
+                cursor, s_hr, s_rdist, s_lan):
+    """KA_TIMER (``LeafSetMaintenance.on_ka_timer``). With ``check_silent``, only when no
+    leaf has been silent longer than ``timeout_us`` (else nothing is written and ok is
+    False: the handler presumes those failed, then calls again without the check). Timers
+    of an old incarnation are void. Each node whose
     leaf-set side holds fewer than ``half`` members but at least one asks the farthest for
     its leaf set (LEAF_REQ; the smaller side's requests first, then the larger's), sends a
     KEEPALIVE to every member (row by row, slot order) and sets its next timer. Returns
@@ -720,7 +698,7 @@ def on_ka_timer(m, li, incarnation, members, heard, joined, global_ids, half, ti
         if m[i][_KA_INCARNATION] == incarnation[li[i]]:
             rows[k] = i
             k += 1
-    for j in range(k):
+    for j in range(k if check_silent else 0):
         i = rows[j]
         x = li[i]
         t = m[i]["time"]
@@ -734,12 +712,10 @@ def on_ka_timer(m, li, incarnation, members, heard, joined, global_ids, half, ti
             x = li[i]
             if not joined[x]:
                 continue
-            n_ok = 0
-            for c in range(lo, hi):
-                n_ok += members[x, c] >= 0
+            n_ok, far = side_farthest(members, x, lo, hi)
             if 0 < n_ok < half:
-                put_send(out, o, m[i]["dst"], members[x, lo + n_ok - 1], req_type,
-                         m[i]["time"], s_hr, s_rdist, s_lan)
+                put_send(out, o, m[i]["dst"], far, req_type, m[i]["time"], s_hr, s_rdist,
+                         s_lan)
                 o += 1
     for j in range(k):
         i = rows[j]

@@ -23,46 +23,8 @@ from . import types as msg_types
 from .messages import MSG_DTYPE, msgs_of, take_rows
 from .types import HopAck
 
-MIX = np.uint64(0x9E3779B97F4A7C15)
 _FIRST_ROOM = 64   # pending hops the arrays hold before they first grow
 _ROW = np.dtype((np.void, MSG_DTYPE.itemsize))
-
-
-def hop_hash(src, dst, origin, type_, hops, key_hi, key_lo) -> np.ndarray:
-    """64-bit identity of a routed hop (the fields both ends see). Collisions would need
-    two hops of one sender to one receiver with different keys to hash equal: ~2^-64.
-    The numpy reference of ``kernels.hop_identity``, which the handlers call."""
-    h = np.zeros(len(np.atleast_1d(src)), np.uint64)
-    with np.errstate(over="ignore"):
-        for v in (src, dst, origin, type_, hops, key_hi, key_lo):
-            h = (h ^ np.asarray(v).astype(np.int64).view(np.uint64)) * MIX
-            h ^= h >> np.uint64(29)
-    return h
-
-
-def acked_pending_numpy(identity, acks) -> np.ndarray:
-    """The numpy reference of ``kernels.acked_pending`` (what ``on_ack`` ran before it):
-    the mask of pending hops to keep when k acks of one identity clear its k earliest
-    pending copies. O((P + n) log P)."""
-    uh, cnt = np.unique(acks, return_counts=True)
-    o = np.argsort(identity, kind="stable")
-    ph = identity[o]
-    pos = np.searchsorted(uh, ph)
-    posc = np.minimum(pos, len(uh) - 1)
-    allowed = np.where(uh[posc] == ph, cnt[posc], 0)
-    drop = np.zeros(len(ph), bool)
-    drop[o] = _rank_in_runs(ph) < allowed
-    return ~drop
-
-
-def _rank_in_runs(sorted_keys) -> np.ndarray:
-    """Position of each element within its run of equal (sorted) keys."""
-    n = len(sorted_keys)
-    if n == 0:
-        return np.zeros(0, np.int64)
-    start = np.r_[True, sorted_keys[1:] != sorted_keys[:-1]]
-    idx = np.arange(n)
-    return idx - np.maximum.accumulate(np.where(start, idx, 0))
 
 
 class HopAcks:
@@ -76,11 +38,11 @@ class HopAcks:
         self.slack_us = int(slack_us)
         # hops sent, awaiting HOP_ACK, in sending order: the first `_n` rows of arrays
         # with room to grow (a routed hop appends a row or two; a concatenation per hop
-        # re-derived the record's fields every time and copied every pending hop)
+        # would copy every pending hop each time)
         self._n = 0
         self._rows = np.zeros(_FIRST_ROOM, MSG_DTYPE)
         self._deadline = np.zeros(_FIRST_ROOM, np.int64)
-        self._identity = np.zeros(_FIRST_ROOM, np.uint64)   # hop_hash of each pending hop
+        self._identity = np.zeros(_FIRST_ROOM, np.uint64)   # each one's kernels.hop_identity
 
     @property
     def pending(self) -> np.ndarray:

@@ -2,10 +2,11 @@
 
 Plain ``@numba.njit(cache=True)`` functions over numpy arrays, one job each, called by the
 handlers in place of sequences of small numpy calls (docs/ARCHITECTURE.md, "Compiled
-kernels"). Each computes exactly what the numpy function it replaces computed -- same
-values, same ties, same quirks -- which ``tests/test_protocol_digest.py`` checks on a whole
-protocol run. Ids are 128-bit (hi, lo) uint64 pairs as in :mod:`.ids`; latencies are
-``lan + router_dist[router(a), router(b)] + lan`` (0 for a == b), the engine's model.
+kernels"). They are the product's only implementation; tests/reference_pastry.py holds
+numpy references that tests/test_pastry_kernels.py checks them against value for value
+(same ties, same quirks), and ``tests/test_protocol_digest.py`` checks a whole protocol
+run. Ids are 128-bit (hi, lo) uint64 pairs as in :mod:`.ids`; latencies are
+the engine's rule, ``emulator.kernels.host_delay``.
 """
 
 from __future__ import annotations
@@ -14,15 +15,10 @@ import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import leading_zeros  # LLVM ctlz intrinsic
 
+from emulator.kernels import host_delay, unique_first
+
 _HALF_HI = np.uint64(1 << 63)
 _I64_MAX = np.iinfo(np.int64).max
-
-
-@numba.njit(cache=True)
-def _lat(hr, rdist, lan2, a, b):
-    if a == b:
-        return 0
-    return np.int64(rdist[hr[a], hr[b]]) + lan2
 
 
 @numba.njit(cache=True)
@@ -76,17 +72,28 @@ def _ring(ahi, alo, bhi, blo):
 
 
 @numba.njit(cache=True)
+def side_farthest(members, x, lo, hi):
+    """The leaf-set side rule, the one place it is written: (member count, farthest member)
+    of the side ``members[x, lo:hi]``. A side fills nearest first, so its farthest member
+    is its last filled slot; an empty side gives its first slot's value (-1). O(l)."""
+    n_ok = 0
+    for c in range(lo, hi):
+        if members[x, c] >= 0:
+            n_ok += 1
+    return n_ok, np.int64(members[x, lo + max(n_ok - 1, 0)])
+
+
+@numba.njit(cache=True)
 def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan_us, dead):
     """Offer ``cand[i, :]`` to the routing table of local node ``local_idx[i]`` (global id
     ``self_ids[i]``), leaving out the ids in ``dead[i]`` (-1: none); returns the probe
-    count. Same result as ``merge.insert_table``: each
+    count (``reference_pastry.insert_table``'s result): each
     pair is judged against the table as it was before the call (empty slot, or closer by
     delay, ties to the smaller id), and of the pairs better than that the nearest (ties:
     smaller id) takes the slot. O(B * C)."""
     nb, nc = cand.shape
     ne = dead.shape[1]
     rows = rt.shape[1]
-    lan2 = 2 * np.int64(lan_us)
     n = nb * nc
     slot_r = np.empty(n, np.int64)
     slot_c = np.empty(n, np.int64)
@@ -118,10 +125,10 @@ def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, la
             cur = np.int64(rt[li, r, col])
             if cur == c:
                 continue        # already there (most offers: leaf sets overlap tables)
-            d_new = _lat(hr, rdist, lan2, me, c)
+            d_new = host_delay(hr, rdist, lan_us, me, c)
             if cur >= 0:
                 probes += 1
-                d_cur = _lat(hr, rdist, lan2, me, cur)
+                d_cur = host_delay(hr, rdist, lan_us, me, cur)
                 better = d_new < d_cur or (d_new == d_cur and c < cur)
             else:
                 better = cur < 0
@@ -135,7 +142,7 @@ def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, la
         if v == p_cur[q]:
             rt[li, r, col] = p_c[q]
         else:  # taken earlier in this call by another better candidate
-            dv = _lat(hr, rdist, lan2, p_me[q], v)
+            dv = host_delay(hr, rdist, lan_us, p_me[q], v)
             if p_d[q] < dv or (p_d[q] == dv and p_c[q] < v):
                 rt[li, r, col] = p_c[q]
     return probes
@@ -144,7 +151,7 @@ def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, la
 @numba.njit(cache=True)
 def select_leaves(self_ids, cand, ids_hi, ids_lo, half, exclude):
     """Leaf sets from candidate rows: the ``half`` nearest smaller and ``half`` nearest
-    larger ids (int32[B, 2*half], nearest first, -1 padded), as ``merge.select_leaves``:
+    larger ids (int32[B, 2*half], nearest first, -1 padded):
     -1 pads, duplicates, the node itself and ``exclude`` ids are ignored; a candidate is
     on the smaller side iff its counter-clockwise distance is below half the ring.
     O(B * C * half)."""
@@ -214,7 +221,7 @@ def select_leaves(self_ids, cand, ids_hi, ids_lo, half, exclude):
 @numba.njit(cache=True)
 def group_rows(keys, cand, t, with_t):
     """Rows of equal keys side by side: (unique keys, int64[U, kmax*w] -1 padded, max t
-    per key), rows of one key in their input order, as ``merge.group_rows``.
+    per key), rows of one key in their input order.
     O(B log B + B * w)."""
     n = len(keys)
     w = cand.shape[1]
@@ -251,8 +258,8 @@ def group_rows(keys, cand, t, with_t):
 @numba.njit(cache=True)
 def next_hop(rt, leaf, nbr, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo, b, exclude):
     """Next global node for each (local node, key), -1 to deliver here, and the rule used
-    (0 leaf set, 1 prefix, 2 rare case): exactly ``routing.next_hop`` (see its docstring),
-    quirks included. O(B * l) on the common paths, O(B * (l + rows * 2^b + M)) rare."""
+    (0 leaf set, 1 prefix, 2 rare case), by the rules of :mod:`.routing`'s docstring.
+    O(B * l) on the common paths, O(B * (l + rows * 2^b + M)) rare."""
     nb = len(local_idx)
     rows = rt.shape[1]
     width = rt.shape[2]
@@ -267,17 +274,16 @@ def next_hop(rt, leaf, nbr, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo,
         kh, kl = key_hi[i], key_lo[i]
         ex = exclude[i]
         s_hi, s_lo = ids_hi[me], ids_lo[me]
-        # ---- leaf-set range (in_leaf_range) ----
-        n_small = 0
-        for j in range(half):
-            if leaf[li, j] >= 0:
-                n_small += 1
-        n_large = 0
-        for j in range(half, nl):
-            if leaf[li, j] >= 0:
-                n_large += 1
-        lo_node = np.int64(leaf[li, max(n_small - 1, 0)])
-        hi_node = np.int64(leaf[li, half + max(n_large - 1, 0)])
+        # ---- leaf-set range ----
+        # A side covers the keys up to its farthest member, even when it is short: a
+        # short side does not prove the node knows every node of that half ring (a node
+        # that joined a moment ago from a neighbour's incomplete leaf set has short sides
+        # too), and a node claiming a whole half ring on that belief delivers far joiners'
+        # JOINs to itself and hands them a wrong leaf set. Keys beyond go by prefix /
+        # rare-case routing, which delivers here when no known node is closer (so a
+        # network of <= l nodes still works).
+        n_small, lo_node = side_farthest(leaf, li, 0, half)
+        n_large, hi_node = side_farthest(leaf, li, half, nl)
         if lo_node < 0:
             lo_node = 0
         if hi_node < 0:
@@ -357,19 +363,18 @@ def next_hop(rt, leaf, nbr, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo,
 @numba.njit(cache=True)
 def select_nearest(self_ids, cand, m, exclude, hr, rdist, lan_us):
     """The ``m`` candidates nearest by delay (ties: smaller id), nearest first, -1 padded
-    (int32[B, m]), as ``merge.select_nearest``: -1 pads, duplicates, the node itself and
+    (int32[B, m]): -1 pads, duplicates, the node itself and
     ``exclude`` ids are ignored. One sort of (delay, id) keys per row: O(B * C log C)."""
     nb, nc = cand.shape
     out = np.full((nb, m), -1, np.int32)
     if m == 0 or nc == 0:
         return out
-    lan2 = 2 * np.int64(lan_us)
     keys = np.empty(nc, np.int64)
     no_keys = np.empty(0, np.int64)
     for i in range(nb):
         k = 0
         for j in range(nc):
-            key = _nearest_key(np.int64(cand[i, j]), self_ids[i], exclude, i, hr, rdist, lan2)
+            key = _nearest_key(np.int64(cand[i, j]), self_ids[i], exclude, i, hr, rdist, lan_us)
             if key >= 0:
                 keys[k] = key
                 k += 1
@@ -378,7 +383,7 @@ def select_nearest(self_ids, cand, m, exclude, hr, rdist, lan_us):
 
 
 @numba.njit(cache=True)
-def _nearest_key(c, me, exclude, i, hr, rdist, lan2):
+def _nearest_key(c, me, exclude, i, hr, rdist, lan_us):
     """The sort key (delay << 31 | id; delays and ids are < 2^31) of candidate c for node
     me, or -1 for a candidate left out: -1, me itself, an id of ``exclude[i]``."""
     if c < 0 or c == me:
@@ -386,7 +391,7 @@ def _nearest_key(c, me, exclude, i, hr, rdist, lan2):
     for e in range(exclude.shape[1]):
         if exclude[i, e] >= 0 and exclude[i, e] == c:
             return -1
-    return (_lat(hr, rdist, lan2, me, c) << 31) | c
+    return (host_delay(hr, rdist, lan_us, me, c) << 31) | c
 
 
 @numba.njit(cache=True)
@@ -557,10 +562,9 @@ def merge_nearest(members, keys, known, local_idx, self_ids, cand, exclude, hr, 
     from scratch (O(C log C)) and becomes known. Exact because a known row is the sorted
     top m of what it was selected from and its members are never excluded ids (a node
     presumed failed is dropped from the set, which forgets the row's keys).
-    Rows must be distinct (``merge.group_rows``)."""
+    Rows must be distinct (:func:`group_rows`)."""
     nb, nc = cand.shape
     m = members.shape[1]
-    lan2 = 2 * np.int64(lan_us)
     scratch = np.empty(m + nc, np.int64)
     for i in range(nb):
         row = local_idx[i]
@@ -569,7 +573,7 @@ def merge_nearest(members, keys, known, local_idx, self_ids, cand, exclude, hr, 
             k = 0
             for j in range(m + nc):
                 c = np.int64(members[row, j]) if j < m else np.int64(cand[i, j - m])
-                key = _nearest_key(c, me, exclude, i, hr, rdist, lan2)
+                key = _nearest_key(c, me, exclude, i, hr, rdist, lan_us)
                 if key >= 0:
                     scratch[k] = key
                     k += 1
@@ -583,7 +587,7 @@ def merge_nearest(members, keys, known, local_idx, self_ids, cand, exclude, hr, 
         while cnt < m and keys[row, cnt] >= 0:
             cnt += 1
         for j in range(nc):
-            key = _nearest_key(np.int64(cand[i, j]), me, exclude, i, hr, rdist, lan2)
+            key = _nearest_key(np.int64(cand[i, j]), me, exclude, i, hr, rdist, lan_us)
             if key < 0:
                 continue
             c = key & 0x7FFFFFFF
@@ -606,31 +610,12 @@ def merge_nearest(members, keys, known, local_idx, self_ids, cand, exclude, hr, 
 
 
 @numba.njit(cache=True)
-def unique_first(keys):
-    """(sorted distinct keys, index of each one's first occurrence): what
-    ``np.unique(keys, return_index=True)`` returns, in one compiled pass (the join
-    handlers call it on a handful of keys, where numpy's unique costs ~15 us). O(n log n)."""
-    n = len(keys)
-    o = np.argsort(keys, kind="mergesort")     # stable: a key's first occurrence first
-    vals = np.empty(n, keys.dtype)
-    first = np.empty(n, np.int64)
-    u = 0
-    for q in range(n):
-        k = keys[o[q]]
-        if q == 0 or k != vals[u - 1]:
-            vals[u] = k
-            first[u] = o[q]
-            u += 1
-    return vals[:u].copy(), first[:u].copy()
-
-
-@numba.njit(cache=True)
 def merge_leaf_sets(members, heard, local_idx, cand, now, self_ids, ids_hi, ids_lo, half,
                     failed):
     """The leaf-set merge of :func:`learn`, in place: rows ``local_idx`` (distinct) of
     ``members`` become :func:`select_leaves` of their members and ``cand``, their keep-alive
     clocks those of :func:`leaf_changes` -- every row when any changed, none otherwise, as
-    the numpy code wrote them (an empty slot's clock can move; it is never read).
+    :func:`leaf_changes` gives them (an empty slot's clock can move; it is never read).
     Returns (changed bool[B], added int32[B, l]). O(B * (l + C) * half)."""
     nb = len(local_idx)
     nl = members.shape[1]
@@ -758,14 +743,13 @@ def hop_on(out, hop, nh, host_router, router_dist, lan_us):
     record copy goes field by field). ``out`` advances in place (src = the node it is at,
     dst = nh, hops + 1, path_us + latency) and ``hop`` becomes the hop as sent: the same,
     with sent = the arrival time at this node, time = sent + latency, seq / pay_off /
-    pay_len 0. Returns the latencies (int64). Latency is the engine's model, lan +
-    dist[router(a), router(b)] + lan, 0 for a == b. O(n)."""
+    pay_len 0. Returns the latencies (int64, ``host_delay``). O(n)."""
     n = len(out)
     lat = np.empty(n, np.int64)
     for i in range(n):
         a = np.int64(out[i]["dst"])
         b = nh[i]
-        d = _lat(host_router, router_dist, 2 * np.int64(lan_us), a, b)
+        d = host_delay(host_router, router_dist, lan_us, a, b)
         for r in (out[i], hop[i]):
             r["src"] = a
             r["dst"] = b
@@ -789,8 +773,10 @@ def _mix(h, v):
 
 @numba.njit(cache=True)
 def hop_identity(src, dst, origin, type_, hops, key_hi, key_lo):
-    """``hop_acks.hop_hash`` in one pass: per row, h = 0, then each field in this order
-    mixed in by :func:`_mix` (wrapping uint64). O(n)."""
+    """The 64-bit identity of each routed hop (the fields both ends see: a collision would
+    need two hops of one sender to one receiver with different keys to hash equal, ~2^-64):
+    per row, h = 0, then each field in this order mixed in by :func:`_mix` (wrapping
+    uint64). O(n)."""
     n = len(src)
     out = np.empty(n, np.uint64)
     for i in range(n):
@@ -936,8 +922,7 @@ def rows_and(table, li, last):
 def newly_joined(li, t, joined, nbrs_got, rows_expected, rows_got):
     """The distinct nodes among ``li`` that have every join piece in and were not joined:
     marked joined in place and returned as (sorted local indices int64, the ``t`` of each
-    one's first row int64): what ``unique_first`` and four masks computed in
-    ``JoinProtocol._maybe_joined``. O(n log n)."""
+    one's first row int64). O(n log n)."""
     u, first = unique_first(li)
     out_li = np.empty(len(u), np.int64)
     out_t = np.empty(len(u), np.int64)

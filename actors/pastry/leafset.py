@@ -48,12 +48,6 @@ class LeafSet:
         return kernels.row_contains(self.members, np.asarray(li, np.int64),
                                     np.asarray(ids, np.int64))
 
-    def farthest(self, li, side: slice):
-        """(member count, farthest member or the first slot's value) of one side."""
-        part = self.members[li, side]
-        n_ok = (part >= 0).sum(axis=1)
-        return n_ok, part[np.arange(len(li)), np.maximum(n_ok - 1, 0)]
-
     def replica_set(self, li, k: int) -> np.ndarray:
         """(len(li), k) ids: the k members nearest each node, alternating nearest smaller
         and nearest larger (sides are ordered nearest first); -1 where fewer. O(len * l)."""

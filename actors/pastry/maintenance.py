@@ -27,7 +27,7 @@ from . import handler_kernels, kernels
 from . import types as msg_types
 from .messages import msgs_of, payload_of, send_rows, take_rows
 from .router import ROUTE_LOG_COLUMNS
-from .types import Announce, KaTimer, Keepalive, LeafRefresh, RowsReq
+from .types import Announce, KaTimer, LeafRefresh, RowsReq
 
 
 class LeafSetMaintenance:
@@ -69,65 +69,51 @@ class LeafSetMaintenance:
                       msg_types.KA_TIMER)
 
     def on_ka_timer(self, ctx, batch) -> None:
-        m = msgs_of(batch)
-        nodes = self.nodes
-        leaves = nodes.leaves
-        # the common case, no leaf silent too long, in one compiled call
-        # (handler_kernels.on_ka_timer): requests, keep-alives and the next timers
-        ok, = ctx.send_compiled(
-            len(m) * (leaves.members.shape[1] + 3), 0, handler_kernels.on_ka_timer, m,
-            nodes.local_of(ctx, batch), nodes.incarnation, leaves.members, leaves.heard,
-            nodes.joined, nodes.global_ids, leaves.half, self.timeout_us, self.keepalive_us,
-            msg_types.LEAF_REQ, msg_types.KEEPALIVE, msg_types.KA_TIMER)
-        if ok:
-            return
-        # a timer set before a crash (an old incarnation) is void after the recovery
-        m = take_rows(m, m[KaTimer.incarnation]
-                      == nodes.incarnation[nodes.local(ctx, m["dst"])])
-        x, t = m["dst"].astype(np.int64), m["time"]
-        li = nodes.local(ctx, x)
-        leaf = nodes.leaves.members[li].astype(np.int64)
-        silent = (leaf >= 0) & (nodes.leaves.heard[li] < (t - self.timeout_us)[:, None])
-        r, c = np.nonzero(silent)
-        if len(r):
-            ctx.count("pastry_presumed_failed", len(r))
-            self.repair.presume_failed(ctx, li[r], leaf[r, c], t[r])
-        # repair, repeated every period until full: a side short of l/2 members asks its
-        # farthest surviving member for its leaf set
-        half = nodes.leaves.half
-        for side in nodes.leaves.sides():
-            n_ok, far = nodes.leaves.farthest(li, side)
-            ask = (n_ok > 0) & (n_ok < half) & nodes.joined[li]
-            if ask.any():
-                ctx.send(x[ask], far[ask], msg_types.LEAF_REQ, t[ask], mode=0)
-        leaf = nodes.leaves.members[li].astype(np.int64)
-        r, c = np.nonzero(leaf >= 0)
-        if len(r):
-            ctx.send(x[r], leaf[r, c], msg_types.KEEPALIVE, t[r], mode=0)
-        ctx.timer(x, t + self.keepalive_us, msg_types.KA_TIMER,
-                  **KaTimer.fields(incarnation=nodes.incarnation[li]))
-
-    def on_keepalive(self, ctx, batch) -> None:
+        """Leaves silent for the timeout are presumed failed (table repair); then a side
+        short of l/2 members asks its farthest member for its leaf set (LEAF_REQ), every
+        member gets a KEEPALIVE and the next timer is set (``handler_kernels.on_ka_timer``).
+        A timer set before a crash (an old incarnation) is void after the recovery."""
         m = msgs_of(batch)
         nodes = self.nodes
         li = nodes.local_of(ctx, batch)
-        # the senders are alive and their slots heard (as nodes.heard_from, then
-        # kernels.keepalive_heard), in one compiled call
-        stranger = handler_kernels.keepalives_heard(m, li, nodes.failed.ids,
-                                                    nodes.leaves.members, nodes.leaves.heard)
-        if not stranger.any():
+        if self._keepalive_round(ctx, m, li, True):
             return
-        # a node that lists us (e.g. recovered, or a repaired neighbour)
-        nodes.learn(ctx, li[stranger], m["src"][stranger, None].astype(np.int64),
-                    m["time"][stranger])
-        # Leaf sets are not symmetric while they converge: the sender lists us but we do
-        # not list it, so we send it no keep-alives and it would presume us failed (and
-        # then keep us out through its failed memory). Answer it (with is_reply = 1: a
-        # reply is never answered, so no ping-pong).
-        still = stranger & ~nodes.leaves.contains(li, m["src"]) & (m[Keepalive.is_reply] == 0)
-        if still.any():
-            ctx.send(m["dst"][still], m["src"][still], msg_types.KEEPALIVE, m["time"][still],
-                     **Keepalive.fields(is_reply=1), mode=0)
+        # some leaf was silent too long: presume the silent ones failed, then the round
+        current = m[KaTimer.incarnation] == nodes.incarnation[li]
+        m, li = take_rows(m, current), li[current]
+        t = m["time"]
+        leaf = nodes.leaves.members[li].astype(np.int64)
+        silent = (leaf >= 0) & (nodes.leaves.heard[li] < (t - self.timeout_us)[:, None])
+        r, c = np.nonzero(silent)
+        ctx.count("pastry_presumed_failed", len(r))
+        self.repair.presume_failed(ctx, li[r], leaf[r, c], t[r])
+        self._keepalive_round(ctx, m, li, False)
+
+    def _keepalive_round(self, ctx, m, li, check_silent: bool) -> bool:
+        """KA_TIMERs ``m`` at local nodes ``li`` in one compiled call; with
+        ``check_silent``, False (nothing done) when a leaf was silent too long."""
+        nodes = self.nodes
+        leaves = nodes.leaves
+        ok, = ctx.send_compiled(
+            len(m) * (leaves.members.shape[1] + 3), 0, handler_kernels.on_ka_timer, m, li,
+            nodes.incarnation, leaves.members, leaves.heard, nodes.joined, nodes.global_ids,
+            leaves.half, self.timeout_us, check_silent, self.keepalive_us,
+            msg_types.LEAF_REQ, msg_types.KEEPALIVE, msg_types.KA_TIMER)
+        return ok
+
+    def on_keepalive(self, ctx, batch) -> None:
+        """The senders are alive and their slots heard; a sender we do not list is taken
+        in and, unless its keep-alive was a reply, answered (one compiled call,
+        ``handler_kernels.on_keepalive``). Leaf sets are not symmetric while they converge:
+        a sender that lists us while we do not list it gets no keep-alives from us and
+        would presume us failed (and then keep us out through its failed memory); a reply
+        is never answered, so there is no ping-pong."""
+        m = msgs_of(batch)
+        nodes = self.nodes
+        probes, uli, changed = ctx.send_compiled(
+            len(m), 0, handler_kernels.on_keepalive, m, nodes.local_of(ctx, batch),
+            *nodes.learn_inputs(ctx), msg_types.KEEPALIVE)
+        nodes.learned(ctx, probes, uli, changed)
 
     # ---- the announce walk -------------------------------------------------------------
     def on_announce(self, ctx, batch) -> None:

@@ -52,7 +52,7 @@ def _best_per_router(hosts: np.ndarray, router: np.ndarray):
 def _leaf_sets(order: np.ndarray, qpos: np.ndarray, l: int, ids_hi, ids_lo) -> np.ndarray:
     """Leaf sets of the nodes at sorted positions ``qpos``. O(len(qpos) * l).
 
-    Side rule (shared with :func:`merge.select_leaves`): a node is on the smaller side
+    Side rule (shared with ``kernels.select_leaves``): a node is on the smaller side
     when its counter-clockwise distance is below half the ring, otherwise on the larger
     side; each side keeps its ``l/2`` nearest. On a ring of more than ~l nodes this is
     the plain l/2 predecessors and l/2 successors; on a tiny ring a side may stay short

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from emulator.latency import RouterLatency
+
 from .ids import closest_node, sorted_order
 from .oracle import oracle_state
 from .routing import next_hop
@@ -88,11 +90,8 @@ def table_quality(state: PastryState, ids_hi, ids_lo, host_router, router_dist_u
     kl = rng.integers(0, 2**64, n_routes, dtype=np.uint64)
     final, hops, path = route_paths(state, ids_hi, ids_lo, start, kh, kl, on_loop="mark")
     ok = final >= 0
-    hr = np.asarray(host_router, np.int64)
     lan = int(np.asarray(lan_us).flat[0]) if np.ndim(lan_us) else int(lan_us)
-
-    def lat(a, b):
-        return 2 * lan + router_dist_us[hr[a], hr[b]].astype(np.int64)
+    lat = RouterLatency(host_router, router_dist_us, lan).latency
 
     a, b = path[:, :-1], path[:, 1:]
     step = np.where(b >= 0, lat(np.maximum(a, 0), np.maximum(b, 0)), 0)

@@ -28,10 +28,3 @@ def synthetic_network(n_hosts: int, n_routers: int, seed: int, *, span_us: int =
     hi, lo = node_ids(n_hosts, seed)
     return {"node_ids_hi": hi, "node_ids_lo": lo, "host_router": host_router,
             "router_dist_us": router_dist, "lan_us": lan_us}
-
-
-def host_latency(net: dict, a, b) -> np.ndarray:
-    """One-way host-to-host delay (us) in a synthetic network: LAN + core + LAN."""
-    hr = net["host_router"]
-    return (2 * net["lan_us"] + net["router_dist_us"][hr[np.asarray(a)], hr[np.asarray(b)]]
-            ).astype(np.int64)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from emulator.kernels import unique_first
+
 from . import types as msg_types
 from .messages import msgs_of
 from .types import RowReply, RowReq
@@ -31,7 +33,7 @@ class TableRepair:
         t = np.asarray(t, np.int64)
         # one presumption per (node, dead id); already-known deaths are not repeated
         key = li * (1 << 32) + dead_ids
-        _, first = np.unique(key, return_index=True)
+        _, first = unique_first(key)
         first.sort()
         li, dead_ids, t = li[first], dead_ids[first], t[first]
         known = self.nodes.failed.knows(li, dead_ids)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from emulator.kernels import unique_first
+
 from .tree import TreeState, first_in_run
 from .types import ADOPT, COLLAPSE_WAVE, Adopt, CollapseWave
 from .wire import Messenger
@@ -28,7 +30,7 @@ class TreeCollapse:
         li = self.messenger.local(ctx, m["dst"])
         act = t.active_slots()
         act = act[sl["root"][act]]
-        req_nodes, first = np.unique(li, return_index=True)
+        req_nodes, first = unique_first(li)
         roots = act[np.isin(sl["node"][act], req_nodes)]
         if not len(roots):
             return

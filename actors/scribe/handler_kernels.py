@@ -28,7 +28,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from emulator.kernels import put_send, zero_rows
+from emulator.kernels import put_send, unique_first, zero_rows
 
 from .kernels import ticking_nodes
 from .keyindex import insert_key, key_value, ranges_where
@@ -291,10 +291,9 @@ def on_refresh(m, li, six, eix, n_groups, n_nodes, active, slot_node, n_children
     zero_rows(out, 0, n - k)
     live, s, e = live[:k], s[:k], e[:k]
     new = np.zeros(k, np.bool_)
-    order = np.argsort(e, kind="mergesort")    # stable: a run starts at its first row
-    for p in range(k):
-        j = order[p]
-        if (p == 0 or e[order[p - 1]] != e[j]) and not e_valid[e[j]]:
+    _, first = unique_first(e)
+    for j in first:
+        if not e_valid[e[j]]:
             new[j] = True
     for j in range(k):
         x = e[j]
@@ -447,11 +446,9 @@ def _forward_write(m, li, next_hop, is_join, was, ok, six, n_groups, slot_size, 
             s[i] = v
     # a forwarder starts at the first accepted row of its slot (as first_of_slot_among)
     cont = np.zeros(n, np.bool_)
-    keyed = np.where(ok, s, -1 - np.arange(n))
-    order = np.argsort(keyed, kind="mergesort")
-    for p in range(n):
-        i = order[p]
-        if ok[i] and not was[i] and (p == 0 or keyed[order[p - 1]] != keyed[i]):
+    _, first = unique_first(np.where(ok, s, -1 - np.arange(n)))
+    for i in first:
+        if ok[i] and not was[i]:
             cont[i] = True
             v = s[i]
             active[v] = True

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from emulator.kernels import unique_first
+
 from .keyindex import key_value, ranges_where
 
 
@@ -83,18 +85,12 @@ def heard_from_parent(ix, local_idx, groups, n_groups, active, parent, senders, 
 def ticking_nodes(local_idx, times):
     """The distinct nodes of a TICK cell, sorted (as np.unique), and the time of each
     one's first row. O(q log q)."""
-    n = len(local_idx)
-    order = np.argsort(local_idx, kind="mergesort")
-    nodes = np.empty(n, np.int64)
-    now_n = np.empty(n, np.int64)
-    k = 0
-    for j in range(n):
-        i = order[j]
-        if k == 0 or local_idx[i] != nodes[k - 1]:
-            nodes[k] = local_idx[i]
-            now_n[k] = times[i]
-            k += 1
-    return nodes[:k], now_n[:k]
+    vals, first = unique_first(local_idx)
+    nodes = vals.astype(np.int64)
+    now_n = np.empty(len(first), np.int64)
+    for k in range(len(first)):
+        now_n[k] = times[first[k]]
+    return nodes, now_n
 
 
 @numba.njit(cache=True)

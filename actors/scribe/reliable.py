@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from emulator.kernels import unique_first
+
 from .keyindex import KeyIndex
 from .tree import TreeState, send_data_to_children
 from .types import DATA, Data
@@ -138,7 +140,7 @@ class OrderedDelivery:
         # forwardHandler: each new message goes on to every child once, in seqno order
         send_data_to_children(self.tree, self.messenger, ctx, s, nodes, group, source, publish,
                               seqno, hops, now)
-        touched, first = np.unique(s, return_index=True)
+        touched, first = unique_first(s)
         last = np.r_[first[1:], len(s)] - 1
         # rows are sorted by (slot, seqno): a slot's last row holds its newest seqno
         sl["top_seq"][touched] = np.maximum(sl["top_seq"][touched], seqno[last])

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from emulator.kernels import unique_first
+
 from . import handler_kernels, kernels
 from .membership import TreeLeaves
 from .publishing import ReliablePublishing
@@ -119,7 +121,7 @@ class TreeRepair:
         return status == handler_kernels.DONE
 
     def _tick_general(self, ctx, li, m) -> None:
-        nodes, first = np.unique(li, return_index=True)
+        nodes, first = unique_first(li)
         now_n = m["time"][first]
         gid_n = np.asarray(ctx.nodes)[nodes].astype(np.int64)
         qi, s = self.tree.slots_of_nodes(nodes)

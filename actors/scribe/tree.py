@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from emulator.kernels import unique_first
+
 from . import kernels
 from .keyindex import KeyIndex
 from .types import DATA, Data
@@ -57,8 +59,7 @@ def first_in_run(keys: np.ndarray) -> np.ndarray:
     """Mask of the first occurrence of each key value (rows keep their given order)."""
     first = np.zeros(len(keys), bool)
     if len(keys):
-        _, idx = np.unique(keys, return_index=True)
-        first[idx] = True
+        first[unique_first(np.asarray(keys))[1]] = True
     return first
 
 
@@ -186,7 +187,7 @@ class TreeState:
         hit[hit] = self.entries["valid"][e[hit]]
         # a pair repeated in one batch is removed once
         if hit.any():
-            _, first = np.unique(e[hit], return_index=True)
+            _, first = unique_first(e[hit])
             keep = np.zeros(int(hit.sum()), bool)
             keep[first] = True
             idx = np.flatnonzero(hit)
