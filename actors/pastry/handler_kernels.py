@@ -1,14 +1,13 @@
 """Whole handler passes compiled: a handler's work and its sends in one numba call.
 
-A cell of sparse protocol traffic hands each handler a few messages, and a handler written
-as numpy calls, a compiled kernel or two and ``ctx.send`` calls spent 40-140 us per call on
-that glue (BENCHMARKS.md, issue 13), far more than the work. The handlers here run as one
-call: they read the message records, change the node state through the same kernels as
-before (:func:`.kernels.learn`) and write their sends straight into the rows the engine's
-``ShardContext.send_compiled`` lends them (:func:`emulator.kernels.put_send`: the arrival
-time of the engine's latency model), payload ids into its pool. Each writes the same rows,
-in the same order, with the same fields as the handler it replaced (the protocol digest
-test checks a whole run).
+A cell of sparse protocol traffic hands each handler a few messages, so a handler's glue
+(numpy calls, kernel dispatches, ``ctx.send`` calls) would cost far more than its work. The
+handlers here run as one call: they read the message records, change the node state
+through :mod:`.kernels` (:func:`.kernels.learn`) and write their sends straight into the
+rows the engine's ``ShardContext.send_compiled`` lends them
+(:func:`emulator.kernels.put_send`: the arrival time of the engine's latency rule),
+payload ids into its pool (:func:`emulator.kernels.pack_row`). The protocol digest test
+checks a whole run.
 
 Every kernel here ends with the arguments ``send_compiled`` appends (out, pool, cursor,
 host_router, router_dist, lan_us) and returns its results followed by (rows written, new

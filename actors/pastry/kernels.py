@@ -1,12 +1,12 @@
 """Compiled Pastry kernels: the per-message loops of the hot handlers (numba, cached).
 
 Plain ``@numba.njit(cache=True)`` functions over numpy arrays, one job each, called by the
-handlers in place of sequences of small numpy calls (docs/ARCHITECTURE.md, "Compiled
-kernels"). They are the product's only implementation; tests/reference_pastry.py holds
-numpy references that tests/test_pastry_kernels.py checks them against value for value
-(same ties, same quirks), and ``tests/test_protocol_digest.py`` checks a whole protocol
-run. Ids are 128-bit (hi, lo) uint64 pairs as in :mod:`.ids`; latencies are
-the engine's rule, ``emulator.kernels.host_delay``.
+handlers (docs/ARCHITECTURE.md, "Compiled kernels"). They are the product's only
+implementation; tests/reference_pastry.py holds numpy references that
+tests/test_pastry_kernels.py checks them against value for value (same ties, same quirks),
+and ``tests/test_protocol_digest.py`` checks a whole protocol run. Ids are 128-bit (hi, lo)
+uint64 pairs as in :mod:`.ids`; latencies are the engine's rule,
+``emulator.kernels.host_delay``.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ _I64_MAX = np.iinfo(np.int64).max
 
 @numba.njit(cache=True)
 def _clz(x):
-    """Leading zero bits of a uint64 (64 for 0): LLVM's ctlz, one instruction (a loop
-    over the bits cost up to 64 steps; a six-step halving was slower on short prefixes)."""
+    """Leading zero bits of a uint64 (64 for 0): LLVM's ctlz, one instruction."""
     return np.int64(leading_zeros(x))
 
 
@@ -309,7 +308,7 @@ def next_hop(rt, leaf, nbr, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo,
                 if best == -2 or _less(dh, dl, bdh, bdl) or (
                         dh == bdh and dl == bdl and _less(ch, cl, bch, bcl)):
                     best, bdh, bdl, bch, bcl = j, dh, dl, ch, cl
-            if best == -2:  # no valid candidate: numpy's pick -1 took the last column
+            if best == -2:  # no valid candidate: the last column (the reference's quirk)
                 chosen = np.int64(leaf[li, nl - 1])
             else:
                 chosen = me if best == 0 else np.int64(leaf[li, best - 1])

@@ -2,16 +2,13 @@
 handler's look-ups, its state changes and its sends in one numba call.
 
 Under churn every node ticks and heartbeats each period, so a 2 ms cell hands TICK,
-HEARTBEAT, REFRESH and DATA a few messages each, and the handlers' glue (the overlay's
-and the application's dispatch, a plan kernel, record arrays, a record kernel, the sends'
-copies and arrival times, the next timers) cost 80-200 us per call against a few us of
-work (BENCHMARKS.md, issue 13). Each kernel here is the common case of one handler,
-written as the numpy/kernel path it replaces (``repair.TreeRepair``,
-``multicast.Dissemination``, ``membership.TreeJoins`` for JOIN_ACK, which comes once per
-cell and join-phase shard: issue 15): the same state changes, the same records in the same order
-(``emulator.kernels.put_send`` sets their arrival times as the engine would), the same
-counters and log rows. ``tests/test_scribe_repair.py`` compares them with the general path
-record by record.
+HEARTBEAT, REFRESH and DATA a few messages each, and a handler's glue (dispatch, record
+arrays, the sends' copies and arrival times, the next timers) would cost far more than its
+work. Each kernel here is the common case of one handler (``repair.TreeRepair``,
+``multicast.Dissemination``, ``membership.TreeJoins`` for JOIN_ACK): the same state
+changes, the same records in the same order (``emulator.kernels.put_send`` sets their
+arrival times as the engine would), the same counters and log rows.
+``tests/test_scribe_repair.py`` compares them with the general path record by record.
 
 Every kernel zeroes the rows it writes (the rows lent to ``on_runs`` are not zeroed).
 Every kernel first checks, writing nothing, that its case holds (every row a direct

@@ -1,9 +1,9 @@
 """Compiled tree-state look-ups (numba, cached): what Scribe's handlers ask of
 :class:`~.tree.TreeState` for a few dozen messages at a time.
 
-Each is the exact equivalent of the numpy sequence it replaced in ``TreeState`` -- same
-values, same order, the same row written last where rows repeat -- in one call instead of
-5-15 small numpy calls (docs/ARCHITECTURE.md, "Compiled kernels"). Slots are found by the
+Each gives what the vectorized form in ``TreeState`` gives -- same values, same order,
+the same row written last where rows repeat -- in one call instead of 5-15 small numpy
+calls (docs/ARCHITECTURE.md, "Compiled kernels"). Slots are found by the
 key ``local_idx * n_groups + group``, child entries by ``slot * n_nodes + child``, in
 :class:`~.keyindex.KeyIndex` arrays.
 """
@@ -38,8 +38,7 @@ def write_children(e, slots, children, creds, now, valid, e_slot, e_child, e_cre
     the row's credential and refresh time, valid; a row whose entry was not valid before
     the call, and is its entry's first row, is a new child: its slot's and node's child
     counts go up. Returns that mask. Row by row: an entry's later rows find it valid (its
-    first row made it so) and write over it, as numpy's assignment in row order, with
-    ``np.unique`` for the first rows (``TreeState.add_children`` before). O(q)."""
+    first row made it so) and write over it, as numpy's assignment in row order. O(q)."""
     newly = np.zeros(len(e), np.bool_)
     for i in range(len(e)):
         v = e[i]
@@ -83,8 +82,8 @@ def heard_from_parent(ix, local_idx, groups, n_groups, active, parent, senders, 
 
 @numba.njit(cache=True)
 def ticking_nodes(local_idx, times):
-    """The distinct nodes of a TICK cell, sorted (as np.unique), and the time of each
-    one's first row. O(q log q)."""
+    """The distinct nodes of a TICK cell, sorted (int64), and the time of each one's first
+    row. O(q log q)."""
     vals, first = unique_first(local_idx)
     nodes = vals.astype(np.int64)
     now_n = np.empty(len(first), np.int64)
@@ -105,8 +104,9 @@ def tick_plan(six, eix, local_idx, times, n_groups, n_nodes, active, root, paren
     slots (row qi into nodes, slot s, in group order, as ``TreeState.slots_of_nodes``); the
     slot rows that refresh their entry at the parent; the (slot row, child entry) pairs
     that get a heartbeat (no data sent to them within ``period``). Written, as
-    ``TreeRepair`` did in numpy: a slot's unset ``last_heard`` becomes its tick time, and
-    ``last_sent`` the tick time of every slot that sends heartbeats. O(q + children).
+    ``TreeRepair``'s general path writes them: a slot's unset ``last_heard`` becomes its
+    tick time, and ``last_sent`` the tick time of every slot that sends heartbeats.
+    O(q + children).
     """
     nodes, now_n = ticking_nodes(local_idx, times)
     qi, s = ranges_where(six, nodes, active)

@@ -104,8 +104,8 @@ class OrderedDelivery:
         self.variant_of = variant_of
         self.ring = MessageRing(buffer) if ring is None else ring
         # a slot the tree forgets (it left the tree, its node crashed) forgets its messages
-        # too: kept, they made a re-joined slot take the copies its new parent re-sent for
-        # its children as duplicates (positions rewound to a repairing child's, issue 22)
+        # too: kept, they would make a re-joined slot take the copies its new parent re-sends
+        # for its children (positions rewound to a repairing child's) as duplicates
         tree.on_reset.append(self.forget)
 
     def forget(self, slots) -> None:
@@ -134,7 +134,7 @@ class OrderedDelivery:
         ctx.count("scribe_duplicates", int((~new).sum()))
         s, nodes, group, source = s[new], nodes[new], group[new], source[new]
         publish, seqno, hops, now = publish[new], seqno[new], hops[new], now[new]
-        if not len(s):  # issue 22: every copy was a duplicate (crashed on the empty batch)
+        if not len(s):  # every copy was a duplicate: nothing to buffer or forward
             return
         ring.put(s, seqno, publish, source, hops)
         # forwardHandler: each new message goes on to every child once, in seqno order
@@ -158,7 +158,7 @@ class OrderedDelivery:
             sl["synced"][us] = True
 
     def _log_arrivals(self, ctx, s, nodes, group, source, publish, seqno, hops, now) -> None:
-        """issue 22: members log every copy the tree brings them (`arrival`, before
+        """Members log every copy the tree brings them (`arrival`, before
         hold-back and duplicate removal): the raw tree stream, beside `delivery` (what is
         released)."""
         am = self.tree.slots["member"][s]

@@ -135,7 +135,7 @@ class TreeRepair:
         """RP records re-sent where the leaf set changed, unacknowledged messages
         re-routed, and the next TICK of every node that still holds tree state."""
         self.rendezvous.refresh_stale(ctx, nodes, qi, s, now)
-        if self.publishing is not None:  # issue 22: sources re-route unacknowledged messages
+        if self.publishing is not None:  # sources re-route unacknowledged messages
             self.publishing.retry_pending(ctx, nodes, now_n)
         qi2, _ = self.tree.slots_of_nodes(nodes)
         busy = np.zeros(len(nodes), bool)
@@ -168,7 +168,7 @@ class TreeRepair:
     def _refresh_parents(self, ctx, s, now, me, grp) -> None:
         """Slots s refresh their entry at their parent."""
         sl = self.tree.slots
-        # issue 22: with the reliable layer the refresh carries the child's last seqno
+        # with the reliable layer the refresh carries the child's last seqno
         pos = {"last_seq": sl["last_seq"][s]} if self.ordered is not None else {}
         self.messenger.send(ctx, me, sl["parent"][s], REFRESH, now, grp,
                             **Refresh.fields(credential=sl["join_cred"][s], **pos))
@@ -244,7 +244,7 @@ class TreeRepair:
         sub = take_rows(m, live)
         new = t.add_children(s_live, sub["src"], sub[Refresh.credential], sub["time"])
         if self.ordered is not None and new.any():
-            # issue 22: a child re-admitted here (its entry had expired, e.g. its first
+            # a child re-admitted here (its entry had expired, e.g. its first
             # refresh came late over a long link) missed what was sent meanwhile and never
             # noticed (it kept hearing from us): catch it up from its last seqno
             sub = take_rows(m, live)

@@ -40,7 +40,7 @@ _SLOT_COLS = {
     "rep_acl": ("i8", -1),     # replica of the RP's record (held by the k closest nodes)
     "rep_creator": ("i4", -1),
     "synced": ("?", False),    # reliable layer: last_seq is a valid in-order position
-    "src_seq": ("i8", 0),      # reliable layer, as a source: next source seqno (issue 22)
+    "src_seq": ("i8", 0),      # reliable layer, as a source: next source seqno
     "rep_seq": ("i8", -1),     # reliable layer, as a replica: last seqno replicated
     "top_seq": ("i8", -1),     # reliable layer: newest seqno buffered here (above last_seq
                                # while later messages wait behind a gap)
