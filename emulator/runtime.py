@@ -215,15 +215,35 @@ def _stderr_to_file(path: Path) -> Iterator[None]:
 ADDRESS_CHECK_TIMEOUT_S = 8.0
 
 _GCS_PROBE = r"""
-import json, sys
+import json, os, sys
 try:
     import ray
     import ray._private.ray_constants as rc
     from ray._raylet import GcsClient
-    gcs = GcsClient(address=sys.argv[1])
-    raw = gcs.internal_kv_get(b"CLUSTER_METADATA", namespace=rc.KV_NAMESPACE_CLUSTER)
+    from ray.exceptions import AuthenticationError
+
+    def metadata():
+        gcs = GcsClient(address=sys.argv[1])
+        return gcs.internal_kv_get(b"CLUSTER_METADATA", namespace=rc.KV_NAMESPACE_CLUSTER)
+
+    out = {}
+    try:
+        raw = metadata()
+    except AuthenticationError:
+        # Ray turns token mode on by itself only for a head it starts or finds locally; a
+        # client given an address must ask for it. Ask again in token mode when the user
+        # left the mode unset and this machine holds a token.
+        if os.environ.get("RAY_AUTH_MODE") is not None:
+            raise
+        from ray._raylet import AuthenticationTokenLoader, Config
+        if not AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True):
+            raise
+        os.environ["RAY_AUTH_MODE"] = "token"
+        Config.initialize("")
+        out["auth"] = "token"
+        raw = metadata()
     meta = json.loads(raw.decode()) if raw else {}
-    out = {"ray_version": meta.get("ray_version"), "python_version": meta.get("python_version")}
+    out.update(ray_version=meta.get("ray_version"), python_version=meta.get("python_version"))
 except Exception as e:
     text = str(e).strip()
     out = {"error": type(e).__name__, "message": text.splitlines()[0][:300] if text else ""}
@@ -273,15 +293,66 @@ def check_cluster_address(address: str, timeout: float = ADDRESS_CHECK_TIMEOUT_S
     line = next((ln for ln in res.stdout.splitlines() if ln.startswith("SCRIBE-EMU-GCS ")), None)
     answer = json.loads(line.split(" ", 1)[1]) if line else {"error": "no answer"}
     if answer.get("error") == "AuthenticationError":
-        raise RuntimeSetupError(f"cannot connect to {where}: the Ray head wants an "
-                                "authentication token (Ray token auth); put the cluster's "
-                                "token in RAY_AUTH_TOKEN or ~/.ray/auth_token")
+        raise RuntimeSetupError(f"cannot connect to {where}: {_token_problem()}")
+    if answer.get("auth") == "token":
+        _use_token_auth()
     if "error" in answer:
         raise RuntimeSetupError(f"cannot connect to {where}: the port is open but it does not "
                                 "answer as a Ray GCS (not a Ray head?)")
     problem = version_mismatch(answer)
     if problem:
         raise RuntimeSetupError(f"cannot use {where}: {problem}")
+
+
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+
+
+def _use_token_auth() -> None:
+    """Token mode for this process and everything it starts (the Spark driver's JVM, whose
+    Ray core worker talks to the GCS too). The cluster's own workers and job drivers get the
+    mode from their raylet, which the head's `ray start` set up."""
+    os.environ[AUTH_MODE_ENV] = "token"
+    with contextlib.suppress(ImportError, AttributeError):
+        from ray._raylet import Config
+        Config.initialize("")     # RayConfig is cached: re-read the mode from the environment
+
+
+def _token_source() -> str | None:
+    """Where Ray takes this machine's authentication token from (its order: the variable
+    RAY_AUTH_TOKEN, the file RAY_AUTH_TOKEN_PATH names, ~/.ray/auth_token), or None when
+    there is none."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return "the variable RAY_AUTH_TOKEN"
+    named = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    path = Path(named) if named else Path.home() / ".ray" / "auth_token"
+    with contextlib.suppress(OSError):
+        if path.read_text().strip():
+            return f"RAY_AUTH_TOKEN_PATH={named}" if named else str(path)
+    return None
+
+
+_GET_TOKEN = ("put the cluster's token (`ray get-auth-token` on the head prints it) in "
+              "~/.ray/auth_token, in the variable RAY_AUTH_TOKEN, or in a file named by "
+              "RAY_AUTH_TOKEN_PATH")
+
+
+def _token_problem() -> str:
+    """Why a head that wants an authentication token refused this machine, and the fix."""
+    mode = os.environ.get(AUTH_MODE_ENV)
+    named = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    source = _token_source()
+    if mode is not None and mode.lower() != "token":
+        return (f"the Ray head wants an authentication token but {AUTH_MODE_ENV}={mode} here; "
+                f"unset {AUTH_MODE_ENV} (or set it to token)" +
+                ("" if source else f" and {_GET_TOKEN}"))
+    if source is None and named and not os.environ.get("RAY_AUTH_TOKEN"):
+        return (f"the Ray head wants an authentication token and RAY_AUTH_TOKEN_PATH={named} "
+                "cannot be read or is empty; " + _GET_TOKEN)
+    if source is None:
+        return f"the Ray head wants an authentication token and this machine has none; {_GET_TOKEN}"
+    return (f"the Ray head rejected the authentication token from {source}: it is not this "
+            "cluster's token; replace it with the cluster's (`ray get-auth-token` on the head "
+            "prints it; RAY_AUTH_TOKEN, when set, comes before the files)")
 
 
 def version_mismatch(meta: dict) -> str | None:
