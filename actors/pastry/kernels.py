@@ -71,10 +71,34 @@ def _ring(ahi, alo, bhi, blo):
 
 
 @numba.njit(cache=True)
+def on_smaller_side(s_hi, s_lo, c_hi, c_lo):
+    """The leaf-set side rule, the one place it is written: whether id c belongs to the
+    smaller side of node s's leaf set -- its counter-clockwise distance (s - c) mod 2^128
+    is below half the ring -- and that distance (hi, lo). So the sides never share a node,
+    and a node that knows too few nodes on one side keeps that side short (and repairs
+    it) instead of filling it with far nodes of the other side. O(1)."""
+    dh, dl = _sub(s_hi, s_lo, c_hi, c_lo)
+    return dh < _HALF_HI, dh, dl
+
+
+@numba.njit(cache=True)
+def smaller_side(ids_hi, ids_lo, me, cand):
+    """:func:`on_smaller_side` of each node ``me[i]`` and candidate ``cand[i, j]`` (bool[n,
+    k]). O(n * k)."""
+    out = np.empty(cand.shape, np.bool_)
+    for i in range(cand.shape[0]):
+        s = me[i]
+        for j in range(cand.shape[1]):
+            c = cand[i, j]
+            out[i, j] = on_smaller_side(ids_hi[s], ids_lo[s], ids_hi[c], ids_lo[c])[0]
+    return out
+
+
+@numba.njit(cache=True)
 def side_farthest(members, x, lo, hi):
-    """The leaf-set side rule, the one place it is written: (member count, farthest member)
-    of the side ``members[x, lo:hi]``. A side fills nearest first, so its farthest member
-    is its last filled slot; an empty side gives its first slot's value (-1). O(l)."""
+    """The (member count, farthest member) of the leaf-set side ``members[x, lo:hi]``. A
+    side fills nearest first, so its farthest member is its last filled slot; an empty
+    side gives its first slot's value (-1). O(l)."""
     n_ok = 0
     for c in range(lo, hi):
         if members[x, c] >= 0:
@@ -181,8 +205,8 @@ def select_leaves(self_ids, cand, ids_hi, ids_lo, half, exclude):
                     break
             if skip:
                 continue
-            dh, dl = _sub(s_hi, s_lo, ids_hi[c], ids_lo[c])      # self - c: going down
-            if dh < _HALF_HI:
+            down, dh, dl = on_smaller_side(s_hi, s_lo, ids_hi[c], ids_lo[c])
+            if down:
                 # insert into the small side, sorted by (dh, dl); distinct ids, no ties
                 pos = ns
                 while pos > 0 and _less(dh, dl, s_d_hi[pos - 1], s_d_lo[pos - 1]):
@@ -414,7 +438,7 @@ def _write_nearest(srt, ids, keys):
 def leaf_changes(old, new, heard, now):
     """After a leaf-set merge: (changed bool[B], added int32[B, l] -- members of ``new``
     not in ``old``, else -1 --, keep-alive clocks int64[B, l] that follow their nodes,
-    newcomers at ``now``), as ``Pastry._merge_leaves`` computed them. O(B * l^2)."""
+    newcomers at ``now``). O(B * l^2)."""
     nb, nl = new.shape
     changed = np.zeros(nb, np.bool_)
     added = np.full((nb, nl), -1, np.int32)

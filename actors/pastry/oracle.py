@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ids import HALF_RING_HI, cw_dist, digit, shared_prefix_len, sorted_order
+from . import kernels
+from .ids import digit, shared_prefix_len, sorted_order
 from .kernels import nearest_column, table_row_from_group
 from .state import PastryState, check_params
 
@@ -52,11 +53,11 @@ def _best_per_router(hosts: np.ndarray, router: np.ndarray):
 def _leaf_sets(order: np.ndarray, qpos: np.ndarray, l: int, ids_hi, ids_lo) -> np.ndarray:
     """Leaf sets of the nodes at sorted positions ``qpos``. O(len(qpos) * l).
 
-    Side rule (shared with ``kernels.select_leaves``): a node is on the smaller side
-    when its counter-clockwise distance is below half the ring, otherwise on the larger
-    side; each side keeps its ``l/2`` nearest. On a ring of more than ~l nodes this is
-    the plain l/2 predecessors and l/2 successors; on a tiny ring a side may stay short
-    (then the node knows every node of that half ring).
+    Side rule (``kernels.on_smaller_side``, as ``kernels.select_leaves`` applies it): a
+    node is on the smaller side when its counter-clockwise distance is below half the
+    ring, otherwise on the larger side; each side keeps its ``l/2`` nearest. On a ring of
+    more than ~l nodes this is the plain l/2 predecessors and l/2 successors; on a tiny
+    ring a side may stay short (then the node knows every node of that half ring).
     """
     n = len(order)
     half = l // 2
@@ -68,17 +69,14 @@ def _leaf_sets(order: np.ndarray, qpos: np.ndarray, l: int, ids_hi, ids_lo) -> n
     me = order[qpos]
     pred = order[(qpos[:, None] - j[None, :]) % n]
     succ = order[(qpos[:, None] + j[None, :]) % n]
-    # smaller side iff the counter-clockwise distance is below 2^127 (high word < 2^63);
-    # distances grow with j, so each filter keeps a prefix and slots stay nearest first
-    out[:, :k] = np.where(_down_hi(pred, me, ids_hi, ids_lo) < HALF_RING_HI, pred, -1)
-    out[:, half:half + k] = np.where(_down_hi(succ, me, ids_hi, ids_lo) >= HALF_RING_HI, succ, -1)
+    # the side rule (kernels.on_smaller_side); distances grow with j, so each filter
+    # keeps a prefix and slots stay nearest first
+    me = np.ascontiguousarray(me, np.int64)
+    hi, lo = np.asarray(ids_hi, np.uint64), np.asarray(ids_lo, np.uint64)
+    out[:, :k] = np.where(kernels.smaller_side(hi, lo, me, np.ascontiguousarray(pred)), pred, -1)
+    out[:, half:half + k] = np.where(
+        kernels.smaller_side(hi, lo, me, np.ascontiguousarray(succ)), -1, succ)
     return out
-
-
-def _down_hi(c, me, ids_hi, ids_lo):
-    """High word of the counter-clockwise distance (me - c) mod 2^128, rows = me."""
-    h, _ = cw_dist(ids_hi[c], ids_lo[c], ids_hi[me][:, None], ids_lo[me][:, None])
-    return h
 
 
 def _neighbourhood(nodes, present_hosts, host_router, router_dist, m) -> np.ndarray:
