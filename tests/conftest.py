@@ -61,34 +61,92 @@ def quick_run(tmp_path_factory):
     return out, res.stdout, res.stderr
 
 
-@pytest.fixture(scope="module")
-def session():
-    """A fresh embedded Ray (2 CPUs) for one test module, stopped after it (a module may
-    define its own `session` instead, e.g. with Spark)."""
+# ---- one Ray and one Spark for the whole test session ------------------------------------------
+
+# fixtures that start Ray or Spark: a test that asks for one of them must be marked slow
+RUNTIME_FIXTURES = {"ray_runtime", "session", "spark", "quick_run", "reference_runs"}
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Markers tell the truth, and the tests that stop Ray themselves run last.
+
+    A test that asks for a Ray or Spark fixture but is not marked `slow` is an error here,
+    before anything runs (`make test-fast`, i.e. -m "not slow", must start neither). Tests
+    marked `owns_runtime` stop the session's Ray to start one of their own (a cluster, a
+    fresh JVM cache, a private temp dir): they go after every test that shares it."""
+    wrong = [item.nodeid for item in items
+             if item.get_closest_marker("slow") is None
+             and RUNTIME_FIXTURES & set(getattr(item, "fixturenames", ()))]
+    if wrong:
+        raise pytest.UsageError("tests that start Ray or Spark must be marked slow: "
+                                + ", ".join(wrong))
+    items.sort(key=lambda item: item.get_closest_marker("owns_runtime") is not None)
+
+
+@pytest.fixture(autouse=True)
+def _no_runtime_in_fast_tests(request, monkeypatch, tmp_path_factory):
+    """A test not marked `slow` may start no Ray (so no Spark, which runs on it): in this
+    process `ray.init` and the runtime's starters raise, and a Ray a child process might
+    start would put its session under a temp dir of this test, which must stay empty."""
+    if request.node.get_closest_marker("slow") is not None:
+        yield
+        return
+    import ray
+
+    from emulator import runtime
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{request.node.nodeid} starts Ray or Spark: mark it slow")
+
+    for obj, name in ((ray, "init"), (runtime, "start_ray"), (runtime, "start_spark")):
+        monkeypatch.setattr(obj, name, refuse)
+    ray_tmp = tmp_path_factory.mktemp("ray-tmp", numbered=True)
+    monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))
+    yield
+    started = sorted(p.name for p in ray_tmp.iterdir())
+    assert not started, f"{request.node.nodeid} started Ray in a child process: mark it slow"
+
+
+@pytest.fixture(scope="session")
+def ray_runtime():
+    """The session's embedded Ray (2 CPUs), shared by every test that needs one running; it
+    is stopped after the last test (tests marked `owns_runtime` may stop it earlier: they
+    run last)."""
     from emulator.runtime import start_ray, stop_ray
-    stop_ray()
     start_ray(num_cpus=2)
     yield
     stop_ray()
 
 
 @pytest.fixture(scope="module")
-def spark(request):
-    """A RayDP Spark session (one executor core) on the embedded Ray, for analysis tests.
+def session(ray_runtime):
+    """Ray running for a module (the session's)."""
+    from emulator.runtime import start_ray
+    start_ray(num_cpus=2)
 
-    Started once for a run of modules that use it: a module's teardown leaves the session up
-    when a later module of this test session asks for it too, and stops Ray and Spark after
-    the last (a Spark start costs 15-30 s of CI's budget; modules in between that need a
-    fresh Ray of their own stop this one first)."""
+
+@pytest.fixture(scope="module")
+def spark(ray_runtime):
+    """The session's RayDP Spark session (one executor core), started on first use; a
+    module whose tests stopped it (a lost executor's session is stopped by the runner)
+    leaves the next module a new one."""
     import test_analysis_helpers as hand
     from pyspark import cloudpickle
 
-    from emulator.runtime import start_ray, start_spark, stop_ray
+    from emulator.runtime import start_ray, start_spark
     os.environ["PYSPARK_PYTHON"] = sys.executable
     cloudpickle.register_pickle_by_value(hand)   # workers cannot import tests/
-    start_ray()
-    yield start_spark(cores=1)          # the running session, when an earlier module's is up
-    items = request.session.items
-    mine = [i for i, item in enumerate(items) if item.module is request.module]
-    if not any("spark" in item.fixturenames for item in items[max(mine, default=-1) + 1:]):
-        stop_ray()
+    start_ray(num_cpus=2)
+    return start_spark(cores=1)          # the running session, when one is up
+
+
+@pytest.fixture(scope="session")
+def reference_runs(ray_runtime, tmp_path_factory) -> dict:
+    """{shards: run directory} of the session's reference run (tests/runs.py) on 2 shards
+    and on 1, each end to end with its analysis. Shared: read them, never change them."""
+    from runs import reference_config
+
+    from scenarios import run_scenario
+    base = tmp_path_factory.mktemp("reference")
+    return {k: run_scenario(reference_config(k), out=base / f"k{k}", progress=False)
+            for k in (2, 1)}

@@ -324,6 +324,7 @@ def test_bad_input_is_refused(spark, tmp_path):
         run_analysis(tmp_path / "empty", spark, options=OPTIONS)
 
 
+@pytest.mark.slow
 def test_a_cancelled_collect_raises_without_a_console_warning(spark):
     """The warm-up beside the emulation is stopped by cancelling its Spark jobs; pyspark's
     toPandas then warns with the whole Java trace before it raises, which lands on the

@@ -70,6 +70,7 @@ def test_same_results_for_any_partitioning_and_row_order(spark, tmp_path):
         assert one == (second / "metrics" / name).read_bytes(), name
 
 
+@pytest.mark.slow
 def test_placement_deals_keys_to_partitions_in_turn(spark):
     """Grouping by (slot, *keys) after `placed` sends the i-th key to shuffle partition
     i mod n: Spark's shuffle is pmod(hash(slot, *keys), n), and our Murmur3 is Spark's."""

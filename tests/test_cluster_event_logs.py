@@ -4,9 +4,9 @@ Each node's processes see local paths under a root of their own (SCRIBE_EMU_NODE
 emulator/storage.py), as on machines without a shared filesystem: a file a shard writes on
 its node is not where the driver or the other node looks. With no `run.storage` the run
 must hand its event logs to Spark through the object store and keep its checkpoints on
-the driver; it must finish, analyse every row (row counts per table equal to a one-node
-run's Parquet) and replay a phase after a shard is killed. The one-node run names a
-`run.storage`: its shards write logs and checkpoints there, not in the run directory.
+the driver; it must finish, analyse every row (row counts per table equal to the session's
+reference run's Parquet: the same scenario on one machine, tests/runs.py) and replay a
+phase after a shard is killed.
 
 On the same cluster and Spark session, `run_analysis` of a hand-built run (that of
 test_analysis_real.build_run): the executors do not share the driver's disk, so the driver
@@ -15,8 +15,7 @@ independent computation expects (a header-only CSV from a part file left on an e
 disk would fail here).
 
 The cluster and its Spark run in a child process (a Spark driver JVM stays attached to the
-Ray it first connected to), once for both tests; the one-node reference runs there
-afterwards, emulation only.
+Ray it first connected to), once for both tests.
 """
 
 from __future__ import annotations
@@ -33,12 +32,12 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-NODES, GROUPS = 300, 5
 
 
-def _config():
+def _config(reference_toml: Path):
+    """The reference run's scenario, one retry after a lost shard."""
     from scenarios import load_scenario
-    return load_scenario("quick", nodes=NODES, groups=GROUPS, shards=2, sets=["run.retries=1"])
+    return load_scenario(str(reference_toml), sets=["run.retries=1"])
 
 
 def rows(path) -> int:
@@ -79,7 +78,7 @@ def _analyse_hand_run(run_dir: Path) -> dict:
             "expected": expected_rows(topo, groups, edges, GROUP_SIZES, N_HOSTS)}
 
 
-def _cluster_run(tmp: Path) -> dict:
+def _cluster_run(tmp: Path, reference_toml: Path) -> dict:
     """The scenario on the 2-node cluster, a shard killed in the join phase, then the hand
     run's analysis there; returns what the analysis counted per table, where the shards
     ran, what the run left, and what the hand run's CSVs must hold."""
@@ -123,7 +122,7 @@ def _cluster_run(tmp: Path) -> dict:
     emulator.Emulator = OneShardPerNode
     try:
         try:
-            run_dir = run_scenario(_config(), out=tmp / "cluster-run",
+            run_dir = run_scenario(_config(reference_toml), out=tmp / "cluster-run",
                                    address=cluster.address, progress=False)
         finally:
             emulator.Emulator, Emulator._get = Emulator, real_get
@@ -141,46 +140,28 @@ def _cluster_run(tmp: Path) -> dict:
             "hand": hand}
 
 
-def _one_node_rows(tmp: Path) -> dict:
-    """Rows per event table of the same scenario on one machine, its logs under a named
-    run.storage (Parquet, no analysis), and the files the run left where."""
-    from analysis.load import parquet_rows
-    from analysis.schema import EVENT_TABLES
-    from emulator import runtime
-    from scenarios import run_scenario
-    from scenarios import runner as runner_mod
-
-    runner_mod._analyse = lambda *a, **k: {}
-    runner_mod._record_total = lambda *a, **k: None
-    store = tmp / "storage"
-    cfg = _config()
-    cfg.run["storage"] = str(store)
-    try:
-        run_dir = run_scenario(cfg, out=tmp / "one-node-run", progress=False)
-    finally:
-        runtime.stop_ray()
-    return {"rows": {t: parquet_rows(store, t) for t in EVENT_TABLES},
-            "pointer": (run_dir / "STORAGE").read_text().strip() == str(store),
-            "run_dir_events": (run_dir / "events").exists(),
-            "run_dir_checkpoints": (run_dir / "checkpoints").exists(),
-            "stored_checkpoints": sorted(p.name for p in (store / "checkpoints").iterdir())}
-
-
 @pytest.fixture(scope="module")
-def child(tmp_path_factory) -> dict:
+def child(reference_runs, tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("cluster")
-    done = subprocess.run([sys.executable, __file__, str(tmp)], cwd=HERE,
+    done = subprocess.run([sys.executable, __file__, str(tmp),
+                           str(reference_runs[2] / "config.toml")], cwd=HERE,
                           capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def reference_rows(reference_runs) -> dict[str, int]:
+    from analysis.load import parquet_rows
+    from analysis.schema import EVENT_TABLES
+    return {t: parquet_rows(reference_runs[2], t) for t in EVENT_TABLES}
+
+
 @pytest.mark.slow
-def test_cluster_without_shared_disk_hands_logs_to_spark(child):
+def test_cluster_without_shared_disk_hands_logs_to_spark(child, reference_rows):
     print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "run_log"}
                       for k, v in child.items()}))     # shown when an assertion fails
-    cluster, one_node = child["cluster"], child["one_node"]
-    reference = one_node["rows"]
+    cluster, reference = child["cluster"], reference_rows
     assert reference["message"] > 1_000 and reference["delivery"] > 0
     assert cluster["counted"] == reference          # every row of every table analysed
     assert cluster["killed"] == 1 and "retry 1 of 1" in cluster["run_log"]
@@ -191,17 +172,12 @@ def test_cluster_without_shared_disk_hands_logs_to_spark(child):
     assert not [f for f in cluster["driver_files"] if f.startswith("events")]
     assert "checkpoints/join/shard1.pkl" in cluster["driver_files"]
     assert "summary.json" in cluster["driver_files"]
-    # the named storage holds the one-node run's logs and checkpoints, with a pointer
-    assert one_node["pointer"] and not one_node["run_dir_events"]
-    assert not one_node["run_dir_checkpoints"]
-    assert one_node["stored_checkpoints"] == sorted(_config().phase_order)
 
 
 if __name__ == "__main__":
     sys.path[:0] = [str(HERE), str(HERE.parent)]
-    tmp = Path(sys.argv[1])
-    out = {"cluster": _cluster_run(tmp), "one_node": _one_node_rows(tmp)}
-    print(json.dumps(out))
+    tmp, reference_toml = Path(sys.argv[1]), Path(sys.argv[2])
+    print(json.dumps({"cluster": _cluster_run(tmp, reference_toml)}))
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from emu_protocols import BOOM, FLOOD_DTYPE, PING, RELAY, TICK, TYPE_NAMES, Flood
+from emu_protocols import BOOM, FLOOD_DTYPE, PING, RELAY, TYPE_NAMES, Flood
 
 from emulator import ENGINE_DTYPE, Batch, RouterLatency, message_dtype, new_messages, rank_within
 from emulator.batch import as_messages, pack_rows
@@ -442,11 +442,10 @@ def test_engine_hands_each_run_its_local_indices(lat):
 
 # ---- on Ray ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def ray_session():
+def ray_session(session):
+    """The test session's embedded Ray (tests/conftest.py)."""
     import ray
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, num_cpus=2, logging_level="WARNING")
-    yield ray
+    return ray
 
 
 def _flood(lat, tmp_path, ray, shards=1, node_shard=None, seed=5, phase="p", handoff=False,
@@ -548,6 +547,7 @@ def test_timers_idle_jumps_and_failures(lat, tmp_path, ray_session):
     emu.shutdown()
 
 
+@pytest.mark.slow
 def test_shard_profiles_hold_each_phase_of_each_shard(lat, tmp_path, ray_session):
     """bench_scale --profile-shards: every shard profiles its rounds per phase (CPU clock)
     and writes them where asked; turned off, nothing is kept."""
@@ -716,6 +716,7 @@ def test_checkpoint_resume_gives_identical_results(lat, tmp_path, ray_session):
 
 
 @pytest.mark.slow
+@pytest.mark.owns_runtime
 def test_runs_on_a_two_node_cluster(lat, tmp_path):
     """Shards pinned to two Ray nodes of a local cluster give the single-machine result."""
     import ray
@@ -750,9 +751,17 @@ def test_runs_on_a_two_node_cluster(lat, tmp_path):
 
 
 def test_engine_record_holds_only_engine_fields():
-    assert ENGINE_DTYPE.names == ("time", "sent", "src", "dst", "seq", "type", "pay_off",
-                                  "pay_len")
-    assert TICK in TYPE_NAMES
+    """The engine's own record is its header and payload fields, none of the fields the
+    protocols declare; the stack's record keeps them, with the engine's types, and its
+    payload columns last."""
+    from actors.messages import MSG_DTYPE, PASTRY_MESSAGE_FIELDS, SCRIBE_MESSAGE_FIELDS
+    from emulator.batch import ENGINE_HEAD_FIELDS, PAYLOAD_FIELDS
+    engine = [n for n, _ in ENGINE_HEAD_FIELDS] + [n for n, _ in PAYLOAD_FIELDS]
+    assert sorted(ENGINE_DTYPE.names) == sorted(set(engine))
+    protocols = {n for n, _ in [*PASTRY_MESSAGE_FIELDS, *SCRIBE_MESSAGE_FIELDS]} - set(engine)
+    assert protocols and not protocols & set(ENGINE_DTYPE.names)
+    assert all(MSG_DTYPE[n] == ENGINE_DTYPE[n] for n in ENGINE_DTYPE.names)
+    assert MSG_DTYPE.names[-2:] == ENGINE_DTYPE.names[-2:] == ("pay_off", "pay_len")
 
 
 def test_message_dtype_merges_declared_fields_by_name():

@@ -1,17 +1,21 @@
-"""Faults a run survives, on the real runtime (one embedded Ray + Spark for the module):
+"""Faults a run survives, on the real runtime (the test session's Ray and Spark):
 
 - nothing the run starts listens beyond 127.0.0.1 (Ray head, raylet, agents, workers,
   Spark driver, RayDP master and executors);
 - a shard process SIGKILLed mid-phase is replaced and the phase replayed from the last
-  checkpoint: the finished run equals an unharmed one;
-- the driver SIGKILLed mid-phase: `--resume` finishes the run with identical results;
-- Ctrl-C stops cleanly (no Ray or Java process left), printing the resume command;
+  checkpoint: the finished run's event logs equal an unharmed run's, row for row;
+- the driver SIGKILLed mid-phase: `--resume` finishes the emulation with identical logs;
+- Ctrl-C stops cleanly (no Ray or Java process left), printing the resume command, and
+  `--resume` finishes the run with identical results (logs, CSVs, figures);
 - a checkpoint write failing with ENOSPC stops the run with one line, keeps the completed
   phases, and `--resume` continues once the write works again;
 - a Spark executor SIGKILLed during the analysis: a fresh Spark session reruns it, with
-  every CSV as an unharmed run's; past run.retries one line names `cli.py analyze`.
+  every CSV and figure as an unharmed run's; past run.retries one line names `cli.py
+  analyze`.
 
-Slow: small `quick` runs (300 nodes, 10 groups, 2 shards)."""
+The unharmed run is the session's reference run (tests/runs.py, 2 shards). A test of the
+emulation compares event logs and skips the analysis (the analysis of those very logs is
+the reference's); the executor tests analyse a copy of the reference's emulated run."""
 
 from __future__ import annotations
 
@@ -24,37 +28,43 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import psutil
 import pytest
+from runs import (
+    csv_differences,
+    emulated_copy,
+    figure_differences,
+    log_differences,
+    reference_cli_args,
+    reference_config,
+    result_differences,
+    summary,
+)
 from test_cli import CLI
-from test_scenario_quick import METRIC_KEYS, deliveries, same, summary
 
-from scenarios import load_scenario, run_scenario
+from scenarios import run_dir as run_dir_mod
+from scenarios import run_scenario
 from scenarios import runner as runner_mod
 
 pytestmark = pytest.mark.slow
 
-NODES, GROUPS = 300, 10
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
 
 def cfg(*sets):
-    return load_scenario("quick", nodes=NODES, groups=GROUPS, shards=2, sets=list(sets))
+    return reference_config(2, *sets)
 
 
-@pytest.fixture(scope="module")
-def reference(session, tmp_path_factory):
-    """An unharmed run (it also leaves this module's Spark session running)."""
-    return run_scenario(cfg(), out=tmp_path_factory.mktemp("ref") / "run", progress=False)
+@pytest.fixture
+def reference(reference_runs) -> Path:
+    return reference_runs[2]
 
 
-def assert_same_results(run_dir: Path, ref: Path) -> None:
-    assert (run_dir / "COMPLETE").is_file()
-    s, r = summary(run_dir), summary(ref)
-    for k in METRIC_KEYS:
-        same(s[k], r[k], k)
-    assert np.array_equal(deliveries(run_dir), deliveries(ref))
+@pytest.fixture
+def no_analysis(monkeypatch):
+    """Runs of this test stop after their emulation (and write COMPLETE)."""
+    monkeypatch.setattr(runner_mod, "_analyse", lambda *a, **k: {})
+    monkeypatch.setattr(runner_mod, "_record_total", lambda *a, **k: None)
 
 
 # ---- open ports -----------------------------------------------------------------------------
@@ -74,7 +84,7 @@ def run_processes() -> list[psutil.Process]:
     return list(procs.values())
 
 
-def test_nothing_listens_beyond_loopback(reference):
+def test_nothing_listens_beyond_loopback(spark, reference):
     from emulator import runtime
     assert runtime.ray_is_local() and runtime._state["spark"] is not None  # Spark is up
     listening, kinds = [], set()
@@ -95,8 +105,10 @@ def test_nothing_listens_beyond_loopback(reference):
 
 # ---- a shard process dies ----------------------------------------------------------------
 
-def test_shard_killed_mid_phase_is_replayed_to_the_same_results(reference, tmp_path,
-                                                                monkeypatch):
+def test_shard_killed_mid_phase_is_replayed_to_the_same_logs(reference, no_analysis,
+                                                             tmp_path, monkeypatch):
+    """Also: with a named run.storage the shards write their logs and checkpoints there,
+    and the run directory holds a pointer to it instead."""
     import ray
 
     from emulator.driver import Emulator
@@ -113,11 +125,18 @@ def test_shard_killed_mid_phase_is_replayed_to_the_same_results(reference, tmp_p
         return real_get(self, refs, what, *ids)
 
     monkeypatch.setattr(Emulator, "_get", get_and_kill)
-    out = run_scenario(cfg(), out=tmp_path / "run", progress=False)
+    c = cfg()
+    store = tmp_path / "storage"
+    c.run["storage"] = str(store)
+    out = run_scenario(c, out=tmp_path / "run", progress=False)
     assert calls["killed"], "the join phase never reached its second window"
     log = (out / "run.log").read_text()
     assert "shard 1 crashed during phase 'join'" in log and "retry 1 of 2" in log
-    assert_same_results(out, reference)
+    assert (out / "COMPLETE").is_file()
+    assert (out / "STORAGE").read_text().strip() == str(store)
+    assert not (out / "events").exists() and not (out / "checkpoints").exists()
+    assert sorted(p.name for p in (store / "checkpoints").iterdir()) == sorted(c.phase_order)
+    assert log_differences(store, reference) == []
 
 
 def test_shard_lost_past_the_retries_names_the_resume_command(session, tmp_path,
@@ -201,10 +220,9 @@ def completed(out: Path) -> list[str]:
         return []
 
 
-def test_driver_killed_mid_phase_resumes_to_identical_results(reference, tmp_path):
+def test_driver_killed_mid_phase_resumes_to_identical_logs(reference, no_analysis, tmp_path):
     out = tmp_path / "run"
-    proc = start_cli("scenario", "quick", "--nodes", NODES, "--groups", GROUPS, "--shards", 2,
-                     "--out", out, "--no-progress")
+    proc = start_cli(*reference_cli_args(2), "--out", out, "--no-progress")
     done = wait_for(lambda: completed(out), proc)
     children = tree(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)
@@ -214,13 +232,15 @@ def test_driver_killed_mid_phase_resumes_to_identical_results(reference, tmp_pat
     left = completed(out)
     assert left[: len(done)] == done and len(left) < len(cfg().phase_order), left
     assert run_scenario(None, resume=out, progress=False) == out
-    assert_same_results(out, reference)
+    assert (out / "COMPLETE").is_file()
+    assert log_differences(out, reference) == []
 
 
-def test_ctrl_c_stops_cleanly_and_prints_the_resume_command(tmp_path):
+def test_ctrl_c_stops_cleanly_and_resume_gives_identical_results(reference, tmp_path):
+    """Interrupted once Spark starts (the analysis, every phase done): the resumed run
+    analyses the logs kept and gives every result of the unharmed run."""
     out = tmp_path / "run"
-    proc = start_cli("scenario", "quick", "--nodes", NODES, "--groups", GROUPS, "--shards", 2,
-                     "--out", out, "--no-progress")
+    proc = start_cli(*reference_cli_args(2), "--out", out, "--no-progress")
 
     def spark_started():
         kids = tree(proc.pid)
@@ -236,19 +256,24 @@ def test_ctrl_c_stops_cleanly_and_prints_the_resume_command(tmp_path):
     assert all(ln.startswith(("warning:", "interrupted")) for ln in lines), err
     left = reap(children, timeout=30)
     assert not left, [" ".join(p.cmdline()[:3]) for p in left if p.is_running()]
+    assert not (out / "COMPLETE").exists()
+    assert run_scenario(None, resume=out, progress=False) == out
+    assert (out / "COMPLETE").is_file()
+    assert result_differences(out, reference) == []
 
 
 # ---- storage ----------------------------------------------------------------------------------
 
-def test_full_disk_stops_with_one_line_and_resume_continues(reference, tmp_path, monkeypatch):
-    real_save = runner_mod._State.save
+def test_full_disk_stops_with_one_line_and_resume_continues(reference, no_analysis, tmp_path,
+                                                          monkeypatch):
+    real_save = run_dir_mod.RunState.save
 
     def save_until_join(self):
         if "join" in self.d["completed"].get("0", []):
             raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
         real_save(self)
 
-    monkeypatch.setattr(runner_mod._State, "save", save_until_join)
+    monkeypatch.setattr(run_dir_mod.RunState, "save", save_until_join)
     out = tmp_path / "run"
     with pytest.raises(runner_mod.RunStopped) as e:
         run_scenario(cfg(), out=out, progress=False)
@@ -257,9 +282,10 @@ def test_full_disk_stops_with_one_line_and_resume_continues(reference, tmp_path,
     assert msg.endswith(f"resume with: python cli.py scenario --resume {out}")
     assert completed(out) == ["bootstrap", "create"]          # completed phases kept
     assert (out / "checkpoints" / "create" / "driver.json").is_file()
-    monkeypatch.setattr(runner_mod._State, "save", real_save)  # space is back
+    monkeypatch.setattr(run_dir_mod.RunState, "save", real_save)  # space is back
     assert run_scenario(None, resume=out, progress=False) == out
-    assert_same_results(out, reference)
+    assert (out / "COMPLETE").is_file()
+    assert log_differences(out, reference) == []
 
 
 # ---- Spark loses an executor ------------------------------------------------------------------
@@ -314,12 +340,12 @@ def test_lost_spark_executor_reruns_the_analysis(reference, tmp_path, monkeypatc
     and reruns the analysis: every CSV as the unharmed run's."""
     killed = kill_executor_mid_analysis(monkeypatch, for_good=True)
     monkeypatch.setattr(runner_mod, "EXECUTOR_GRACE_S", 10.0)
-    out = run_scenario(cfg(), out=tmp_path / "run", progress=False)
+    out = emulated_copy(reference, tmp_path / "run")
+    assert run_scenario(None, resume=out, progress=False) == out
     assert killed, "no executor was killed during the analysis"
     log = (out / "run.log").read_text()
     assert "analysis: Spark lost an executor" in log and "retry 1 of 2" in log, log[-3000:]
-    assert_same_results(out, reference)
-    assert_same_csvs(out, reference)
+    assert_same_analysis(out, reference)
 
 
 def test_spark_executor_killed_once_gives_the_same_csvs(reference, tmp_path, monkeypatch):
@@ -328,10 +354,10 @@ def test_spark_executor_killed_once_gives_the_same_csvs(reference, tmp_path, mon
     CSV is the unharmed run's."""
     killed = kill_executor_mid_analysis(monkeypatch, for_good=False)
     monkeypatch.setattr(runner_mod, "EXECUTOR_GRACE_S", 10.0)
-    out = run_scenario(cfg(), out=tmp_path / "run", progress=False)
+    out = emulated_copy(reference, tmp_path / "run")
+    assert run_scenario(None, resume=out, progress=False) == out
     assert len(killed) == 1
-    assert_same_results(out, reference)
-    assert_same_csvs(out, reference)
+    assert_same_analysis(out, reference)
 
 
 def test_lost_spark_executor_past_the_retries_names_the_analyze_command(
@@ -348,9 +374,12 @@ def test_lost_spark_executor_past_the_retries_names_the_analyze_command(
         raise RuntimeError("Job aborted: ExecutorLostFailure (executor 0 exited)")
 
     monkeypatch.setattr(analysis, "run_analysis", executor_lost)
-    out = tmp_path / "run"
+    out = emulated_copy(reference, tmp_path / "run")
+    text = (out / "config.toml").read_text()
+    assert "retries = 2" in text
+    (out / "config.toml").write_text(text.replace("retries = 2", "retries = 1"))
     with pytest.raises(runner_mod.RunStopped) as e:
-        run_scenario(cfg("run.retries=1"), out=out, progress=False)
+        run_scenario(None, resume=out, progress=False)
     msg = str(e.value)
     assert len(tries) == 2 and "\n" not in msg
     assert "Spark lost an executor during the analysis" in msg and "run.retries = 1" in msg
@@ -359,10 +388,9 @@ def test_lost_spark_executor_past_the_retries_names_the_analyze_command(
     assert runtime._state["spark"] is None          # the broken session was stopped
 
 
-def assert_same_csvs(run_dir: Path, ref: Path) -> None:
-    """Every metrics CSV of `run_dir` equals the reference run's, byte for byte."""
-    names = sorted(p.relative_to(ref).as_posix() for p in ref.rglob("*.csv"))
-    assert names and names == sorted(p.relative_to(run_dir).as_posix()
-                                     for p in run_dir.rglob("*.csv"))
-    for name in names:
-        assert (run_dir / name).read_bytes() == (ref / name).read_bytes(), name
+def assert_same_analysis(run_dir: Path, ref: Path) -> None:
+    """The analysis of `run_dir` gave every CSV (byte for byte) and every summary figure
+    of the reference's."""
+    assert (run_dir / "COMPLETE").is_file()
+    assert csv_differences(run_dir, ref) == []
+    assert figure_differences(summary(run_dir), summary(ref)) == []

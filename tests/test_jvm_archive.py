@@ -147,6 +147,8 @@ def fresh_cache(tmp_path, monkeypatch):
     runtime.stop_ray()
 
 
+@pytest.mark.slow
+@pytest.mark.owns_runtime
 def test_spark_writes_archives_once_and_maps_them(fresh_cache):
     """A real session on an empty cache writes both archives when it stops; the next
     session's driver loads Spark's classes from its archive (Java's own class-load log)."""

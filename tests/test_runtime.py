@@ -9,10 +9,14 @@ import pytest
 
 from emulator import runtime
 
+# these tests start and stop Ray and Spark themselves: after every test that shares the
+# session's (tests/conftest.py)
+pytestmark = pytest.mark.owns_runtime
+
 
 @pytest.fixture(autouse=True, scope="module")
 def no_leftover_session():
-    """Earlier test modules may leave Ray or Spark running: start from nothing."""
+    """The test session's Ray and Spark are stopped: these tests start from nothing."""
     runtime.stop_ray()
     yield
     runtime.stop_ray()
@@ -94,29 +98,34 @@ def test_arrow_table_from_ray_to_spark_and_back():
     assert runtime._state["spark"] is None
 
 
-def test_spark_starts_when_the_session_latest_link_is_stale(tmp_path):
+@pytest.mark.slow
+def test_spark_starts_when_the_session_latest_link_is_stale(tmp_path, monkeypatch):
     """RayDP's Java agent in the Spark driver JVM logs under ``ray.logging.dir``, by default
-    /tmp/ray/session_latest/logs: a stale link there (a cleaned /tmp) made the driver JVM
-    exit and Spark fail with "Java gateway process exited". The driver now gets this Ray
-    node's own log directory."""
+    <ray temp dir>/session_latest/logs: a stale link there (a cleaned /tmp) made the driver
+    JVM exit and Spark fail with "Java gateway process exited". The driver gets this Ray
+    node's own log directory. The Ray of this test keeps its temp dir (and so the link it
+    breaks) in a directory of its own, removed afterwards."""
+    import shutil
+    import tempfile
     from pathlib import Path
 
     import ray
-    runtime.start_ray(num_cpus=2)
-    node = ray._private.worker._global_node
-    latest = Path(node.get_temp_dir_path()) / "session_latest"
-    target = os.readlink(latest)
-    os.unlink(latest)
-    os.symlink(tmp_path / "cleaned", latest)      # points nowhere now
+    own = tempfile.mkdtemp(prefix="r")   # short: Ray's socket paths live under it
+    monkeypatch.setenv("RAY_TMPDIR", own)
     try:
+        runtime.start_ray(num_cpus=2)
+        node = ray._private.worker._global_node
+        latest = Path(node.get_temp_dir_path()) / "session_latest"
+        assert str(latest).startswith(own)
+        os.unlink(latest)
+        os.symlink(tmp_path / "cleaned", latest)      # points nowhere now
         spark = runtime.start_spark(executors=1, cores=1)
         assert spark.range(7).count() == 7
         assert f"-Dray.logging.dir={node.get_logs_dir_path()}" in \
             spark.conf.get("spark.driver.extraJavaOptions")
     finally:
-        os.unlink(latest)
-        os.symlink(target, latest)
         runtime.stop_ray()
+        shutil.rmtree(own, ignore_errors=True)
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getscheduler"), reason="Linux scheduling only")
