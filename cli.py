@@ -74,7 +74,7 @@ def _bad_input_types() -> tuple[type[BaseException], ...]:
                                          NotADirectoryError, IsADirectoryError,
                                          PermissionError, tomllib.TOMLDecodeError]
     try:
-        from emulator.runtime import RuntimeSetupError
+        from runtime.ray_spark import RuntimeSetupError
         types.append(RuntimeSetupError)
     except ImportError:
         pass
@@ -342,19 +342,19 @@ def scenario(
                                       seed=seed, shards=shards,
                                       bootstrap=bootstrap.value if bootstrap else None,
                                       sets=list(sets))
-    from emulator import runtime
+    from runtime import ray_spark
     try:
         run_dir = scenarios.run_scenario(cfg, out=out_dir, address=address, resume=resume,
                                          progress=not no_progress, force=force)
     finally:
         _note_class_archives()
-        runtime.stop_ray()      # Spark's JVMs and an embedded Ray go with this process
+        ray_spark.stop_ray()    # Spark's JVMs and an embedded Ray go with this process
     print_summary(Path(run_dir))
 
 
 def _note_class_archives() -> None:
     """Announce the one-off wait when stopping Spark writes its JVMs' class archives."""
-    from emulator.runtime import class_archives_pending
+    from runtime.ray_spark import class_archives_pending
     if class_archives_pending():
         out.print("Saving the Spark JVMs' loaded classes, once per machine, so that later "
                   "analyses start faster (~10 s)...", style="dim", markup=False,
@@ -385,7 +385,7 @@ def warm_cmd(
 ):
     """Compile scenarios' numba kernels into the cache, once per machine (`make run` does
     it for the default scenario): a scaled-down emulation on a local Ray, no analysis."""
-    from emulator import runtime
+    from runtime import ray_spark
     from scenarios.warm import warm
 
     saved = os.environ.pop("RAY_ADDRESS", None)    # the cache is this machine's: local Ray
@@ -393,7 +393,7 @@ def warm_cmd(
         seconds = warm(names or ["small_groups_30k"],
                        say=lambda s: out.print(s, markup=False, highlight=False))
     finally:
-        runtime.stop_ray()
+        ray_spark.stop_ray()
         if saved is not None:
             os.environ["RAY_ADDRESS"] = saved
     out.print(f"warm: done in {seconds:.1f} s", markup=False, highlight=False)
@@ -567,7 +567,7 @@ def analyze(
     meta = scenario_meta(run_dir)
     from analysis import AnalysisOptions, run_analysis
     from analysis.report import write_report
-    from emulator import runtime
+    from runtime import ray_spark
     from scenarios.config import analysis_settings
     settings = analysis_settings(run_dir / "config.toml", sets)
     options = AnalysisOptions(shared_storage=True if settings["shared_storage"] else None)
@@ -576,10 +576,10 @@ def analyze(
     embedded = not (address or os.environ.get("RAY_ADDRESS"))
     from scenarios.analysis_spark import jvm_conf
     jit = jvm_conf(settings["jit"], meta.get("nodes"), meta.get("topologies"))
-    with runtime.session(address=address, memory=settings["executor_memory"],
-                         driver_memory=settings["driver_memory"],
-                         configs={**worker_conf(local=embedded), **jit},
-                         class_archive=settings["class_archive"] == "on") as spark:
+    with ray_spark.session(address=address, memory=settings["executor_memory"],
+                           driver_memory=settings["driver_memory"],
+                           configs={**worker_conf(local=embedded), **jit},
+                           class_archive=settings["class_archive"] == "on") as spark:
         # this analysis' Spark start replaces the run's in summary.json, like its sections
         spark_start = {"spark_start": round(time.perf_counter() - started, 3)}
         run_analysis(run_dir, spark, scenario_meta=meta, options=options,

@@ -242,7 +242,7 @@ def main(argv=None) -> int:
     print(f"logs built: {json.dumps(info)}", flush=True)
 
     from analysis import AnalysisOptions, run_analysis
-    from emulator.runtime import start_spark, stop_ray, stop_spark
+    from runtime.ray_spark import start_spark, stop_ray, stop_spark
 
     t0 = time.perf_counter()
     spark = start_spark("bench-analysis", executors=1, cores=args.cores, memory=args.memory)

@@ -29,7 +29,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), str(_ROOT / "tests"),
 from emu_protocols import FLOOD_DTYPE, PING, TYPE_NAMES, Flood  # noqa: E402
 
 from emulator import Emulator, RouterLatency, new_messages  # noqa: E402
-from emulator.runtime import start_ray  # noqa: E402
+from runtime.ray_spark import start_ray  # noqa: E402
 from topologies import make_topology  # noqa: E402
 from topologies.partition import partition_routers  # noqa: E402
 

@@ -52,7 +52,7 @@ import numpy as np  # noqa: E402
 import ray  # noqa: E402
 
 import emulator  # noqa: E402
-import emulator.runtime  # noqa: E402
+import runtime.ray_spark  # noqa: E402
 from scenarios import load_scenario, run_scenario, runner  # noqa: E402
 
 PHASES = ("join", "multicast")     # the default phases reported
@@ -151,9 +151,9 @@ def main():
     # the simulated nodes share this box's memory: together they get the object store the
     # emulator's own Ray would (cluster_utils' default, 150 MiB a node, spilled the
     # create phase's shared tables to disk and restored them)
-    store = max(emulator.runtime.object_store_bytes() // a.cluster_nodes, 150 << 20)
+    store = max(runtime.ray_spark.object_store_bytes() // a.cluster_nodes, 150 << 20)
     for i in range(a.cluster_nodes):
-        # no dashboard, as the emulator's own Ray (emulator.runtime.start_ray): on two cores
+        # no dashboard, as the emulator's own Ray (runtime.ray_spark.start_ray): on two cores
         # its agent and modules took a few % of a core from the shards in the join
         cluster.add_node(num_cpus=max(1, cpus // a.cluster_nodes) if i else cpus,
                          include_dashboard=False, object_store_memory=store)

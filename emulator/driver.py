@@ -184,7 +184,7 @@ class Emulator:
                  message_log_fields=(), relay_above: int = RELAY_ABOVE,
                  relay_fanout: int = RELAY_FANOUT, exact_causes: int = EXACT_CAUSES):
         if not ray.is_initialized():
-            raise EmulationError("Ray is not initialised: call emulator.runtime.start_ray() first")
+            raise EmulationError("Ray is not initialised: call runtime.ray_spark.start_ray() first")
         self.n_nodes = int(n_nodes)
         # the stack's message record and the protocol columns its message log keeps
         self.message_dtype = check_message_dtype(message_dtype)

@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from emulator.runtime import (
+from runtime.ray_spark import (
     keep_new_jvms_low,
     lower_spark_priority,
     lower_this_thread,
@@ -52,7 +52,7 @@ def jvm_conf(jit: str, nodes: int | None, topologies: int | None) -> dict[str, s
 def start_analysis_spark(cfg):
     """The Spark session the analysis of `cfg`'s run uses (RayDP; the running one if any)."""
     from analysis.spark_daemon import worker_conf
-    from emulator.runtime import ray_is_local, start_spark
+    from runtime.ray_spark import ray_is_local, start_spark
 
     # the worker daemon imports the analysis once before Spark forks its Python workers
     return start_spark(memory=cfg.analysis["executor_memory"],
@@ -153,7 +153,7 @@ def start_warmup(cfg, run_dir: Path) -> SparkWarmup | None:
     the emulation loses about what the analysis gains), the Ray cluster is this machine
     (the warm-up run lives in a local temporary directory) and no Spark session is up yet
     (a running one is warm). None when it does not start."""
-    from emulator.runtime import ray_is_local, spark_running
+    from runtime.ray_spark import ray_is_local, spark_running
 
     mode = cfg.analysis["warmup"]
     spare_cpu = (os.cpu_count() or 1) > cfg.shards

@@ -27,7 +27,7 @@ def analyse(cfg, run_dir: Path, state: RunState, events: RunEvents, progress, *,
     refs -- then the report. A lost executor stops Spark, starts a fresh session and runs
     the analysis again (it only reads the logs and rewrites its CSVs), up to run.retries
     times; past them RunStopped names the command that reruns it. An executor gone for
-    `executor_grace_s` counts as lost (emulator.runtime.watch_executors)."""
+    `executor_grace_s` counts as lost (runtime.ray_spark.watch_executors)."""
     from analysis.report import write_report
 
     retries = int(cfg.run["retries"])
@@ -56,7 +56,7 @@ def _analyse_once(cfg, run_dir: Path, state: RunState, events: RunEvents, progre
     """One try of the analysis on the running (or a new) Spark session; an error while
     the executor watch saw an executor lost carries that as ``spark_lost``."""
     from analysis import run_analysis
-    from emulator.runtime import spark_running, watch_executors
+    from runtime.ray_spark import spark_running, watch_executors
     from scenarios.analysis_spark import start_analysis_spark
 
     if not spark_running():     # else started beside the emulation (SparkWarmup) or earlier
@@ -80,7 +80,7 @@ def _analyse_once(cfg, run_dir: Path, state: RunState, events: RunEvents, progre
 def _stop_spark_quietly() -> None:
     """raydp.stop_spark on a session that lost an executor: whatever it raises (the dead
     actor, a broken Py4J link) the next try starts a new session anyway."""
-    from emulator.runtime import stop_spark
+    from runtime.ray_spark import stop_spark
     try:
         stop_spark(release=True)
     except Exception:  # noqa: BLE001 - see above

@@ -56,7 +56,7 @@ _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.
 
 # How long an executor may be gone (its Ray actor restarting, or Spark listing none) before
 # the analysis step is abandoned and retried: a restarted RayDP executor that rejoins does
-# so within seconds, one that does not never will (emulator.runtime.watch_executors).
+# so within seconds, one that does not never will (runtime.ray_spark.watch_executors).
 EXECUTOR_GRACE_S = 30.0
 
 
@@ -119,7 +119,7 @@ def _start_runtime(cfg, out, address, resume, force) -> ScenarioConfig:
     cfg = scenario_to_run(cfg, out, resume)
     if embedded:
         check_memory(cfg, force=force)
-    from emulator.runtime import start_ray
+    from runtime.ray_spark import start_ray
     start_ray(address)                        # a bad --address fails here, in seconds
     if not embedded:
         check_memory(cfg, force=force, cluster=True)

@@ -38,7 +38,7 @@ def warm(names: list[str], say=print) -> float:
     one that the caller stops; no Spark) so that its kernels land in numba's cache; returns
     the seconds taken. O(size of the warm run) plus one compilation of each kernel not
     cached yet (none on a second call)."""
-    from emulator.runtime import start_ray
+    from runtime.ray_spark import start_ray
 
     from . import runner
 

@@ -93,7 +93,7 @@ def _no_runtime_in_fast_tests(request, monkeypatch, tmp_path_factory):
         return
     import ray
 
-    from emulator import runtime
+    from runtime import ray_spark as runtime
 
     def refuse(*args, **kwargs):
         raise AssertionError(f"{request.node.nodeid} starts Ray or Spark: mark it slow")
@@ -112,7 +112,7 @@ def ray_runtime():
     """The session's embedded Ray (2 CPUs), shared by every test that needs one running; it
     is stopped after the last test (tests marked `owns_runtime` may stop it earlier: they
     run last)."""
-    from emulator.runtime import start_ray, stop_ray
+    from runtime.ray_spark import start_ray, stop_ray
     start_ray(num_cpus=2)
     yield
     stop_ray()
@@ -121,7 +121,7 @@ def ray_runtime():
 @pytest.fixture(scope="module")
 def session(ray_runtime):
     """Ray running for a module (the session's)."""
-    from emulator.runtime import start_ray
+    from runtime.ray_spark import start_ray
     start_ray(num_cpus=2)
 
 
@@ -133,7 +133,7 @@ def spark(ray_runtime):
     import test_analysis_helpers as hand
     from pyspark import cloudpickle
 
-    from emulator.runtime import start_ray, start_spark
+    from runtime.ray_spark import start_ray, start_spark
     os.environ["PYSPARK_PYTHON"] = sys.executable
     cloudpickle.register_pickle_by_value(hand)   # workers cannot import tests/
     start_ray(num_cpus=2)

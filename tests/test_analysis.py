@@ -329,7 +329,7 @@ def test_a_cancelled_collect_raises_without_a_console_warning(spark):
     """The warm-up beside the emulation is stopped by cancelling its Spark jobs; pyspark's
     toPandas then warns with the whole Java trace before it raises, which lands on the
     console of a run that did nothing wrong (CI saw it). The error must still raise; the
-    warning must not show (emulator/runtime.py filters it)."""
+    warning must not show (runtime/ray_spark.py filters it)."""
     import threading
     import time
     import warnings
@@ -350,10 +350,10 @@ def test_a_cancelled_collect_raises_without_a_console_warning(spark):
         except Exception as exc:  # noqa: BLE001 - what matters is that one is raised
             outcome["error"] = exc
 
-    from emulator.runtime import quiet_pyspark_warnings
+    from runtime.ray_spark import quiet_pyspark_warnings
 
     with warnings.catch_warnings(record=True) as shown:   # keeps the filters in force
-        # what importing emulator.runtime did; pytest dropped it after the test that
+        # what importing runtime.ray_spark did; pytest dropped it after the test that
         # imported it (each test runs in a catch_warnings block of its own)
         quiet_pyspark_warnings()
         worker = threading.Thread(target=collect)

@@ -69,7 +69,7 @@ def _analyse_hand_run(run_dir: Path) -> dict:
     from test_analysis_real import GROUP_SIZES, N_HOSTS, build_run
 
     from analysis import run_analysis
-    from emulator import runtime
+    from runtime import ray_spark as runtime
 
     topo, groups, edges = build_run(run_dir)
     shape = runtime.spark_shape()
@@ -87,9 +87,9 @@ def _cluster_run(tmp: Path, reference_toml: Path) -> dict:
 
     import analysis.run as analysis_run
     import emulator
-    from emulator import runtime
     from emulator.driver import Emulator
     from emulator.storage import NODE_ROOT_ENV
+    from runtime import ray_spark as runtime
     from scenarios import run_scenario
 
     roots = [tmp / "node0", tmp / "node1"]

@@ -85,7 +85,7 @@ def run_processes() -> list[psutil.Process]:
 
 
 def test_nothing_listens_beyond_loopback(spark, reference):
-    from emulator import runtime
+    from runtime import ray_spark as runtime
     assert runtime.ray_is_local() and runtime._state["spark"] is not None  # Spark is up
     listening, kinds = [], set()
     for p in run_processes():
@@ -365,7 +365,7 @@ def test_lost_spark_executor_past_the_retries_names_the_analyze_command(
     """Every try loses its executor: one line naming `cli.py analyze RUN_DIR`, the
     emulation kept (every phase completed), no COMPLETE."""
     import analysis
-    from emulator import runtime
+    from runtime import ray_spark as runtime
 
     tries = []
 

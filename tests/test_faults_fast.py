@@ -12,7 +12,7 @@ import time
 import pytest
 from test_cli import assert_bad_input, run_cli
 
-from emulator import runtime
+from runtime import ray_spark as runtime
 from scenarios import ScenarioError, load_scenario
 from scenarios import runner as runner_mod
 from scenarios.memory import estimate_memory

@@ -1,5 +1,5 @@
-"""emulator.jvm_archive: Spark's JVMs write class archives once and map them afterwards;
-emulator.runtime removes the copies of Ray's Java library its JVMs unpack."""
+"""runtime.jvm_archive: Spark's JVMs write class archives once and map them afterwards;
+runtime.ray_spark removes the copies of Ray's Java library its JVMs unpack."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from emulator import jvm_archive, runtime
-from emulator.jvm_archive import SessionArchives
+from runtime import jvm_archive
+from runtime import ray_spark as runtime
+from runtime.jvm_archive import SessionArchives
 
 
 def _jar(path, size):

@@ -1,4 +1,4 @@
-"""emulator.runtime: Ray + Spark (RayDP) start, Arrow -> Spark hand-over, teardown."""
+"""runtime.ray_spark: Ray + Spark (RayDP) start, Arrow -> Spark hand-over, teardown."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from emulator import runtime
+from runtime import ray_spark as runtime
 
 # these tests start and stop Ray and Spark themselves: after every test that shares the
 # session's (tests/conftest.py)
@@ -43,7 +43,7 @@ def test_missing_java_is_one_clear_line(monkeypatch, tmp_path):
 
 
 def test_app_master_gets_c1_and_executors_keep_their_jit():
-    from emulator.jvm_archive import merge_options
+    from runtime.jvm_archive import merge_options
     c1 = "-XX:TieredStopAtLevel=1"
     conf = merge_options(runtime.app_master_jit({}), {})
     master = conf["spark.ray.raydp_app_master.extraJavaOptions"].split()

@@ -72,7 +72,7 @@ def test_three_node_cluster_gives_the_one_shard_logs(one_shard, tmp_path, monkey
     from ray.cluster_utils import Cluster
 
     import emulator
-    from emulator.runtime import stop_ray
+    from runtime.ray_spark import stop_ray
     stop_ray()
     cluster = Cluster()
     try:

@@ -489,7 +489,7 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     ``executors``/``cores`` None: `spark_shape()` of the cluster. ``memory``: per executor;
     ``driver_memory``: the Spark driver JVM's (`--set analysis.*` of a scenario).
     ``class_archive``: on an embedded Ray, map the JVM class archives of an earlier session
-    or write them when this one stops (emulator/jvm_archive.py).
+    or write them when this one stops (runtime/jvm_archive.py).
 
     Returns the running session when one was already started here.
     """
@@ -919,7 +919,7 @@ def class_archives_pending() -> bool:
 
 
 def _session_archives(java: str, executors: int):
-    """This session's JVM class archives (emulator/jvm_archive.py), None when the cache
+    """This session's JVM class archives (runtime/jvm_archive.py), None when the cache
     directory cannot be made (e.g. a read-only home): Spark then starts without."""
     try:
         archives = SessionArchives.for_java(java)

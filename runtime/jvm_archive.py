@@ -8,13 +8,13 @@ can write the classes a JVM has loaded into an archive when that JVM exits
 (benchmarks/bench_analysis.py --runs times both on a fresh process).
 
 So the first Spark session on a machine (for a given Java and set of jars) runs its JVMs
-with the dump option, and stopping it (emulator/runtime.py `stop_spark`) makes them exit in
+with the dump option, and stopping it (runtime/ray_spark.py `stop_spark`) makes them exit in
 a way that writes the archives (SIGTERM, or end of input for the driver's gateway) and waits
 for them: a one-off ~10 s. Every later session maps them.
 
-Only for an embedded Ray (`runtime.ray_is_local`): on a cluster the executors run on other
+Only for an embedded Ray (`ray_spark.ray_is_local`): on a cluster the executors run on other
 machines, whose caches this process cannot fill or see. Archives live under the project's
-cache (`storage.cache_dir()`: $SCRIBE_EMU_CACHE, default ~/.cache/scribe-emu), in
+cache (`emulator.storage.cache_dir()`: $SCRIBE_EMU_CACHE, default ~/.cache/scribe-emu), in
 jvm/<key>/ (~235 MB), the key a hash of the
 java binary and the jar directories, so an upgrade of Java, Spark, Ray or RayDP makes new
 ones. A JVM that cannot use an archive (another JVM build, changed jars) starts without it:
@@ -31,7 +31,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .storage import cache_dir
+from emulator.storage import cache_dir
 
 log = logging.getLogger("scribe_emu.runtime")
 
