@@ -72,7 +72,8 @@ run: venv warm java
 quick: venv warm java
 	$(PY) cli.py scenario quick $(ARGS)
 
-# --durations: the slowest tests at the end of every run (CI has a 30-minute budget)
+# --durations: the slowest tests at the end of every run (the whole CI run's target is
+# 12 minutes on the 2-core machine)
 test: venv java
 	$(PY) -m pytest -q --durations=15 $(TESTS) $(ARGS)
 

@@ -86,8 +86,9 @@ def pytest_collection_modifyitems(session, config, items):
 @pytest.fixture(autouse=True)
 def _no_runtime_in_fast_tests(request, monkeypatch, tmp_path_factory):
     """A test not marked `slow` may start no Ray (so no Spark, which runs on it): in this
-    process `ray.init` and the runtime's starters raise, and a Ray a child process might
-    start would put its session under a temp dir of this test, which must stay empty."""
+    process `ray.init` and the runtime's `start_ray` (a no-op while the session's Ray is
+    up) raise, and a Ray a child process might start would put its session under a temp
+    dir of this test, which must stay empty."""
     if request.node.get_closest_marker("slow") is not None:
         yield
         return
@@ -98,7 +99,7 @@ def _no_runtime_in_fast_tests(request, monkeypatch, tmp_path_factory):
     def refuse(*args, **kwargs):
         raise AssertionError(f"{request.node.nodeid} starts Ray or Spark: mark it slow")
 
-    for obj, name in ((ray, "init"), (runtime, "start_ray"), (runtime, "start_spark")):
+    for obj, name in ((ray, "init"), (runtime, "start_ray")):
         monkeypatch.setattr(obj, name, refuse)
     ray_tmp = tmp_path_factory.mktemp("ray-tmp", numbered=True)
     monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))
