@@ -578,16 +578,15 @@ def _driver_log_dir() -> dict[str, str]:
     try:
         import ray._private.worker
         logs = ray._private.worker._global_node.get_logs_dir_path()
-    except Exception:  # noqa: BLE001 - no local node: the agent's default, as before
+    except Exception:  # noqa: BLE001 - no local node: the agent's own default
         return {}
     value = f'"{logs}"' if any(c.isspace() for c in logs) else logs
     return {"spark.driver.extraJavaOptions": f"-Dray.logging.dir={value}"}
 
 
 # RayDP's app master is two JVMs (a Py4J gateway and a Ray Java actor it creates) that start,
-# answer a handful of calls and then wait: with the client compiler only they spent ~1.4 s
-# less of a 2-core box's start-up CPU on compiling code they hardly run again (Spark start
-# 8.3 -> 6.8 s, three alternating starts each; BENCHMARKS.md, issue 17 sixth pass).
+# answer a handful of calls and then wait: the client compiler alone spends less start-up
+# CPU on code they hardly run again (benchmarks/bench_analysis.py measures Spark's start).
 _C1 = "-XX:TieredStopAtLevel=1"
 _APP_MASTER_OPTIONS = "spark.ray.raydp_app_master.extraJavaOptions"
 

@@ -21,7 +21,7 @@ def test_default_traffic_names_are_the_protocols():
 
 
 def test_analysis_copies_no_type_codes():
-    """analysis/ holds no copy of the protocols' code tables (issue 14 item 3)."""
+    """analysis/ holds no copy of the protocols' code tables (it reads them from the run)."""
     for name in ("TYPE_NAMES", "PASTRY_TYPE_NAMES", "SCRIBE_TYPE_NAMES", "CREATE_TYPE"):
         assert not hasattr(schema, name)
     assert 61 not in [c for t in schema.DEFAULT_TRAFFIC for c in t.types]

@@ -1,6 +1,6 @@
-"""The churn schedule's RP failures (issue 22, `churn.rp_failures`): distinct RPs of streaming
-groups fail for good inside the stream, never a source; 0 keeps the random schedule as it
-was (pure numpy, no Ray)."""
+"""The churn schedule's RP failures (`churn.rp_failures`): distinct RPs of streaming groups
+fail for good inside the stream, never a source; 0 leaves the random schedule alone (pure
+numpy, no Ray)."""
 
 import numpy as np
 

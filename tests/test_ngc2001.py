@@ -1,4 +1,4 @@
-"""The NGC 2001 publish/subscribe scenarios (issue 20): subscription counts, the LAN-slot
+"""The NGC 2001 publish/subscribe scenarios: subscription counts, the LAN-slot
 host placement, the core-delay target and the pub/sub vocabulary (fast: no Ray, no Spark)."""
 
 import numpy as np

@@ -153,7 +153,7 @@ def test_churn_runs_and_logs_deliveries(session, tmp_path, name):
         # each once (messages released together after a repair share one time)
         for _, g in dl.sort_values(["time", "seqno"]).groupby(["group", "member"]):
             assert (np.diff(g["seqno"].to_numpy()) > 0).all()
-        # the guarantee (issue 22) through RP fail-overs: every expected message, once, in
+        # the guarantee through RP fail-overs: every expected message, once, in
         # publish order, at every surviving member (as in results/churn_reliable and on the
         # harness, test_scribe_reliable_failover.py)
         r = s["churn"]["scribe"]

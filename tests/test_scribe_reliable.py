@@ -60,9 +60,9 @@ def test_reliable_identical_across_shards():
 
 
 def test_a_forgotten_slot_forgets_its_buffered_messages():
-    """issue 22: a slot the tree resets (it left the tree) keeps no buffered message: a
-    stale buffer made a re-joined forwarder drop the copies re-sent for its children as
-    duplicates (30,000-node churn_reliable: members held back for good)."""
+    """A slot the tree resets (it left the tree) keeps no buffered message: a stale buffer
+    would make a re-joined forwarder drop the copies re-sent for its children as
+    duplicates, and hold its members back for good."""
     from actors.scribe.reliable import OrderedDelivery
     from actors.scribe.tree import TreeState
 

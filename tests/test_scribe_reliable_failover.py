@@ -1,4 +1,4 @@
-"""Reliable layer through RP fail-overs (issue 22), on the real stack (LocalEmulator, 1 and
+"""Reliable layer through RP fail-overs, on the real stack (LocalEmulator, 1 and
 3 shards): a member (not the RP) streams to every group; mid-stream the RP of two groups
 and some forwarders fail for good. Every surviving member gets every message exactly once,
 in publish order; messages the sources sent to a dead RP are re-sent and numbered by the
