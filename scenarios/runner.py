@@ -27,7 +27,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from .analysis_step import analyse, spark_lost
+from .analysis_step import analyse
 from .config import ScenarioConfig, ScenarioError
 from .emulation import run_topology
 from .event_logs import RunEvents
@@ -44,11 +44,8 @@ from .run_dir import (
     scenario_to_run,
 )
 
-__all__ = ["EXECUTOR_GRACE_S", "MIN_NODES_PER_SHARD", "RunStopped", "auto_shards",
-           "check_memory", "emulate_only", "resume_command", "run_scenario", "spark_lost"]
-
-# tests/test_faults.py replaces the state's save through this name
-_State = RunState
+__all__ = ["EXECUTOR_GRACE_S", "MIN_NODES_PER_SHARD", "auto_shards", "emulate_only",
+           "run_scenario"]
 
 # errors of a write that more space, or a writable directory, would have let through
 _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,

@@ -15,7 +15,8 @@ from test_cli import assert_bad_input, run_cli
 from runtime import ray_spark as runtime
 from scenarios import ScenarioError, load_scenario
 from scenarios import runner as runner_mod
-from scenarios.memory import estimate_memory
+from scenarios.analysis_step import spark_lost
+from scenarios.memory import check_memory, estimate_memory
 
 
 def _closed_port() -> int:
@@ -100,9 +101,9 @@ def test_memory_estimate_grows_with_the_run():
 def test_run_that_cannot_fit_is_refused_unless_forced(monkeypatch):
     cfg = load_scenario("quick", nodes=300, groups=10)
     with pytest.raises(ScenarioError, match=r"needs about .* more than this machine's 1\.0 GB"):
-        runner_mod.check_memory(cfg, total=1024**3)
-    runner_mod.check_memory(cfg, total=1024**3, force=True)        # a warning, no error
-    runner_mod.check_memory(cfg, total=1024**4)
+        check_memory(cfg, total=1024**3)
+    check_memory(cfg, total=1024**3, force=True)        # a warning, no error
+    check_memory(cfg, total=1024**4)
 
 
 def test_cli_absurd_size_is_refused_quickly(tmp_path):
@@ -130,11 +131,11 @@ def test_resume_needs_no_scenario_name(tmp_path):
 def test_spark_executor_loss_is_recognised():
     lost = RuntimeError("Job aborted due to stage failure: Task 0 in stage 3.0 failed 4 "
                         "times, most recent failure: ExecutorLostFailure (executor 0 exited)")
-    assert runner_mod.spark_lost(lost)
+    assert spark_lost(lost)
     wrapped = ValueError("analysis failed")
     wrapped.__cause__ = lost
-    assert runner_mod.spark_lost(wrapped)
-    assert not runner_mod.spark_lost(KeyError("rad"))
+    assert spark_lost(wrapped)
+    assert not spark_lost(KeyError("rad"))
 
 
 class FakeSpark:
