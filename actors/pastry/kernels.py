@@ -71,6 +71,16 @@ def _ring(ahi, alo, bhi, blo):
 
 
 @numba.njit(cache=True)
+def _excluded(exclude, i, c):
+    """Whether id c is one of row i's ids to leave out (``exclude[i]``, -1 = none): a
+    node's presumed-failed ids, kept out of its tables. O(memory)."""
+    for e in range(exclude.shape[1]):
+        if exclude[i, e] >= 0 and exclude[i, e] == c:
+            return True
+    return False
+
+
+@numba.njit(cache=True)
 def on_smaller_side(s_hi, s_lo, c_hi, c_lo):
     """The leaf-set side rule, the one place it is written: whether id c belongs to the
     smaller side of node s's leaf set -- its counter-clockwise distance (s - c) mod 2^128
@@ -115,7 +125,6 @@ def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, la
     delay, ties to the smaller id), and of the pairs better than that the nearest (ties:
     smaller id) takes the slot. O(B * C)."""
     nb, nc = cand.shape
-    ne = dead.shape[1]
     rows = rt.shape[1]
     n = nb * nc
     slot_r = np.empty(n, np.int64)
@@ -134,12 +143,7 @@ def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, la
             c = cand[i, j]
             if c < 0 or c == me:
                 continue
-            gone = False
-            for e in range(ne):
-                if dead[i, e] >= 0 and dead[i, e] == c:
-                    gone = True
-                    break
-            if gone:
+            if _excluded(dead, i, c):
                 continue
             r = _spl(ids_hi[me], ids_lo[me], ids_hi[c], ids_lo[c], b)
             if r >= rows:
@@ -180,7 +184,6 @@ def select_leaves(self_ids, cand, ids_hi, ids_lo, half, exclude):
     O(B * C * half)."""
     nb, nc = cand.shape
     out = np.full((nb, 2 * half), -1, np.int32)
-    ne = exclude.shape[1]
     s_d_hi = np.empty(half, np.uint64)
     s_d_lo = np.empty(half, np.uint64)
     l_d_hi = np.empty(half, np.uint64)
@@ -198,12 +201,7 @@ def select_leaves(self_ids, cand, ids_hi, ids_lo, half, exclude):
             c = np.int64(cand[i, j])
             if c < 0 or c == me:
                 continue
-            skip = False
-            for e in range(ne):
-                if exclude[i, e] >= 0 and exclude[i, e] == c:
-                    skip = True
-                    break
-            if skip:
+            if _excluded(exclude, i, c):
                 continue
             down, dh, dl = on_smaller_side(s_hi, s_lo, ids_hi[c], ids_lo[c])
             if down:
@@ -411,9 +409,8 @@ def _nearest_key(c, me, exclude, i, hr, rdist, lan_us):
     me, or -1 for a candidate left out: -1, me itself, an id of ``exclude[i]``."""
     if c < 0 or c == me:
         return -1
-    for e in range(exclude.shape[1]):
-        if exclude[i, e] >= 0 and exclude[i, e] == c:
-            return -1
+    if _excluded(exclude, i, c):
+        return -1
     return (host_delay(hr, rdist, lan_us, me, c) << 31) | c
 
 
