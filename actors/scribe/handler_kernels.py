@@ -27,7 +27,7 @@ import numpy as np
 
 from emulator.kernels import put_send, unique_first, zero_rows
 
-from .kernels import ticking_nodes
+from .kernels import ticking_nodes, write_child
 from .keyindex import insert_key, key_value, ranges_where
 from .types import Data, Join, JoinAck, Refresh
 
@@ -259,12 +259,12 @@ def on_data(m, li, six, eix, n_groups, max_hops, active, parent, member, last_he
 def on_refresh(m, li, six, eix, n_groups, n_nodes, active, slot_node, n_children,
                node_children, e_slot, e_child, e_valid, e_cred, e_refresh, key_hi, key_lo,
                refresh_type, rejoin_type, out, pool, cursor, s_hr, s_rdist, s_lan):
-    """A REFRESH cell whose (slot, child) entries all exist (``TreeRepair.on_refresh``
-    with ``TreeState.refresh_known``; no reliable layer): every row with an active slot
+    """A REFRESH cell whose (slot, child) entries all exist in the entry index
+    (``TreeRepair.on_refresh``'s case without the reliable layer): every row with an active slot
     refreshes its entry (slot, child, credential, time; the last row of an entry written
     last), an entry that was not valid becomes a child again (counted once, at its first
     row); a row whose node has no state for the group tells the child to join again
-    (REJOIN). Rows: one per message at most. O(q log q)."""
+    (REJOIN). Rows: one per message at most. O(q)."""
     n = len(m)
     if not _direct_rows(m, li, refresh_type):
         return DECLINED, 0, 0, cursor
@@ -286,24 +286,11 @@ def on_refresh(m, li, six, eix, n_groups, n_nodes, active, slot_node, n_children
     if n - k > len(out):
         return MORE_ROOM, n - k, 0, cursor
     zero_rows(out, 0, n - k)
-    live, s, e = live[:k], s[:k], e[:k]
-    new = np.zeros(k, np.bool_)
-    _, first = unique_first(e)
-    for j in first:
-        if not e_valid[e[j]]:
-            new[j] = True
+    live = live[:k]
     for j in range(k):
-        x = e[j]
         r = m[live[j]]
-        e_slot[x] = s[j]
-        e_child[x] = r["src"]
-        e_valid[x] = True
-        e_cred[x] = r[_CREDENTIAL]
-        e_refresh[x] = r["time"]
-    for j in range(k):
-        if new[j]:
-            n_children[s[j]] += 1
-            node_children[slot_node[s[j]]] += 1
+        write_child(e[j], s[j], r["src"], r[_CREDENTIAL], r["time"], e_valid, e_slot,
+                    e_child, e_cred, e_refresh, n_children, node_children, slot_node)
     w = 0
     j = 0
     for i in range(n):
@@ -373,20 +360,14 @@ def _adopt(out, w, r, v, eix, n_nodes, e_size, valid, e_slot, e_child, e_cred, e
            n_children, node_children, slot_node, acl, last_seq, key_hi, key_lo,
            join_ack_type, s_hr, s_rdist, s_lan):
     """Slot v (of r's receiver) adopts r's sender (a JOIN row): the (slot, child) entry
-    is found or added and written as ``kernels.write_children`` writes a row (counted
-    where it was not valid), and row w of out becomes the JOIN_ACK with the slot's ACL
+    is found or added and written (``kernels.write_child``: counted where it was not
+    valid), and row w of out becomes the JOIN_ACK with the slot's ACL
     token and last seqno (``TreeJoins.adopt_children`` for one row, without the reliable
     layer, root paths and a shaper). Returns the entry index's new size. O(1) expected."""
     src = r["src"]
     x, _, e_size = insert_key(eix, n_nodes, e_size, np.int64(v) * n_nodes + np.int64(src))
-    if not valid[x]:
-        n_children[v] += 1
-        node_children[slot_node[v]] += 1
-    e_slot[x] = v
-    e_child[x] = src
-    valid[x] = True
-    e_cred[x] = r[_JOIN_CREDENTIAL]
-    e_refresh[x] = r["time"]
+    write_child(x, v, src, r[_JOIN_CREDENTIAL], r["time"], valid, e_slot, e_child, e_cred,
+                e_refresh, n_children, node_children, slot_node)
     put_send(out, w, r["dst"], src, join_ack_type, r["time"], s_hr, s_rdist, s_lan)
     _put_group(out, w, r["group"], key_hi, key_lo)
     out[w][_ACL] = acl[v]

@@ -41,17 +41,29 @@ def write_children(e, slots, children, creds, now, valid, e_slot, e_child, e_cre
     first row made it so) and write over it, as numpy's assignment in row order. O(q)."""
     newly = np.zeros(len(e), np.bool_)
     for i in range(len(e)):
-        v = e[i]
-        if not valid[v]:
-            newly[i] = True
-            n_children[slots[i]] += 1
-            node_children[slot_node[slots[i]]] += 1
-        e_slot[v] = slots[i]
-        e_child[v] = children[i]
-        valid[v] = True
-        e_cred[v] = creds[i]
-        e_refresh[v] = now[i]
+        newly[i] = write_child(e[i], slots[i], children[i], creds[i], now[i], valid, e_slot,
+                               e_child, e_cred, e_refresh, n_children, node_children,
+                               slot_node)
     return newly
+
+
+@numba.njit(cache=True)
+def write_child(x, slot, child, cred, now, valid, e_slot, e_child, e_cred, e_refresh,
+                n_children, node_children, slot_node):
+    """Child entry ``x`` becomes (slot, child) with the credential and refresh time,
+    valid; an entry that was not valid is a new child: its slot's and node's child counts
+    go up. Returns whether it was new. Every compiled write of a child entry is this
+    (adoption by a JOIN, a REFRESH). O(1)."""
+    new = not valid[x]
+    if new:
+        n_children[slot] += 1
+        node_children[slot_node[slot]] += 1
+    e_slot[x] = slot
+    e_child[x] = child
+    valid[x] = True
+    e_cred[x] = cred
+    e_refresh[x] = now
+    return new
 
 
 @numba.njit(cache=True)
