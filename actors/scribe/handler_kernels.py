@@ -27,7 +27,15 @@ import numpy as np
 
 from emulator.kernels import put_send, unique_first, zero_rows
 
-from .kernels import ticking_nodes, write_child
+from .kernels import (
+    heard_parent,
+    mark_sent,
+    start_clocks,
+    tick_is_common,
+    tick_quiet,
+    tick_slots,
+    write_child,
+)
 from .keyindex import insert_key, key_value, ranges_where
 from .types import Data, Join, JoinAck, Refresh
 
@@ -91,8 +99,8 @@ def on_tick(m, li, node_ids, six, eix, n_groups, active, root, parent, last_hear
             valid, refresh, group, join_cred, child, key_hi, key_lo, stale, ticking, period,
             silent_after, stale_after, tick_type, refresh_type, heartbeat_type,
             out, pool, cursor, s_hr, s_rdist, s_lan):
-    """A TICK cell in the common case (``TreeRepair.on_tick`` with ``TreeState.tick_plan``,
-    ``_tick_messages`` and ``_after_tick``; no reliable layer, no root paths): no parent
+    """A TICK cell in the common case (``TreeRepair.on_tick`` with ``TreeState.tick_plan``
+    and ``_after_tick``; no reliable layer, no root paths; ``kernels.tick_is_common``): no parent
     silent longer than ``silent_after``, no child entry older than ``stale_after``, no RP
     whose replicas are stale, no child id -1. Each ticking node's active slots (in group
     order) whose parent is set refresh their entry there (REFRESH with the slot's JOIN
@@ -107,28 +115,21 @@ def on_tick(m, li, node_ids, six, eix, n_groups, active, root, parent, last_hear
     times = np.empty(n, np.int64)
     for i in range(n):
         times[i] = m[i]["time"]
-    nodes, now_n = ticking_nodes(li, times)
+    nodes, now_n, qi, s, ci, e = tick_slots(six, eix, li, times, active, valid)
     k = len(nodes)
-    qi, s = ranges_where(six, nodes, active)
-    ci, e = ranges_where(eix, s.astype(np.int64), valid)
+    if not tick_is_common(now_n, qi, s, ci, e, root, last_heard, refresh, silent_after,
+                          stale_after):
+        return DECLINED, 0, 0, cursor
     n_ref = 0
     for r in range(len(s)):
         v = s[r]
-        lh = last_heard[v]
-        if lh >= 0 and not root[v] and now_n[qi[r]] - lh > silent_after:
-            return DECLINED, 0, 0, cursor
         if root[v] and stale[nodes[qi[r]]]:
             return DECLINED, 0, 0, cursor
         if not root[v] and parent[v] >= 0:
             n_ref += 1
-    quiet = np.empty(len(e), np.bool_)
+    quiet = tick_quiet(now_n, qi, s, ci, e, last_sent, period)
     n_hb = 0
     for j in range(len(e)):
-        r = ci[j]
-        t = now_n[qi[r]]
-        if t - refresh[e[j]] > stale_after:
-            return DECLINED, 0, 0, cursor
-        quiet[j] = t - last_sent[s[r]] >= period
         if quiet[j]:
             if child[e[j]] < 0:
                 return DECLINED, 0, 0, cursor
@@ -144,9 +145,7 @@ def on_tick(m, li, node_ids, six, eix, n_groups, active, root, parent, last_hear
         return MORE_ROOM, need, 0, cursor
     # the case holds: write
     zero_rows(out, 0, need)
-    for r in range(len(s)):
-        if last_heard[s[r]] < 0:
-            last_heard[s[r]] = now_n[qi[r]]
+    start_clocks(now_n, qi, s, last_heard)
     w = 0
     for r in range(len(s)):
         v = s[r]
@@ -163,10 +162,7 @@ def on_tick(m, li, node_ids, six, eix, n_groups, active, root, parent, last_hear
                      s_hr, s_rdist, s_lan)
             _put_group(out, w, group[s[r]], key_hi, key_lo)
             w += 1
-    for j in range(len(e)):
-        if quiet[j]:
-            r = ci[j]
-            last_sent[s[r]] = now_n[qi[r]]
+    mark_sent(now_n, qi, s, ci, quiet, last_sent)
     for q in range(k):
         stale[nodes[q]] = False
         if busy[q]:
@@ -226,9 +222,7 @@ def on_data(m, li, six, eix, n_groups, max_hops, active, parent, member, last_he
     # the case holds: write
     zero_rows(out, 0, len(e))
     for i in range(n):
-        v = s[i]
-        if v >= 0 and parent[v] == m[i]["src"]:
-            last_heard[v] = m[i]["time"]
+        heard_parent(s[i], m[i]["src"], m[i]["time"], active, parent, last_heard)
     raised = np.empty(nh, np.int64)
     for j in range(nh):
         raised[j] = max(last_seq[hs[j]], m[hit[j]][_SEQNO])
@@ -320,9 +314,9 @@ def on_heartbeat(m, li, six, n_groups, active, parent, last_heard, key_hi, key_l
     for i in range(len(m)):
         r = m[i]
         v = _active_slot(six, n_groups, active, li[i], r["group"])
-        if v >= 0 and parent[v] == r["src"]:
-            last_heard[v] = r["time"]
-        elif v < 0 or parent[v] >= 0:
+        if heard_parent(v, r["src"], r["time"], active, parent, last_heard):
+            continue
+        if v < 0 or parent[v] >= 0:
             _put_leave(out, w, r, leave_type, key_hi, key_lo, s_hr, s_rdist, s_lan)
             w += 1
     return DONE, 0, w, cursor

@@ -86,10 +86,19 @@ def heard_from_parent(ix, local_idx, groups, n_groups, active, parent, senders, 
     ok = np.zeros(len(local_idx), np.bool_)
     for i in range(len(local_idx)):
         s = key_value(ix, np.int64(local_idx[i]) * n_groups + np.int64(groups[i]))
-        if s >= 0 and active[s] and parent[s] == senders[i]:
-            ok[i] = True
-            last_heard[s] = times[i]
+        ok[i] = heard_parent(s, senders[i], times[i], active, parent, last_heard)
     return ok
+
+
+@numba.njit(cache=True)
+def heard_parent(s, sender, time, active, parent, last_heard):
+    """Whether ``sender`` is the parent of active slot ``s`` (-1: none); if so, ``time``
+    becomes the slot's ``last_heard`` (its parent is not silent). Every compiled check of a
+    message from the parent (heartbeats, data) is this. O(1)."""
+    if s >= 0 and active[s] and parent[s] == sender:
+        last_heard[s] = time
+        return True
+    return False
 
 
 @numba.njit(cache=True)
@@ -120,32 +129,23 @@ def tick_plan(six, eix, local_idx, times, n_groups, n_nodes, active, root, paren
     tick time, and ``last_sent`` the tick time of every slot that sends heartbeats.
     O(q + children).
     """
-    nodes, now_n = ticking_nodes(local_idx, times)
-    qi, s = ranges_where(six, nodes, active)
+    nodes, now_n, qi, s, ci, e = tick_slots(six, eix, local_idx, times, active, valid)
     m = len(s)
-    ci, e = ranges_where(eix, s.astype(np.int64), valid)
     empty = np.empty(0, np.int64)
-    for r in range(m):
-        lh = last_heard[s[r]]
-        if lh >= 0 and not root[s[r]] and now_n[qi[r]] - lh > silent_after:
-            return False, nodes, now_n, qi, s, empty, empty, e[:0]
-    for j in range(len(e)):
-        if now_n[qi[ci[j]]] - refresh[e[j]] > stale_after:
-            return False, nodes, now_n, qi, s, empty, empty, e[:0]
+    if not tick_is_common(now_n, qi, s, ci, e, root, last_heard, refresh, silent_after,
+                          stale_after):
+        return False, nodes, now_n, qi, s, empty, empty, e[:0]
+    start_clocks(now_n, qi, s, last_heard)
     ref = np.empty(m, np.int64)
     nr = 0
     for r in range(m):
         sr = s[r]
-        if last_heard[sr] < 0:
-            last_heard[sr] = now_n[qi[r]]
         if not root[sr] and parent[sr] >= 0:
             ref[nr] = r
             nr += 1
-    quiet = np.empty(len(e), np.bool_)
+    quiet = tick_quiet(now_n, qi, s, ci, e, last_sent, period)
     nh = 0
     for j in range(len(e)):
-        r = ci[j]
-        quiet[j] = now_n[qi[r]] - last_sent[s[r]] >= period
         nh += quiet[j]
     hb_rows = np.empty(nh, np.int64)
     hb_entries = np.empty(nh, e.dtype)
@@ -155,7 +155,62 @@ def tick_plan(six, eix, local_idx, times, n_groups, n_nodes, active, root, paren
             hb_rows[h] = ci[j]
             hb_entries[h] = e[j]
             h += 1
-    for j in range(nh):
-        r = hb_rows[j]
-        last_sent[s[r]] = now_n[qi[r]]
+    mark_sent(now_n, qi, s, ci, quiet, last_sent)
     return True, nodes, now_n, qi, s, ref[:nr], hb_rows, hb_entries
+
+
+# ---- the tick rule, shared by tick_plan and handler_kernels.on_tick --------------------
+@numba.njit(cache=True)
+def tick_slots(six, eix, local_idx, times, active, valid):
+    """A TICK cell's nodes (sorted) and the time of each one's first row; their active
+    slots (row qi into nodes, slot s, in group order); those slots' valid child entries
+    (row ci into s, entry e). O(q log q + slots + children)."""
+    nodes, now_n = ticking_nodes(local_idx, times)
+    qi, s = ranges_where(six, nodes, active)
+    ci, e = ranges_where(eix, s.astype(np.int64), valid)
+    return nodes, now_n, qi, s, ci, e
+
+
+@numba.njit(cache=True)
+def tick_is_common(now_n, qi, s, ci, e, root, last_heard, refresh, silent_after,
+                   stale_after):
+    """Whether a tick is the common case: no slot's parent silent for longer than
+    ``silent_after`` (a root has none; an unset clock is not silent) and no child entry
+    older than ``stale_after``; else the general path re-joins and expires. Writes
+    nothing. O(slots + children)."""
+    for r in range(len(s)):
+        lh = last_heard[s[r]]
+        if lh >= 0 and not root[s[r]] and now_n[qi[r]] - lh > silent_after:
+            return False
+    for j in range(len(e)):
+        if now_n[qi[ci[j]]] - refresh[e[j]] > stale_after:
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def start_clocks(now_n, qi, s, last_heard):
+    """A slot's unset ``last_heard`` becomes its tick time. O(slots)."""
+    for r in range(len(s)):
+        if last_heard[s[r]] < 0:
+            last_heard[s[r]] = now_n[qi[r]]
+
+
+@numba.njit(cache=True)
+def tick_quiet(now_n, qi, s, ci, e, last_sent, period):
+    """Which child entries get a heartbeat: their slot sent them nothing within
+    ``period``. O(children)."""
+    quiet = np.empty(len(e), np.bool_)
+    for j in range(len(e)):
+        r = ci[j]
+        quiet[j] = now_n[qi[r]] - last_sent[s[r]] >= period
+    return quiet
+
+
+@numba.njit(cache=True)
+def mark_sent(now_n, qi, s, ci, quiet, last_sent):
+    """Slots that send heartbeats (``quiet`` entries) sent at their tick time."""
+    for j in range(len(quiet)):
+        if quiet[j]:
+            r = ci[j]
+            last_sent[s[r]] = now_n[qi[r]]
