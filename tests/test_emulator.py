@@ -723,8 +723,10 @@ def test_runs_on_a_two_node_cluster(lat, tmp_path):
     from ray.cluster_utils import Cluster
 
     from emulator import Emulator
-    if ray.is_initialized():
-        ray.shutdown()
+    from runtime.ray_spark import stop_ray
+    # the session's Ray and Spark, through the runtime: a Spark left on a Ray shut down
+    # under it could not be stopped by the tests after this one
+    stop_ray()
     cluster = Cluster()
     try:
         cluster.add_node(num_cpus=1, resources={"node_a": 1})
