@@ -37,6 +37,22 @@ def pytest_sessionstart(session):
                              preexec_fn=lambda: os.nice(10), cwd=ROOT)
 
 
+def wait_for_warm_kernels() -> None:
+    """Let the background compile finish, at normal priority from now on, before a fixture
+    runs an emulation in Ray workers: each worker of a cold cache would otherwise compile
+    the same kernels again, two shards side by side."""
+    if _warm is None or _warm.poll() is not None:
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, _warm.pid, 0)
+    except OSError:          # not allowed to raise a priority: it finishes at nice 10
+        pass
+    try:
+        _warm.wait(timeout=900)
+    except subprocess.TimeoutExpired:   # the run compiles what is missing itself
+        pass
+
+
 def pytest_sessionfinish(session, exitstatus):
     if _warm is not None and _warm.poll() is None:   # (a short session: leave nothing)
         _warm.kill()
@@ -50,6 +66,7 @@ def quick_run(tmp_path_factory):
     which `auto` leaves off on a 2-CPU machine), and shared by tests/test_cli.py and
     tests/test_report.py (a scenario run costs a Ray and a Spark start; tests may re-analyze
     it, not break it)."""
+    wait_for_warm_kernels()
     out = tmp_path_factory.mktemp("quick") / "run"
     env = {k: v for k, v in os.environ.items() if k != "SCRIBE_EMU_DEBUG"}
     env.update({"COLUMNS": "200", "NO_COLOR": "1"})
@@ -148,6 +165,7 @@ def reference_runs(ray_runtime, tmp_path_factory) -> dict:
     from runs import reference_config
 
     from scenarios import run_scenario
+    wait_for_warm_kernels()
     base = tmp_path_factory.mktemp("reference")
     return {k: run_scenario(reference_config(k), out=base / f"k{k}", progress=False)
             for k in (2, 1)}

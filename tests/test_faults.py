@@ -339,7 +339,7 @@ def test_lost_spark_executor_reruns_the_analysis(reference, tmp_path, monkeypatc
     cancels the jobs after the grace time, the runner stops Spark, starts a fresh session
     and reruns the analysis: every CSV as the unharmed run's."""
     killed = kill_executor_mid_analysis(monkeypatch, for_good=True)
-    monkeypatch.setattr(runner_mod, "EXECUTOR_GRACE_S", 10.0)
+    monkeypatch.setattr(runner_mod, "EXECUTOR_GRACE_S", 5.0)     # it never comes back
     out = emulated_copy(reference, tmp_path / "run")
     assert run_scenario(None, resume=out, progress=False) == out
     assert killed, "no executor was killed during the analysis"

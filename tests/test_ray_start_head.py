@@ -27,14 +27,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+from runs import reference_cli_args
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 RAY = VENV_BIN / "ray"
-QUICK_ARGS = ["scenario", "quick", "--nodes", "300", "--groups", "5", "--seeds", "1..2",
-              "--no-progress", "--set", "analysis.warmup=on"]    # as conftest's quick_run
 HEAD_START_TIMEOUT_S = 180
 MAX_RAY_TEMP_DIR_LEN = 40
 
@@ -148,17 +147,17 @@ def _figures(summary: Path) -> dict:
     return data
 
 
-def test_address_run_gives_the_embedded_figures(ray_head, quick_run):
+def test_address_run_gives_the_embedded_figures(ray_head, reference_runs):
     """`--address` against a token-auth head with this machine holding the token and
-    RAY_AUTH_MODE unset: the product turns token mode on itself."""
+    RAY_AUTH_MODE unset: the product turns token mode on itself. The run is the session's
+    reference run (tests/runs.py), made on the embedded Ray."""
     env, gcs, _, base = ray_head
     out = base / "address-run"
-    res = subprocess.run([sys.executable, str(ROOT / "cli.py"), *QUICK_ARGS, "--out", str(out),
-                          "--address", gcs], capture_output=True, text=True, timeout=900,
-                         cwd=ROOT, env=env)
+    res = subprocess.run([sys.executable, str(ROOT / "cli.py"), *reference_cli_args(2),
+                          "--no-progress", "--out", str(out), "--address", gcs],
+                         capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    embedded, _, _ = quick_run
-    assert _figures(out / "summary.json") == _figures(embedded / "summary.json")
+    assert _figures(out / "summary.json") == _figures(reference_runs[2] / "summary.json")
 
 
 _CHECK = ("import os, sys; from runtime.ray_spark import check_cluster_address; "
