@@ -17,7 +17,7 @@ about a second per repeat on the development VM.
 together) and prints how many cores' worth of work they got done: N x (one process's time)
 / (the slowest of the N's time). Two shards of one emulation cannot go faster than that
 against one shard, whatever the engine does: it is the host's ceiling for K = N against
-K = 1 (issue 15). A VM whose vCPUs share a physical core (SMT siblings) or whose host is
+K = 1. A VM whose vCPUs share a physical core (SMT siblings) or whose host is
 busy shows it here.
 
     python benchmarks/bench_host.py [--repeat 5] [--parallel 2]

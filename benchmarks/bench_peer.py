@@ -1,4 +1,4 @@
-"""FreePastry's own workload on the emulator (issue 13): the number to beat is 85 s.
+"""FreePastry's own workload on the emulator: the number to beat is 85 s.
 
 FreePastry 2.1's direct simulator runs this in ~85 s on this machine class: 10,000 nodes
 join by the protocol (arrivals over 10 s), ts5050, 10 groups of 1,000 subscribers, one

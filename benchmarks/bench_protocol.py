@@ -1,4 +1,4 @@
-"""Per-message cost of the Pastry handlers on the real engine, by batch size (issue 13).
+"""Per-message cost of the Pastry handlers on the real engine, by batch size.
 
 One ``ShardEngine`` in this process holds ``--nodes`` nodes of a synthetic network with
 the oracle's exact Pastry state (one shard: every node is local). For each main message

@@ -19,7 +19,7 @@ short of cores from one that waits. "cells" are the grid cells each shard proces
 messages in, so after the table each phase's shard CPU is fitted, over every shard of every
 K run, as CPU = a x cells + b x events (least squares): a is that fixed cost per cell,
 b the cost per message, and K = 2's ceiling against K = 1 on two cores follows from them
-(issue 15: why K = 2 is not twice as fast).
+(why K = 2 is not twice as fast).
 
     python benchmarks/bench_scale.py [--scenario paper_zipf_1500] [--nodes 100000]
         [--groups 1500] [--shards 1 2 4 8 16 32 64] [--cluster-nodes 4]

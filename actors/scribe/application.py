@@ -178,7 +178,7 @@ class Scribe:
         self.joins = TreeJoins(tree, self.groups, self.messenger, self.guard, self.rendezvous,
                                self.ordered, self.bottleneck, p["lazy_growth"],
                                p["bottleneck_bound"])
-        if self.publishing is not None:  # issue 22: go on with the replicated stream
+        if self.publishing is not None:  # reliable: go on with the replicated stream
             self.joins.on_take_over = self.publishing.take_over_stream
         self.multicast = Dissemination(tree, self.groups, self.messenger, self.ordered,
                                        self.publishing, p["rp_cache_ttl_us"],

@@ -11,7 +11,7 @@ Two structures answer the two questions Scribe asks:
   binary search in each of two runs (~40 probes, 0.5-0.9 us per key at a million keys)
   and re-sorted their delta run on every insert (~100-300 us per handler call once the
   delta held tens of thousands of keys: a third of a shard's time in the 100,000-node
-  join phase; BENCHMARKS.md, issue 15, 2026-11-27);
+  join phase, as benchmarks/bench_scale.py's profiles showed);
 - **prefix ranges** (a node's slots in group order, a slot's children in child order):
   with ``width`` set, every prefix heads a chain of its values linked in key order, kept
   sorted as keys arrive (O(chain length) per insert: a node's groups, a slot's children).

@@ -208,15 +208,13 @@ class TreeJoins:
         cont = ok & ~was_active & first_of_slot_among(s, ok)
         self._activate(s[cont], sub[Join.credential][cont])
         if self.ordered is not None:
-            # issue 22: a node that becomes a forwarder for a repair JOIN starts at the
-            # repairing child's position (last_seq), not at its new parent's (the JOIN_ACK):
-            # its JOIN carries last_seq on, so the parent retransmits last_seq+1.. and the
-            # child's gap is filled; synced at the parent's position it dropped them as old
-            # and the child stalled for good. A child that never had a message (-1) wants
-            # all of them: synced at the first copy it saw, a live message overtaking the
-            # retransmitted ones made the forwarder drop those as old (30,000-node
-            # churn_reliable: a branch whose forwarder crashed before the stream's first
-            # message reached it lost the stream's start)
+            # a node that becomes a forwarder for a repair JOIN starts at the repairing
+            # child's position (last_seq), not at its new parent's (the JOIN_ACK): its JOIN
+            # carries last_seq on, so the parent retransmits last_seq+1.. and the child's
+            # gap is filled (at the parent's position it would drop them as old, and the
+            # child would stall for good). A child that never had a message (-1) wants all
+            # of them: started at the first copy it saw, a live message overtaking the
+            # retransmitted ones would make the forwarder drop those as old
             pos = sub[Join.last_seq]
             rj = cont & (sub[Join.repair] == 1) & (pos >= -1)
             sl["last_seq"][s[rj]] = pos[rj]

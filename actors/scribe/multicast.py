@@ -52,7 +52,7 @@ class Dissemination:
         if ttl:  # a cached RP may have failed: rediscover it by routing now and then
             cached &= m["time"] - sl["rp_cache_time"][s] <= ttl
         seqno = m[McastReq.seqno]
-        if self.publishing is not None:  # issue 22: the source numbers and keeps its messages
+        if self.publishing is not None:  # reliable: the source numbers and keeps its messages
             seqno = self.publishing.number_at_source(ctx, m, s)
         fields = {**Mcast.fields(credential=m[McastReq.credential], seqno=seqno,
                                  publish_time=m["time"]), "origin": m["dst"]}
@@ -89,7 +89,7 @@ class Dissemination:
         self.groups.refuse(ctx, m["group"][bad], m["origin"][bad], "multicast", m["time"][bad])
         ok = ~bad
         sub, s = take_rows(m, ok), s[ok]
-        if self.publishing is not None:  # issue 22: each source's messages in source order;
+        if self.publishing is not None:  # reliable: each source's messages in source order;
             sub, s = self.publishing.source_fifo(ctx, sub, s)   # acks (RP_ADDR) sent there
         elif routed:  # the source learns the RP's address and sends directly next time
             far = sub["origin"] != sub["dst"]
@@ -100,7 +100,7 @@ class Dissemination:
         seqno = self.ordered.number_at_root(s) if self.ordered is not None else sub[Mcast.seqno]
         self.disseminate(ctx, s, sub["dst"], sub["group"], sub["origin"], publish, seqno,
                          sub["hops"].astype(np.int64), sub["time"])
-        if self.publishing is not None:  # issue 22: replicas keep the numbered stream
+        if self.publishing is not None:  # reliable: replicas keep the numbered stream
             self.publishing.replicate_data(ctx, s, sub["origin"], publish, seqno,
                                            sub[Mcast.seqno], sub["time"])
 

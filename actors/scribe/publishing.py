@@ -1,4 +1,4 @@
-"""Reliable publishing and RP fail-over (issue 22), enabled by ``reliable``.
+"""Reliable publishing and RP fail-over, enabled by ``reliable``.
 
 The numbering of ``reliable.OrderedDelivery`` starts at the root; two holes were left
 before it:

@@ -5,7 +5,7 @@ what each type keeps in the record's type-specific columns a, b, c
 
 Requests (``*_REQ``) are self-messages injected by the scenario (src = dst = the node);
 the others travel between nodes, routed by Pastry (``mode`` 1) or sent directly (``mode`` 0).
-The reliable layer (``reliable``, issue 22) uses fields of MCAST, RP_ADDR, JOIN, REFRESH
+The reliable layer (``reliable``) uses fields of MCAST, RP_ADDR, JOIN, REFRESH
 and JOIN_ACK and its own REPLICA_DATA.
 """
 
