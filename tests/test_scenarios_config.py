@@ -179,14 +179,19 @@ def test_list_scenarios():
 
 
 def test_protocol_params_are_the_schema_defaults_and_complete():
-    """Outside a scenario, protocol_params gives what a default scenario gives the stack,
-    and Pastry takes only complete parameter dicts."""
+    """Outside a scenario, protocol_params gives the protocols' own declared defaults (the
+    schema's, since it is composed of the declarations), and Pastry takes only complete
+    parameter dicts."""
     from actors.pastry.protocol import PARAMETERS, Pastry
+    from actors.scribe.application import PARAMETERS as SCRIBE_PARAMETERS
     from scenarios.config import protocol_params
 
+    pastry, scribe = protocol_params(1000, 7)
+    assert pastry == {**{k: p.default for k, p in PARAMETERS.items()}, "seed": 7}
+    assert scribe == {k: p.value(p.default) for k, p in SCRIBE_PARAMETERS.items()}
+    # a scenario's settings go to the stack as they are, the rest at their defaults
     cfg = load_scenario("quick")
-    pastry, scribe = protocol_params(cfg.nodes, 7, pastry=cfg.pastry, scribe=cfg.scribe)
-    assert pastry == cfg.pastry_params(7) and scribe == cfg.scribe_params()
+    assert cfg.pastry_params(7) == {**pastry, **cfg.pastry, "seed": 7}
     assert set(pastry) == set(PARAMETERS) | {"seed"}
     # a fixed arrival rate, whatever the size (no nodes / 10 fallback)
     assert protocol_params(3000)[0]["join_rate_per_s"] == 10.0
