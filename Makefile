@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 ARGS   ?=
 TESTS  ?= tests
 
-.PHONY: help venv warm java run quick test test-fast bench lint clean
+.PHONY: help venv warm java run quick test test-fast bench bench-report lint clean
 
 help:
 	@echo "make run    - run the small_groups_30k scenario (ARGS='--nodes 5000 ...' to override)"
@@ -84,7 +84,6 @@ bench: venv java
 	@set -e; for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b $(ARGS); done
 
 # BENCHMARKS.md's tables from the benchmarks' records (benchmarks/report.py --check: compare only)
-.PHONY: bench-report
 bench-report: venv
 	$(PY) benchmarks/report.py
 

@@ -113,7 +113,3 @@ def checked(owner: str, declared: dict[str, Param], params: dict) -> dict:
         out[name] = v
     return out
 
-
-def defaults(declared: dict[str, Param]) -> dict:
-    """The settings' defaults, by name."""
-    return {name: p.default for name, p in declared.items()}

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from report import add_json_option
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -227,8 +228,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--memory", default="4GB")
     ap.add_argument("--keep", action="store_true", help="keep the run directory")
-    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
-                    help="write the figures as a record of benchmarks/report.py")
+    add_json_option(ap)
     ap.add_argument("--runs", type=Path, nargs="+", help="time `cli.py analyze` on copies "
                     "of these run directories instead")
     args = ap.parse_args(argv)

@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from report import add_json_option  # noqa: E402 (benchmarks/ is on sys.path)
+
 from emulator import heads  # noqa: E402
 from emulator.driver import EXACT_CAUSES, earliest_causes, reach_matrix  # noqa: E402
 
@@ -62,9 +64,7 @@ def per_round_us(k: int, rounds: int, exact: int | None) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shards", type=int, nargs="+", default=[16, 32, 64, 256, 1000])
-    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
-                    help="write the figures as a record of benchmarks/report.py "
-                         "(e.g. benchmarks/results/driver_round.json)")
+    add_json_option(ap, "driver_round.json")
     a = ap.parse_args()
     print(f"load {os.getloadavg()[0]:.1f}")
     print(f"| K | driver's own work per round, us (bound exact for {EXACT_CAUSES} shards, "
@@ -77,7 +77,6 @@ def main() -> None:
         figures.update({f"us_per_round_k{k}": ours, f"exact_us_per_round_k{k}": exact})
         print(f"| {k} | {ours:.0f} | {exact:.0f} |", flush=True)
     if a.json:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from report import write_record
         write_record(a.json, "bench_driver_round", figures)
 

@@ -27,6 +27,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), str(_ROOT / "tests"),
                                             os.environ.get("PYTHONPATH", "")])
 
 from emu_protocols import FLOOD_DTYPE, PING, TYPE_NAMES, Flood  # noqa: E402
+from report import add_json_option  # noqa: E402 (benchmarks/ is on sys.path)
 
 from emulator import Emulator, RouterLatency, new_messages  # noqa: E402
 from runtime.ray_spark import start_ray  # noqa: E402
@@ -41,9 +42,7 @@ def main():
     ap.add_argument("--seeds", type=int, nargs="+", default=[20, 5000])
     ap.add_argument("--fanout", type=int, default=4)
     ap.add_argument("--messages", type=int, default=2_000_000, help="about this many per run")
-    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
-                    help="write the figures as a record of benchmarks/report.py "
-                         "(e.g. benchmarks/results/engine_flood.json)")
+    add_json_option(ap, "engine_flood.json")
     a = ap.parse_args()
     start_ray()
     topo = make_topology("ts5050", 1, a.nodes)
@@ -81,7 +80,6 @@ def main():
         print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:,} | {r[4]:.2f} | {r[5]:,.0f} | {r[6]:,.0f} | "
               f"{r[7]:,} | {r[8] or '-'} | {r[9]:.2f} | {r[10]:.0f} |")
     if a.json:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from report import write_record
         keys = ("seeds", "k", "partition", "messages", "wall_s", "msg_per_s", "msg_per_s_shard",
                 "rounds", "lookahead_us", "overhead_ms_per_round", "sync_pct")

@@ -29,10 +29,10 @@ import argparse
 import multiprocessing
 import os
 import time
-from pathlib import Path
 
 import numba
 import numpy as np
+from report import add_json_option
 
 
 def _python_loop(n: int = 10_000_000) -> int:
@@ -115,9 +115,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--parallel", type=int, default=0, metavar="N",
                     help="also run each workload in N processes at once")
-    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
-                    help="write the figures as a record of benchmarks/report.py "
-                         "(e.g. benchmarks/results/host.json)")
+    add_json_option(ap, "host.json")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")

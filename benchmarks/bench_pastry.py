@@ -16,6 +16,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from report import add_json_option  # noqa: E402 (benchmarks/ is on sys.path)
+
 from actors.pastry.oracle import oracle_state  # noqa: E402
 from actors.pastry.quality import route_paths, table_quality  # noqa: E402
 from actors.pastry.synthetic import synthetic_network  # noqa: E402
@@ -110,9 +112,7 @@ if __name__ == "__main__":
     ap.add_argument("--routers", type=int, default=5050)
     ap.add_argument("--no-quality", action="store_true")
     ap.add_argument("--profile", type=int, default=0, help="cProfile a protocol run of N")
-    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
-                    help="write the figures as a record of benchmarks/report.py "
-                         "(e.g. benchmarks/results/pastry_oracle.json)")
+    add_json_option(ap, "pastry_oracle.json")
     a = ap.parse_args()
     for n in a.oracle:
         net, st = bench_oracle(n, a.routers)
@@ -122,6 +122,5 @@ if __name__ == "__main__":
     if a.profile:
         profile_protocol(a.profile, min(a.routers, 500), a.rate)
     if a.json:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from report import write_record
         write_record(a.json, "bench_pastry", FIGURES)

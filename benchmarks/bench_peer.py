@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from report import add_json_option
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 # the shard actors unpickle the stack factory: they must import this checkout too
@@ -65,9 +67,7 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=0,
                     help="shard actors (default 0: the scenarios' automatic count, one per "
                          "CPU and at most one per 10,000 nodes)")
-    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
-                    help="write the figures as a record of benchmarks/report.py "
-                         "(e.g. benchmarks/results/freepastry_workload.json)")
+    add_json_option(ap, "freepastry_workload.json")
     a = ap.parse_args()
 
     from scenarios import phases, run_scenario, runner

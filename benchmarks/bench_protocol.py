@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from report import add_json_option
+
 SIZES = (10, 100, 1_000, 10_000)
 TYPES = ("route", "join", "announce", "leaf_reply", "join_rows", "keepalive", "rows_req",
          "rows_reply")
@@ -147,9 +149,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--min-s", type=float, default=0.3, help="time spent per cell at least")
     ap.add_argument("--src", type=Path, default=Path(__file__).resolve().parents[1])
-    ap.add_argument("--json", type=Path, metavar="PATH",
-                    help="write the table as a record of benchmarks/report.py, figures "
-                         "TYPE_SIZE in messages/s (e.g. benchmarks/results/protocol_cells.json)")
+    add_json_option(ap, "protocol_cells.json", "the table")
     ap.add_argument("--types", nargs="*", default=list(TYPES))
     a = ap.parse_args()
     sys.path.insert(0, str(a.src.resolve()))
@@ -172,7 +172,6 @@ def main() -> None:
         out[kind] = row
         print(f"{kind:12s}" + "".join(f"{row[k]:>12,.0f}" for k in SIZES), flush=True)
     if a.json:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from report import write_record
         figures = {f"{kind}_{k}": rate for kind, row in out.items() for k, rate in row.items()}
         write_record(a.json, f"bench_protocol, {a.nodes:,} nodes",

@@ -26,6 +26,8 @@ import ray
 _ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")])
+from report import add_json_option  # noqa: E402 (benchmarks/ is on sys.path)
+
 from emulator import heads  # noqa: E402
 
 STATS = {"events": 10, "busy_s": 0.1, "cpu_s": 0.1, "wait_s": 0.1, "windows": 3,
@@ -61,9 +63,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shards", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=200)
-    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
-                    help="write the figures as a record of benchmarks/report.py "
-                         "(e.g. benchmarks/results/round_call.json)")
+    add_json_option(ap, "round_call.json")
     args = ap.parse_args()
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
     shards = [Shard.options(max_concurrency=2).remote() for _ in range(args.shards)]
@@ -86,7 +86,6 @@ def main() -> None:
         print(f"| {label} | {runs[0]:.0f} | {runs[1]:.0f} |")
     ray.shutdown()
     if args.json:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from report import write_record
         every = [x for runs in figures["cases"].values() for x in runs]
         figures["driver_cpu_us_per_call_range"] = [min(every), max(every)]

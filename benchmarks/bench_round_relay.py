@@ -31,6 +31,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), str(_ROOT / "tests"),
 import numpy as np  # noqa: E402
 import ray  # noqa: E402
 from emu_protocols import FLOOD_DTYPE, PING, TYPE_NAMES, Flood  # noqa: E402
+from report import add_json_option  # noqa: E402 (benchmarks/ is on sys.path)
 
 from emulator import Emulator, RouterLatency, new_messages  # noqa: E402
 from topologies import make_topology  # noqa: E402
@@ -64,10 +65,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--modes", nargs="+", choices=("direct", "relayed"),
                     default=["direct", "relayed"])
-    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
-                    help="write the figures as a record of benchmarks/report.py: "
-                         "driver_cpu_ms_per_round_kK (relayed), ..._direct, per repeat "
-                         "(e.g. benchmarks/results/round_relay_k64.json)")
+    add_json_option(ap, "round_relay_k64.json", "the figures (driver_cpu_ms_per_round_kK, "
+                    "relayed, and ..._direct, per repeat)")
     a = ap.parse_args()
     topo = make_topology("ts600", 1, 1500)
     lat = RouterLatency.from_topology(topo)
@@ -94,7 +93,6 @@ def main() -> None:
                       f"{r['wall_s']:.1f} |", flush=True)
     ray.shutdown()
     if a.json:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from report import write_record
         write_record(a.json, "bench_round_relay", figures)
 

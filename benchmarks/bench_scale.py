@@ -50,6 +50,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPA
 
 import numpy as np  # noqa: E402
 import ray  # noqa: E402
+from report import add_json_option  # noqa: E402 (benchmarks/ is on sys.path)
 
 import emulator  # noqa: E402
 import runtime.ray_spark  # noqa: E402
@@ -139,9 +140,7 @@ def main():
                          "DIR/K<k>/shard<i>-<phase>.prof; compare two K with "
                          "benchmarks/split_profile.py (the times then include the "
                          "profiler's cost)")
-    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
-                    help="write the figures as a record of benchmarks/report.py "
-                         "(e.g. benchmarks/results/scale_100k_k1_k2.json)")
+    add_json_option(ap, "scale_100k_k1_k2.json")
     a = ap.parse_args()
     if a.tmp is not None:
         Path(a.tmp).mkdir(parents=True, exist_ok=True)

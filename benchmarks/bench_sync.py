@@ -52,6 +52,8 @@ from numba import njit
 _ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")])
+from report import add_json_option  # noqa: E402 (benchmarks/ is on sys.path)
+
 from emulator import heads  # noqa: E402
 
 RECORDS = 100               # message records in a window's outbox
@@ -330,9 +332,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2, help="runs of every variant")
     ap.add_argument("--work-us", type=float, default=100.0,
                     help="the realistic work kernel's compute per window (threads)")
-    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
-                    help="write the figures as a record of benchmarks/report.py "
-                         "(e.g. benchmarks/results/sync_per_window.json)")
+    add_json_option(ap, "sync_per_window.json")
     args = ap.parse_args()
     w = args.windows
     runs: dict[str, list] = {}
@@ -395,7 +395,6 @@ def main() -> None:
     figures: dict = {"windows": w, "outbox_bytes": RECORDS * WIDTH * 8, **runs, **errors,
                      "load_range": [round(min(loads), 2), round(max(loads), 2)]}
     if args.json:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from report import write_record
         write_record(args.json, "bench_sync, K = 2 on one machine", figures)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import resource
 import time
-from pathlib import Path
 
 import numpy as np
+from report import add_json_option
 
 from topologies import attach_hosts, generate_transit_stub
 from topologies.baselines import ip_multicast, naive_unicast
@@ -35,9 +35,7 @@ def main():
     ap.add_argument("--hosts", type=int, default=100_000)
     ap.add_argument("--groups", type=int, default=1500)
     ap.add_argument("--pairs", type=int, default=1_000_000)
-    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
-                    help="write the figures as a record of benchmarks/report.py "
-                         "(e.g. benchmarks/results/topology.json)")
+    add_json_option(ap, "topology.json")
     args = ap.parse_args()
     rows = []
 

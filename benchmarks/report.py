@@ -99,6 +99,15 @@ def command_line(argv: list[str] | None = None) -> str:
     return shlex.join(["python", str(script), *out])
 
 
+def add_json_option(ap: argparse.ArgumentParser, record: str | None = None,
+                    what: str = "the figures") -> None:
+    """A benchmark's ``--json PATH`` option: write `what` as a record of this module
+    (`write_record`); ``record`` names the file under benchmarks/results/ it refreshes."""
+    example = f" (e.g. benchmarks/results/{record})" if record else ""
+    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
+                    help=f"write {what} as a record of benchmarks/report.py{example}")
+
+
 def write_record(path: Path | str, workload: str, figures: dict, *, command: str | None = None,
                  title: str | None = None, display: str | None = None,
                  commit: str | None = None, date: str | None = None) -> dict:

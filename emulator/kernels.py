@@ -1,8 +1,8 @@
 """Compiled engine kernels (numba, cached): the per-message loops of sending.
 
-Plain ``@numba.njit(cache=True)`` functions over numpy arrays, each the exact equivalent of
-the numpy sequence it replaces (docs/ARCHITECTURE.md, "Compiled kernels"). Nothing here
-knows a protocol.
+Plain ``@numba.njit(cache=True)`` functions over numpy arrays, each one per-message loop of
+sending (docs/ARCHITECTURE.md, "Compiled kernels"), and the primitives the protocols'
+kernels share (host delay, payload packing, unique-first). Nothing here knows a protocol.
 """
 
 from __future__ import annotations

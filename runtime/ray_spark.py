@@ -612,10 +612,11 @@ def _driver_jvm_beside_master() -> Iterator[None]:
     only the SparkContext needs that URL, not the JVM: its launch (spark-submit's launcher
     JVM, then the driver JVM, ~1 s) depends only on the settings RayDP has prepared by
     then. So while `SparkCluster._set_up_master` runs, a thread launches the gateway with
-    those settings and PySpark's SparkContext then finds it up (measured: 0.5-0.6 s less
-    per Spark start, BENCHMARKS.md). The SparkContext gets every setting again, the
-    master's URL included, as before. Should RayDP change and the hook be missing, Spark
-    starts the old way; should the start fail, a gateway no SparkContext uses is shut down.
+    those settings and PySpark's SparkContext then finds it up (less time per Spark start:
+    benchmarks/bench_analysis.py measures it). The SparkContext gets every setting again,
+    the master's URL included. Should RayDP change and the hook be missing, Spark starts
+    without the early launch; should the start fail, a gateway no SparkContext uses is
+    shut down.
     """
     try:
         from pyspark import SparkConf, SparkContext
@@ -807,13 +808,13 @@ def lower_this_thread() -> None:
     """This thread, and every thread and process it starts from now on, at the priority
     `lower_spark_priority` gives Spark's JVMs (SCHED_IDLE where `restore_spark_priority`
     can undo it, else nice 19). For starting Spark beside the emulation: the driver JVM
-    and spark-submit's launcher are children of this process, at its nice 0, and took the
-    CPU from the shards (Ray runs them at nice 15) while they started and compiled."""
+    and spark-submit's launcher are children of this process, at its nice 0, and would take
+    the CPU from the shards (Ray runs them at nice 15) while they start and compile."""
     if not hasattr(os, "sched_setscheduler"):
         return
     try:
         _lowerer()(threading.get_native_id())
-    except OSError:    # not allowed here: Spark starts at normal priority, as before
+    except OSError:    # not allowed here: Spark starts at normal priority
         log.info("could not lower the Spark start's priority", exc_info=True)
 
 

@@ -15,7 +15,6 @@ Results do not change: the warm-up analyses a throw-away run of its own.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -28,8 +27,7 @@ from runtime.ray_spark import (
     restore_spark_priority,
 )
 
-log = logging.getLogger("scribe_emu.runner")
-
+from .progress import log  # the run's logger: what it says lands in run.log
 
 # `analysis.jit = auto`: the client compiler (C1) up to this many nodes x topologies. A
 # small or one-topology run's jobs are short, so C1's quick compiling shortens its first

@@ -10,7 +10,6 @@ cores that Spark holds): analysis/load.py `load_refs`.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import time
 from pathlib import Path
@@ -148,10 +147,9 @@ def _summary_extra(cfg: ScenarioConfig, state: RunState) -> dict:
 def _analysis_options(cfg: ScenarioConfig):
     from actors.stack import type_names
     from analysis.schema import AnalysisOptions
-    names = {f.name for f in dataclasses.fields(AnalysisOptions)}
     kw = {"type_names": type_names(),
           "shared_storage": True if cfg.analysis["shared_storage"] else None}
-    if "churn_phases" in names and "churn" in cfg.phase_order:
+    if "churn" in cfg.phase_order:
         kw["churn_phases"] = ("churn",)
     return AnalysisOptions(**kw)
 

@@ -8,7 +8,7 @@ twin), with its Spark analysis; tests read those run directories and never chang
 (a test that needs to change one copies it first).
 
 The comparisons are exact: the product promises the same results to the last bit for any
-shard count, partition, fault replayed or resumed run (what `same-results` compares:
+shard count, partition, fault replayed or resumed run (what ../shared/tools/same-results compares:
 timing, shard counts, run and engine statistics aside).
 """
 
@@ -18,13 +18,12 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 REFERENCE_NODES, REFERENCE_GROUPS = 200, 6
 
-# same-results' rule: what may differ between two runs of the same scenario
+# ../shared/tools/same-results' rule: what may differ between two runs of the same scenario
 NOT_RESULTS = {"timing", "shards", "run", "emulation"}
 
 
@@ -44,12 +43,6 @@ def reference_cli_args(shards: int = 2) -> list[str]:
 
 def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
-
-
-def deliveries(run_dir: Path) -> np.ndarray:
-    t = pq.read_table(run_dir / "events" / "delivery").select(
-        ["group", "member", "seqno", "time", "hops"]).to_pandas()
-    return t.sort_values(["seqno", "group", "member"]).to_numpy()
 
 
 def event_tables(run_dir: Path) -> dict[str, pa.Table]:

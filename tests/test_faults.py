@@ -31,14 +31,11 @@ from pathlib import Path
 import psutil
 import pytest
 from runs import (
-    csv_differences,
     emulated_copy,
-    figure_differences,
     log_differences,
     reference_cli_args,
     reference_config,
     result_differences,
-    summary,
 )
 from test_cli import CLI
 
@@ -84,7 +81,7 @@ def run_processes() -> list[psutil.Process]:
     return list(procs.values())
 
 
-def test_nothing_listens_beyond_loopback(spark, reference):
+def test_nothing_listens_beyond_loopback(spark):
     from runtime import ray_spark as runtime
     assert runtime.ray_is_local() and runtime._state["spark"] is not None  # Spark is up
     listening, kinds = [], set()
@@ -390,7 +387,6 @@ def test_lost_spark_executor_past_the_retries_names_the_analyze_command(
 
 def assert_same_analysis(run_dir: Path, ref: Path) -> None:
     """The analysis of `run_dir` gave every CSV (byte for byte) and every summary figure
-    of the reference's."""
+    of the reference's (on logs copied from it)."""
     assert (run_dir / "COMPLETE").is_file()
-    assert csv_differences(run_dir, ref) == []
-    assert figure_differences(summary(run_dir), summary(ref)) == []
+    assert result_differences(run_dir, ref) == []

@@ -13,7 +13,6 @@ HOME would compile the analysis kernels again); the token's default place,
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from runs import reference_cli_args
+from runs import figure_differences, reference_cli_args, summary
 
 pytestmark = pytest.mark.slow
 
@@ -135,18 +134,6 @@ def ray_head(tmp_path_factory):
             shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-def _figures(summary: Path) -> dict:
-    """summary.json as the project's comparison of results reads it: everything but the
-    timings, shard counts, run metadata and engine statistics, plus the protocol's counters
-    (engine statistics such as the windows a phase took are not results)."""
-    data = json.loads(summary.read_text())
-    counters = data.get("emulation", {}).get("counters")
-    for key in ("timing", "shards", "run", "emulation"):
-        data.pop(key, None)
-    data["counters"] = counters
-    return data
-
-
 def test_address_run_gives_the_embedded_figures(ray_head, reference_runs):
     """`--address` against a token-auth head with this machine holding the token and
     RAY_AUTH_MODE unset: the product turns token mode on itself. The run is the session's
@@ -157,7 +144,10 @@ def test_address_run_gives_the_embedded_figures(ray_head, reference_runs):
                           "--no-progress", "--out", str(out), "--address", gcs],
                          capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert _figures(out / "summary.json") == _figures(reference_runs[2] / "summary.json")
+    mine, ref = summary(out), summary(reference_runs[2])
+    assert figure_differences(mine, ref) == []
+    # and the protocol's counters (the engine's statistics, such as windows, are no result)
+    assert mine["emulation"]["counters"] == ref["emulation"]["counters"]
 
 
 _CHECK = ("import os, sys; from runtime.ray_spark import check_cluster_address; "
@@ -211,5 +201,5 @@ def test_ray_job_submit_runs_a_scenario(ray_head):
         env={**env, "RAY_AUTH_MODE": "token"})
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-3000:]
     assert "succeeded" in res.stdout + res.stderr
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["nodes"] == 200 and summary["groups"] == 3
+    s = summary(out)
+    assert s["nodes"] == 200 and s["groups"] == 3

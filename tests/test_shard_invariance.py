@@ -6,8 +6,8 @@ bootstrap, so Pastry's join protocol, Scribe's joins, multicasts and the tree co
 run) end to end -- emulation, Spark analysis, summary -- on 1 shard is compared with the
 same run on 2 shards (the reference), 3 (random partition) and 8 (locality). Each run's
 event logs must equal the 1-shard run's row for row, every CSV byte for byte, and every
-summary.json figure to the last bit (what `same-results` compares: timing, shard counts,
-run and engine statistics aside). Last, 3 shards on the 3 nodes of a local Ray cluster
+summary.json figure to the last bit (what ../shared/tools/same-results compares: timing,
+shard counts, run and engine statistics aside). Last, 3 shards on the 3 nodes of a local Ray cluster
 (no driver hub: they push batches to each other) write the 1-shard logs exactly.
 
 All runs but the cluster's share the session's Ray and Spark.
@@ -20,7 +20,13 @@ import math
 from pathlib import Path
 
 import pytest
-from runs import csv_differences, figure_differences, log_differences, reference_config
+from runs import (
+    csv_differences,
+    figure_differences,
+    log_differences,
+    reference_config,
+    summary,
+)
 
 from scenarios import run_scenario
 from scenarios import runner as runner_mod
@@ -35,12 +41,12 @@ def one_shard(reference_runs) -> Path:
 
 def test_the_comparisons_see_a_difference(one_shard, tmp_path):
     """The two checks below would catch a last-bit change (they are not vacuous)."""
-    summary = json.loads((one_shard / "summary.json").read_text())
-    changed = json.loads(json.dumps(summary))
+    ref = summary(one_shard)
+    changed = json.loads(json.dumps(ref))
     rmd = changed["delay_penalty"]["rmd"]
     rmd["mean"] = math.nextafter(rmd["mean"], math.inf)     # one unit in the last place
-    assert figure_differences(summary, changed)
-    assert not figure_differences(summary, {**summary, "timing": {}, "shards": 99})
+    assert figure_differences(ref, changed)
+    assert not figure_differences(ref, {**ref, "timing": {}, "shards": 99})
     assert len(list(one_shard.rglob("*.csv"))) >= 10
 
 
@@ -57,17 +63,16 @@ def test_every_csv_and_figure_is_identical(one_shard, reference_runs, tmp_path, 
                            out=tmp_path / f"k{shards}-{partition}", progress=False)
     assert log_differences(out, one_shard) == []
     assert csv_differences(out, one_shard) == []
-    ref = json.loads((one_shard / "summary.json").read_text())
-    mine = json.loads((out / "summary.json").read_text())
+    mine = summary(out)
     assert mine["shards"] == shards                  # really run on that many shards
-    assert figure_differences(mine, ref) == []
+    assert figure_differences(mine, summary(one_shard)) == []
 
 
 @pytest.mark.owns_runtime
 def test_three_node_cluster_gives_the_one_shard_logs(one_shard, tmp_path, monkeypatch):
     """Three shards, one on each node of a local Ray cluster, write exactly the one-shard
-    logs. Emulation only (the analysis of the same logs is checked above); last in the
-    module, since it stops the module's Ray and Spark."""
+    logs. Emulation only (the analysis of the same logs is checked above). It stops the
+    session's Ray and Spark: marked owns_runtime, it runs after every test sharing them."""
     import ray
     from ray.cluster_utils import Cluster
 

@@ -120,7 +120,7 @@ def side_farthest(members, x, lo, hi):
 def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan_us, dead):
     """Offer ``cand[i, :]`` to the routing table of local node ``local_idx[i]`` (global id
     ``self_ids[i]``), leaving out the ids in ``dead[i]`` (-1: none); returns the probe
-    count (``reference_pastry.insert_table``'s result): each
+    count: each
     pair is judged against the table as it was before the call (empty slot, or closer by
     delay, ties to the smaller id), and of the pairs better than that the nearest (ties:
     smaller id) takes the slot. O(B * C)."""
@@ -330,7 +330,8 @@ def next_hop(rt, leaf, nbr, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo,
                 if best == -2 or _less(dh, dl, bdh, bdl) or (
                         dh == bdh and dl == bdl and _less(ch, cl, bch, bcl)):
                     best, bdh, bdl, bch, bcl = j, dh, dl, ch, cl
-            if best == -2:  # no valid candidate: the last column (the reference's quirk)
+            if best == -2:  # no valid candidate: the last leaf column (never in practice:
+                #                 the node itself is always valid)
                 chosen = np.int64(leaf[li, nl - 1])
             else:
                 chosen = me if best == 0 else np.int64(leaf[li, best - 1])

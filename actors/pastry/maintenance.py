@@ -179,7 +179,7 @@ class LeafSetMaintenance:
         nxt = np.asarray(t, np.int64) + per
         go = nxt <= self.refresh_until
         count = {}
-        if self.leaf_refresh_rounds > 0:  # (no bound: the timers stay as before, 0 lookups)
+        if self.leaf_refresh_rounds > 0:  # (0: no bound, every timer goes on)
             go &= done < self.leaf_refresh_rounds
             count = {"lookups_done": done[go]}
         if go.any():

@@ -63,10 +63,10 @@ PARAMETERS = {
     # tables: at 10,000 nodes on ts5050 (10 arrivals/s), five leaf refreshes per node and
     # the nearest-arrival fallback send 2.1 M messages where unbounded refreshes and the
     # node-0 fallback send 14.7 M, for tables as good (85.9 % optimal, leaf sets exact).
-    # join_exchange_rows stays 2: more rows double the requests for little (every row at
+    # join_exchange_rows is 2: more rows double the requests for little (every row at
     # 1k nodes: the same tables; 4 rows at 20k: 51.5 % optimal instead of 49.2 %;
     # docs/pastry.md, "Second join stage", "Cause 3"), and a recovered node's rejoin uses
-    # it under the oracle bootstrap too. table_maintenance_us stays off: its better
+    # it under the oracle bootstrap too. table_maintenance_us is off: its better
     # tables cost messages in proportion to the arrival span over the period, a period
     # to choose per run (docs/pastry.md, "Cause 4"; paper_zipf_1500_protocol sets
     # FreePastry's 15 min).

@@ -1,4 +1,4 @@
-"""Vectorized Pastry next-hop selection (SPEC 2) for a batch of (local node, key).
+"""Pastry next-hop selection (SPEC 2) for a batch of (local node, key), compiled.
 
 Pure function of the state arrays and the global id columns. For each row:
 

@@ -7,11 +7,9 @@ a key keeps its value for life (callers keep a validity flag per value).
 Two structures answer the two questions Scribe asks:
 - **point look-ups** (is this (node, group) on the tree? is this child listed?): an
   open-addressing hash table with linear probing, load at most 1/2, Fibonacci hashing:
-  O(1) expected, one or two cache lines per key. The sorted arrays it replaced cost a
-  binary search in each of two runs (~40 probes, 0.5-0.9 us per key at a million keys)
-  and re-sorted their delta run on every insert (~100-300 us per handler call once the
-  delta held tens of thousands of keys: a third of a shard's time in the 100,000-node
-  join phase, as benchmarks/bench_scale.py's profiles showed);
+  O(1) expected, one or two cache lines per key, and no re-sort on insert (sorted
+  arrays would pay a binary search per look-up and a re-sort per insert, which at
+  100,000 nodes dominates a shard's join phase: benchmarks/bench_scale.py profiles it);
 - **prefix ranges** (a node's slots in group order, a slot's children in child order):
   with ``width`` set, every prefix heads a chain of its values linked in key order, kept
   sorted as keys arrive (O(chain length) per insert: a node's groups, a slot's children).

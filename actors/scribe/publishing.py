@@ -1,7 +1,7 @@
 """Reliable publishing and RP fail-over, enabled by ``reliable``.
 
-The numbering of ``reliable.OrderedDelivery`` starts at the root; two holes were left
-before it:
+The numbering of ``reliable.OrderedDelivery`` starts at the root; without this layer two
+holes remain before it:
 - order: the root numbered MCASTs in arrival order, and a source's MCASTs reach the RP
   by different paths (routed, then direct once RP_ADDR arrives, routed again when the
   cache expires): a direct copy overtook a routed one and members got the stream out
