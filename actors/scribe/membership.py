@@ -84,10 +84,8 @@ class TreeLeaves:
         """Slots left with no child and no member leave their parent (once per slot);
         m holds each row's (dst, group, time)."""
         t, sl = self.tree, self.tree.slots
-        last = np.zeros(len(s), bool)
-        if len(s):  # evaluate after all the batch's removals: the last row per slot decides
-            _, idx = np.unique(s[::-1], return_index=True)
-            last[len(s) - 1 - idx] = True
+        # evaluated after all the batch's removals: the last row per slot decides
+        last = first_in_run(s[::-1])[::-1]
         empty = last & sl["active"][s] & ~sl["member"][s] & ~sl["root"][s] \
             & (sl["n_children"][s] == 0)
         se = s[empty]

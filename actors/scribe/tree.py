@@ -59,7 +59,7 @@ def first_in_run(keys: np.ndarray) -> np.ndarray:
     """Mask of the first occurrence of each key value (rows keep their given order)."""
     first = np.zeros(len(keys), bool)
     if len(keys):
-        first[unique_first(np.asarray(keys))[1]] = True
+        first[unique_first(np.ascontiguousarray(keys))[1]] = True
     return first
 
 
