@@ -56,12 +56,9 @@ class RouterLatency:
 
     def latency(self, a, b) -> np.ndarray:
         """One-way delay (us, int64) between hosts; vectorized, broadcasting; O(len)."""
-        a = np.asarray(a, np.int64)
-        b = np.asarray(b, np.int64)
-        if a.ndim == 1 and a.shape == b.shape:  # the common case: no copies
-            return kernels.router_latency(self.host_router, self.router_dist_us, self.lan_us,
-                                          a, b)
-        a, b = np.broadcast_arrays(a, b)
+        # no copies for contiguous int64 arrays of one shape: broadcast_arrays returns them
+        # as they are, and ravel / ascontiguousarray / reshape make views
+        a, b = np.broadcast_arrays(np.asarray(a, np.int64), np.asarray(b, np.int64))
         return kernels.router_latency(self.host_router, self.router_dist_us, self.lan_us,
                                       np.ascontiguousarray(a.ravel()),
                                       np.ascontiguousarray(b.ravel())).reshape(a.shape)
