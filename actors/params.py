@@ -16,7 +16,32 @@ import math
 import numbers
 from dataclasses import dataclass, field
 
-_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+TYPE_WORDS = {int: "an integer", float: "a number", bool: "true/false", str: "a string",
+              list: "a list"}
+
+
+def type_ok(t: type, v) -> bool:
+    """``v`` is a value of setting type ``t`` (numpy scalars count; a bool is not a number;
+    a number is finite)."""
+    if t is bool:
+        return isinstance(v, bool)
+    if isinstance(v, bool):
+        return False
+    if t is int:
+        return isinstance(v, numbers.Integral)
+    if t is float:
+        return isinstance(v, numbers.Real) and math.isfinite(v)
+    return isinstance(v, t)
+
+
+def type_problem(name: str, t: type, v) -> str | None:
+    """None if ``v`` is of setting type ``t`` (:func:`type_ok`), else one line saying why
+    not."""
+    if type_ok(t, v):
+        return None
+    if t is float and isinstance(v, numbers.Real) and not isinstance(v, bool):
+        return f"{name} must be a finite number, got {v!r}"
+    return f"{name} must be {TYPE_WORDS[t]}, got {v!r}"
 
 
 @dataclass(frozen=True)
@@ -33,18 +58,6 @@ class Param:
     choices: tuple = ()
     means: dict = field(default_factory=dict, hash=False)
 
-    def type_ok(self, v) -> bool:
-        """``v`` is of the declared type (numpy scalars count; a bool is not a number)."""
-        if self.type is bool:
-            return isinstance(v, bool)
-        if isinstance(v, bool):
-            return False
-        if self.type is int:
-            return isinstance(v, numbers.Integral)
-        if self.type is float:
-            return isinstance(v, numbers.Real) and math.isfinite(v)
-        return isinstance(v, self.type)
-
     def in_range(self, v) -> bool:
         """``v`` (already of the declared type) is a valid value."""
         if self.choices:
@@ -57,7 +70,7 @@ class Param:
         """The valid values in words, e.g. ``an even integer >= 2``, ``oracle | protocol``."""
         if self.choices:
             return " | ".join(str(c) for c in self.choices)
-        words = _TYPE_WORDS[self.type]
+        words = TYPE_WORDS[self.type]
         if self.even:
             words = "an even " + words.removeprefix("an ")
         if self.low is not None:
@@ -71,9 +84,9 @@ class Param:
 
     def problem(self, name: str, v) -> str | None:
         """None if ``v`` is a valid setting of ``name``, else one line saying why not."""
-        if not self.type_ok(v) and not self.choices:
-            return f"{name} must be {_TYPE_WORDS[self.type]}, got {v!r}"
-        if not self.type_ok(v) or not self.in_range(v):
+        if not self.choices and (why := type_problem(name, self.type, v)):
+            return why
+        if not type_ok(self.type, v) or not self.in_range(v):
             return f"{name} = {v!r} is out of range: {self.describe()}"
         return None
 
@@ -84,7 +97,7 @@ class Param:
     def value(self, v):
         """The protocol's value of setting ``v``."""
         for setting, meant in self.means.items():
-            if self.type_ok(v) and v == setting:
+            if type_ok(self.type, v) and v == setting:
                 return meant
         return v
 

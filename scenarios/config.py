@@ -16,6 +16,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from actors.params import type_problem
 from actors.pastry.protocol import PARAMETERS as PASTRY_PARAMETERS
 from actors.scribe.application import PARAMETERS as SCRIBE_PARAMETERS
 
@@ -157,23 +158,12 @@ SCHEMA: dict[str, dict[str, tuple]] = {
 TOP_LEVEL = {"description": (str, "", None, "one line shown by `scenarios list`")}
 
 
-def _type_name(t) -> str:
-    return {int: "an integer", float: "a number", bool: "true/false", str: "a string",
-            list: "a list"}[t]
-
-
 def _check_type(where: str, t, v):
-    ok = (isinstance(v, bool) if t is bool else
-          isinstance(v, int) and not isinstance(v, bool) if t is int else
-          isinstance(v, (int, float)) and not isinstance(v, bool) if t is float else
-          isinstance(v, t))
-    if not ok:
-        raise ScenarioError(f"{where} must be {_type_name(t)}, got {v!r}")
-    if t is float:
-        v = float(v)
-        if not math.isfinite(v):
-            raise ScenarioError(f"{where} must be a finite number, got {v!r}")
-    return v
+    """``v`` if it is of setting type ``t`` (a number as a float), else a ScenarioError."""
+    why = type_problem(where, t, v)
+    if why is not None:
+        raise ScenarioError(why)
+    return float(v) if t is float else v
 
 
 # ---- the resolved configuration ----------------------------------------------------------
