@@ -235,11 +235,11 @@ try:
         # left the mode unset and this machine holds a token.
         if os.environ.get("RAY_AUTH_MODE") is not None:
             raise
-        from ray._raylet import AuthenticationTokenLoader, Config
+        from ray._private.authentication.authentication_token_setup import _enable_token_auth
+        from ray._raylet import AuthenticationTokenLoader
         if not AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True):
             raise
-        os.environ["RAY_AUTH_MODE"] = "token"
-        Config.initialize("")
+        _enable_token_auth()
         out["auth"] = "token"
         raw = metadata()
     meta = json.loads(raw.decode()) if raw else {}
@@ -295,7 +295,11 @@ def check_cluster_address(address: str, timeout: float = ADDRESS_CHECK_TIMEOUT_S
     if answer.get("error") == "AuthenticationError":
         raise RuntimeSetupError(f"cannot connect to {where}: {_token_problem()}")
     if answer.get("auth") == "token":
-        _use_token_auth()
+        # Token mode for this process and everything it starts (the Spark driver's JVM,
+        # whose Ray core worker talks to the GCS too), as Ray sets it for a head it starts.
+        # The cluster's own workers and job drivers get the mode from their raylet.
+        from ray._private.authentication.authentication_token_setup import _enable_token_auth
+        _enable_token_auth()
     if "error" in answer:
         raise RuntimeSetupError(f"cannot connect to {where}: the port is open but it does not "
                                 "answer as a Ray GCS (not a Ray head?)")
@@ -307,28 +311,28 @@ def check_cluster_address(address: str, timeout: float = ADDRESS_CHECK_TIMEOUT_S
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 
 
-def _use_token_auth() -> None:
-    """Token mode for this process and everything it starts (the Spark driver's JVM, whose
-    Ray core worker talks to the GCS too). The cluster's own workers and job drivers get the
-    mode from their raylet, which the head's `ray start` set up."""
-    os.environ[AUTH_MODE_ENV] = "token"
-    with contextlib.suppress(ImportError, AttributeError):
-        from ray._raylet import Config
-        Config.initialize("")     # RayConfig is cached: re-read the mode from the environment
-
-
 def _token_source() -> str | None:
-    """Where Ray takes this machine's authentication token from (its order: the variable
-    RAY_AUTH_TOKEN, the file RAY_AUTH_TOKEN_PATH names, ~/.ray/auth_token), or None when
-    there is none."""
+    """Where Ray's token loader finds this machine's authentication token, in words, or
+    None when it finds none. Ray's loader answers only whether it has one; its order (the
+    variable RAY_AUTH_TOKEN, else the file RAY_AUTH_TOKEN_PATH names, else
+    ~/.ray/auth_token) says which source that was."""
+    from ray._private.authentication.authentication_token_setup import (
+        _get_default_token_path,
+    )
+    from ray._raylet import AuthenticationTokenLoader
+    from ray.exceptions import AuthenticationError
+
+    loader = AuthenticationTokenLoader.instance()
+    loader.reset_cache()         # it keeps what it loaded; read the sources as they are now
+    try:
+        if not loader.has_token(ignore_auth_mode=True):
+            return None
+    except AuthenticationError:  # RAY_AUTH_TOKEN_PATH names an unreadable or empty file
+        return None
     if os.environ.get("RAY_AUTH_TOKEN"):
         return "the variable RAY_AUTH_TOKEN"
     named = os.environ.get("RAY_AUTH_TOKEN_PATH")
-    path = Path(named) if named else Path.home() / ".ray" / "auth_token"
-    with contextlib.suppress(OSError):
-        if path.read_text().strip():
-            return f"RAY_AUTH_TOKEN_PATH={named}" if named else str(path)
-    return None
+    return f"RAY_AUTH_TOKEN_PATH={named}" if named else str(_get_default_token_path())
 
 
 _GET_TOKEN = ("put the cluster's token (`ray get-auth-token` on the head prints it) in "
