@@ -12,17 +12,23 @@ import hashlib
 
 import numpy as np
 
+from actors.params import Param
+
 U64 = np.uint64
 _ONE = U64(1)
-SUPPORTED_B = (1, 2, 4, 8, 16)
+# Pastry's digit width, declared here where digits are cut (a Pastry parameter: state.SIZES):
+# the widths that divide 64
+DIGIT_BITS = Param(int, 4, "bits per id digit: the routing table has 2^b columns",
+                   choices=(1, 2, 4, 8, 16))
 # high word of half the ring (2^127): a distance d is below half the ring iff d_hi < this
 HALF_RING_HI = U64(1 << 63)
 
 
 def check_b(b: int) -> int:
-    """Validate the digit width; returns it as int."""
-    if int(b) not in SUPPORTED_B:
-        raise ValueError(f"Pastry digit width b must be one of {SUPPORTED_B}, got {b!r}")
+    """Validate the digit width against :data:`DIGIT_BITS`; returns it as int."""
+    why = DIGIT_BITS.problem("Pastry digit width b", b)
+    if why is not None:
+        raise ValueError(why)
     return int(b)
 
 

@@ -22,14 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from actors.params import Param
+from actors.params import Param, checked
 
-from .ids import SUPPORTED_B, check_b, n_digits
+from .ids import DIGIT_BITS, check_b, n_digits
 
 # Pastry's table sizes (the protocol's other parameters: protocol.PARAMETERS)
 SIZES = {
-    "b": Param(int, 4, "bits per id digit: the routing table has 2^b columns",
-               choices=SUPPORTED_B),
+    "b": DIGIT_BITS,
     "l": Param(int, 16, "leaf-set size: the l/2 nearest smaller and l/2 nearest larger ids",
                low=2, even=True),
     "m": Param(int, 32, "neighbourhood-set size: the nodes nearest by network delay", low=0),
@@ -52,10 +51,7 @@ def table_rows(n_nodes: int, b: int = 4) -> int:
 def check_params(b: int, l: int, m: int) -> None:
     """Validate the Pastry sizes against :data:`SIZES` (one-line ValueError naming the bad
     one)."""
-    for name, v in (("b", b), ("l", l), ("m", m)):
-        why = SIZES[name].problem(name, v)
-        if why is not None:
-            raise ValueError(f"Pastry: {why}")
+    checked("Pastry", SIZES, {"b": b, "l": l, "m": m})
 
 
 @dataclass
