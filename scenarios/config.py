@@ -219,9 +219,9 @@ class ScenarioConfig:
         return p
 
     def scribe_params(self) -> dict:
-        """Parameters for `Scribe(params)`, as Scribe takes them (None where a setting
-        says off or auto: Param.means)."""
-        return {k: SCRIBE_PARAMETERS[k].value(v) for k, v in self.scribe.items()}
+        """Parameters for `Scribe(params)`: the [scribe] settings as they are (Scribe maps
+        those that stand for off or auto to its own values, Param.means)."""
+        return dict(self.scribe)
 
     @property
     def periodic(self) -> bool:
