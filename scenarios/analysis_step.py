@@ -19,20 +19,24 @@ from .event_logs import RunEvents
 from .progress import log, warn
 from .run_dir import RunState, RunStopped, resume_command
 
+# How long an executor may be gone (its Ray actor restarting, or Spark listing none) before
+# the analysis step is abandoned and retried: a restarted RayDP executor that rejoins does
+# so within seconds, one that does not never will (runtime.ray_spark.watch_executors).
+EXECUTOR_GRACE_S = 30.0
 
-def analyse(cfg, run_dir: Path, state: RunState, events: RunEvents, progress, *,
-            executor_grace_s: float) -> dict:
+
+def analyse(cfg, run_dir: Path, state: RunState, events: RunEvents, progress) -> dict:
     """Spark (RayDP) over the run's event logs -- Parquet files, or the hand-off's object
     refs -- then the report. A lost executor stops Spark, starts a fresh session and runs
     the analysis again (it only reads the logs and rewrites its CSVs), up to run.retries
     times; past them RunStopped names the command that reruns it. An executor gone for
-    `executor_grace_s` counts as lost (runtime.ray_spark.watch_executors)."""
+    EXECUTOR_GRACE_S counts as lost (runtime.ray_spark.watch_executors)."""
     from analysis.report import write_report
 
     retries = int(cfg.run["retries"])
     for attempt in range(retries + 1):
         try:
-            summary = _analyse_once(cfg, run_dir, state, events, progress, executor_grace_s)
+            summary = _analyse_once(cfg, run_dir, state, events, progress)
             break
         except Exception as e:   # noqa: BLE001 - only a lost executor is retried
             lost = getattr(e, "spark_lost", None) or (_first_line(e) if spark_lost(e) else None)
@@ -50,8 +54,7 @@ def analyse(cfg, run_dir: Path, state: RunState, events: RunEvents, progress, *,
     return summary
 
 
-def _analyse_once(cfg, run_dir: Path, state: RunState, events: RunEvents, progress,
-                  executor_grace_s: float) -> dict:
+def _analyse_once(cfg, run_dir: Path, state: RunState, events: RunEvents, progress) -> dict:
     """One try of the analysis on the running (or a new) Spark session; an error while
     the executor watch saw an executor lost carries that as ``spark_lost``."""
     from analysis import run_analysis
@@ -64,7 +67,7 @@ def _analyse_once(cfg, run_dir: Path, state: RunState, events: RunEvents, progre
     spark = start_analysis_spark(cfg)
     state.add_time("spark_start", time.perf_counter() - w0)
     progress.status("analysis: computing metrics in Spark")
-    with watch_executors(spark, grace_s=executor_grace_s) as watch:
+    with watch_executors(spark, grace_s=EXECUTOR_GRACE_S) as watch:
         try:
             return run_analysis(run_dir, spark, refs=events.refs(), events=events.root(),
                                 scenario_meta=_scenario_meta(cfg),

@@ -44,17 +44,11 @@ from .run_dir import (
     scenario_to_run,
 )
 
-__all__ = ["EXECUTOR_GRACE_S", "MIN_NODES_PER_SHARD", "auto_shards", "emulate_only",
-           "run_scenario"]
+__all__ = ["MIN_NODES_PER_SHARD", "auto_shards", "emulate_only", "run_scenario"]
 
 # errors of a write that more space, or a writable directory, would have let through
 _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
                    errno.EFBIG}
-
-# How long an executor may be gone (its Ray actor restarting, or Spark listing none) before
-# the analysis step is abandoned and retried: a restarted RayDP executor that rejoins does
-# so within seconds, one that does not never will (runtime.ray_spark.watch_executors).
-EXECUTOR_GRACE_S = 30.0
 
 
 def run_scenario(cfg, *, out: Path | None = None, address: str | None = None,
@@ -185,8 +179,9 @@ def _run_and_analyse(cfg, run_dir: Path, state: RunState, events: RunEvents,
 
 
 def _analyse(cfg, run_dir: Path, state: RunState, events: RunEvents, progress) -> dict:
-    """The analysis step (scenarios/analysis_step.py) with this run's executor grace."""
-    return analyse(cfg, run_dir, state, events, progress, executor_grace_s=EXECUTOR_GRACE_S)
+    """The analysis step (scenarios/analysis_step.py); a name of the runner's own, which
+    tests and benchmarks replace to run the emulation alone."""
+    return analyse(cfg, run_dir, state, events, progress)
 
 
 def _record_total(run_dir: Path, state: RunState, seconds: float) -> None:

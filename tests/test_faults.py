@@ -39,8 +39,8 @@ from runs import (
 )
 from test_cli import CLI
 
+from scenarios import analysis_step, run_scenario
 from scenarios import run_dir as run_dir_mod
-from scenarios import run_scenario
 from scenarios import runner as runner_mod
 
 pytestmark = pytest.mark.slow
@@ -336,7 +336,7 @@ def test_lost_spark_executor_reruns_the_analysis(reference, tmp_path, monkeypatc
     cancels the jobs after the grace time, the runner stops Spark, starts a fresh session
     and reruns the analysis: every CSV as the unharmed run's."""
     killed = kill_executor_mid_analysis(monkeypatch, for_good=True)
-    monkeypatch.setattr(runner_mod, "EXECUTOR_GRACE_S", 5.0)     # it never comes back
+    monkeypatch.setattr(analysis_step, "EXECUTOR_GRACE_S", 5.0)     # it never comes back
     out = emulated_copy(reference, tmp_path / "run")
     assert run_scenario(None, resume=out, progress=False) == out
     assert killed, "no executor was killed during the analysis"
@@ -350,7 +350,7 @@ def test_spark_executor_killed_once_gives_the_same_csvs(reference, tmp_path, mon
     (seen at load ~40), or not (then the analysis is rerun as above); either way every
     CSV is the unharmed run's."""
     killed = kill_executor_mid_analysis(monkeypatch, for_good=False)
-    monkeypatch.setattr(runner_mod, "EXECUTOR_GRACE_S", 10.0)
+    monkeypatch.setattr(analysis_step, "EXECUTOR_GRACE_S", 10.0)
     out = emulated_copy(reference, tmp_path / "run")
     assert run_scenario(None, resume=out, progress=False) == out
     assert len(killed) == 1
