@@ -30,6 +30,7 @@ import ray
 from . import heads as round_heads
 from .batch import ENGINE_DTYPE, Batch, as_messages, check_message_dtype
 from .engine import CONTROL_NAMES, FAIL, RECOVER, check_log_fields
+from .errors import first_line
 from .queue import NEVER
 from .shard_actor import SHARD_CONCURRENCY, RelayedError, ShardActor
 from .storage import Storage, TableRef, ipc_bytes
@@ -78,11 +79,6 @@ class EmulationError(RuntimeError):
 class ShardLostError(EmulationError):
     """A shard's process (or the node it ran on) died: nothing in the emulation is wrong,
     so a new set of shards restored from the last checkpoint can replay the phase."""
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 def round_robin(n_nodes: int, shards: int) -> np.ndarray:
@@ -284,7 +280,7 @@ class Emulator:
             # the process died (killed, OOM, node lost) or took in-flight batches with it
             k = self._which_failed(refs, shard_ids)
             raise ShardLostError(f"shard {k} crashed during {what} at virtual time "
-                                 f"{at} us: {str(e).strip().splitlines()[0]}") from e
+                                 f"{at} us: {first_line(e)}") from e
         except ray.exceptions.RayTaskError as e:
             k = self._which_failed(refs, shard_ids)
             cause = e.cause if getattr(e, "cause", None) is not None else e
@@ -326,12 +322,12 @@ class Emulator:
             dead = self._dead_shard(probe, probe_ids)
             who = f"shard {dead}" if dead is not None else f"a peer of shard {k}"
             return ShardLostError(f"{who} crashed during {what} at virtual time {at} us: "
-                                  f"{_first_line(cause)}")
+                                  f"{first_line(cause)}")
         if isinstance(cause, OSError) and cause.errno is not None:
             return OSError(cause.errno, f"shard {k} during {what}: {cause.strerror}",
                            cause.filename)
         return EmulationError(f"shard {k} failed during {what} at virtual time {at} us: "
-                              f"{type(cause).__name__}: {_first_line(cause)}")
+                              f"{type(cause).__name__}: {first_line(cause)}")
 
     @staticmethod
     def _wait_all(refs) -> None:

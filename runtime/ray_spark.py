@@ -20,6 +20,8 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+from emulator.errors import first_line
+
 from .jvm_archive import SessionArchives, merge_options
 
 log = logging.getLogger("scribe_emu.runtime")
@@ -92,9 +94,8 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
             with _stderr_to_file(_console_log_path()):
                 ray.init(address=address, **common)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RuntimeSetupError(f"cannot connect to the Ray cluster at {address!r}: "
-                                    f"{first}") from None
+                                    f"{first_line(exc)}") from None
         _state["ray_started_here"] = False
         return
     if num_cpus is not None and num_cpus < 1:
@@ -388,9 +389,8 @@ def _local_cluster_address() -> str:
     try:
         found = services.get_ray_address_from_environment("auto", None)
     except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, ValueError, ...
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RuntimeSetupError(f"--address auto: no running Ray cluster found on this "
-                                f"machine ({first})") from None
+                                f"machine ({first_line(exc)})") from None
     if not found:
         raise RuntimeSetupError("--address auto: no running Ray cluster found on this machine")
     return found
@@ -560,8 +560,7 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
             spark = raydp.init_spark(app_name, executors, cores, memory, configs=conf,
                                      fault_tolerant_mode=not client)
     except Exception as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RuntimeSetupError(f"cannot start Spark on Ray (RayDP): {msg}") from exc
+        raise RuntimeSetupError(f"cannot start Spark on Ray (RayDP): {first_line(exc)}") from exc
     spark.sparkContext.setLogLevel("ERROR")
     quiet_pyspark_warnings()
     if not ray_is_local():

@@ -14,6 +14,8 @@ import re
 import time
 from pathlib import Path
 
+from emulator.errors import first_line
+
 from .config import ScenarioConfig
 from .event_logs import RunEvents
 from .progress import log, warn
@@ -39,7 +41,8 @@ def analyse(cfg, run_dir: Path, state: RunState, events: RunEvents, progress) ->
             summary = _analyse_once(cfg, run_dir, state, events, progress)
             break
         except Exception as e:   # noqa: BLE001 - only a lost executor is retried
-            lost = getattr(e, "spark_lost", None) or (_first_line(e) if spark_lost(e) else None)
+            lost = getattr(e, "spark_lost", None) or \
+                (first_line(e)[:200] if spark_lost(e) else None)
             if lost is None:
                 raise
             _stop_spark_quietly()      # a session with a lost executor never recovers
@@ -116,11 +119,6 @@ def spark_lost(exc: BaseException) -> bool:
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return False
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def _summary_extra(cfg: ScenarioConfig, state: RunState) -> dict:

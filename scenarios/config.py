@@ -19,6 +19,7 @@ from pathlib import Path
 from actors.params import type_problem
 from actors.pastry.protocol import PARAMETERS as PASTRY_PARAMETERS
 from actors.scribe.application import PARAMETERS as SCRIBE_PARAMETERS
+from emulator.errors import first_line
 
 SCENARIO_DIR = Path(__file__).resolve().parent
 PROJECT_ROOT = SCENARIO_DIR.parent
@@ -461,7 +462,7 @@ def _validate(cfg: ScenarioConfig) -> None:
     try:
         make_stack(cfg.pastry_params(cfg.seed), cfg.scribe_params())
     except ValueError as e:
-        raise ScenarioError(str(e).splitlines()[0]) from None
+        raise ScenarioError(first_line(e)) from None
 
 
 def build_config(name: str, raw: dict, where: str = "scenario") -> ScenarioConfig:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from emulator.errors import first_line
 from emulator.storage import cache_dir
 
 from .config import ScenarioConfig, ScenarioError
@@ -90,8 +91,7 @@ def _build_topology(cfg: ScenarioConfig, t: int, seed_t: int):
                              lan_hosts_per_router=tc["lan_hosts_per_router"],
                              mean_core_delay_us=tc["mean_core_delay_ms"] * 1000.0)
     except TopologyError as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ScenarioError(f"topology {cfg.topology['source']!r}: {first}") from None
+        raise ScenarioError(f"topology {cfg.topology['source']!r}: {first_line(e)}") from None
     if not getattr(topo, "is_dense", True):
         raise ScenarioError(f"topology {cfg.topology['source']!r} has {topo.n_routers} routers, "
                             "more than the dense delay table the emulator's latency model "
