@@ -69,6 +69,8 @@ def _start(topo_run: TopologyRun) -> int:
 
 
 def _run(topo_run: TopologyRun, phase: str, last_stimulus: int, progress) -> dict:
+    """Run a phase whose last stimulus is at ``last_stimulus``: to its end when its timers
+    stop by themselves, else (keep-alives or heartbeats) for phases.settle_us after it."""
     until = last_stimulus + topo_run.cfg.phases["settle_us"] if topo_run.cfg.periodic else None
     progress.start_phase()
     stats = topo_run.emu.run(phase, until=until, progress=progress)
@@ -86,11 +88,8 @@ def _phase_bootstrap(topo_run: TopologyRun, progress) -> dict:
     arrivals = join_schedule(cfg.nodes, p["join_rate_per_s"], p.get("join_start_us", 0),
                              p["seed"])
     last = int(arrivals[-1]) + int(topo_run.emu.delta_us) + 1
-    # the join protocol stops by itself unless keep-alives run; then give it settle_us
-    until = last + p["join_settle_us"] + cfg.phases["settle_us"] if cfg.periodic else None
-    progress.start_phase()
-    stats = topo_run.emu.run("bootstrap", until=until, progress=progress)
-    stats["until"] = until
+    # a node keeps refreshing its leaf set for join_settle_us after the last arrival
+    stats = _run(topo_run, "bootstrap", last + p["join_settle_us"], progress)
     stats["quality"] = _overlay_quality(topo_run)
     log.info("topology %d: protocol bootstrap table quality %s", topo_run.t, stats["quality"])
     return stats
@@ -174,10 +173,9 @@ def _phase_churn(topo_run: TopologyRun, progress) -> dict:
                               {"node": ev_node, "time": ev_time, "event": ev})
     log.info("topology %d churn: %d multicasts, %d failures, %d recoveries", topo_run.t,
              len(s["pub_time"]), len(s["fail_node"]), len(s["rec_node"]))
-    progress.start_phase()
-    until = s["end"] + topo_run.cfg.phases["settle_us"]
-    stats = topo_run.emu.run("churn", until=until, progress=progress)
-    stats["until"] = until
+    # churn needs keep-alives and heartbeats (config validation): the phase ends settle_us
+    # after the schedule's end
+    stats = _run(topo_run, "churn", s["end"], progress)
     stats["churn"] = {"multicasts": len(s["pub_time"]), "failures": len(s["fail_node"]),
                       "recoveries": len(s["rec_node"])}
     return stats
