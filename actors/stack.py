@@ -40,6 +40,11 @@ class OverlayStack:
     def compiled_run_types(self) -> frozenset:
         return self.pastry.compiled_run_types
 
+    @property
+    def run_cells(self):
+        """Pastry's compiled cell loop (emulator/window.py), or None."""
+        return self.pastry.run_cells
+
     def on_fail(self, ctx, local_idx):
         self.pastry.on_fail(ctx, local_idx)
 

@@ -582,8 +582,9 @@ class Emulator:
                 "windows": self._windows, "virtual_us": self.now,
                 "messages_sent": sent, "lost": lost, "lost_total": sum(lost.values()),
                 "counts": counts, "phases": self._phase_stats,
-                "per_shard": [{**{k: c[k] for k in ("shard", "nodes", "events", "cells", "busy_s",
-                                                    "cpu_s", "pending", "alive")},
+                "per_shard": [{**{k: c[k] for k in ("shard", "nodes", "events", "python_events",
+                                                    "cells", "busy_s", "cpu_s", "pending",
+                                                    "alive")},
                                "events_per_s": c["events"] / c["busy_s"] if c["busy_s"] else 0.0}
                               for c in per_shard]}
 

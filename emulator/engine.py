@@ -19,8 +19,8 @@ import time as _time
 
 import numpy as np
 
-from . import kernels
-from .batch import ENGINE_DTYPE, Batch, check_message_dtype, take_rows
+from . import kernels, window
+from .batch import ENGINE_DTYPE, Batch, check_message_dtype, dispatch_order, take_rows
 from .context import ShardContext
 from .logs import LogBuffer
 from .queue import NEVER, EventQueue
@@ -97,6 +97,7 @@ class ShardEngine:
         self.cpu_s = 0.0
         self.events = 0
         self.cells = 0
+        self.python_events = 0     # of those, in passes the Python loop dispatched
         # the end of the last cell processed: a message due before it would be late. (Not
         # the window's end: cells past the last event were never looked at, so the driver
         # may still inject there, whatever the window cap.)
@@ -109,6 +110,9 @@ class ShardEngine:
         self.stack.setup(self.ctx)
         # a stack may take a stretch of runs of these types in one call (handle_runs)
         self._run_types = frozenset(getattr(self.stack, "compiled_run_types", ()))
+        # a stack may run whole stretches of cells in one compiled call (emulator/window.py)
+        self._loop = getattr(self.stack, "run_cells", None)
+        self._buffers = window.LoopBuffers(self.message_dtype) if self._loop else None
         self._flush()
 
     # ---- shared data ----------------------------------------------------------------
@@ -208,23 +212,22 @@ class ShardEngine:
                                f"processed every cell before {self.done_until} us")
         d = self.delta_us
         events = 0
+        loop = self._loop
         while True:
+            if loop is not None:    # the stack's compiled loop, up to a pass it hands back
+                due, declined = self._run_loop(loop, end)
+                events += int(self._buffers.counts[window.N_EVENTS])
+                if due is None:
+                    break
+                events += self._cell(self.now // d, due, declined)
+                continue
             cell = self.queue.next_cell()
             if cell == NEVER or cell * d >= end:
                 break
             self.now = cell * d
             self._cell_end = self.now + d
             self.cells += 1
-            while True:  # further passes while a pass sent zero-delay self-messages
-                due = self.queue.pop_cell(cell)
-                events += len(due)
-                self._due_in_cell = False
-                self._dispatch(due)
-                self._flush()
-                if not self._due_in_cell:
-                    break
-            self.done_until = self._cell_end
-            self._cell_end = 0
+            events += self._cell(cell)
         out = []
         out_min = NEVER
         for s in range(self.n_shards):
@@ -242,11 +245,97 @@ class ShardEngine:
         return (min(self.queue.next_time(), out_min), out,
                 {"events": events, "busy_s": busy, "cpu_s": cpu, "done_until": self.done_until})
 
-    def _dispatch(self, due: Batch) -> None:
+    def _cell(self, cell: int, due: Batch | None = None, declined: int = -1) -> int:
+        """Process ``cell`` pass after pass (a pass's zero-delay self-messages make
+        another); ``due``: its current pass, already taken out of the queue, and the run
+        of it the stack declined (a compiled loop handled the runs before it; -1: none).
+        Returns the messages popped here."""
+        events = 0
+        while True:
+            if due is None:
+                due = self.queue.pop_cell(cell)
+                events += len(due)
+            self.python_events += len(due)
+            self._due_in_cell = False
+            self._dispatch(due, declined)
+            self._flush()
+            due, declined = None, -1
+            if not self._due_in_cell:
+                break
+        self.done_until = self._cell_end
+        self._cell_end = 0
+        return events
+
+    def _run_loop(self, loop, end: int) -> tuple[Batch | None, int]:
+        """Run the stack's compiled cell loop (``stack.run_cells``; emulator/window.py)
+        until the window's end or a pass it hands back, and move what it gathered to the
+        engine's logs, outboxes and counters. Returns (the handed-back pass, the run the
+        stack declined in it, -1 if none), or (None, -1) at the window's end."""
+        buffers = self._buffers
+        c = buffers.counts
+        c[:] = 0
+        c[window.NOW] = self.now
+        c[window.DONE_UNTIL] = self.done_until
+        status, m, payload, ordered, done, k, pos = loop(
+            self.ctx, end, window.engine_arrays(self, buffers))
+        self.cells += int(c[window.N_CELLS])
+        self.now = int(c[window.NOW])
+        self.done_until = int(c[window.DONE_UNTIL])
+        self._cell_end = int(c[window.CELL_END])
+        self._take_loop_buffers(buffers)
+        if status == window.WINDOW_DONE:
+            return None, -1
+        due = Batch(m, payload) if len(payload) else Batch(m)
+        if status == window.CELL_HANDED_BACK:
+            if c[window.ROOM_ROWS] or c[window.ROOM_INTS]:   # room for the next such pass
+                rows, ints = int(c[window.ROOM_ROWS]), int(c[window.ROOM_INTS])
+                self.queue.make_room(2 * rows, 2 * ints)
+                self.sends.ensure(rows, ints)
+                buffers.grow(rows, ints)
+            if not ordered:
+                due = due.take(dispatch_order(m))
+            return due, -1
+        # the sends of the runs the loop handled are in the send buffer
+        self.sends.written(k, pos)
+        if status == window.PASS_UNROUTED:
+            self._flush()   # raises the stamping's error
+            raise RuntimeError(f"shard {self.shard_id}: the compiled loop refused sends "
+                               "the engine's stamping takes")
+        return due, int(done)
+
+    def _take_loop_buffers(self, buffers) -> None:
+        """What a compiled loop call gathered, to the engine's logs, outboxes and
+        counters, in the order it was sent."""
+        c = buffers.counts
+        late = int(c[window.LATE])
+        if late:
+            self.counts["late_events"] = self.counts.get("late_events", 0) + late
+        n_new = int(c[window.N_NEW_TYPES])
+        if n_new:
+            self._sent_types += buffers.new_types[:n_new].tolist()
+        n = int(c[window.N_LOG])
+        if n:
+            self.logs.add_records("message", self.phase, take_rows(buffers.log, slice(0, n)),
+                                  self._log_columns)
+        n = int(c[window.N_OUT])
+        if n:
+            rows = buffers.outbox[:n]
+            shard = buffers.outbox_shard[:n]
+            pay = buffers.outbox_pay[:int(c[window.N_OUT_PAY])]
+            for s in np.unique(shard).tolist():
+                part = take_rows(rows, shard == s)
+                if len(pay):
+                    packed = kernels.compact_payload(part["pay_off"], part["pay_len"], pay)
+                    self.outbox[s].append(Batch(part, packed) if len(packed) else Batch(part))
+                else:
+                    self.outbox[s].append(Batch(part))
+
+    def _dispatch(self, due: Batch, declined: int = -1) -> None:
         """Hand a cell's messages (in dispatch order: ``EventQueue.pop_cell``) to the
         stack, one run of a type at a time; a stretch of runs whose types the stack
         takes together (``compiled_run_types``), all bound for live nodes, in one
-        ``handle_runs`` call."""
+        ``handle_runs`` call. ``declined``: a run the stack declined after handling every
+        run before it (a compiled loop did): dispatch starts there, with ``handle``."""
         m = due.msgs
         types = m["type"]
         payload = due.payload
@@ -259,9 +348,8 @@ class ShardEngine:
         n_runs = len(bounds) - 1
         together = self._run_types
         run_types = types[bounds_arr[:-1]].tolist() if together else None
-        i = 0
-        declined = -1   # a run handle_runs stopped at: it goes to handle alone
-        settled = False   # past the FAIL and RECOVER runs, the rest checked for dead nodes
+        i = max(declined, 0)   # (declined: a run handle_runs stopped at goes to handle alone)
+        settled = declined > 0   # past the FAIL and RECOVER runs, the rest checked for dead nodes
         while i < n_runs:
             s, e = bounds[i], bounds[i + 1]
             ty = run_types[i] if together else int(types[s])
@@ -368,7 +456,8 @@ class ShardEngine:
     def counters(self) -> dict:
         self._flush()
         return {"shard": self.shard_id, "nodes": len(self.nodes), "events": self.events,
-                "cells": self.cells, "busy_s": self.busy_s, "cpu_s": self.cpu_s,
+                "cells": self.cells, "python_events": self.python_events,
+                "busy_s": self.busy_s, "cpu_s": self.cpu_s,
                 "pending": len(self.queue),
                 "sent_by_type": dict(self.sent_by_type), "lost_by_type": dict(self.lost_by_type),
                 "counts": dict(self.counts), "alive": int(self.alive.sum())}
@@ -381,7 +470,8 @@ class ShardEngine:
                 "seq": self.seq.copy(), "draws": self.draws.copy(), "now": self.now,
                 "counts": dict(self.counts), "sent_by_type": dict(self.sent_by_type),
                 "lost_by_type": dict(self.lost_by_type), "events": self.events,
-                "cells": self.cells, "phase": self.phase, "done_until": self.done_until}
+                "cells": self.cells, "python_events": self.python_events, "phase": self.phase,
+                "done_until": self.done_until}
 
     def load_state(self, st: dict) -> None:
         if st["queue"].msgs.dtype != self.message_dtype:
@@ -400,4 +490,5 @@ class ShardEngine:
         self.now, self.phase = st["now"], st["phase"]
         self.counts, self.events, self.cells = st["counts"], st["events"], st["cells"]
         self.done_until = st.get("done_until", 0)
+        self.python_events = st.get("python_events", 0)
         self.sent_by_type, self.lost_by_type = st["sent_by_type"], st["lost_by_type"]

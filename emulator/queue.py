@@ -87,18 +87,18 @@ class EventQueue:
         if not n:
             return
         has_pay = len(payload) > 0
-        self._make_room(n, (len(payload) if pay_need is None else pay_need) if has_pay else 0)
+        self.make_room(n, (len(payload) if pay_need is None else pay_need) if has_pay else 0)
         # a few records are copied in the kernel (no numpy call); many by numpy, which
         # moves a whole record at once where the compiled copy goes field by field
         few = n <= _FEW
-        slots = _push(m, few, has_pay, payload, self._meta, self._free, self._heap_t,
+        slots = push_slots(m, few, has_pay, payload, self._meta, self._free, self._heap_t,
                       self._heap_s, self._poff, self._plen, self._pay, self._rows,
                       self._head, self._next, self.delta)
         if not few:
             self._raw[slots] = m.view(self._raw.dtype) if m.flags.c_contiguous \
                 else take_rows(m, slice(None)).view(self._raw.dtype)
 
-    def _make_room(self, n: int, pay: int) -> None:
+    def make_room(self, n: int, pay: int) -> None:
         """Free slots for n rows and room for `pay` payload ints (amortized O(1))."""
         meta = self._meta
         if meta[_FREE] < n:
@@ -135,12 +135,12 @@ class EventQueue:
     def next_time(self) -> int:
         """Earliest pending time (NEVER when empty); O(cells to the first busy one + its
         messages)."""
-        return int(_next_time(self._meta, self._heap_t, self._head, self._next, self._rows,
+        return int(next_pending(self._meta, self._heap_t, self._head, self._next, self._rows,
                               self.delta, True))
 
     def next_cell(self) -> int:
         """Cell of the earliest pending message (NEVER when empty)."""
-        return int(_next_time(self._meta, self._heap_t, self._head, self._next, self._rows,
+        return int(next_pending(self._meta, self._heap_t, self._head, self._next, self._rows,
                               self.delta, False))
 
     def pop_cell(self, cell: int) -> Batch:
@@ -153,7 +153,7 @@ class EventQueue:
         """Remove and return every message with time < t; O(k) for k popped from the ring
         (plus the ring cells before t), O(log H) each from the heap. ``ordered``: in
         dispatch order (O(k log k) more), else in no order of meaning."""
-        slots, payload, offsets = _pop(int(t), self._meta, self._free, self._heap_t,
+        slots, payload, offsets = pop_slots(int(t), self._meta, self._free, self._heap_t,
                                        self._heap_s, self._poff, self._plen, self._pay,
                                        self._head, self._next, self._rows, self.delta,
                                        ordered)
@@ -221,7 +221,7 @@ def _sift_down(heap_t, heap_s, size):
 
 
 @numba.njit(cache=True)
-def _push(m, copy_rows, with_pay, payload, meta, free, heap_t, heap_s, poff, plen, pay, rows,
+def push_slots(m, copy_rows, with_pay, payload, meta, free, heap_t, heap_s, poff, plen, pay, rows,
           head, nxt, delta):
     """Take free slots for the records ``m`` (the caller made room), copy them into the
     pool ``rows`` if ``copy_rows``, their payload into the payload pool, and link each into
@@ -268,7 +268,7 @@ def _push(m, copy_rows, with_pay, payload, meta, free, heap_t, heap_s, poff, ple
 
 
 @numba.njit(cache=True)
-def _pop(t, meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, delta, ordered):
+def pop_slots(t, meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, delta, ordered):
     """Remove every message due before t: (slots, their packed payload, each row's offset
     in it); the slots go back to the free stack. The ring's first cell moves up to t's.
     ``ordered``: the slots (and so the payload) in the dispatch order of their records,
@@ -337,7 +337,7 @@ def _pop(t, meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, delta,
 
 
 @numba.njit(cache=True)
-def _next_time(meta, heap_t, head, nxt, rows, delta, exact):
+def next_pending(meta, heap_t, head, nxt, rows, delta, exact):
     """Earliest pending time (``exact``) or its cell; NEVER when empty. The ring's first
     busy cell is found by a scan from its first cell; its list is walked only for the
     exact time."""

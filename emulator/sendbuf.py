@@ -125,6 +125,23 @@ class SendBuffer:
         self._n -= rows_reserved - int(rows_written)
         self._used = int(cursor)
 
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(records, pool), whole: for a compiled cell loop (emulator.window) that writes a
+        pass's sends from their start into the empty buffer; valid until they grow."""
+        return self._rows, self._pool
+
+    def written(self, rows: int, cursor: int) -> None:
+        """A compiled cell loop wrote ``rows`` records and the pool up to ``cursor`` into
+        the empty buffer's :meth:`arrays`."""
+        self._n, self._used = int(rows), int(cursor)
+
+    def ensure(self, rows: int, ints: int) -> None:
+        """Room for ``rows`` records and ``ints`` payload ints in the empty buffer."""
+        if rows > len(self._rows):
+            self._grow(rows)
+        if ints > len(self._pool):
+            self._grow_pool(ints)
+
     def pending(self) -> tuple[np.ndarray, np.ndarray]:
         """(rows, payload) written since the last take or clear: views of the buffer,
         valid until the next reserve, append, room, take or clear."""
