@@ -78,9 +78,12 @@ def bench_protocol(n, routers, rate, quality=True):
     joined = sum(x["counts"].get("pastry_joined", 0) for x in counters) + 1
     cells = sum(x["cells"] for x in counters)
     msgs = sum(sum(x["sent_by_type"].values()) for x in counters)
+    # messages of the passes the compiled cell loop handed back to the Python loop
+    python = sum(x["python_events"] for x in counters) / max(sum(x["events"] for x in counters), 1)
     line = (f"protocol N={n} rate={rate:.0f}/s: {dt:.1f} s wall, {dc:.1f} s CPU, "
             f"{1e3 * dc / joined:.2f} ms CPU per joined node, {cells} cells, {msgs} messages "
-            f"({msgs / joined:.0f} per node), {msgs / dc:,.0f} msg/s CPU")
+            f"({msgs / joined:.0f} per node), {msgs / dc:,.0f} msg/s CPU, "
+            f"{100 * python:.1f} % of them by the Python loop")
     if quality:
         g = stack_states(emu.call("export_state"), n)
         q = table_quality(g, net["node_ids_hi"], net["node_ids_lo"], net["host_router"],
@@ -89,6 +92,7 @@ def bench_protocol(n, routers, rate, quality=True):
     print(line, flush=True)
     FIGURES[f"protocol_cpu_s_{_size(n)}"] = dc
     FIGURES[f"protocol_cpu_ms_per_node_{_size(n)}"] = 1e3 * dc / joined
+    FIGURES[f"protocol_python_share_{_size(n)}"] = python
     return dc / joined
 
 

@@ -8,7 +8,11 @@ the scenario runner's own per-topology code on Ray with the scenarios' automatic
 analysis (not part of the comparison). Prints the emulation time of each phase, the
 table-quality check's time and the message counts, and writes them to ``<out>/bench.json``.
 
-Usage: ``python benchmarks/bench_peer.py --out /work/runs/NAME [--nodes 10000] [--shards K]``
+``--rate R``: arrivals per second instead (the faithful bootstrap's sparse traffic at 10/s:
+a few messages a cell over half a million cells).
+
+Usage: ``python benchmarks/bench_peer.py --out /work/runs/NAME [--nodes 10000] [--shards K]
+[--rate R]``
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ size = {size}
 
 [pastry]
 bootstrap = "protocol"
-join_rate_per_s = {rate}   # every arrival within 10 s, as FreePastry's workload
+join_rate_per_s = {rate}   # (default: every arrival within 10 s, as FreePastry's workload)
 
 [phases]
 order = ["bootstrap", "create", "join", "multicast"]
@@ -67,6 +71,8 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=0,
                     help="shard actors (default 0: the scenarios' automatic count, one per "
                          "CPU and at most one per 10,000 nodes)")
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="arrivals per second (default 0: nodes / 10, FreePastry's 10 s)")
     add_json_option(ap, "freepastry_workload.json")
     a = ap.parse_args()
 
@@ -76,7 +82,7 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=False)
     toml = a.out / "bench_peer.toml"
     toml.write_text(TOML.format(nodes=a.nodes, groups=a.groups, size=a.size, shards=a.shards,
-                               rate=a.nodes / 10))
+                               rate=a.rate or a.nodes / 10))
     cfg = load_scenario(str(toml))
     run_dir = a.out / "run"
     quality_s = []
