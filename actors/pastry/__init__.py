@@ -2,6 +2,8 @@
 routing, and the protocol as composed parts (join, leaf-set maintenance, table repair,
 hop acks; see docs/ARCHITECTURE.md "Pastry's parts" and docs/pastry.md)."""
 
+import emulator  # noqa: F401 (first: numba's cache keyed by every kernel source)
+
 from .ids import closest_node, node_ids, ring_dist, shared_prefix_len, sorted_order
 from .oracle import oracle_state
 from .routing import next_hop

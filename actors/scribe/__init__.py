@@ -2,6 +2,8 @@
 tree-shaping policies, reliable delivery (see docs/scribe.md, and docs/ARCHITECTURE.md
 "Scribe's parts")."""
 
+import emulator  # noqa: F401 (first: numba's cache keyed by every kernel source)
+
 from .application import Scribe
 from .groups import group_table
 from .requests import (
