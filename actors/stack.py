@@ -13,6 +13,7 @@ from actors.pastry.protocol import Pastry
 from actors.pastry.types import TYPE_NAMES as PASTRY_TYPE_NAMES
 from actors.scribe import TYPE_NAMES as SCRIBE_TYPE_NAMES
 from actors.scribe import Scribe
+from actors.stack_loop import StackCellLoop
 
 
 class OverlayStack:
@@ -24,6 +25,7 @@ class OverlayStack:
     def __init__(self, pastry_params: dict, app=None):
         self.app = app
         self.pastry = Pastry(app, dict(pastry_params))
+        self._loop = None    # a compiled cell loop of the whole stack (ScribeStack's)
         # the engine calls handle once per run of a cell (or handle_runs for a stretch of
         # runs): straight to Pastry's
         self.handle = self.pastry.handle
@@ -42,8 +44,10 @@ class OverlayStack:
 
     @property
     def run_cells(self):
-        """Pastry's compiled cell loop (emulator/window.py), or None."""
-        return self.pastry.run_cells
+        """The stack's compiled cell loop (emulator/window.py): Pastry's with its
+        application's compiled runs where the stack composes them, else Pastry's; or
+        None."""
+        return self._loop or self.pastry.run_cells
 
     def on_fail(self, ctx, local_idx):
         self.pastry.on_fail(ctx, local_idx)
@@ -78,6 +82,11 @@ class ScribeStack(OverlayStack):
     def __init__(self, pastry_params: dict, scribe_params: dict):
         super().__init__(pastry_params, Scribe(dict(scribe_params)))
         self.scribe = self.app
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        if self.pastry.loop_part is not None and self.scribe.compiled_run_types:
+            self._loop = StackCellLoop(self.pastry, self.scribe, ctx.message_dtype)
 
 
 def make_stack(pastry_params: dict, scribe_params: dict) -> ScribeStack:

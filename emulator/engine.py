@@ -283,6 +283,11 @@ class ShardEngine:
         self.done_until = int(c[window.DONE_UNTIL])
         self._cell_end = int(c[window.CELL_END])
         self._take_loop_buffers(buffers)
+        if status in (window.PASS_PARTLY_DONE, window.PASS_UNROUTED):
+            # the sends of the runs the loop handled are in the send buffer: the stack's
+            # own sends after them (gathered) come next, as in the Python loop
+            self.sends.written(k, pos)
+        loop.gathered(self.ctx, int(c[window.ROOM_EXTRA]))
         if status == window.WINDOW_DONE:
             return None, -1
         due = Batch(m, payload) if len(payload) else Batch(m)
@@ -295,8 +300,6 @@ class ShardEngine:
             if not ordered:
                 due = due.take(dispatch_order(m))
             return due, -1
-        # the sends of the runs the loop handled are in the send buffer
-        self.sends.written(k, pos)
         if status == window.PASS_UNROUTED:
             self._flush()   # raises the stamping's error
             raise RuntimeError(f"shard {self.shard_id}: the compiled loop refused sends "

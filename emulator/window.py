@@ -43,7 +43,7 @@ PASS_UNROUTED = 3    # sends the stamping refused (a bad source or destination)
 
 # counters of a loop call (``LoopBuffers.counts``)
 N_CELLS, N_EVENTS, NOW, DONE_UNTIL, LATE, N_LOG, N_OUT, N_OUT_PAY, N_NEW_TYPES, \
-    CELL_END, ROOM_ROWS, ROOM_INTS, N_COUNTS = range(13)
+    CELL_END, ROOM_ROWS, ROOM_INTS, ROOM_EXTRA, N_COUNTS = range(14)
 
 # the engine's arrays a loop works on: its queue, stamping state and send buffer (rebuilt
 # at every call: the queue and the send buffer replace arrays when they grow)
@@ -120,8 +120,9 @@ def plan_cell(eng, m, taken, rows_per, ints_per):
     """Whether a loop's handlers may take the pass ``m`` (in dispatch order) whole: every
     type has one (``taken[type + TYPE_OFFSET]``) and every destination is alive. Returns
     (ok, start of every run of a type then len(m), each row's local index, the most the
-    handlers may send: ``rows_per[type]`` records and ``ints_per[type]`` payload ints a
-    message). O(len(m))."""
+    handlers may send: ``rows_per[type]`` records (a factor: a run of n lends
+    ``int(rows_per[type] * n)``) and ``ints_per[type]`` payload ints a message).
+    O(len(m))."""
     bounds, li, alive = kernels.cell_runs(m["type"], m["dst"], eng.local_index, eng.alive)
     rows = 0
     ints = 0
@@ -132,7 +133,7 @@ def plan_cell(eng, m, taken, rows_per, ints_per):
         if t < 0 or t >= len(rows_per) or not taken[t + kernels.TYPE_OFFSET]:
             return False, bounds, li, rows, ints
         n = bounds[r + 1] - bounds[r]
-        rows += rows_per[t] * n
+        rows += np.int64(rows_per[t] * n)
         ints += ints_per[t] * n
     return True, bounds, li, rows, ints
 
@@ -151,6 +152,52 @@ def has_room(eng, rows, ints):
         c[ROOM_INTS] = ints
         return False
     return True
+
+
+@numba.njit(cache=True)
+def begin_pass(eng, end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_room):
+    """A loop's next pass: the next busy cell before ``end`` unless a further pass of
+    ``cell`` is due (``in_cell``), its messages popped (:func:`pop_cell`) and planned
+    (:func:`plan_cell`, :func:`has_room`; ``extra_rows`` rows a message of the stack's own
+    buffers, with ``extra_room`` of them free). Returns (status: WINDOW_DONE,
+    CELL_HANDED_BACK or -1 for a pass to take, the cell, the pass, its payload, whether
+    it is in dispatch order, its run bounds, local indices). O(len(pass) + cells
+    scanned)."""
+    c = eng.counts
+    d = eng.delta
+    if not in_cell:
+        cell = next_cell(eng)
+        if cell == NEVER or cell * d >= end:
+            return WINDOW_DONE, cell, np.empty(0, eng.rows.dtype), np.empty(0, np.int32), \
+                True, np.zeros(1, np.int64), np.empty(0, np.int64)
+        c[NOW] = cell * d
+        c[CELL_END] = cell * d + d
+        c[N_CELLS] += 1
+    m, payload, ordered = pop_cell(eng, cell)
+    if not ordered:
+        return CELL_HANDED_BACK, cell, m, payload, False, np.zeros(1, np.int64), \
+            np.empty(0, np.int64)
+    ok, bounds, li, rows, ints = plan_cell(eng, m, taken, rows_per, ints_per)
+    if ok and not has_room(eng, rows, ints):
+        ok = False
+    if ok and extra_rows * len(m) > extra_room:
+        c[ROOM_EXTRA] = extra_rows * len(m)
+        ok = False
+    return (-1 if ok else CELL_HANDED_BACK), cell, m, payload, True, bounds, li
+
+
+@numba.njit(cache=True)
+def end_pass(eng, k, pos):
+    """Route a taken pass's ``k`` sends (:func:`route_pass`). Returns (routed: False when
+    the stamping refused them, whether another pass of the cell is due). O(k)."""
+    c = eng.counts
+    routed, earliest = route_pass(eng, k, pos)
+    if not routed:
+        return False, False
+    if earliest < c[CELL_END]:
+        return True, True
+    c[DONE_UNTIL] = c[CELL_END]
+    return True, False
 
 
 @numba.njit(cache=True)

@@ -1,14 +1,12 @@
-"""Pastry's compiled cell loop: whole stretches of a shard's cells in one call.
+"""Pastry's part of a compiled cell loop, and the loop of Pastry alone.
 
 The engine's rules (which cell is next, the dispatch order, stamping, the hop log, routing
-to the queue or an outbox) are emulator/window.py's primitives; between them this loop
-calls :func:`handler_kernels.on_runs` statically, so numba compiles and caches the whole
-loop as one function. It takes a pass only when every run of it is one of Pastry's
-compiled types bound for a live node and the most its handlers may send fits the buffers;
-any other pass goes back to the engine untouched (and a pass whose handler declines a run
-goes back with the runs before it done), so the results are those of the Python loop,
-to the last row. Sparse protocol traffic (a join every 100 ms: a few messages a cell over
-millions of cells) then costs no Python per cell.
+to the queue or an outbox) are emulator/window.py's primitives; :func:`take_runs` is what
+Pastry does with a pass's runs of its compiled types (:func:`handler_kernels.on_runs`, its
+route-log rows, probes, joins and changed leaf sets gathered), and :func:`run_cells` the
+loop of a stack of Pastry alone. A stack with an application composes ``take_runs`` with
+the application's own in a loop of its own module (actors/stack_loop.py), so numba
+compiles and caches each loop as one function.
 """
 
 from __future__ import annotations
@@ -18,98 +16,97 @@ import numpy as np
 
 from emulator import window
 from emulator.kernels import TYPE_OFFSET
-from emulator.queue import NEVER
 
 from .handler_kernels import on_runs
 from .kernels import ROUTE_LOG_DTYPE
 from .router import ROUTE_LOG_COLUMNS
 
 # what a loop call gathers for Pastry besides the engine's (``stats``)
-N_ROUTE_LOG, N_CHANGED, PROBES, JOINED, ROUTE_ROOM, N_STATS = range(6)
+N_ROUTE_LOG, N_CHANGED, PROBES, JOINED, N_STATS = range(5)
+# where the route log and the stats are in ``PastryLoopPart.inputs`` (a composed loop
+# checks their room)
+ARG_ROUTE_LOG, ARG_STATS = 8, 11
 
 
 @numba.njit(cache=True)
-def run_cells(end, eng, taken, rows_per, ints_per, route_log, changed_mask, changed, stats,
-              runs_taken, acks_off, learn, joins, seed, draws, joined_room, tables):
-    """Process the cells before ``end`` (emulator/window.py's contract): each pass of a
-    cell handed to :func:`handler_kernels.on_runs` whole (``learn``: the state arrays of
-    ``PastryNodes.learn_inputs``; ``joins``: ``JoinProtocol.run_inputs``; ``tables``: the
-    latency tables of the sends), its route-log rows appended to ``route_log``, the nodes
-    whose leaf set changed marked once in ``changed_mask`` and listed in ``changed``,
-    probes and joins counted in ``stats``, the runs taken counted by type in
-    ``runs_taken``. Returns (status, the pass handed back, its
-    payload, whether it is in dispatch order, the run declined, sends written, payload
-    cursor). O(the handlers' work + cells scanned)."""
-    c = eng.counts
-    d = eng.delta
-    empty = np.empty(0, eng.rows.dtype)
-    no_payload = np.empty(0, np.int32)
-    cell = NEVER
+def take_runs(m, payload, li, bounds, first, last, eng, cursor, acks_off, learn, joins, seed,
+              draws, run_rows, joined_room, tables, route_log, changed_mask, changed, stats,
+              runs_taken):
+    """Runs ``first..last-1`` of a pass (Pastry's compiled types, live nodes) by
+    :func:`handler_kernels.on_runs`, their sends in ``eng.out`` from record ``cursor[0]``
+    and ``eng.pool`` from int ``cursor[1]`` on (both advanced): ``learn`` the state arrays
+    of ``PastryNodes.learn_inputs``, ``joins`` ``JoinProtocol.run_inputs``, ``tables`` the
+    latency tables of the sends. The route-log rows go to ``route_log``, the nodes whose
+    leaf set changed are marked once in ``changed_mask`` and listed in ``changed`` (those
+    of this call returned too), probes and joins are counted in ``stats``, the runs taken
+    by type in ``runs_taken``. Returns (the first run not taken, the changed nodes).
+    O(the handlers' work)."""
+    done, probes, nodes, log, joined, k, pos = on_runs(
+        m, payload, li, bounds, first, last, acks_off, *learn, *joins, seed, draws,
+        run_rows, joined_room, eng.out[cursor[0]:], eng.pool, cursor[1], *tables)
+    cursor[0] += k
+    cursor[1] = pos
+    n = stats[N_ROUTE_LOG]
+    for i in range(len(log)):
+        route_log[n + i] = log[i]
+    stats[N_ROUTE_LOG] = n + len(log)
+    for r in range(first, done):
+        runs_taken[m[bounds[r]]["type"]] += 1
+    stats[PROBES] += probes
+    stats[JOINED] += joined
+    n = stats[N_CHANGED]
+    for x in nodes:
+        if not changed_mask[x]:
+            changed_mask[x] = True
+            changed[n] = x
+            n += 1
+    stats[N_CHANGED] = n
+    return done, nodes
+
+
+@numba.njit(cache=True)
+def run_cells(end, eng, taken, rows_per, ints_per, acks_off, learn, joins, seed, draws,
+              run_rows, joined_room, tables, route_log, changed_mask, changed, stats,
+              runs_taken):
+    """The cells before ``end`` of a stack of Pastry alone (emulator/window.py's
+    contract): each pass whose runs are all ``taken`` by :func:`take_runs`. Returns
+    (status, the pass handed back, its payload, whether it is in dispatch order, the run
+    declined, sends written, payload cursor). O(the handlers' work + cells scanned)."""
+    cell = 0
     in_cell = False     # a further pass of ``cell`` is due (zero-delay self-messages)
+    cursor = np.zeros(2, np.int64)
     while True:
-        if not in_cell:
-            cell = window.next_cell(eng)
-            if cell == NEVER or cell * d >= end:
-                return window.WINDOW_DONE, empty, no_payload, True, 0, 0, 0
-            c[window.NOW] = cell * d
-            c[window.CELL_END] = cell * d + d
-            c[window.N_CELLS] += 1
-        m, payload, ordered = window.pop_cell(eng, cell)
-        if not ordered:
-            return window.CELL_HANDED_BACK, m, payload, False, 0, 0, 0
-        ok, bounds, li, rows, ints = window.plan_cell(eng, m, taken, rows_per, ints_per)
-        if ok and not window.has_room(eng, rows, ints):
-            ok = False
-        if ok and stats[N_ROUTE_LOG] + len(m) > len(route_log):
-            stats[ROUTE_ROOM] = len(m)
-            ok = False
-        if not ok:
-            return window.CELL_HANDED_BACK, m, payload, True, 0, 0, 0
+        status, cell, m, payload, ordered, bounds, li = window.begin_pass(
+            eng, end, cell, in_cell, taken, rows_per, ints_per, 1,
+            len(route_log) - stats[N_ROUTE_LOG])
+        if status >= 0:
+            return status, m, payload, ordered, 0, 0, 0
         n_runs = len(bounds) - 1
-        done, probes, nodes, log, joined, k, pos = on_runs(
-            m, payload, li, bounds, 0, n_runs, acks_off, *learn, *joins, seed, draws,
-            rows_per, joined_room, eng.out, eng.pool, 0, *tables)
-        n = stats[N_ROUTE_LOG]
-        for i in range(len(log)):
-            route_log[n + i] = log[i]
-        stats[N_ROUTE_LOG] = n + len(log)
-        for r in range(done):
-            runs_taken[m[bounds[r]]["type"]] += 1
-        stats[PROBES] += probes
-        stats[JOINED] += joined
-        n = stats[N_CHANGED]
-        for x in nodes:
-            if not changed_mask[x]:
-                changed_mask[x] = True
-                changed[n] = x
-                n += 1
-        stats[N_CHANGED] = n
+        cursor[:] = 0
+        done, _ = take_runs(m, payload, li, bounds, 0, n_runs, eng, cursor, acks_off, learn,
+                            joins, seed, draws, run_rows, joined_room, tables, route_log,
+                            changed_mask, changed, stats, runs_taken)
         if done < n_runs:
-            return window.PASS_PARTLY_DONE, m, payload, True, done, k, pos
-        routed, earliest = window.route_pass(eng, k, pos)
+            return window.PASS_PARTLY_DONE, m, payload, True, done, cursor[0], cursor[1]
+        routed, in_cell = window.end_pass(eng, cursor[0], cursor[1])
         if not routed:
-            return window.PASS_UNROUTED, m, payload, True, done, k, pos
-        in_cell = earliest < c[window.CELL_END]
-        if not in_cell:
-            c[window.DONE_UNTIL] = c[window.CELL_END]
+            return window.PASS_UNROUTED, m, payload, True, done, cursor[0], cursor[1]
 
 
-class PastryCellLoop:
-    """The Python side of :func:`run_cells` for a shard's :class:`Pastry`: its buffers,
-    the inputs of each call, and what a call gathered moved to the shard's logs, counters
-    and application. ``taken``: the types the loop hands to ``on_runs``; ``run_room``:
+class PastryLoopPart:
+    """The Python side of :func:`take_runs` for a shard's :class:`Pastry`: its buffers,
+    the inputs of a loop call, and what a call gathered moved to the shard's logs,
+    counters and application. ``taken``: the types it takes; ``run_room``:
     ``handler_kernels.run_room``."""
 
     def __init__(self, pastry, taken, run_room: dict):
         self.pastry = pastry
+        self.types = frozenset(int(t) for t in taken)
         size = max(run_room) + 1
-        self.rows_per = np.zeros(size, np.int64)
-        self.ints_per = np.zeros(size, np.int64)
+        self.run_rows = np.zeros(size, np.int64)
+        self.run_ints = np.zeros(size, np.int64)
         for t, (per_row, per_id) in run_room.items():
-            self.rows_per[t], self.ints_per[t] = per_row, per_id
-        self.taken = np.zeros(2 * TYPE_OFFSET, np.bool_)
-        for t in taken:
-            self.taken[int(t) + TYPE_OFFSET] = True
+            self.run_rows[t], self.run_ints[t] = per_row, per_id
         n = len(pastry.nodes.global_ids)
         self.route_log = np.zeros(1024, ROUTE_LOG_DTYPE)
         self.changed_mask = np.zeros(n, np.bool_)
@@ -118,15 +115,22 @@ class PastryCellLoop:
         # runs the loop handed to on_runs, by type (what the shard's Python never saw)
         self.runs_taken = np.zeros(size, np.int64)
 
-    def __call__(self, ctx, end: int, eng):
+    def inputs(self, ctx) -> tuple:
+        """:func:`take_runs`'s arguments after the cursor (read at each call: a restore
+        replaces the arrays)."""
         p = self.pastry
+        self.stats[:] = 0
+        # (ARG_ROUTE_LOG, ARG_STATS: the positions of route_log and stats)
+        return (not p.acks.enabled, p.nodes.learn_inputs(ctx), p.join.run_inputs(),
+                *ctx.rng_state(), self.run_rows, p._joined_room, ctx.latency_tables(),
+                self.route_log, self.changed_mask, self.changed, self.stats, self.runs_taken)
+
+    def gathered(self, ctx, extra_rows: int) -> None:
+        """What the call gathered, to the shard's logs, counters and the application's
+        ``new_leafs`` (once for every node whose leaf set changed: the upcall carries no
+        time and sends nothing, ``Pastry._own_runs``); room for ``extra_rows`` route-log
+        rows if the loop asked for it."""
         st = self.stats
-        st[:] = 0
-        res = run_cells(end, eng, self.taken, self.rows_per, self.ints_per, self.route_log,
-                        self.changed_mask, self.changed, st, self.runs_taken,
-                        not p.acks.enabled,
-                        p.nodes.learn_inputs(ctx), p.join.run_inputs(), *ctx.rng_state(),
-                        p._joined_room, ctx.latency_tables())
         n = int(st[N_ROUTE_LOG])
         if n:
             ctx.log_records("route", self.route_log[:n].copy(), ROUTE_LOG_COLUMNS)
@@ -138,8 +142,35 @@ class PastryCellLoop:
         if n:
             nodes = np.sort(self.changed[:n])
             self.changed_mask[nodes] = False
-            p.app.new_leafs(ctx, nodes)
-        if st[ROUTE_ROOM]:
-            self.route_log = np.zeros(max(2 * len(self.route_log), 2 * int(st[ROUTE_ROOM])),
-                                      ROUTE_LOG_DTYPE)
-        return res
+            self.pastry.app.new_leafs(ctx, nodes)
+        if extra_rows > len(self.route_log):
+            self.route_log = np.zeros(2 * extra_rows, ROUTE_LOG_DTYPE)
+
+
+def taken_mask(types) -> np.ndarray:
+    """bool per type code (at ``code + TYPE_OFFSET``): the types a loop takes."""
+    mask = np.zeros(2 * TYPE_OFFSET, np.bool_)
+    for t in types:
+        mask[int(t) + TYPE_OFFSET] = True
+    return mask
+
+
+class PastryCellLoop:
+    """``stack.run_cells`` of a stack of Pastry alone (its application, if any, has no
+    compiled runs): :func:`run_cells` over :class:`PastryLoopPart`."""
+
+    def __init__(self, part: PastryLoopPart):
+        self.part = part
+        self.taken = taken_mask(part.types)
+        self.rows_per = part.run_rows.astype(np.float64)
+
+    def __call__(self, ctx, end: int, eng):
+        return run_cells(end, eng, self.taken, self.rows_per, self.part.run_ints,
+                         *self.part.inputs(ctx))
+
+    def gathered(self, ctx, extra_rows: int) -> None:
+        self.part.gathered(ctx, extra_rows)
+
+    @property
+    def runs_taken(self) -> np.ndarray:
+        return self.part.runs_taken

@@ -30,7 +30,7 @@ from actors.params import Param, checked
 
 from . import handler_kernels
 from . import types as msg_types
-from .cell_loop import PastryCellLoop
+from .cell_loop import PastryCellLoop, PastryLoopPart
 from .endpoint import OverlayEndpoint
 from .hop_acks import HopAcks
 from .join import JoinProtocol
@@ -161,6 +161,7 @@ class Pastry:
         self._app_run_types: frozenset = frozenset()
         # the compiled cell loop the engine may run (PastryCellLoop; set up by _compose)
         self.run_cells = None
+        self.loop_part = None
 
     # ---- engine interface ---------------------------------------------------------------
     def setup(self, ctx):
@@ -250,8 +251,10 @@ class Pastry:
         self._run_rows = np.zeros(max(self._run_room) + 1, np.int64)
         for t, (per_row, _) in self._run_room.items():
             self._run_rows[t] = per_row
+        # Pastry's part of a compiled cell loop, and the loop of Pastry alone
         own = self.compiled_run_types
-        self.run_cells = PastryCellLoop(self, own, self._run_room) if own else None
+        self.loop_part = PastryLoopPart(self, own, self._run_room) if own else None
+        self.run_cells = PastryCellLoop(self.loop_part) if own else None
 
     def _handler(self, type_code):
         handler = self._handlers.get(int(type_code))

@@ -272,27 +272,15 @@ class Scribe:
         overlay gives it to ``receive_compiled``, which asks again with the room
         needed); the room lent per message of its type grows to that."""
         room = self._run_room
-        t, keys, rp = self.tree, self.groups.table, self.repair
-        sl, en = t.slots, t.entries
-        period = rp.period or 0   # (no TICK runs without heartbeats)
-        node_ids = np.asarray(ctx.nodes)
+        state = self.runs_state(ctx)
         r = first
         while r < last:
             rows = 0
             for q in range(r, last):
                 rows += room.rows(int(m["type"][bounds[q]]), bounds[q + 1] - bounds[q])
             done, status, need, no_state, looping, delivered, ticks_for = \
-                self.messenger.run_compiled(
-                    ctx, rows, handler_kernels.on_runs, m, local, bounds, r, last,
-                    rp.ticking, node_ids, t.slot_index.arrays, t.entry_index.arrays,
-                    t.n_groups, t.n_nodes, self.multicast.max_tree_hops, sl["active"],
-                    sl["root"], sl["parent"], sl["member"], sl["last_heard"],
-                    sl["last_seq"], sl["last_sent"], sl["node"], sl["n_children"],
-                    t.node_children, sl["group"], sl["join_cred"], en["valid"], en["child"],
-                    en["refresh"], en["slot"], en["cred"], keys["id_hi"], keys["id_lo"],
-                    self.rendezvous.stale, period, rp.heartbeat_miss * period,
-                    rp.child_expiry_miss * period, DATA, TICK, HEARTBEAT, REFRESH, LEAVE,
-                    REJOIN, sl["acl"], JOIN_ACK)
+                self.messenger.run_compiled(ctx, rows, handler_kernels.on_runs, m, local,
+                                            bounds, r, last, *state)
             if status == handler_kernels.MORE_ROOM:
                 room.asked(int(m["type"][bounds[done]]), need,
                            bounds[done + 1] - bounds[done])
@@ -303,6 +291,22 @@ class Scribe:
             self.repair.start_ticks(ctx, m[bounds[ticks_for]:bounds[ticks_for + 1]])
             r = done
         return r
+
+    def runs_state(self, ctx) -> tuple:
+        """``handler_kernels.on_runs``'s arguments between ``last`` and ``out``: the trees,
+        keys, timers and type codes its kernels work on (read at each call: the tree's
+        arrays are replaced when it grows, and by a restore)."""
+        t, keys, rp = self.tree, self.groups.table, self.repair
+        sl, en = t.slots, t.entries
+        period = rp.period or 0   # (no TICK runs without heartbeats)
+        return (rp.ticking, np.asarray(ctx.nodes), t.slot_index.arrays, t.entry_index.arrays,
+                t.n_groups, t.n_nodes, self.multicast.max_tree_hops, sl["active"], sl["root"],
+                sl["parent"], sl["member"], sl["last_heard"], sl["last_seq"], sl["last_sent"],
+                sl["node"], sl["n_children"], t.node_children, sl["group"], sl["join_cred"],
+                en["valid"], en["child"], en["refresh"], en["slot"], en["cred"],
+                keys["id_hi"], keys["id_lo"], self.rendezvous.stale, period,
+                rp.heartbeat_miss * period, rp.child_expiry_miss * period, DATA, TICK,
+                HEARTBEAT, REFRESH, LEAVE, REJOIN, sl["acl"], JOIN_ACK)
 
     def routed(self, ctx, m, here, next_hop) -> bool:
         """A routing step's messages at once (rows ``here`` delivered at this node, the

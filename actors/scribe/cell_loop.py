@@ -1,0 +1,108 @@
+"""Scribe's part of a compiled cell loop (actors/stack_loop.py composes it with Pastry's).
+
+:func:`take_runs` is what ``Scribe.receive_runs`` does with a pass's runs of its compiled
+types, inside the loop: :func:`handler_kernels.on_runs` with the same room lent per run
+type, the DATA runs' deliveries and counts gathered. What needs Python -- a run short of
+room (the room factor then grows), a run whose nodes need their first TICK timer
+(``TreeRepair.start_ticks``) -- ends the loop's pass there, and the engine goes on in
+Python after :meth:`ScribeLoopPart.gathered` did that.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from .handler_kernels import DONE, MORE_ROOM, on_runs
+
+# what a loop call gathers for Scribe (``stats``): deliveries, whether a DATA run was
+# taken and its counts, a run short of room (its type, the rows it needs, its messages),
+# and a run whose nodes need timers (its rows of the pass)
+N_DELIVERED, DATA_TAKEN, NO_STATE, HOP_LIMIT, SHORT_TYPE, SHORT_NEED, SHORT_COUNT, \
+    TICKS_FROM, TICKS_TO, N_STATS = range(10)
+# where the deliveries and the stats are in ``ScribeLoopPart.inputs``
+ARG_DELIVERED, ARG_STATS = 3, 4
+
+
+@numba.njit(cache=True)
+def take_runs(m, li, bounds, first, last, eng, cursor, state, factors, tables, delivered,
+              stats):
+    """Runs ``first..last-1`` of a pass (live nodes) by :func:`handler_kernels.on_runs`
+    (``state``: ``Scribe.runs_state``), lent ``int(factors[type] * messages)`` records
+    per run as ``receive_runs`` lends them, from record ``cursor[0]`` of ``eng.out`` on
+    (the cursor advanced). A DATA run's deliveries (its records) go to ``delivered`` and
+    its counts to ``stats``; a run short of room, or one whose nodes need timers, is noted
+    in ``stats`` for :meth:`ScribeLoopPart.gathered`. Returns (the first run not taken,
+    whether the pass must end here for timers). O(the handlers' work)."""
+    rows = 0
+    for q in range(first, last):
+        rows += np.int64(factors[m[bounds[q]]["type"]] * (bounds[q + 1] - bounds[q]))
+    k0 = cursor[0]
+    done, status, need, no_state, looping, rows_delivered, ticks_for, w, pos = on_runs(
+        m, li, bounds, first, last, *state, eng.out[k0:k0 + rows], eng.pool, cursor[1],
+        *tables)
+    cursor[0] = k0 + w
+    cursor[1] = pos
+    if no_state >= 0:
+        stats[DATA_TAKEN] = 1
+        stats[NO_STATE] += no_state
+        stats[HOP_LIMIT] += looping
+        n = stats[N_DELIVERED]
+        for i in rows_delivered:
+            delivered[n] = m[i]
+            n += 1
+        stats[N_DELIVERED] = n
+    if status == MORE_ROOM:
+        stats[SHORT_TYPE] = m[bounds[done]]["type"]
+        stats[SHORT_NEED] = need
+        stats[SHORT_COUNT] = bounds[done + 1] - bounds[done]
+    if ticks_for >= 0:
+        stats[TICKS_FROM] = bounds[ticks_for]
+        stats[TICKS_TO] = bounds[ticks_for + 1]
+    return done, ticks_for >= 0 or status != DONE
+
+
+class ScribeLoopPart:
+    """The Python side of :func:`take_runs` for a shard's :class:`Scribe`."""
+
+    def __init__(self, scribe, dtype: np.dtype):
+        self.scribe = scribe
+        self.types = frozenset(int(t) for t in scribe.compiled_run_types)
+        self.delivered = np.zeros(1024, dtype)
+        self.stats = np.zeros(N_STATS, np.int64)
+
+    def factors(self, rows_per: np.ndarray) -> None:
+        """The records lent per message of each of its types (``Scribe._run_room``), in
+        ``rows_per`` (read at each call: the factors grow when a run is short)."""
+        room = self.scribe._run_room
+        for t in self.types:
+            rows_per[t] = room.factor.get(t, 1.0)
+
+    def inputs(self, ctx, rows_per) -> tuple:
+        """:func:`take_runs`'s arguments after the cursor."""
+        self.stats[:] = 0
+        self.stats[SHORT_TYPE] = -1
+        self.stats[TICKS_FROM] = -1
+        return (self.scribe.runs_state(ctx), rows_per, ctx.latency_tables(), self.delivered,
+                self.stats)
+
+    def free_rows(self) -> int:
+        return len(self.delivered) - int(self.stats[N_DELIVERED])
+
+    def gathered(self, ctx, m, extra_rows: int) -> None:
+        """What the call gathered (``m``: the pass it ended on), as ``receive_runs`` does it
+        after its call: the DATA counts and delivery rows, the room of a run that was
+        short, the first timers of the nodes that need them; room for ``extra_rows``
+        deliveries if the loop asked for it."""
+        sc, st = self.scribe, self.stats
+        if st[DATA_TAKEN]:
+            n = int(st[N_DELIVERED])
+            sc.multicast.data_taken(ctx, self.delivered[:n].copy(), int(st[NO_STATE]),
+                                    int(st[HOP_LIMIT]), np.arange(n))
+        if st[SHORT_TYPE] >= 0:
+            sc._run_room.asked(int(st[SHORT_TYPE]), int(st[SHORT_NEED]), int(st[SHORT_COUNT]))
+        if st[TICKS_FROM] >= 0:
+            sc.repair.start_ticks(ctx, m[int(st[TICKS_FROM]):int(st[TICKS_TO])])
+        if extra_rows > len(self.delivered):
+            self.delivered = np.zeros(2 * extra_rows, self.delivered.dtype)
+

@@ -1,0 +1,102 @@
+"""The product stack's compiled cell loop: Pastry's and Scribe's compiled handlers composed.
+
+One numba kernel (:func:`run_cells`, emulator/window.py's contract) that takes each pass
+whose runs are all of Pastry's or Scribe's compiled types: Pastry's runs first
+(``actors.pastry.cell_loop.take_runs``), then Scribe's (``actors.scribe.cell_loop
+.take_runs``), as ``Pastry.handle_runs`` hands them on. Composed here, statically, so
+numba caches it (a handler passed as a value would be compiled again in every process).
+
+Between the two parts the pass's changed leaf sets mark Scribe's rendezvous points
+stale, which is what the ``new_leafs`` upcall does after Pastry's runs in the Python loop
+(``RendezvousPoints.mark_stale``): a TICK later in the same call must see it.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from actors.pastry import cell_loop as pastry_loop
+from actors.scribe import cell_loop as scribe_loop
+from emulator import window
+from emulator.kernels import TYPE_OFFSET
+
+
+@numba.njit(cache=True)
+def run_cells(end, eng, taken, app_type, rows_per, ints_per, pastry_args, scribe_args,
+              mark_stale, stale):
+    """The cells before ``end``: each pass whose runs are all ``taken`` (``app_type``
+    marks Scribe's, at ``code + TYPE_OFFSET``), Pastry's runs by its part, the nodes whose
+    leaf set changed marked in ``stale`` (if ``mark_stale``), then Scribe's runs by its
+    part. Returns (status, the pass handed back, its payload, whether it is in dispatch
+    order, the run declined, sends written, payload cursor). O(the handlers' work + cells
+    scanned)."""
+    route_log = pastry_args[pastry_loop.ARG_ROUTE_LOG]
+    pastry_stats = pastry_args[pastry_loop.ARG_STATS]
+    delivered = scribe_args[scribe_loop.ARG_DELIVERED]
+    scribe_stats = scribe_args[scribe_loop.ARG_STATS]
+    cell = 0
+    in_cell = False     # a further pass of ``cell`` is due (zero-delay self-messages)
+    cursor = np.zeros(2, np.int64)
+    while True:
+        room = min(len(route_log) - pastry_stats[pastry_loop.N_ROUTE_LOG],
+                   len(delivered) - scribe_stats[scribe_loop.N_DELIVERED])
+        status, cell, m, payload, ordered, bounds, li = window.begin_pass(
+            eng, end, cell, in_cell, taken, rows_per, ints_per, 1, room)
+        if status >= 0:
+            return status, m, payload, ordered, 0, 0, 0
+        n_runs = len(bounds) - 1
+        split = 0
+        while split < n_runs and not app_type[np.int64(m[bounds[split]]["type"]) + TYPE_OFFSET]:
+            split += 1
+        cursor[:] = 0
+        if split > 0:
+            done, nodes = pastry_loop.take_runs(m, payload, li, bounds, 0, split, eng, cursor,
+                                                *pastry_args)
+            if done < split:
+                return window.PASS_PARTLY_DONE, m, payload, True, done, cursor[0], cursor[1]
+            if mark_stale:
+                for x in nodes:
+                    stale[x] = True
+        if split < n_runs:
+            done, stop = scribe_loop.take_runs(m, li, bounds, split, n_runs, eng, cursor,
+                                               *scribe_args)
+            if stop:
+                return window.PASS_PARTLY_DONE, m, payload, True, done, cursor[0], cursor[1]
+        routed, in_cell = window.end_pass(eng, cursor[0], cursor[1])
+        if not routed:
+            return window.PASS_UNROUTED, m, payload, True, n_runs, cursor[0], cursor[1]
+
+
+class StackCellLoop:
+    """``stack.run_cells`` of Pastry with Scribe: :func:`run_cells` over both parts."""
+
+    def __init__(self, pastry, scribe, dtype: np.dtype):
+        self.pastry = pastry.loop_part
+        self.scribe = scribe_loop.ScribeLoopPart(scribe, dtype)
+        self.taken = pastry_loop.taken_mask(self.pastry.types | self.scribe.types)
+        self.app_type = pastry_loop.taken_mask(self.scribe.types)
+        size = max(len(self.pastry.run_rows), max(self.scribe.types) + 1)
+        self.rows_per = np.zeros(size, np.float64)
+        self.rows_per[:len(self.pastry.run_rows)] = self.pastry.run_rows
+        self.ints_per = np.zeros(size, np.int64)
+        self.ints_per[:len(self.pastry.run_ints)] = self.pastry.run_ints
+        self.rendezvous = scribe.rendezvous
+        self._pass = None
+
+    def __call__(self, ctx, end: int, eng):
+        self.scribe.factors(self.rows_per)
+        res = run_cells(end, eng, self.taken, self.app_type, self.rows_per, self.ints_per,
+                        self.pastry.inputs(ctx), self.scribe.inputs(ctx, self.rows_per),
+                        bool(self.rendezvous.k), self.rendezvous.stale)
+        self._pass = res[1]
+        return res
+
+    def gathered(self, ctx, extra_rows: int) -> None:
+        self.pastry.gathered(ctx, extra_rows)
+        self.scribe.gathered(ctx, self._pass, extra_rows)
+        self._pass = None
+
+    @property
+    def runs_taken(self) -> np.ndarray:
+        return self.pastry.runs_taken
