@@ -16,8 +16,8 @@ in every process), and is built from these primitives, which carry every engine 
 
 The loop hands back to the engine any cell it does not take, untouched, and returns when
 the window ends; the engine then moves what the loop gathered (log rows, outbox rows, the
-types sent for the first time, counters) to their Python homes, in order, before it
-processes a handed-back cell in Python. Rows, their order, sequence numbers and logs are
+types sent for the first time, counters) to their Python homes, in order, and the stack
+its own (``run_cells.gathered``), before it processes a handed-back cell in Python. Rows, their order, sequence numbers and logs are
 exactly those of the Python loop.
 
 Everything the loop writes is preallocated by :class:`LoopBuffers` (a cell is handed back
