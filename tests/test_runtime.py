@@ -66,63 +66,63 @@ def test_bad_spark_sizes_are_refused():
 
 
 @pytest.mark.slow
-def test_arrow_table_from_ray_to_spark_and_back():
-    import pyarrow as pa
-    import ray
+def test_arrow_table_from_ray_to_spark_and_back_with_a_stale_session_latest_link(
+        tmp_path, monkeypatch):
+    """Two claims on one Ray and Spark start (each start costs tens of seconds in CI):
 
-    # one executor core: Ray Data needs a free CPU to hand the dataset to Spark
-    with runtime.session(cores=1) as spark:
-        assert ray.is_initialized() and runtime.ray_is_local()
-        assert runtime.spark_shape() == (1, int(ray.cluster_resources()["CPU"]))
-        assert runtime.start_spark() is spark          # idempotent while running
-        assert os.environ["PYSPARK_PYTHON"] == sys.executable
-        # one partition per executor core, at least 2 (runtime.start_spark)
-        assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
-        assert spark.conf.get("spark.driver.host") == "127.0.0.1"
-        n = 10_000
-        tbl = pa.table({"group": pa.array([i % 7 for i in range(n)], pa.int32()),
-                        "delay": pa.array(range(n), pa.int64())})
-        df = ray.data.from_arrow(tbl).to_spark(spark)
-        rows = {r["group"]: (r["n"], r["s"]) for r in
-                df.groupBy("group").agg({"delay": "sum", "*": "count"})
-                  .withColumnRenamed("count(1)", "n").withColumnRenamed("sum(delay)", "s")
-                  .collect()}
-        expected = {g: (len(range(g, n, 7)), sum(range(g, n, 7))) for g in range(7)}
-        assert rows == expected
-        # a Python UDF runs in Spark's Python workers: proves they got this interpreter
-        from pyspark.sql import functions as F
-        from pyspark.sql.types import StringType
-        exe = F.udf(lambda _: sys.executable, StringType())
-        assert {r[0] for r in df.limit(3).select(exe("group")).collect()} == {sys.executable}
-    assert not ray.is_initialized()
-    assert runtime._state["spark"] is None
-
-
-@pytest.mark.slow
-def test_spark_starts_when_the_session_latest_link_is_stale(tmp_path, monkeypatch):
-    """RayDP's Java agent in the Spark driver JVM logs under ``ray.logging.dir``, by default
-    <ray temp dir>/session_latest/logs: a stale link there (a cleaned /tmp) made the driver
-    JVM exit and Spark fail with "Java gateway process exited". The driver gets this Ray
-    node's own log directory. The Ray of this test keeps its temp dir (and so the link it
-    breaks) in a directory of its own, removed afterwards."""
+    - a stale session_latest link: RayDP's Java agent in the Spark driver JVM logs under
+      ``ray.logging.dir``, by default <ray temp dir>/session_latest/logs; a stale link there
+      (a cleaned /tmp) made the driver JVM exit and Spark fail with "Java gateway process
+      exited". The driver gets this Ray node's own log directory. The Ray of this test keeps
+      its temp dir (and so the link it breaks) in a directory of its own, removed afterwards;
+    - `runtime.session`: Spark on that Ray, an Arrow table handed from Ray Data to Spark and
+      back, Python UDFs in this interpreter, and everything torn down at the block's end."""
     import shutil
     import tempfile
     from pathlib import Path
 
+    import pyarrow as pa
     import ray
+
     own = tempfile.mkdtemp(prefix="r")   # short: Ray's socket paths live under it
     monkeypatch.setenv("RAY_TMPDIR", own)
     try:
-        runtime.start_ray(num_cpus=2)
+        runtime.start_ray()
         node = ray._private.worker._global_node
         latest = Path(node.get_temp_dir_path()) / "session_latest"
         assert str(latest).startswith(own)
         os.unlink(latest)
         os.symlink(tmp_path / "cleaned", latest)      # points nowhere now
-        spark = runtime.start_spark(executors=1, cores=1)
-        assert spark.range(7).count() == 7
-        assert f"-Dray.logging.dir={node.get_logs_dir_path()}" in \
-            spark.conf.get("spark.driver.extraJavaOptions")
+        # one executor core: Ray Data needs a free CPU to hand the dataset to Spark
+        with runtime.session(cores=1) as spark:       # the Ray above: started only once
+            assert f"-Dray.logging.dir={node.get_logs_dir_path()}" in \
+                spark.conf.get("spark.driver.extraJavaOptions")
+            assert spark.range(7).count() == 7
+            assert ray.is_initialized() and runtime.ray_is_local()
+            assert runtime.spark_shape() == (1, int(ray.cluster_resources()["CPU"]))
+            assert runtime.start_spark() is spark          # idempotent while running
+            assert os.environ["PYSPARK_PYTHON"] == sys.executable
+            # one partition per executor core, at least 2 (runtime.start_spark)
+            assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+            assert spark.conf.get("spark.driver.host") == "127.0.0.1"
+            n = 10_000
+            tbl = pa.table({"group": pa.array([i % 7 for i in range(n)], pa.int32()),
+                            "delay": pa.array(range(n), pa.int64())})
+            df = ray.data.from_arrow(tbl).to_spark(spark)
+            rows = {r["group"]: (r["n"], r["s"]) for r in
+                    df.groupBy("group").agg({"delay": "sum", "*": "count"})
+                      .withColumnRenamed("count(1)", "n").withColumnRenamed("sum(delay)", "s")
+                      .collect()}
+            expected = {g: (len(range(g, n, 7)), sum(range(g, n, 7))) for g in range(7)}
+            assert rows == expected
+            # a Python UDF runs in Spark's Python workers: proves they got this interpreter
+            from pyspark.sql import functions as F
+            from pyspark.sql.types import StringType
+            exe = F.udf(lambda _: sys.executable, StringType())
+            assert {r[0] for r in df.limit(3).select(exe("group")).collect()} == \
+                {sys.executable}
+        assert not ray.is_initialized()
+        assert runtime._state["spark"] is None
     finally:
         runtime.stop_ray()
         shutil.rmtree(own, ignore_errors=True)
