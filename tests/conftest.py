@@ -53,6 +53,13 @@ def wait_for_warm_kernels() -> None:
         pass
 
 
+@pytest.fixture(scope="session")
+def warm_kernels() -> None:
+    """The background compile has finished (for a test that starts emulations in a process
+    of its own)."""
+    wait_for_warm_kernels()
+
+
 def pytest_sessionfinish(session, exitstatus):
     if _warm is not None and _warm.poll() is None:   # (a short session: leave nothing)
         _warm.kill()
@@ -83,21 +90,58 @@ def quick_run(tmp_path_factory):
 # fixtures that start Ray or Spark: a test that asks for one of them must be marked slow
 RUNTIME_FIXTURES = {"ray_runtime", "session", "spark", "quick_run", "reference_runs"}
 
+# Modules whose tests run no emulation and call none of the kernels tests/warm_kernels.py
+# compiles (topologies, configuration, reports, Spark analyses of hand-built runs): they go
+# first, on one core while the background compile has the other. The first emulation
+# (quick_run, reference_runs) then finds the kernels cached instead of waiting for them
+# with a core idle. A module left out only runs later; a test here that asks for one of
+# KERNEL_FIXTURES runs later too.
+BESIDE_THE_COMPILE = {
+    "test_analysis", "test_analysis_churn", "test_analysis_partitions", "test_analysis_real",
+    "test_analysis_schema", "test_analysis_stats", "test_analysis_warmup", "test_bench_report",
+    "test_churn_schedule", "test_faults_fast", "test_jvm_archive", "test_ngc2001",
+    "test_report", "test_scale_out", "test_scenarios_config", "test_topology",
+    "test_topology_baselines", "test_topology_loaders", "test_topology_transit_stub"}
+KERNEL_FIXTURES = {"session", "quick_run", "reference_runs"}
+
+
+def _module(item) -> str:
+    return Path(str(item.fspath)).stem
+
+
+def _order(item, late_modules: set[str]) -> tuple[bool, int]:
+    """(runs last, group): 0 the tests beside the background compile, 1 the other slow
+    tests, 2 the other tests of a module with a `late` test (it starts that test's
+    background work when they are done), 3 the tests that start no Ray (one process, one
+    core: the background work has the other), 4 the `late` tests."""
+    if item.get_closest_marker("owns_runtime") is not None:
+        return True, 0
+    if item.get_closest_marker("late") is not None:
+        return False, 4
+    module = _module(item)
+    if module in BESIDE_THE_COMPILE and not KERNEL_FIXTURES & set(item.fixturenames):
+        return False, 0
+    if module in late_modules:
+        return False, 2
+    return False, 1 if item.get_closest_marker("slow") is not None else 3
+
 
 def pytest_collection_modifyitems(session, config, items):
-    """Markers tell the truth, and the tests that stop Ray themselves run last.
+    """Markers tell the truth, and the tests go in an order that keeps both cores busy.
 
     A test that asks for a Ray or Spark fixture but is not marked `slow` is an error here,
     before anything runs (`make test-fast`, i.e. -m "not slow", must start neither). Tests
     marked `owns_runtime` stop the session's Ray to start one of their own (a cluster, a
-    fresh JVM cache, a private temp dir): they go after every test that shares it."""
+    fresh JVM cache, a private temp dir): they go after every test that shares it. Before
+    them the groups of `_order` (the sort keeps file order within a group)."""
     wrong = [item.nodeid for item in items
              if item.get_closest_marker("slow") is None
              and RUNTIME_FIXTURES & set(getattr(item, "fixturenames", ()))]
     if wrong:
         raise pytest.UsageError("tests that start Ray or Spark must be marked slow: "
                                 + ", ".join(wrong))
-    items.sort(key=lambda item: item.get_closest_marker("owns_runtime") is not None)
+    late = {_module(item) for item in items if item.get_closest_marker("late") is not None}
+    items.sort(key=lambda item: _order(item, late))
 
 
 @pytest.fixture(autouse=True)

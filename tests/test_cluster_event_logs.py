@@ -15,7 +15,7 @@ independent computation expects (a header-only CSV from a part file left on an e
 disk would fail here).
 
 The cluster and its Spark run in a child process (a Spark driver JVM stays attached to the
-Ray it first connected to), once for both tests.
+Ray it first connected to), once for both tests, beside the session's reference runs.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ import pytest
 HERE = Path(__file__).resolve().parent
 
 
-def _config(reference_toml: Path):
+def _config():
     """The reference run's scenario, one retry after a lost shard."""
-    from scenarios import load_scenario
-    return load_scenario(str(reference_toml), sets=["run.retries=1"])
+    from runs import reference_config
+    return reference_config(2, "run.retries=1")
 
 
 def rows(path) -> int:
@@ -78,7 +78,7 @@ def _analyse_hand_run(run_dir: Path) -> dict:
             "expected": expected_rows(topo, groups, edges, GROUP_SIZES, N_HOSTS)}
 
 
-def _cluster_run(tmp: Path, reference_toml: Path) -> dict:
+def _cluster_run(tmp: Path) -> dict:
     """The scenario on the 2-node cluster, a shard killed in the join phase, then the hand
     run's analysis there; returns what the analysis counted per table, where the shards
     ran, what the run left, and what the hand run's CSVs must hold."""
@@ -122,7 +122,7 @@ def _cluster_run(tmp: Path, reference_toml: Path) -> dict:
     emulator.Emulator = OneShardPerNode
     try:
         try:
-            run_dir = run_scenario(_config(reference_toml), out=tmp / "cluster-run",
+            run_dir = run_scenario(_config(), out=tmp / "cluster-run",
                                    address=cluster.address, progress=False)
         finally:
             emulator.Emulator, Emulator._get = Emulator, real_get
@@ -141,13 +141,26 @@ def _cluster_run(tmp: Path, reference_toml: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def child(reference_runs, tmp_path_factory) -> dict:
+def child(request, warm_kernels, tmp_path_factory) -> dict:
+    """What the child process found. It needs only the reference run's configuration: it
+    starts first, and the session's reference runs (their row counts are the expected
+    ones) are made while its cluster starts and runs, instead of before it. (Its output
+    goes to files: a pipe nobody reads meanwhile could fill and stop it.)"""
     tmp = tmp_path_factory.mktemp("cluster")
-    done = subprocess.run([sys.executable, __file__, str(tmp),
-                           str(reference_runs[2] / "config.toml")], cwd=HERE,
-                          capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    out, err = tmp / "child.out", tmp / "child.err"
+    with open(out, "w") as o, open(err, "w") as e:
+        proc = subprocess.Popen([sys.executable, __file__, str(tmp)], cwd=HERE, stdout=o,
+                                stderr=e, text=True)
+    try:
+        request.getfixturevalue("reference_runs")
+        returncode = proc.wait(timeout=1200)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stdout, stderr = out.read_text(), err.read_text()
+    assert returncode == 0, stdout[-2000:] + stderr[-4000:]
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
@@ -176,8 +189,7 @@ def test_cluster_without_shared_disk_hands_logs_to_spark(child, reference_rows):
 
 if __name__ == "__main__":
     sys.path[:0] = [str(HERE), str(HERE.parent)]
-    tmp, reference_toml = Path(sys.argv[1]), Path(sys.argv[2])
-    print(json.dumps({"cluster": _cluster_run(tmp, reference_toml)}))
+    print(json.dumps({"cluster": _cluster_run(Path(sys.argv[1]))}))
 
 
 @pytest.mark.slow

@@ -5,7 +5,14 @@ authentication on), used as README's "Running on a Ray cluster" says: a run with
 
 The head is this test's own: loopback only, free ports, its temp dir, TMPDIR and token file
 (RAY_AUTH_TOKEN_PATH) under pytest's tmp dir, and its processes stopped by pid afterwards
-(`ray stop` would stop every Ray on the machine, other tests' too). HOME stays the user's:
+(`ray stop` would stop every Ray on the machine, other tests' too).
+
+The job compiles numba's kernels afresh (Ray's copy of the project is a new path, and
+numba keys its cache by the source's path), on one core for most of a minute. It is
+submitted when the other tests of this module are done with the head (two Spark sessions
+on its two CPUs would wait for each other), and the test that checks it is marked `late`
+(tests/conftest.py runs it after the single-process tests), so that the compile runs on
+the core those leave idle. HOME stays the user's:
 the runs keep numba's and the topologies' caches there, as every other run does (a fresh
 HOME would compile the analysis kernels again); the token's default place,
 ~/.ray/auth_token, is tried with a HOME of the test's own, on the address check alone.
@@ -80,10 +87,11 @@ def _ours(tmp: Path) -> list[psutil.Process]:
     return found
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ray_head(tmp_path_factory):
     """(environment, GCS address, dashboard URL, base dir) of a running `ray start --head`
-    with token authentication on, stopped (and every process of it killed) afterwards."""
+    with token authentication on, stopped (and every process of it killed) afterwards.
+    Session-scoped: the `late` job test comes after tests of other modules."""
     base = tmp_path_factory.mktemp("rh")
     tmp = base / "tmp"
     tmp.mkdir()
@@ -118,6 +126,10 @@ def ray_head(tmp_path_factory):
         assert "Token authentication is enabled" in log_path.read_text(errors="replace")
         yield env, f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dash}", base
     finally:
+        job = _JOB.pop("proc", None)
+        if job is not None and job.poll() is None:     # its test did not run
+            job.kill()
+            job.wait()
         procs = _ours(tmp)
         head.send_signal(signal.SIGTERM)       # `--block`: stops the processes it started
         try:
@@ -187,19 +199,47 @@ def test_address_without_the_token_says_what_to_do(ray_head, case):
     assert "`ray get-auth-token`" in lines[0]
 
 
+_JOB: dict = {}      # the submitted job: its `ray job submit` process and where it writes
+
+
+def _submit(ray_head) -> dict:
+    """Start the README's `ray job submit` (it blocks until the job ends) in the background."""
+    if "proc" not in _JOB:
+        env, _, dashboard, base = ray_head
+        out = base / "job-run"
+        stdout, stderr = base / "job-submit.out", base / "job-submit.err"
+        with open(stdout, "w") as o, open(stderr, "w") as e:
+            _JOB.update(out=out, stdout=stdout, stderr=stderr, proc=subprocess.Popen(
+                [str(RAY), "job", "submit", "--address", dashboard, "--working-dir", str(ROOT),
+                 "--", "python", "cli.py", "scenario", "quick", "--nodes", "200", "--groups",
+                 "3", "--topologies", "1", "--no-progress", "--out", str(out)],
+                stdout=o, stderr=e, text=True, cwd=ROOT, env={**env, "RAY_AUTH_MODE": "token"}))
+    return _JOB
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _job_after_this_module(request, ray_head):
+    """Submit the job once this module's other tests are done with the head, when the
+    session will run its test (it runs later: `late`)."""
+    yield
+    if any(item.name == "test_ray_job_submit_runs_a_scenario" for item in request.session.items):
+        _submit(ray_head)
+
+
+@pytest.mark.late
 def test_ray_job_submit_runs_a_scenario(ray_head):
     """The README's job: the project as working directory, `python` of the head's PATH; the
     job's driver finds the head through RAY_ADDRESS. Ray's own `ray job submit` needs
     RAY_AUTH_MODE=token to send the token (the README says so)."""
-    env, _, dashboard, base = ray_head
-    out = base / "job-run"
-    res = subprocess.run(
-        [str(RAY), "job", "submit", "--address", dashboard, "--working-dir", str(ROOT), "--",
-         "python", "cli.py", "scenario", "quick", "--nodes", "200", "--groups", "3",
-         "--topologies", "1", "--no-progress", "--out", str(out)],
-        capture_output=True, text=True, timeout=900, cwd=ROOT,
-        env={**env, "RAY_AUTH_MODE": "token"})
-    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-3000:]
-    assert "succeeded" in res.stdout + res.stderr
-    s = summary(out)
+    job = _submit(ray_head)         # submitted earlier, unless this test runs alone
+    try:
+        returncode = job["proc"].wait(timeout=900)
+    finally:
+        if job["proc"].poll() is None:
+            job["proc"].kill()
+            job["proc"].wait()
+    stdout, stderr = job["stdout"].read_text(), job["stderr"].read_text()
+    assert returncode == 0, stdout[-4000:] + stderr[-3000:]
+    assert "succeeded" in stdout + stderr
+    s = summary(job["out"])
     assert s["nodes"] == 200 and s["groups"] == 3
