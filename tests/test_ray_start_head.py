@@ -5,17 +5,17 @@ authentication on), used as README's "Running on a Ray cluster" says: a run with
 
 The head is this test's own: loopback only, free ports, its temp dir, TMPDIR and token file
 (RAY_AUTH_TOKEN_PATH) under pytest's tmp dir, and its processes stopped by pid afterwards
-(`ray stop` would stop every Ray on the machine, other tests' too).
-
-The job compiles numba's kernels afresh (Ray's copy of the project is a new path, and
-numba keys its cache by the source's path), on one core for most of a minute. It is
-submitted when the other tests of this module are done with the head (two Spark sessions
-on its two CPUs would wait for each other), and the test that checks it is marked `late`
-(tests/conftest.py runs it after the single-process tests), so that the compile runs on
-the core those leave idle. HOME stays the user's:
+(`ray stop` would stop every Ray on the machine, other tests' too). HOME stays the user's:
 the runs keep numba's and the topologies' caches there, as every other run does (a fresh
 HOME would compile the analysis kernels again); the token's default place,
 ~/.ray/auth_token, is tried with a HOME of the test's own, on the address check alone.
+
+The job compiles numba's kernels afresh (Ray's copy of the project is new files at a new
+path, and numba keys its cache by a source file's path and time), on one core for most
+of a minute. It is submitted when the other tests of this module are done with the head
+(two Spark sessions on its two CPUs would wait for each other), and the test that checks
+it is marked `late` (tests/conftest.py runs it after the single-process tests), so that
+the compile runs on the core those leave idle.
 """
 
 from __future__ import annotations
