@@ -214,7 +214,8 @@ class ShardEngine:
         events = 0
         loop = self._loop
         while True:
-            if loop is not None:    # the stack's compiled loop, up to a pass it hands back
+            if loop is not None and self._loop_takes_next(loop, end):
+                # the stack's compiled loop, up to a pass it hands back
                 due, declined = self._run_loop(loop, end)
                 events += int(self._buffers.counts[window.N_EVENTS])
                 if due is None:
@@ -265,6 +266,13 @@ class ShardEngine:
         self.done_until = self._cell_end
         self._cell_end = 0
         return events
+
+    def _loop_takes_next(self, loop, end: int) -> bool:
+        """Whether the stack's loop would take the next cell (``window.cell_taken``): a
+        cell of other traffic goes to the Python loop without a loop call."""
+        q = self.queue
+        return window.cell_taken(end, q._meta, q._heap_t, q._heap_s, q._head, q._next,
+                                 q._rows, q.delta, self.local_index, self.alive, loop.taken)
 
     def _run_loop(self, loop, end: int) -> tuple[Batch | None, int]:
         """Run the stack's compiled cell loop (``stack.run_cells``; emulator/window.py)

@@ -17,8 +17,9 @@ in every process), and is built from these primitives, which carry every engine 
 The loop hands back to the engine any cell it does not take, untouched, and returns when
 the window ends; the engine then moves what the loop gathered (log rows, outbox rows, the
 types sent for the first time, counters) to their Python homes, in order, and the stack
-its own (``run_cells.gathered``), before it processes a handed-back cell in Python. Rows, their order, sequence numbers and logs are
-exactly those of the Python loop.
+its own (``run_cells.gathered``), before it processes a handed-back cell in Python.
+:func:`cell_taken` lets the engine send a cell of other traffic straight to Python. Rows,
+their order, sequence numbers and logs are exactly those of the Python loop.
 
 Everything the loop writes is preallocated by :class:`LoopBuffers` (a cell is handed back
 when the bound of its sends would not fit, and the buffers grow), so no primitive grows an
@@ -96,6 +97,54 @@ def engine_arrays(engine, buffers: LoopBuffers) -> EngineArrays:
 def next_cell(eng):
     """The cell of the earliest pending message, NEVER when none. O(cells scanned)."""
     return next_pending(eng.meta, eng.heap_t, eng.head, eng.nxt, eng.rows, eng.delta, False)
+
+
+@numba.njit(cache=True)
+def cell_taken(end, meta, heap_t, heap_s, head, nxt, rows, delta, local_index, alive, taken):
+    """Whether a loop would take the next busy cell before ``end`` (its messages all of
+    ``taken`` types, for live nodes), looked at without taking it out of the queue: the
+    engine calls its loop only then, so a cell of other traffic costs no loop call (a
+    few microseconds of arguments each). True also when no cell is due before ``end``.
+    O(the cell's messages + the heap's entries due in it)."""
+    cell = next_pending(meta, heap_t, head, nxt, rows, delta, False)
+    if cell == NEVER or cell * delta >= end:
+        return True
+    t = (cell + 1) * delta
+    ring = len(head)
+    base = meta[5]
+    if meta[4] > 0 and base <= cell < base + ring:
+        s = head[cell & (ring - 1)]
+        while s >= 0:
+            if not _takes(rows[s], local_index, alive, taken):
+                return False
+            s = nxt[s]
+    # the heap's entries due in the cell: a walk down from the root, pruned where due later
+    size = meta[0]
+    stack = np.empty(64, np.int64)
+    top = 0
+    if size > 0:
+        stack[0] = 0
+        top = 1
+    while top > 0:
+        top -= 1
+        i = stack[top]
+        if heap_t[i] >= t:
+            continue
+        if not _takes(rows[heap_s[i]], local_index, alive, taken):
+            return False
+        for c in (2 * i + 1, 2 * i + 2):
+            if c < size:
+                if top == len(stack):
+                    stack = np.concatenate((stack, np.empty(len(stack), np.int64)))
+                stack[top] = c
+                top += 1
+    return True
+
+
+@numba.njit(cache=True)
+def _takes(r, local_index, alive, taken):
+    ty = np.int64(r["type"])
+    return ty >= 0 and taken[ty + kernels.TYPE_OFFSET] and alive[local_index[r["dst"]]]
 
 
 @numba.njit(cache=True)
