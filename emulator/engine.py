@@ -113,6 +113,8 @@ class ShardEngine:
         # a stack may run whole stretches of cells in one compiled call (emulator/window.py)
         self._loop = getattr(self.stack, "run_cells", None)
         self._buffers = window.LoopBuffers(self.message_dtype) if self._loop else None
+        self._python_cells = 0      # cells the Python loop takes before the compiled one again
+        self._python_backoff = 0    # (_pace_loop)
         self._flush()
 
     # ---- shared data ----------------------------------------------------------------
@@ -214,12 +216,14 @@ class ShardEngine:
         events = 0
         loop = self._loop
         while True:
-            if loop is not None and self._loop_takes_next(loop, end):
+            if loop is not None and not self._python_cells \
+                    and self._loop_takes_next(loop, end):
                 # the stack's compiled loop, up to a pass it hands back
                 due, declined = self._run_loop(loop, end)
                 events += int(self._buffers.counts[window.N_EVENTS])
                 if due is None:
                     break
+                self._pace_loop(int(self._buffers.counts[window.N_CELLS]))
                 events += self._cell(self.now // d, due, declined)
                 continue
             cell = self.queue.next_cell()
@@ -228,6 +232,7 @@ class ShardEngine:
             self.now = cell * d
             self._cell_end = self.now + d
             self.cells += 1
+            self._python_cells -= self._python_cells > 0
             events += self._cell(cell)
         out = []
         out_min = NEVER
@@ -266,6 +271,19 @@ class ShardEngine:
         self.done_until = self._cell_end
         self._cell_end = 0
         return events
+
+    def _pace_loop(self, cells: int) -> None:
+        """After a loop call that handed a pass back having started ``cells`` cells: a
+        call costs tens of microseconds of arguments, more than the Python loop spends on
+        one cell of sparse application traffic, so after a call that took at most one
+        cell the next cells go to the Python loop -- 1, 2, 4, ... up to 32 of them while
+        that repeats; a call that took more starts over. (Either loop gives the same
+        results; this only picks the cheaper one.)"""
+        if cells <= 2:   # (the cell handed back is one of them)
+            self._python_backoff = min(2 * self._python_backoff or 1, 32)
+            self._python_cells = self._python_backoff
+        else:
+            self._python_backoff = 0
 
     def _loop_takes_next(self, loop, end: int) -> bool:
         """Whether the stack's loop would take the next cell (``window.cell_taken``): a

@@ -79,18 +79,18 @@ FAITHFUL_ORDERED = {1: "c096ce074c2367478e2fd4fa1321cc1c7c59f7218b4a1479458f64b6
 @pytest.mark.parametrize("shards", [1, 2])
 def test_faithful_bootstrap_reproduces_the_reference_digest(shards, monkeypatch):
     """No keep-alives, so no hop acks: the compiled lookup, refresh and exchange handlers
-    run, almost every pass in the compiled cell loop (the rest, a pass at a time, through
-    ``Pastry.handle_runs``); their sends, in their order, are those of the Python
-    handlers."""
+    run, in the compiled cell loop and, a pass at a time, through ``Pastry.handle_runs``;
+    their sends, in their order, are those of the Python handlers."""
     by_python = _count_runs_taken(monkeypatch)
     emu, _ = run_faithful(300, shards)
     taken = _runs_taken(emu, by_python)
     # every type of the stretch was taken together many times (so the digest covers it)
     assert set(taken) == set(emu.engines[0].stack.compiled_run_types)
     assert min(taken.values()) > 20, taken
-    # (handed back: the table-maintenance ticks and their row requests, ~9 %)
+    # both loops ran many passes (the Python one: the table-maintenance ticks and their row
+    # requests, and the cells after a short stretch of the compiled loop, ShardEngine._pace_loop)
     python = sum(e.python_events for e in emu.engines)
-    assert python < 0.2 * sum(e.events for e in emu.engines)
+    assert 0.1 < python / sum(e.events for e in emu.engines) < 0.9
     d, rows = digest(emu, ordered=True)
     counters = rows["counters"]
     assert counters["counts.pastry_joined"] == 299 and counters["sent_by_type.29"] > 1000
