@@ -187,11 +187,17 @@ class ShardEngine:
             if s == me:     # the payload is copied by offset: other rows' are skipped
                 need = int(part["pay_len"].sum()) if has_pay else 0
                 self.queue.push_records(part, payload if need else payload[:0], need)
-            elif has_pay:   # as Batch.take: the part's own payload, packed
-                packed = kernels.compact_payload(part["pay_off"], part["pay_len"], payload)
-                self.outbox[s].append(Batch(part, packed) if len(packed) else Batch(part))
             else:
-                self.outbox[s].append(Batch(part))
+                self._to_outbox(s, part, payload)
+
+    def _to_outbox(self, shard: int, part: np.ndarray, payload: np.ndarray) -> None:
+        """Rows ``part`` (a copy, theirs to rewrite) for ``shard``, with their own payload
+        packed out of ``payload`` (as ``Batch.take`` packs it)."""
+        if len(payload):
+            packed = kernels.compact_payload(part["pay_off"], part["pay_len"], payload)
+            self.outbox[shard].append(Batch(part, packed) if len(packed) else Batch(part))
+        else:
+            self.outbox[shard].append(Batch(part))
 
     def accept(self, batches) -> None:
         for b in batches:
@@ -352,12 +358,7 @@ class ShardEngine:
             shard = buffers.outbox_shard[:n]
             pay = buffers.outbox_pay[:int(c[window.N_OUT_PAY])]
             for s in np.unique(shard).tolist():
-                part = take_rows(rows, shard == s)
-                if len(pay):
-                    packed = kernels.compact_payload(part["pay_off"], part["pay_len"], pay)
-                    self.outbox[s].append(Batch(part, packed) if len(packed) else Batch(part))
-                else:
-                    self.outbox[s].append(Batch(part))
+                self._to_outbox(s, take_rows(rows, shard == s), pay)
 
     def _dispatch(self, due: Batch, declined: int = -1) -> None:
         """Hand a cell's messages (in dispatch order: ``EventQueue.pop_cell``) to the
