@@ -57,6 +57,9 @@ class Param:
     even: bool = False
     choices: tuple = ()
     means: dict = field(default_factory=dict, hash=False)
+    # a named set of other parameters' values per choice (Pastry's ``join``): see
+    # :func:`with_presets`
+    presets: dict = field(default_factory=dict, hash=False)
 
     def in_range(self, v) -> bool:
         """``v`` (already of the declared type) is a valid value."""
@@ -102,6 +105,40 @@ class Param:
         return v
 
 
+CUSTOM = "custom"
+
+
+def with_presets(declared: dict[str, Param], given: dict, prefix: str = "") -> dict:
+    """``given`` (a section as written, possibly partial) with its presets resolved.
+
+    A parameter with ``presets`` names a set of other parameters' values per choice, e.g.
+    Pastry's ``join = "2001"``. Given by name, a preset fills the keys it sets that are not
+    given, and a given key that disagrees with it is a one-line ValueError (``prefix``
+    names the section). Not given, its name is inferred from the values the keys end up
+    with (given, else their defaults): the preset they all agree with, else ``custom``.
+    So an old section with only the keys resolves to the same run, and ``custom`` is
+    never a silent default. O(parameters x preset keys)."""
+    out = dict(given)
+    for name, p in declared.items():
+        if not p.presets:
+            continue
+        if name in given:
+            preset = p.presets.get(given[name]) if isinstance(given[name], str) else None
+            for key, v in (preset or {}).items():
+                if key in given and given[key] != v:
+                    raise ValueError(
+                        f"{prefix}{key} = {given[key]!r} contradicts {prefix}{name} = "
+                        f"{given[name]!r}, which sets {v!r}; drop one of them, or set "
+                        f"{prefix}{name} = {CUSTOM!r}")
+                out[key] = v
+            continue
+        keys = {key for preset in p.presets.values() for key in preset}
+        vals = {key: given.get(key, declared[key].default) for key in keys}
+        out[name] = next((choice for choice, preset in p.presets.items()
+                          if all(vals[k] == v for k, v in preset.items())), CUSTOM)
+    return out
+
+
 def checked(owner: str, declared: dict[str, Param], params: dict) -> dict:
     """``params`` with every name of ``declared`` present and valid, as the protocol's
     values (``Param.value``); a one-line ValueError, prefixed with ``owner``, names the
@@ -115,6 +152,10 @@ def checked(owner: str, declared: dict[str, Param], params: dict) -> dict:
         raise ValueError(f"{owner}: missing parameter(s) {sorted(missing)} (complete "
                          "parameters come from the scenario schema: "
                          "scenarios.config.protocol_params)")
+    try:
+        with_presets(declared, params)
+    except ValueError as e:
+        raise ValueError(f"{owner}: {e}") from None
     out = {}
     for name, p in declared.items():
         v = params[name]

@@ -16,7 +16,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from actors.params import type_problem
+from actors.params import type_problem, with_presets
 from actors.pastry.protocol import PARAMETERS as PASTRY_PARAMETERS
 from actors.scribe.application import PARAMETERS as SCRIBE_PARAMETERS
 from emulator.errors import first_line
@@ -54,6 +54,8 @@ def _section(declared: dict) -> dict[str, tuple]:
     return {k: (p.type, p.default, p.in_range, p.describe()) for k, p in declared.items()}
 
 
+# the sections made of a protocol's declarations (presets resolved before defaults fill)
+PROTOCOL_SECTIONS = {"pastry": PASTRY_PARAMETERS, "scribe": SCRIBE_PARAMETERS}
 PHASES = ("bootstrap", "create", "join", "multicast", "collapse", "multicast_collapsed",
           "multicast_bottleneck", "churn")
 PARTITIONS = ("locality", "random")
@@ -292,7 +294,8 @@ def read_toml(path: Path) -> dict:
 
 def parse_set(item: str) -> tuple[str, str, object]:
     """'section.key=value' -> (section, key, value); the value is read as TOML, else as a
-    bare string (so `topology.source=ts600` needs no quotes)."""
+    bare string (so `topology.source=ts600` needs no quotes); a key that takes a string
+    keeps the text as written (`pastry.join=2002`)."""
     if not isinstance(item, str) or "=" not in item:
         raise ScenarioError(f"--set {item!r}: expected section.key=value, e.g. pastry.l=32")
     path, _, raw = item.partition("=")
@@ -311,6 +314,8 @@ def parse_set(item: str) -> tuple[str, str, object]:
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
+        value = raw
+    if SCHEMA[sec][key][0] is str and not isinstance(value, str):
         value = raw
     return sec, key, value
 
@@ -350,6 +355,11 @@ def _merge(raw: dict, where: str) -> dict:
         bad = sorted(set(given) - set(keys))
         if bad:
             raise ScenarioError(f"{where}: unknown key {sec}.{bad[0]}; valid: {', '.join(keys)}")
+        if sec in PROTOCOL_SECTIONS:
+            try:
+                given = with_presets(PROTOCOL_SECTIONS[sec], given, f"{sec}.")
+            except ValueError as e:
+                raise ScenarioError(str(e)) from None
         vals = {}
         for k, (t, default, check, help_) in keys.items():
             v = given.get(k, default)

@@ -47,8 +47,14 @@ def test_paper_scenarios_match_the_spec():
     p = load_scenario("paper_zipf_1500_protocol")    # the same experiment, overlay by protocol
     assert (p.nodes, p.groups, p.seed, p.topology, p.groups_cfg, p.phase_order) == (
         z.nodes, z.groups, z.seed, z.topology, z.groups_cfg, z.phase_order)
-    assert p.pastry["bootstrap"] == "protocol" and z.pastry["bootstrap"] == "oracle"
-    assert p.pastry["join_rate_per_s"] <= 100 and p.pastry["table_maintenance_us"] > 0
+    assert p.pastry["join"] == "2002" and p.pastry["table_maintenance_us"] > 0
+    assert p.pastry["join_rate_per_s"] == z.pastry["join_rate_per_s"] <= 100
+    # the published experiments build their overlay by the 2001 join
+    for name in ("paper_zipf_1500", "paper_zipf_1500_bottleneck", "small_groups_30k",
+                 "ngc2001_topics_60k", "ngc2001_topics_60k_ts600", "churn", "churn_reliable"):
+        pastry = load_scenario(name).pastry
+        assert (pastry["bootstrap"], pastry["join"], pastry["join_exchange_rows"],
+                pastry["table_maintenance_us"]) == ("protocol", "2001", 0, 0), name
     s = load_scenario("small_groups_30k")
     assert (s.nodes, s.groups, s.groups_cfg["kind"], s.groups_cfg["size"]) == (50_000, 30_000,
                                                                              "fixed", 11)
@@ -252,7 +258,7 @@ def test_join_arrivals_keep_their_rate_at_any_size():
     small = load_scenario("paper_zipf_1500", nodes=2000, groups=60, bootstrap="protocol")
     big = load_scenario("paper_zipf_1500", bootstrap="protocol")
     rates = [c.pastry_params(1)["join_rate_per_s"] for c in (small, big)]
-    assert rates[0] == rates[1] == 10.0
+    assert rates[0] == rates[1] == 50.0
     t = join_schedule(big.nodes, rates[1], 0, 1)
     # Poisson: the span is n / rate within a few percent, not 10 s
     assert abs(t[-1] / 1e6 - big.nodes / rates[1]) < 0.02 * big.nodes / rates[1]
@@ -262,15 +268,52 @@ def test_join_arrivals_keep_their_rate_at_any_size():
     with pytest.raises(ScenarioError, match=r"pastry\.join_rate_per_s = 0\.0 is out of range"):
         load_scenario("paper_zipf_1500", sets=["pastry.join_rate_per_s=0"])
     # the defaults are the cheapest set known to build the best tables: five leaf
-    # refreshes per node, the nearest earlier arrival as the fallback contact, two rows
-    # exchanged, no table maintenance
-    assert (big.pastry["leaf_refresh_rounds"], big.pastry["join_contact_fallback"],
-            big.pastry["join_exchange_rows"], big.pastry["table_maintenance_us"]) == (
-                5, "nearest", 2, 0)
+    # refreshes per node, the nearest earlier arrival as the fallback contact, the 2001
+    # join (no rows exchanged, no table maintenance)
+    plain = load_scenario("quick", bootstrap="protocol")
+    assert (plain.pastry["leaf_refresh_rounds"], plain.pastry["join_contact_fallback"],
+            plain.pastry["join"], plain.pastry["join_exchange_rows"],
+            plain.pastry["table_maintenance_us"]) == (5, "nearest", "2001", 0, 0)
     assert load_scenario("paper_zipf_1500", sets=["pastry.join_contact_fallback=first"]
                          ).pastry_params(1)["join_contact_fallback"] == "first"
     with pytest.raises(ScenarioError, match=r"pastry\.join_contact_fallback = 'node0'"):
         load_scenario("paper_zipf_1500", sets=["pastry.join_contact_fallback=node0"])
+
+
+def test_join_is_chosen_by_name_and_its_settings_follow(tmp_path):
+    """pastry.join names a set of join settings: it fills what is not given, refuses what
+    contradicts it, and is inferred from the settings when not given (custom if none
+    fits), so a config written before the name existed resolves to the same run."""
+    keys = ("join", "join_exchange_rows", "table_maintenance_us")
+    rich = load_scenario("quick", sets=["pastry.join=2002"])   # a bare 2002 is the name
+    assert tuple(rich.pastry[k] for k in keys) == ("2002", 8, 900_000_000)
+    with pytest.raises(ScenarioError, match=r"^pastry\.join_exchange_rows = 8 contradicts "
+                                            r"pastry\.join = '2001', which sets 0"):
+        load_scenario("quick", sets=["pastry.join=2001", "pastry.join_exchange_rows=8"])
+    mixed = load_scenario("quick", sets=["pastry.join=custom", "pastry.join_exchange_rows=8"])
+    assert tuple(mixed.pastry[k] for k in keys) == ("custom", 8, 0)
+    # no name: inferred from the values the settings end up with
+    assert load_scenario("quick", sets=["pastry.join_exchange_rows=8"]).pastry["join"] == \
+        "custom"
+    assert load_scenario("quick", sets=["pastry.join_exchange_rows=8",
+                                        "pastry.table_maintenance_us=900000000"]
+                         ).pastry["join"] == "2002"
+    with pytest.raises(ScenarioError, match=r"pastry\.join = '1999' is out of range: "
+                                            r"2001 \| 2002 \| custom"):
+        load_scenario("quick", sets=["pastry.join=1999"])
+    # a resolved config without the name (written before it existed) runs the same
+    old = load_scenario("quick", sets=["pastry.join_exchange_rows=2"]).to_toml()
+    old = "\n".join(line for line in old.splitlines() if not line.startswith("join = "))
+    (tmp_path / "config.toml").write_text(old)
+    again = load_scenario(str(tmp_path / "config.toml"))
+    assert (again.pastry["join"], again.pastry["join_exchange_rows"]) == ("custom", 2)
+    # the protocol refuses a contradiction in a complete dict too
+    from actors.pastry.protocol import Pastry
+    from scenarios.config import protocol_params
+    pastry, _ = protocol_params()
+    with pytest.raises(ValueError, match=r"^Pastry: join_exchange_rows = 8 contradicts "
+                                         r"join = '2001'"):
+        Pastry(None, {**pastry, "join_exchange_rows": 8})
 
 
 def test_a_run_made_before_warmup_modes_can_be_reanalysed(tmp_path):
