@@ -121,6 +121,11 @@ def setup_notes(summary: dict, data: dict | None = None, short: bool = False) ->
     if differs:
         notes.append(f"Not the published set-up ({entry.get('setup', '')}): this run has "
                      + ", ".join(differs) + ".")
+    if summary.get("bootstrap") == "oracle":
+        notes.append("Not the published overlay: this run's Pastry tables were computed "
+                     "(oracle bootstrap, every entry the nearest), the paper's were built "
+                     "by Pastry's join; the computed tables give lower delay penalties "
+                     "(docs/pastry.md).")
     if entry.get("note"):
         notes.append(entry["note"][0].upper() + entry["note"][1:] + ".")
     return notes

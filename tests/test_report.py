@@ -142,6 +142,11 @@ def test_beside_paper_on_committed_10_topology_results():
         ls["scribe"]["total"] / ls["ip_multicast"]["total"])
     notes = " ".join(published.setup_notes(summary))
     assert "10 topologies" in notes and "Not the published set-up" not in notes
+    # the committed run's overlay was built by the join, as the paper's; a computed one is
+    # named as a difference
+    assert summary["bootstrap"] == "protocol" and "Not the published overlay" not in notes
+    computed = " ".join(published.setup_notes(dict(summary, bootstrap="oracle")))
+    assert "Not the published overlay: this run's Pastry tables were computed" in computed
     small = dict(summary, nodes=2000)
     assert "this run has nodes 2,000 (paper 100,000)" in " ".join(published.setup_notes(small))
 
