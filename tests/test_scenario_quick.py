@@ -154,7 +154,7 @@ def test_churn_runs_and_logs_deliveries(session, tmp_path, name):
         for _, g in dl.sort_values(["time", "seqno"]).groupby(["group", "member"]):
             assert (np.diff(g["seqno"].to_numpy()) > 0).all()
         # the guarantee through RP fail-overs: every expected message, once, in
-        # publish order, at every surviving member (as in results/churn_reliable and on the
+        # publish order, at every surviving member (as in results/churn_reliable_oracle and on the
         # harness, test_scribe_reliable_failover.py)
         r = s["churn"]["scribe"]
         assert r["rp_failures"] >= 2 and r["rp_failovers"] == r["rp_failures"]
