@@ -241,12 +241,13 @@ def test_quick_scenario_end_to_end(quick_run, tmp_path):
 @pytest.mark.slow
 def test_warm_runs_a_scenario_scaled_down_and_leaves_its_kernels_cached():
     """`cli.py warm` (what `make run` does once per machine) runs the scenario's phases
-    scaled down in shard actors and leaves their kernels in numba's cache next to the
-    sources: two kernels' cache entries removed first (the engine's and Scribe's, cheap
-    to compile) are there again afterwards. (That the first run after it then compiles
-    nothing is measured in benchmarks, not here.)"""
-    caches = [(ROOT / "emulator" / "__pycache__", "kernels.cell_runs-"),
-              (ROOT / "actors" / "scribe" / "__pycache__", "keyindex.")]
+    scaled down in shard actors and leaves their kernels in numba's cache (the project's,
+    emulator/jit_cache.py): two kernels' cache entries removed first (the engine's and
+    Scribe's, cheap to compile) are there again afterwards. (That the first run after it
+    then compiles nothing is measured in benchmarks, not here.)"""
+    from emulator.jit_cache import kernel_cache_path
+    caches = [(kernel_cache_path(ROOT / "emulator" / "kernels.py"), "kernels.cell_runs-"),
+              (kernel_cache_path(ROOT / "actors" / "scribe" / "keyindex.py"), "keyindex.")]
     for folder, prefix in caches:
         for f in folder.glob(f"{prefix}*.nb[ic]"):
             f.unlink()

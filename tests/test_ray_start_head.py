@@ -10,12 +10,14 @@ the runs keep numba's and the topologies' caches there, as every other run does 
 HOME would compile the analysis kernels again); the token's default place,
 ~/.ray/auth_token, is tried with a HOME of the test's own, on the address check alone.
 
-The job compiles numba's kernels afresh (Ray's copy of the project is new files at a new
-path, and numba keys its cache by a source file's path and time), on one core for most
-of a minute. It is submitted when the other tests of this module are done with the head
-(two Spark sessions on its two CPUs would wait for each other), and the test that checks
-it is marked `late` (tests/conftest.py runs it after the single-process tests), so that
-the compile runs on the core those leave idle.
+Ray's copy of the project for the job is new files at a new path, without __pycache__: it
+loads the kernels the other runs compiled because the project's kernel cache is keyed by
+the sources' contents and paths relative to the project (emulator/jit_cache.py; the
+user's environment keeps SCRIBE_EMU_KERNEL_CACHE, where that cache is when it is set). The
+job is submitted when the other tests of this module are done with the head (two Spark
+sessions on its two CPUs would wait for each other), and the test that checks it is
+marked `late` (tests/conftest.py runs it after the single-process tests), so that it runs
+on the core those leave idle.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from pathlib import Path
 import psutil
 import pytest
 from runs import figure_differences, reference_cli_args, summary
+
+from emulator.jit_cache import KERNEL_CACHE_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -60,12 +64,14 @@ def _free_ports(n: int) -> list[int]:
 
 def _user_env(token: Path, tmp: Path) -> dict[str, str]:
     """The environment of a user of this head: no Ray settings of the caller's (address,
-    auth mode or token) but the token file, TMPDIR ours. The venv's bin first on PATH, as after
-    `source .venv/bin/activate`: the README asks for that before `ray start`, so that
-    `python` in a job is the project's. RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps Ray on
-    127.0.0.1 (otherwise it announces, and connects to, the machine's routable address)."""
+    auth mode or token) but the token file, TMPDIR ours; the machine's kernel cache. The
+    venv's bin first on PATH, as after `source .venv/bin/activate`: the README asks for
+    that before `ray start`, so that `python` in a job is the project's.
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps Ray on 127.0.0.1 (otherwise it announces, and
+    connects to, the machine's routable address)."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RAY_", "SCRIBE_EMU_")) and k not in ("VIRTUAL_ENV",)}
+           if not k.startswith(("RAY_", "SCRIBE_EMU_")) and k not in ("VIRTUAL_ENV",)
+           or k == KERNEL_CACHE_ENV}
     env.update(RAY_AUTH_TOKEN_PATH=str(token), TMPDIR=str(tmp),
                PATH=f"{VENV_BIN}{os.pathsep}{env['PATH']}", VIRTUAL_ENV=str(VENV_BIN.parent),
                RAY_USAGE_STATS_ENABLED="0",
