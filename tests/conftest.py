@@ -18,10 +18,12 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), *_in
 
 
 import subprocess  # noqa: E402
+import time  # noqa: E402
 
 import pytest  # noqa: E402
 
 _warm: subprocess.Popen | None = None
+_warm_times = {"waited_s": 0.0}
 
 
 def pytest_sessionstart(session):
@@ -32,6 +34,7 @@ def pytest_sessionstart(session):
     global _warm
     if os.environ.get("SCRIBE_EMU_WARM", "1") == "0":
         return
+    _warm_times["started"] = time.monotonic()
     _warm = subprocess.Popen([sys.executable, str(ROOT / "tests" / "warm_kernels.py")],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              preexec_fn=lambda: os.nice(10), cwd=ROOT)
@@ -47,10 +50,12 @@ def wait_for_warm_kernels() -> None:
         os.setpriority(os.PRIO_PROCESS, _warm.pid, 0)
     except OSError:          # not allowed to raise a priority: it finishes at nice 10
         pass
+    t0 = time.monotonic()
     try:
         _warm.wait(timeout=900)
     except subprocess.TimeoutExpired:   # the run compiles what is missing itself
         pass
+    _warm_times["waited_s"] += time.monotonic() - t0
 
 
 @pytest.fixture(scope="session")
@@ -60,8 +65,22 @@ def warm_kernels() -> None:
     wait_for_warm_kernels()
 
 
+def pytest_terminal_summary(terminalreporter):
+    """How the background compile went: a wait here is time with a core idle (the tests
+    that need no kernels, BESIDE_THE_COMPILE, were too few to cover the compile)."""
+    if _warm is None or "started" not in _warm_times:
+        return
+    if _warm_times.get("stopped"):
+        terminalreporter.write_line("background kernel compile: stopped unfinished at the end")
+    else:
+        terminalreporter.write_line(
+            f"background kernel compile: exit code {_warm.returncode}; the tests waited "
+            f"{_warm_times['waited_s']:.1f} s for it")
+
+
 def pytest_sessionfinish(session, exitstatus):
     if _warm is not None and _warm.poll() is None:   # (a short session: leave nothing)
+        _warm_times["stopped"] = True
         _warm.kill()
         _warm.wait()
 
@@ -99,10 +118,13 @@ RUNTIME_FIXTURES = {"ray_runtime", "session", "spark", "quick_run", "reference_r
 BESIDE_THE_COMPILE = {
     "test_analysis", "test_analysis_churn", "test_analysis_partitions", "test_analysis_real",
     "test_analysis_schema", "test_analysis_stats", "test_analysis_warmup", "test_bench_report",
-    "test_churn_schedule", "test_faults_fast", "test_jvm_archive", "test_ngc2001",
-    "test_report", "test_scale_out", "test_scenarios_config", "test_topology",
-    "test_topology_baselines", "test_topology_loaders", "test_topology_transit_stub"}
-KERNEL_FIXTURES = {"session", "quick_run", "reference_runs"}
+    "test_churn_schedule", "test_cli", "test_faults_fast", "test_jit_cache", "test_jvm_archive",
+    "test_logs", "test_ngc2001", "test_pastry_ids", "test_report", "test_scale_out",
+    "test_scenarios_config", "test_topology", "test_topology_baselines",
+    "test_topology_loaders", "test_topology_transit_stub"}
+# (warm_kernels: a test that compiles kernels itself, e.g. `cli.py warm`, waits for the
+# background compile instead of compiling the same kernels beside it)
+KERNEL_FIXTURES = {"session", "quick_run", "reference_runs", "warm_kernels"}
 
 
 def _module(item) -> str:
