@@ -122,5 +122,5 @@ class BottleneckRemover:
         self.messenger.send(ctx, pick["dst"], pick[BnSibling.sibling], BN_JOIN, pick["time"],
                             pick["group"],
                             **BnJoin.fields(credential=sl["join_cred"][s],
-                                            last_seq=sl["last_seq"][s],
+                                            last_seq=t.repair_position(s),
                                             repair=np.ones(len(s), np.int64)))

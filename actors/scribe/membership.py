@@ -414,6 +414,6 @@ class TreeJoins:
         self.guard.lose_parent(s)
         self.messenger.route(ctx, sub["dst"], JOIN, sub["time"], sub["group"],
                              **Join.fields(credential=sl["join_cred"][s],
-                                           last_seq=sl["last_seq"][s],
+                                           last_seq=t.repair_position(s),
                                            repair=np.ones(len(s), np.int64)),
                              origin=sub["dst"])

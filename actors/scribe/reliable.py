@@ -9,7 +9,8 @@ tree side (``OrderedDelivery``); the source and RP side is ``publishing.py``.
 - faultHandler: a repair JOIN carries the node's last in-order seqno (JOIN last_seq) and
   the repair flag (JOIN repair = 1);
 - joinHandler: the node that adds a repairing child retransmits its buffered messages
-  newer than that seqno.
+  newer than that seqno; a forwarder that never had some of them (it joined the tree
+  after them) goes back to the child's position and fetches them from upstream.
 A fresh (non-repair) joiner starts at its parent's position (sent back in the JOIN_ACK)
 or at the first message it sees. The buffer must outlive the longest tree repair:
 B messages cover B x (multicast interval) of outage.
@@ -23,7 +24,7 @@ from emulator.kernels import unique_first
 
 from .keyindex import KeyIndex
 from .tree import TreeState, send_data_to_children
-from .types import DATA, Data
+from .types import DATA, JOIN, Data, Join
 from .wire import Messenger
 
 
@@ -205,6 +206,12 @@ class OrderedDelivery:
             return
         e = ring.get(s[row], q)
         ok = e >= 0
+        # seqnos at or below the slot's own position that it does not hold: it started
+        # after them (a forwarder made for a repairing child further ahead, a fresh
+        # joiner), so the child's gap cannot be filled from here
+        never = ~ok & (q <= sl["last_seq"][s[row]])
+        if never.any():
+            self._fetch(ctx, s[row[never]], q[never], np.asarray(now)[row[never]])
         row, q, e = row[ok], q[ok], e[ok]
         ctx.count("scribe_retransmissions", len(q))
         me = np.asarray(ctx.nodes)[sl["node"][s[row]]]
@@ -212,6 +219,31 @@ class OrderedDelivery:
                             sl["group"][s[row]], origin=ring.cols["source"][e],
                             **Data.fields(publish_time=ring.cols["publish"][e], seqno=q,
                                           total_hops=ring.cols["hops"][e] + 1))
+
+    def _fetch(self, ctx, s, q, now) -> None:
+        """Slots s lack seqnos q (at or below their position): a forwarder (neither member
+        nor root) goes back to just before the first one it lacks and re-joins by a repair
+        JOIN from there, so that its parent re-sends them; as new copies they are then
+        forwarded to its children, the repairing child among them (those it holds are
+        dropped as duplicates). A member keeps its position: going back would release
+        again what it delivered (its case stays open)."""
+        sl = self.tree.slots
+        o = np.lexsort((q, s))
+        s, q, now = s[o], q[o], now[o]
+        _, first = unique_first(s)
+        s, q, now = s[first], q[first], now[first]
+        fwd = sl["active"][s] & ~sl["member"][s] & ~sl["root"][s]
+        s, q, now = s[fwd], q[fwd], now[fwd]
+        if not len(s):
+            return
+        ctx.count("scribe_gap_fetches", len(s))
+        sl["last_seq"][s] = q - 1
+        me = np.asarray(ctx.nodes)[sl["node"][s]]
+        self.messenger.route(ctx, me, JOIN, now, sl["group"][s],
+                             **Join.fields(credential=sl["join_cred"][s],
+                                           last_seq=self.tree.repair_position(s),
+                                           repair=np.ones(len(s), np.int64)),
+                             origin=me)
 
 
 def seqno_ranges(lo, hi) -> tuple[np.ndarray, np.ndarray]:

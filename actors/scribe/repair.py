@@ -159,7 +159,8 @@ class TreeRepair:
             sl["last_heard"][rs] = now[suspect]
             cred = np.where(sl["member"][rs], sl["my_cred"][rs], sl["join_cred"][rs])
             self.messenger.route(ctx, me[suspect], JOIN, now[suspect], grp[suspect],
-                                 **Join.fields(credential=cred, last_seq=sl["last_seq"][rs],
+                                 **Join.fields(credential=cred,
+                                               last_seq=self.tree.repair_position(rs),
                                                repair=np.ones(len(rs), np.int64)),
                                  origin=me[suspect])
         refresh = child_role & ~silent & (sl["parent"][s] >= 0)

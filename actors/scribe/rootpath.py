@@ -192,7 +192,7 @@ class RootPathGuard:
         self.lose_parent(s)
         cred = np.where(sl["member"][s], sl["my_cred"][s], sl["join_cred"][s])
         self.messenger.route(ctx, me, JOIN, now, sl["group"][s],
-                             **Join.fields(credential=cred, last_seq=sl["last_seq"][s],
+                             **Join.fields(credential=cred, last_seq=self.tree.repair_position(s),
                                            repair=np.ones(len(s), np.int64)),
                              origin=me, randomize=True)
 

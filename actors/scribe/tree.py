@@ -147,6 +147,15 @@ class TreeState:
         for forget in self.on_reset:
             forget(slots)
 
+    def repair_position(self, slots) -> np.ndarray:
+        """faultHandler: the position a repair JOIN of these slots carries (their last
+        seqno), which they keep from now on (``synced``). The new parent re-sends what
+        follows it, and its JOIN_ACK comes with those copies: a slot that never had a
+        message (-1, so it asks for all of them) must not take the ack's position (the
+        parent's) as its start, or it drops the copies re-sent for it as old ones."""
+        self.slots["synced"][slots] = True
+        return self.slots["last_seq"][slots]
+
     def heard_from_parent(self, local_idx, groups, senders, times) -> np.ndarray:
         """Messages from the current parent (heartbeats, data) reset the suspicion clock.
         Returns the mask of rows that came from the receiving slot's parent."""
