@@ -1,8 +1,9 @@
 """Compile a scenario's numba kernels into their on-disk cache before its first real run.
 
 The protocol handlers are numba kernels compiled on first use and cached on disk
-(``cache=True``; where: emulator/jit_cache.py). A fresh install has no cache, so its first run would compile
-them all inside the run, tens of seconds of the first `make run` on two cores.
+(``cache=True``; where: emulator/jit_cache.py). A fresh install has no cache, so its
+first run would compile them all inside the run, tens of seconds of the first `make run`
+on two cores.
 `make run` calls :func:`warm` first, once per machine (`make warm`): it runs a scaled-down
 copy of the scenario -- the same phases, the same shard actors and the same code paths,
 so the kernels compile with the signatures the full run looks up -- and throws the run
