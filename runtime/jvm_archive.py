@@ -19,6 +19,10 @@ jvm/<key>/ (~235 MB), the key a hash of the
 java binary and the jar directories, so an upgrade of Java, Spark, Ray or RayDP makes new
 ones. A JVM that cannot use an archive (another JVM build, changed jars) starts without it:
 that is Java's own check (`-Xshare:auto`), results are never affected.
+
+Every fresh install of the jars (a new virtualenv, a clean clone's CI) is a new key, so a
+session keeps only the `KEEP_KEYS` most recently used keys' archives and removes the rest:
+without that the cache grows by ~250 MB per install until the disk is full.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -46,6 +51,7 @@ COMMON_FLAGS = ("-XX:+UnlockDiagnosticVMOptions", "-XX:+AllowArchivingWithJavaAg
                 "-Xshare:auto", "-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 SMALLEST_ARCHIVE = 1 << 20    # a dump cut short leaves less; Java would refuse it anyway
 STALE_PART_S = 3600.0         # a dump older than this whose JVM never finished: removed
+KEEP_KEYS = 3                 # archive directories kept, the most recently used first
 
 
 def cache_root() -> Path:
@@ -86,7 +92,9 @@ class SessionArchives:
     def __init__(self, directory: Path):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        os.utime(self.directory)                  # its last use, which pruning goes by
         _remove_stale_parts(self.directory)
+        remove_unused_keys(self.directory.parent, keep=self.directory)
         self.final = {role: self.directory / f"{role}.jsa" for role in ROLES}
         self.dumping: dict[str, Path] = {}
         for role in ROLES:
@@ -140,6 +148,26 @@ def _remove_stale_parts(directory: Path) -> None:
         with contextlib.suppress(OSError):
             if now - p.stat().st_mtime > STALE_PART_S:
                 p.unlink()
+
+
+def remove_unused_keys(root: Path, keep: Path, keys: int | None = None) -> list[str]:
+    """Remove the archive directories under `root` beyond the `keys` (default `KEEP_KEYS`)
+    most recently used (by modification time), never `keep`; return the names removed. A JVM mapping a removed
+    archive keeps its mapping (the file lives on until unmapped); one dumping into a removed
+    directory fails to write and the next session dumps again (`keep`). O(directories)."""
+    entries = []
+    with contextlib.suppress(OSError):
+        for e in os.scandir(root):
+            if e.is_dir(follow_symlinks=False) and e.path != str(keep):
+                with contextlib.suppress(OSError):
+                    entries.append((e.stat().st_mtime, e.name))
+    entries.sort(reverse=True)
+    keys = KEEP_KEYS if keys is None else keys
+    removed = []
+    for _, name in entries[max(keys - 1, 0):]:
+        shutil.rmtree(root / name, ignore_errors=True)
+        removed.append(name)
+    return removed
 
 
 def merge_options(conf: dict[str, str], extra: dict[str, str]) -> dict[str, str]:

@@ -85,6 +85,28 @@ def test_stale_parts_are_removed(tmp_path):
     assert not old.exists() and fresh.exists()
 
 
+def test_only_the_most_recently_used_keys_are_kept(tmp_path, monkeypatch):
+    """A new install of the jars is a new key: the old keys' archives go, all but the
+    most recently used, so the cache does not grow by an archive per install."""
+    monkeypatch.setattr(jvm_archive, "KEEP_KEYS", 3)
+    now = time.time()
+    for hours, name in enumerate(["k0", "k1", "k2", "k3"], start=1):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "driver.jsa").write_bytes(b"x")
+        os.utime(d, (now - 3600 * hours, now - 3600 * hours))
+    (tmp_path / "a-file").write_text("not a key")
+
+    def keys():
+        return sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+
+    SessionArchives(tmp_path / "k3")               # the oldest, used again
+    assert keys() == ["k0", "k1", "k3"]
+    assert (tmp_path / "a-file").exists()
+    SessionArchives(tmp_path / "new")              # a fresh install
+    assert keys() == ["k0", "k3", "new"]
+
+
 def test_a_reused_driver_jvm_does_not_dump(tmp_path, monkeypatch):
     """PySpark reuses a driver JVM that outlived its session: one launched without the dump
     option cannot write an archive, so the session does not wait for one."""
