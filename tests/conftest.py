@@ -26,6 +26,27 @@ _warm: subprocess.Popen | None = None
 _warm_times = {"waited_s": 0.0}
 
 
+_ray_tmp: str | None = None
+
+
+def pytest_configure(config):
+    """Ray's sessions (logs, sockets, spilled objects: 20-600 MB each, and Ray removes none)
+    go under a temp directory of this test session, removed when it ends, not into the
+    machine's /tmp/ray: a suite starts ~20 of them. Children (CLI runs, `ray start`)
+    inherit it. The path stays short: Ray's socket paths must fit 107 bytes."""
+    global _ray_tmp
+    if "RAY_TMPDIR" not in os.environ:
+        import tempfile
+        _ray_tmp = tempfile.mkdtemp(prefix="se-ray-")
+        os.environ["RAY_TMPDIR"] = _ray_tmp
+
+
+def pytest_unconfigure(config):
+    if _ray_tmp is not None:
+        import shutil
+        shutil.rmtree(_ray_tmp, ignore_errors=True)
+
+
 def pytest_sessionstart(session):
     """Compile the protocol kernels in a background process at low priority
     (tests/warm_kernels.py: a fresh checkout has no numba cache, and the first protocol
