@@ -5,7 +5,7 @@ inside grouped maps, see the section modules) whose results are collected to the
 with Arrow; the driver computes the summaries from the collected tables, writes every CSV
 itself (`analysis.output.write_frame`) and the figures. All sections' jobs are submitted
 together (Spark runs them on every executor core), the driver finishes the sections in
-order as their results arrive; churn (only in churn runs) follows.
+order as their results arrive; churn (only in churn runs) is the last section.
 """
 
 from __future__ import annotations
@@ -111,6 +111,7 @@ class _Context:
         self.link_buckets = _buckets(partitions,
                                      len(meta) * (len(options.traffic) + len(BASELINES)))
         self.metrics, self.figs = run_dir / "metrics", run_dir / "figures"
+        self.churn: dict | None = None      # the churn section's plan for its finish
 
 
 def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list] | None = None,
@@ -151,12 +152,9 @@ def run_analysis(run_dir: str | Path, spark: SparkSession, refs: dict[str, list]
                    protocol)
     results, timing = _run_sections(ctx)
     files.release()
-    churn_summary = None
-    if (_has_rows(events_root, refs, ev, "publish")
-            or _has_rows(events_root, refs, ev, "node_event")):
-        t0 = time.perf_counter()
-        churn_summary = _churn(ctx)
-        timing["churn"] = time.perf_counter() - t0
+    churn_summary = results.pop("churn_summary")
+    if churn_summary is None:
+        timing.pop("churn")
 
     summary = _summary(run_dir, scenario_meta or {}, indices, meta, options,
                        routing_base=protocol.routing_base, **results)
@@ -293,12 +291,6 @@ def _overlay_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
             "route_means": overlay.route_means(routes, c.protocol.code(SCRIBE_CREATE))}
 
 
-SECTIONS = (("delay_penalty", _delay_plan, _delay_section),
-            ("node_stress", _node_plan, _node_section),
-            ("link_stress", _link_plan, _link_section),
-            ("overlay", _overlay_plan, _overlay_section))
-
-
 def churn_bucket_us(messages_span_us: int, requested: int | None) -> int:
     """Bucket width: the requested one, else 1/20 of the stream rounded up to whole ms."""
     if requested is not None:
@@ -308,9 +300,14 @@ def churn_bucket_us(messages_span_us: int, requested: int | None) -> int:
     return max(1000, -(-max(int(messages_span_us), 1) // 20 // 1000) * 1000)
 
 
-def _churn(c: _Context) -> dict | None:
-    """Churn CSVs and figure; returns the summary.json entry (None: no stream logged)."""
-    ev, options, metrics = c.ev, c.options, c.metrics
+def _churn_plan(c: _Context) -> dict[str, DataFrame]:
+    """The churn section's frames ({} when the run logged no stream and no failures, or its
+    stream is empty); what its finish needs besides is kept in `c.churn`."""
+    ev, options = c.ev, c.options
+    c.churn = None
+    if not (_has_rows(c.events_root, c.refs, ev, "publish")
+            or _has_rows(c.events_root, c.refs, ev, "node_event")):
+        return {}
     inferred = not _has_rows(c.events_root, c.refs, ev, "publish")
     messages = churn.published_messages(ev["publish"], ev["delivery"], inferred,
                                         options.churn_phases).cache()
@@ -318,7 +315,7 @@ def _churn(c: _Context) -> dict | None:
                         F.max("publish_time").alias("hi")).first()
     if span["lo"] is None:
         messages.unpersist()
-        return None
+        return {}
     bucket_us = churn_bucket_us(span["hi"] - span["lo"], options.churn_bucket_us)
     delivery = ev["delivery"]
     if _has_rows(c.run_dir, c.refs, ev, "arrival"):
@@ -343,16 +340,25 @@ def _churn(c: _Context) -> dict | None:
     buckets = churn.churn_delivery(outcomes, surviving, messages, dead, bucket_us).cache()
     outages = churn.churn_outages(outcomes)
     failovers = churn.churn_rp_failover(messages, arrivals, ev["group"], ev["node_event"])
-    source = "delivery" if inferred else "publish"
     per_topo = churn.churn_summary(churn.delivery_summary(outcomes, surviving, buckets, died),
                                    outages, failovers)
-    buckets_pd = collect(buckets)
-    outages_pd = collect(outages)
-    failovers_pd = collect(failovers)
-    summary_pd = with_topology_mean(collect(per_topo), ["variant"], churn.SUMMARY_COLUMNS)
-    summary_pd["publishes_from"] = source
-    for df in (messages, dead, failures, arrivals, outcomes, buckets):
+    c.churn = {"bucket_us": bucket_us, "source": "delivery" if inferred else "publish",
+               "cached": (messages, dead, failures, arrivals, outcomes, buckets)}
+    return {"buckets": buckets, "outages": outages, "failovers": failovers,
+            "per_topo": per_topo}
+
+
+def _churn_section(c: _Context, got: dict[str, pd.DataFrame]) -> dict:
+    """Churn CSVs and figures; {"churn_summary": the summary.json entry, None when the run
+    has no stream}."""
+    if c.churn is None:
+        return {"churn_summary": None}
+    for df in c.churn["cached"]:
         df.unpersist()
+    metrics, bucket_us, source = c.metrics, c.churn["bucket_us"], c.churn["source"]
+    buckets_pd, outages_pd, failovers_pd = got["buckets"], got["outages"], got["failovers"]
+    summary_pd = with_topology_mean(got["per_topo"], ["variant"], churn.SUMMARY_COLUMNS)
+    summary_pd["publishes_from"] = source
     write_frame(_nullable_ints(buckets_pd), metrics / "churn_delivery.csv",
                 ["topo", "variant", "bucket"])
     write_frame(_nullable_ints(outages_pd), metrics / "churn_outages.csv",
@@ -367,7 +373,15 @@ def _churn(c: _Context) -> dict | None:
     out = {"bucket_us": bucket_us, "publishes_from": source}
     for _, r in _mean_rows(summary_pd).iterrows():
         out[r["variant"]] = {k: _num(r[k]) for k in churn.SUMMARY_COLUMNS}
-    return out
+    return {"churn_summary": out}
+
+
+# churn last: its plan runs one small job (the stream's span) while the others' run
+SECTIONS = (("delay_penalty", _delay_plan, _delay_section),
+            ("node_stress", _node_plan, _node_section),
+            ("link_stress", _link_plan, _link_section),
+            ("overlay", _overlay_plan, _overlay_section),
+            ("churn", _churn_plan, _churn_section))
 
 
 _INTEGER_COLUMNS = {"topo", "bucket", "bucket_start_us", "bucket_end_us", "messages",
