@@ -1,5 +1,7 @@
 """runtime.jvm_archive: Spark's JVMs write class archives once and map them afterwards;
-runtime.ray_spark removes the copies of Ray's Java library its JVMs unpack."""
+runtime.ray_spark removes the copies of Ray's Java library its JVMs unpack. (That a real
+Spark session writes the archives and the next maps them is checked on the Ray and Spark
+of tests/test_runtime.py's Arrow test, which start anyway.)"""
 
 from __future__ import annotations
 
@@ -7,8 +9,6 @@ import os
 import subprocess
 import sys
 import time
-
-import pytest
 
 from runtime import jvm_archive
 from runtime import ray_spark as runtime
@@ -159,43 +159,3 @@ def test_java_library_copies_are_removed_when_unused_and_new(tmp_path):
     assert older.exists() and other.exists() and named.exists() and locked.exists()
     assert runtime.remove_java_library_copies(str(tmp_path / "absent"), since) == 0
     assert runtime.remove_java_library_copies(None, since) == 0
-
-
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
-    runtime.stop_ray()
-    runtime.stop_driver_jvm()       # an earlier test's, which a new session would reuse
-    monkeypatch.setenv("SCRIBE_EMU_CACHE", str(tmp_path / "cache"))
-    yield tmp_path
-    runtime.stop_ray()
-
-
-@pytest.mark.slow
-@pytest.mark.owns_runtime
-def test_spark_writes_archives_once_and_maps_them(fresh_cache):
-    """A real session on an empty cache writes both archives when it stops; the next
-    session's driver loads Spark's classes from its archive (Java's own class-load log)."""
-    runtime.start_ray()
-    ray_dir = runtime.JAVA_DRIVER_LIBRARY_DIR
-    spark = runtime.start_spark()
-    assert spark.range(100).selectExpr("sum(id)").collect()[0][0] == 4950
-    runtime.stop_spark()
-    (root,) = (fresh_cache / "cache" / "jvm").iterdir()
-    assert sorted(p.name for p in root.iterdir()) == ["driver.jsa", "executor.jsa"]
-
-    loads = fresh_cache / "class-load.log"
-    spark = runtime.start_spark(configs={
-        "spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={loads}"})
-    opts = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
-    assert f"-XX:SharedArchiveFile={root / 'driver.jsa'}" in opts
-    assert spark.range(100).selectExpr("sum(id)").collect()[0][0] == 4950
-    text = loads.read_text()
-    shared = [ln for ln in text.splitlines() if "org.apache.spark." in ln
-              and "shared objects file (top)" in ln]
-    assert len(shared) > 1000, "the driver did not map its class archive"
-    runtime.stop_ray()
-    # and the copies of Ray's Java library its JVMs unpacked are gone with it
-    assert not [d for d in os.listdir(ray_dir) if d.isdigit() and
-                sorted(os.listdir(os.path.join(ray_dir, d))) ==
-                sorted(runtime.JAVA_LIBRARY_COPY) and
-                os.stat(os.path.join(ray_dir, d)).st_mtime >= runtime._state["ray_started_at"]]

@@ -66,9 +66,9 @@ def test_bad_spark_sizes_are_refused():
 
 
 @pytest.mark.slow
-def test_arrow_table_from_ray_to_spark_and_back_with_a_stale_session_latest_link(
+def test_spark_on_ray_with_a_stale_link_hands_arrow_both_ways_and_writes_class_archives(
         tmp_path, monkeypatch):
-    """Two claims on one Ray and Spark start (each start costs tens of seconds in CI):
+    """Three claims on one Ray, two Spark starts (each start costs tens of seconds in CI):
 
     - a stale session_latest link: RayDP's Java agent in the Spark driver JVM logs under
       ``ray.logging.dir``, by default <ray temp dir>/session_latest/logs; a stale link there
@@ -76,7 +76,11 @@ def test_arrow_table_from_ray_to_spark_and_back_with_a_stale_session_latest_link
       exited". The driver gets this Ray node's own log directory. The Ray of this test keeps
       its temp dir (and so the link it breaks) in a directory of its own, removed afterwards;
     - `runtime.session`: Spark on that Ray, an Arrow table handed from Ray Data to Spark and
-      back, Python UDFs in this interpreter, and everything torn down at the block's end."""
+      back, Python UDFs in this interpreter, and everything torn down at the block's end;
+    - JVM class archives (runtime/jvm_archive.py): that first session, on an empty cache,
+      writes both archives when it stops; the next session's driver loads Spark's classes
+      from its archive (Java's own class-load log), and the copies of Ray's Java library
+      its JVMs unpacked are gone when Ray stops."""
     import shutil
     import tempfile
     from pathlib import Path
@@ -84,6 +88,9 @@ def test_arrow_table_from_ray_to_spark_and_back_with_a_stale_session_latest_link
     import pyarrow as pa
     import ray
 
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SCRIBE_EMU_CACHE", str(cache))
+    runtime.stop_driver_jvm()       # an earlier test's, which a new session would reuse
     own = tempfile.mkdtemp(prefix="r")   # short: Ray's socket paths live under it
     monkeypatch.setenv("RAY_TMPDIR", own)
     try:
@@ -95,8 +102,9 @@ def test_arrow_table_from_ray_to_spark_and_back_with_a_stale_session_latest_link
         os.symlink(tmp_path / "cleaned", latest)      # points nowhere now
         # one executor core: Ray Data needs a free CPU to hand the dataset to Spark
         with runtime.session(cores=1) as spark:       # the Ray above: started only once
-            assert f"-Dray.logging.dir={node.get_logs_dir_path()}" in \
-                spark.conf.get("spark.driver.extraJavaOptions")
+            opts = spark.conf.get("spark.driver.extraJavaOptions")
+            assert f"-Dray.logging.dir={node.get_logs_dir_path()}" in opts
+            assert "-XX:ArchiveClassesAtExit=" in opts          # an empty cache: it dumps
             assert spark.range(7).count() == 7
             assert ray.is_initialized() and runtime.ray_is_local()
             assert runtime.spark_shape() == (1, int(ray.cluster_resources()["CPU"]))
@@ -123,6 +131,26 @@ def test_arrow_table_from_ray_to_spark_and_back_with_a_stale_session_latest_link
                 {sys.executable}
         assert not ray.is_initialized()
         assert runtime._state["spark"] is None
+        (root,) = (cache / "jvm").iterdir()
+        assert sorted(p.name for p in root.iterdir()) == ["driver.jsa", "executor.jsa"]
+
+        runtime.start_ray()
+        ray_dir = runtime.JAVA_DRIVER_LIBRARY_DIR
+        loads = tmp_path / "class-load.log"
+        spark = runtime.start_spark(configs={
+            "spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={loads}"})
+        opts = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+        assert f"-XX:SharedArchiveFile={root / 'driver.jsa'}" in opts
+        assert spark.range(100).selectExpr("sum(id)").collect()[0][0] == 4950
+        shared = [ln for ln in loads.read_text().splitlines() if "org.apache.spark." in ln
+                  and "shared objects file (top)" in ln]
+        assert len(shared) > 1000, "the driver did not map its class archive"
+        runtime.stop_ray()
+        assert not [d for d in os.listdir(ray_dir) if d.isdigit() and
+                    sorted(os.listdir(os.path.join(ray_dir, d))) ==
+                    sorted(runtime.JAVA_LIBRARY_COPY) and
+                    os.stat(os.path.join(ray_dir, d)).st_mtime >=
+                    runtime._state["ray_started_at"]]
     finally:
         runtime.stop_ray()
         shutil.rmtree(own, ignore_errors=True)
