@@ -715,43 +715,6 @@ def test_checkpoint_resume_gives_identical_results(lat, tmp_path, ray_session):
     assert len(rows_b) > 0 and got[0].equals(rows_b)
 
 
-@pytest.mark.slow
-@pytest.mark.owns_runtime
-def test_runs_on_a_two_node_cluster(lat, tmp_path):
-    """Shards pinned to two Ray nodes of a local cluster give the single-machine result."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    from emulator import Emulator
-    from runtime.ray_spark import stop_ray
-    # the session's Ray and Spark, through the runtime: a Spark left on a Ray shut down
-    # under it could not be stopped by the tests after this one
-    stop_ray()
-    cluster = Cluster()
-    try:
-        cluster.add_node(num_cpus=1, resources={"node_a": 1})
-        cluster.add_node(num_cpus=1, resources={"node_b": 1})
-        ray.init(address=cluster.address, logging_level="WARNING")
-        res = []
-        for opts in ([{"resources": {"node_a": 0.01}}] * 2,
-                     [{"resources": {"node_a": 0.01}}, {"resources": {"node_b": 0.01}}]):
-            emu = Emulator(lat.n_hosts, lat, functools.partial(Flood, 3, 6), shards=2, seed=9,
-                           run_dir=None, type_names=TYPE_NAMES, actor_options=opts,
-                           handoff=True, message_dtype=FLOOD_DTYPE)
-            emu.inject(new_messages(3, FLOOD_DTYPE, time=[0, 5, 9], src=[1, 2, 3],
-                                    dst=[1, 2, 3], type=PING))
-            emu.run("c")
-            emu.flush("c")
-            res.append(_table(ray, emu, "recv"))
-            nodes = set(ray.get([a.node_id.remote() for a in emu._actors]))
-            assert len(nodes) == (1 if opts[0] == opts[1] else 2)
-            emu.shutdown()
-        assert len(res[0]) > 100 and res[0].equals(res[1])
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-
-
 def test_engine_record_holds_only_engine_fields():
     """The engine's own record is its header and payload fields, none of the fields the
     protocols declare; the stack's record keeps them, with the engine's types, and its
