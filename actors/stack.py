@@ -69,6 +69,11 @@ class OverlayStack:
         """(global node ids, Pastry state dict) of this shard, for table-quality reports."""
         return self.pastry.export_state()
 
+    def joined(self, ctx) -> int:
+        """How many of this shard's nodes Pastry counts as joined (able to route): the
+        protocol bootstrap runs until all of them are."""
+        return int(self.pastry.joined.sum())
+
     def clock(self, ctx) -> int:
         """Start of the last cell this shard processed (us). The maximum over shards is the
         time of the last event anywhere -- unlike the driver's window end, it does not
