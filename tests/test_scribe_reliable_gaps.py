@@ -1,5 +1,6 @@
-"""Reliable layer, repairs that must fill a gap the new parent cannot see from its own
-position (real stack, LocalEmulator):
+"""Reliable layer, gaps that the ordinary repair does not close: repairs that must fill a
+gap the new parent cannot see from its own position, and messages that must reach an RP
+Pastry no longer routes to (real stack, LocalEmulator):
 
 - forwarders fail before the stream's first message reaches them: the members below
   never had a message when they re-join, and get every message from seqno 0 (the new
@@ -7,7 +8,10 @@ position (real stack, LocalEmulator):
   parent's position);
 - a node that joined the tree late (a forwarder made for one repairing child) adopts a
   second repairing child that is further behind: it fetches the messages it never had,
-  and the child gets them."""
+  and the child gets them;
+- the RP fails, a replica takes over and the failed node recovers without state as the
+  node closest to the key: the source's re-sends must go to the RP that answers it, not
+  be routed into the recovered node, which refuses them."""
 
 import numpy as np
 from test_scribe_repair import READY, forwarders, start
@@ -101,3 +105,35 @@ def test_a_late_forwarder_fetches_what_a_repairing_child_further_behind_needs():
     w.run(until=T_END + 1_000_000)
     assert_every_message_once_in_order(w, members, np.array([pb]), n)
     assert w.counters["scribe_gap_fetches"] >= 1
+
+
+def test_re_sends_reach_the_new_rp_after_the_failed_one_recovers_as_the_keys_root():
+    """A member streams to its group; the RP fails, a replica takes over, and the failed
+    node recovers without Scribe state: it is again the live node closest to the group's
+    key, so every routed message of the group ends there and is refused (it is not the
+    RP). The source's messages lost with the failed RP are re-sent to the RP that
+    acknowledges them (RP_ADDR), not routed into the recovered node: every surviving
+    member gets the whole stream, once and in order."""
+    w, table, creds, members, rp = start(1, seed=43, params={"reliable": True})
+    g, old = 0, int(rp[0])
+    src = np.array([m[~np.isin(m, rp)][0] for m in members])
+    times = np.arange(T0, T_END, EVERY)
+    n, G = len(times), len(members)
+    gg = np.tile(np.arange(G), n)
+    w.inject(multicast_requests(src[gg], gg, np.repeat(times, G), creds[gg],
+                                seqno=np.repeat(np.arange(n), G)))
+    fail_at = READY + 1_000_000
+    w.run(until=fail_at)
+    w.fail([old])
+    w.run(until=fail_at + 800_000)     # the take-over has happened
+    w.recover([old])
+    w.run(until=T_END + 3_000_000)
+    assert w.counters["scribe_rp_takeovers"] == 1
+    te = w.fresh_tree_edges()
+    sel = te["group"] == g
+    roots = set(te["parent"][sel].tolist()) - set(te["child"][sel].tolist())
+    assert len(roots) == 1 and old not in roots             # the replica is the RP ...
+    route = w.routes([src[g]], table["id_hi"][g], table["id_lo"][g])[0]
+    assert route[route >= 0][-1] == old                     # ... but routes end at `old`
+    assert_every_message_once_in_order(w, members, np.array([old]), n)
+    assert w.counters.get("scribe_refused_multicast", 0) == 0

@@ -183,6 +183,8 @@ class Scribe:
         self.multicast = Dissemination(tree, self.groups, self.messenger, self.ordered,
                                        self.publishing, p["rp_cache_ttl_us"],
                                        p["max_tree_hops"], self.variant_label)
+        if self.publishing is not None:  # re-sends go as fresh publishes do
+            self.publishing.send_mcast = self.multicast.send_mcast
         self.repair = TreeRepair(tree, self.messenger, self.guard, self.rendezvous, self.leaves,
                                  self.ordered, self.publishing, p, saved.get("ticking"))
         self._make_dispatch_tables()

@@ -44,24 +44,34 @@ class Dissemination:
 
     def on_mcast_req(self, ctx, m) -> None:
         """A local source publishes: directly to the cached RP, else routed."""
-        t, sl = self.tree, self.tree.slots
+        t = self.tree
         s = t.get_or_make(self.messenger.local(ctx, m["dst"]), m["group"])
+        seqno = m[McastReq.seqno]
+        if self.publishing is not None:  # reliable: the source numbers and keeps its messages
+            seqno = self.publishing.number_at_source(ctx, m, s)
+        self.send_mcast(ctx, s, m["dst"], m["time"], m["group"], m[McastReq.credential],
+                        seqno, m["time"])
+
+    def send_mcast(self, ctx, s, me, now, group, credential, seqno, publish) -> None:
+        """Source slots s (of nodes me) send MCASTs: directly to the RP whose address they
+        hold, else (none learned, or not confirmed within ``rp_cache_ttl_us``) routed to
+        the group's key. Fresh publishes and the reliable layer's re-sends both go this
+        way: while the RP keeps answering (RP_ADDR) it is alive and the root, wherever
+        Pastry's routes end (a failed RP that recovered without state is the key's closest
+        node again, but not the RP: it refuses what is routed to it)."""
+        sl = self.tree.slots
         rp = sl["rp_cache"][s]
         cached = rp >= 0
         ttl = self.rp_cache_ttl_us
         if ttl:  # a cached RP may have failed: rediscover it by routing now and then
-            cached &= m["time"] - sl["rp_cache_time"][s] <= ttl
-        seqno = m[McastReq.seqno]
-        if self.publishing is not None:  # reliable: the source numbers and keeps its messages
-            seqno = self.publishing.number_at_source(ctx, m, s)
-        fields = {**Mcast.fields(credential=m[McastReq.credential], seqno=seqno,
-                                 publish_time=m["time"]), "origin": m["dst"]}
+            cached &= now - sl["rp_cache_time"][s] <= ttl
+        fields = {**Mcast.fields(credential=credential, seqno=seqno, publish_time=publish),
+                  "origin": me}
         d = {k: v[cached] for k, v in fields.items()}
-        self.messenger.send(ctx, m["dst"][cached], rp[cached], MCAST, m["time"][cached],
-                            m["group"][cached], **d)
+        self.messenger.send(ctx, me[cached], rp[cached], MCAST, now[cached], group[cached],
+                            **d)
         r = {k: v[~cached] for k, v in fields.items()}
-        self.messenger.route(ctx, m["dst"][~cached], MCAST, m["time"][~cached],
-                             m["group"][~cached], **r)
+        self.messenger.route(ctx, me[~cached], MCAST, now[~cached], group[~cached], **r)
 
     def on_mcast_delivered(self, ctx, m) -> None:
         """MCAST routed to the RP."""

@@ -12,8 +12,9 @@ holes remain before it:
 Closed as follows:
 - the source numbers its messages per group (slot column src_seq; MCAST seqno) and
   keeps each until the RP acknowledges it (RP_ADDR acked_seq: the last source seqno
-  numbered, cumulative); on its TICK it re-routes those unacknowledged for heartbeat_miss
-  periods, then every period until acknowledged (and drops its RP cache);
+  numbered, cumulative); on its TICK it re-sends those unacknowledged for heartbeat_miss
+  periods, then every period until acknowledged, as it sends a new one: directly to the
+  RP while that answers (its cached address is fresh), routed once it fell silent;
 - the RP numbers each source's messages in source order: later ones wait for a gap
   (src_held), repeats are dropped and acknowledged again;
 - the RP copies every numbered message to its replicas (REPLICA_DATA); the replica
@@ -31,7 +32,7 @@ import numpy as np
 from .reliable import MessageRing, OrderedDelivery, numbered, seqno_ranges
 from .rendezvous import RendezvousPoints
 from .tree import TreeState
-from .types import MCAST, REPLICA_DATA, RP_ADDR, Mcast, McastReq, ReplicaData, RpAddr
+from .types import REPLICA_DATA, RP_ADDR, Mcast, McastReq, ReplicaData, RpAddr
 from .wire import Messenger
 
 _PENDING_COLUMNS = ("li", "group", "seq", "cred", "publish", "sent")
@@ -54,6 +55,9 @@ class ReliablePublishing:
         self.rep_ring = MessageRing(buffer)
         # the source's unacknowledged messages, one row each
         self.pend = {k: np.zeros(0, np.int64) for k in _PENDING_COLUMNS}
+        # (ctx, slots, nodes, now, group, credential, seqno, publish): how a source sends an
+        # MCAST (``Dissemination.send_mcast``), for the re-sends
+        self.send_mcast = None
 
     def state(self) -> dict:
         return {"src_next": dict(self.src_next),
@@ -102,8 +106,12 @@ class ReliablePublishing:
             self.pend = {k: v[keep] for k, v in p.items()}
 
     def retry_pending(self, ctx, nodes, now_n) -> None:
-        """Source TICK: re-route the messages unacknowledged for heartbeat_miss periods, in
-        source order, and drop the RP cache (the RP may have failed)."""
+        """Source TICK: re-send the messages unacknowledged for heartbeat_miss periods, in
+        source order, as a fresh publish goes (``send_mcast``): to the RP that answered
+        within the cache's lifetime, routed once it fell silent (it may have failed: a new
+        one is found by routing). Re-routing while the RP still answers could miss it for
+        good: after a fail-over, the failed RP, recovered without state, is again the node
+        closest to the group's key, where every routed message then ends and is refused."""
         p = self.pend
         if not len(p["li"]) or not len(nodes):
             return
@@ -119,11 +127,9 @@ class ReliablePublishing:
         p["sent"][rows] = now - wait + self.heartbeat_us
         ctx.count("scribe_publish_retries", len(rows))
         me = np.asarray(ctx.nodes)[p["li"][rows]].astype(np.int64)
-        s = self.tree.find(p["li"][rows], p["group"][rows])
-        self.tree.slots["rp_cache"][s[s >= 0]] = -1
-        self.messenger.route(ctx, me, MCAST, now, p["group"][rows],
-                             **Mcast.fields(credential=p["cred"][rows], seqno=p["seq"][rows],
-                                            publish_time=p["publish"][rows]), origin=me)
+        s = self.tree.get_or_make(p["li"][rows], p["group"][rows])
+        self.send_mcast(ctx, s, me, now, p["group"][rows], p["cred"][rows], p["seq"][rows],
+                        p["publish"][rows])
 
     # ---- the RP -------------------------------------------------------------------
     def source_fifo(self, ctx, sub, s):

@@ -133,9 +133,9 @@ class TreeRepair:
 
     def _after_tick(self, ctx, nodes, qi, s, now, now_n, gid_n) -> None:
         """RP records re-sent where the leaf set changed, unacknowledged messages
-        re-routed, and the next TICK of every node that still holds tree state."""
+        re-sent, and the next TICK of every node that still holds tree state."""
         self.rendezvous.refresh_stale(ctx, nodes, qi, s, now)
-        if self.publishing is not None:  # sources re-route unacknowledged messages
+        if self.publishing is not None:  # sources re-send unacknowledged messages
             self.publishing.retry_pending(ctx, nodes, now_n)
         qi2, _ = self.tree.slots_of_nodes(nodes)
         busy = np.zeros(len(nodes), bool)
