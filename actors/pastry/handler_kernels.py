@@ -873,6 +873,9 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
     probes = 0
     n_joined = 0
     log = np.empty(0, ROUTE_LOG_DTYPE)
+    # what a run that learns nothing reports (made once: each array is an allocation)
+    no_uli = np.empty(0, np.int64)
+    no_changed = np.empty(0, np.bool_)
     k = 0
     pos = cursor
     r = first
@@ -884,8 +887,8 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
         n = e - s
         ty = mm[0]["type"]
         p = 0
-        uli = np.empty(0, np.int64)
-        changed = np.empty(0, np.bool_)
+        uli = no_uli
+        changed = no_changed
         if ty != JOIN_ROWS and ty != JOIN_LEAFS and ty != JOIN_NBRS:
             zero_rows(out, k, k + n * run_rows[ty])
         if ty == JOIN_START:
@@ -1014,4 +1017,17 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
                 changed_nodes[n_changed] = uli[q]
                 n_changed += 1
         r += 1
-    return r, probes, np.unique(changed_nodes[:n_changed]), log, n_joined, k, pos
+    return r, probes, _sorted_distinct(changed_nodes[:n_changed]), log, n_joined, k, pos
+
+
+@numba.njit(cache=True)
+def _sorted_distinct(a):
+    """``np.unique(a)`` in place: ``a`` sorted, its distinct values moved to its front;
+    returns that front (a view: no arrays made). O(n log n)."""
+    a.sort()
+    u = 0
+    for i in range(len(a)):
+        if i == 0 or a[i] != a[u - 1]:
+            a[u] = a[i]
+            u += 1
+    return a[:u]

@@ -126,14 +126,10 @@ def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, la
     smaller id) takes the slot. O(B * C)."""
     nb, nc = cand.shape
     rows = rt.shape[1]
-    n = nb * nc
-    slot_r = np.empty(n, np.int64)
-    slot_c = np.empty(n, np.int64)
-    slot_l = np.empty(n, np.int64)
-    p_c = np.empty(n, np.int64)
-    p_d = np.empty(n, np.int64)
-    p_cur = np.empty(n, np.int64)
-    p_me = np.empty(n, np.int64)
+    # the better pairs of pass 1, one row each: (local node, row, column, candidate, its
+    # delay, the slot's entry before the call, the node's id); one buffer, not one per
+    # column (the call runs a few times a pass, and each array costs an allocation)
+    pend = np.empty((nb * nc, 7), np.int64)
     k = 0
     probes = 0
     for i in range(nb):  # pass 1: every pair against the table before the call
@@ -160,18 +156,19 @@ def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, la
             else:
                 better = cur < 0
             if better:
-                slot_l[k], slot_r[k], slot_c[k] = li, r, col
-                p_c[k], p_d[k], p_cur[k], p_me[k] = c, d_new, cur, me
+                pend[k, 0], pend[k, 1], pend[k, 2] = li, r, col
+                pend[k, 3], pend[k, 4], pend[k, 5], pend[k, 6] = c, d_new, cur, me
                 k += 1
     for q in range(k):  # pass 2: the nearest better candidate per slot wins
-        li, r, col = slot_l[q], slot_r[q], slot_c[q]
+        li, r, col = pend[q, 0], pend[q, 1], pend[q, 2]
+        c, d_c = pend[q, 3], pend[q, 4]
         v = np.int64(rt[li, r, col])
-        if v == p_cur[q]:
-            rt[li, r, col] = p_c[q]
+        if v == pend[q, 5]:
+            rt[li, r, col] = c
         else:  # taken earlier in this call by another better candidate
-            dv = host_delay(hr, rdist, lan_us, p_me[q], v)
-            if p_d[q] < dv or (p_d[q] == dv and p_c[q] < v):
-                rt[li, r, col] = p_c[q]
+            dv = host_delay(hr, rdist, lan_us, pend[q, 6], v)
+            if d_c < dv or (d_c == dv and c < v):
+                rt[li, r, col] = c
     return probes
 
 
@@ -184,10 +181,9 @@ def select_leaves(self_ids, cand, ids_hi, ids_lo, half, exclude):
     O(B * C * half)."""
     nb, nc = cand.shape
     out = np.full((nb, 2 * half), -1, np.int32)
-    s_d_hi = np.empty(half, np.uint64)
-    s_d_lo = np.empty(half, np.uint64)
-    l_d_hi = np.empty(half, np.uint64)
-    l_d_lo = np.empty(half, np.uint64)
+    # each side's distances (hi, lo) nearest first: rows 0-1 the smaller side's, 2-3 the
+    # larger's (one scratch array: each costs an allocation)
+    dist = np.empty((4, half), np.uint64)
     for i in range(nb):
         me = self_ids[i]
         s_hi, s_lo = ids_hi[me], ids_lo[me]
@@ -207,32 +203,32 @@ def select_leaves(self_ids, cand, ids_hi, ids_lo, half, exclude):
             if down:
                 # insert into the small side, sorted by (dh, dl); distinct ids, no ties
                 pos = ns
-                while pos > 0 and _less(dh, dl, s_d_hi[pos - 1], s_d_lo[pos - 1]):
+                while pos > 0 and _less(dh, dl, dist[0, pos - 1], dist[1, pos - 1]):
                     pos -= 1
-                if pos > 0 and s_d_hi[pos - 1] == dh and s_d_lo[pos - 1] == dl:
+                if pos > 0 and dist[0, pos - 1] == dh and dist[1, pos - 1] == dl:
                     continue            # already there
                 if pos < half:
                     last = ns if ns < half else half - 1
                     for q in range(last, pos, -1):
-                        s_d_hi[q], s_d_lo[q] = s_d_hi[q - 1], s_d_lo[q - 1]
+                        dist[0, q], dist[1, q] = dist[0, q - 1], dist[1, q - 1]
                         out[i, q] = out[i, q - 1]
-                    s_d_hi[pos], s_d_lo[pos] = dh, dl
+                    dist[0, pos], dist[1, pos] = dh, dl
                     out[i, pos] = c
                     if ns < half:
                         ns += 1
             else:
                 uh, ul = _sub(ids_hi[c], ids_lo[c], s_hi, s_lo)  # c - self: going up
                 pos = nl
-                while pos > 0 and _less(uh, ul, l_d_hi[pos - 1], l_d_lo[pos - 1]):
+                while pos > 0 and _less(uh, ul, dist[2, pos - 1], dist[3, pos - 1]):
                     pos -= 1
-                if pos > 0 and l_d_hi[pos - 1] == uh and l_d_lo[pos - 1] == ul:
+                if pos > 0 and dist[2, pos - 1] == uh and dist[3, pos - 1] == ul:
                     continue            # already there
                 if pos < half:
                     last = nl if nl < half else half - 1
                     for q in range(last, pos, -1):
-                        l_d_hi[q], l_d_lo[q] = l_d_hi[q - 1], l_d_lo[q - 1]
+                        dist[2, q], dist[3, q] = dist[2, q - 1], dist[3, q - 1]
                         out[i, half + q] = out[i, half + q - 1]
-                    l_d_hi[pos], l_d_lo[pos] = uh, ul
+                    dist[2, pos], dist[3, pos] = uh, ul
                     out[i, half + pos] = c
                     if nl < half:
                         nl += 1
@@ -641,14 +637,12 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, self_ids, ids_hi, ids_
     nb = len(local_idx)
     nl = members.shape[1]
     nc = cand.shape[1]
-    old = np.empty((nb, nl), members.dtype)
-    both = np.empty((nb, nl + nc), np.int64)
+    both = np.empty((nb, nl + nc), np.int64)   # the old members, then the candidates
     was_heard = np.empty((nb, nl), np.int64)
     excl = np.empty((nb, failed.shape[1]), failed.dtype)
     for i in range(nb):
         r = local_idx[i]
         for j in range(nl):
-            old[i, j] = members[r, j]
             both[i, j] = members[r, j]
             was_heard[i, j] = heard[r, j]
         for j in range(nc):
@@ -656,7 +650,7 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, self_ids, ids_hi, ids_
         for e in range(failed.shape[1]):
             excl[i, e] = failed[r, e]
     new = select_leaves(self_ids, both, ids_hi, ids_lo, half, excl)
-    changed, added, clocks = leaf_changes(old, new, was_heard, now)
+    changed, added, clocks = leaf_changes(both[:, :nl], new, was_heard, now)
     if changed.any():
         for i in range(nb):
             r = local_idx[i]
@@ -891,19 +885,32 @@ def learn(rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, li, 
         for e in range(ne):
             dead[i, e] = failed[li[i], e]
     probes = insert_table(rt, li, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan_us, dead)
-    uli, grouped, tmax = group_rows(li, cand, now, True)
-    u_ids = np.empty(len(uli), np.int64)
-    for i in range(len(uli)):
-        u_ids[i] = global_ids[uli[i]]
+    if _increasing(li):
+        # rows of distinct nodes, in order (most calls: one row): grouping would return
+        # them as they are, so they are used as they are (no copies to allocate)
+        uli, grouped, tmax, u_ids, u_dead = li, cand, now, self_ids, dead
+    else:
+        uli, grouped, tmax = group_rows(li, cand, now, True)
+        u_ids = np.empty(len(uli), np.int64)
+        u_dead = np.empty((len(uli), ne), failed.dtype)
+        for i in range(len(uli)):
+            u_ids[i] = global_ids[uli[i]]
+            for e in range(ne):
+                u_dead[i, e] = failed[uli[i], e]
     changed, added = merge_leaf_sets(members, heard, uli, grouped, tmax, u_ids, ids_hi,
                                      ids_lo, half, failed)
     if nbrs:
-        u_dead = np.empty((len(uli), ne), failed.dtype)
-        for i in range(len(uli)):
-            for e in range(ne):
-                u_dead[i, e] = failed[uli[i], e]
         merge_nearest(nbr, nbr_keys, nbr_known, uli, u_ids, grouped, u_dead, hr, rdist, lan_us)
     return probes, uli, changed, added, tmax
+
+
+@numba.njit(cache=True)
+def _increasing(keys):
+    """Whether ``keys`` is strictly increasing (distinct and sorted). O(n)."""
+    for i in range(1, len(keys)):
+        if keys[i] <= keys[i - 1]:
+            return False
+    return True
 
 
 @numba.njit(cache=True)
