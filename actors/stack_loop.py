@@ -51,8 +51,8 @@ def run_cells(end, eng, taken, app_type, rows_per, ints_per, pastry_args, scribe
             split += 1
         cursor[:] = 0
         if split > 0:
-            done, nodes = pastry_loop.take_runs(m, payload, li, bounds, 0, split, eng, cursor,
-                                                *pastry_args)
+            done, nodes = pastry_loop.take_runs(m, payload, li, bounds, 0, split, eng.out,
+                                                eng.pool, cursor, *pastry_args)
             if done < split:
                 return window.PASS_PARTLY_DONE, m, payload, True, done, cursor[0], cursor[1]
             if mark_stale:

@@ -11,7 +11,7 @@ in every process), and is built from these primitives, which carry every engine 
 - :func:`plan_cell`: the cell's runs and local indices, whether the loop may take it all
   (only types it has a handler for, every destination alive, room for the most its
   handlers may send);
-- :func:`route_pass`: the pass's sends stamped (``kernels.stamp_records``), their hops
+- :func:`end_pass`: the pass's sends stamped (``kernels.stamp_records``), their hops
   logged, each routed to the queue or to the outbox of its shard.
 
 The loop hands back to the engine any cell it does not take, untouched, and returns when
@@ -93,10 +93,15 @@ def engine_arrays(engine, buffers: LoopBuffers) -> EngineArrays:
         buffers.outbox_pay, buffers.new_types, buffers.counts)
 
 
+# The primitives below take the few engine arrays each reads, not ``eng``: a compiled call
+# takes a reference to every array it is passed (an atomic count up, and down at its end),
+# and ``eng`` holds 28 of them -- passed down at every level, that was most of a pass's
+# fixed cost. Only :func:`begin_pass` and :func:`end_pass`, the loop's calls, take ``eng``.
+
 @numba.njit(cache=True)
-def next_cell(eng):
+def next_cell(meta, heap_t, head, nxt, rows, delta):
     """The cell of the earliest pending message, NEVER when none. O(cells scanned)."""
-    return next_pending(eng.meta, eng.heap_t, eng.head, eng.nxt, eng.rows, eng.delta, False)
+    return next_pending(meta, heap_t, head, nxt, rows, delta, False)
 
 
 @numba.njit(cache=True)
@@ -148,34 +153,35 @@ def _takes(r, local_index, alive, taken):
 
 
 @numba.njit(cache=True)
-def pop_cell(eng, cell):
-    """Every message due before the end of ``cell``, taken out of the queue: (records,
-    their packed payload, whether they are in dispatch order). A pass of more than
-    ``kernels.SORT_MAX`` rows is not sorted here (the engine sorts it). O(k log k)."""
-    slots, payload, offsets = pop_slots((cell + 1) * eng.delta, eng.meta, eng.free,
-                                        eng.heap_t, eng.heap_s, eng.poff, eng.plen, eng.pay,
-                                        eng.head, eng.nxt, eng.rows, eng.delta, True)
+def pop_cell(meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, delta, counts,
+             cell):
+    """Every message due before the end of ``cell``, taken out of the queue (its arrays,
+    ``EngineArrays``' fields of those names): (records, their packed payload, whether
+    they are in dispatch order). A pass of more than ``kernels.SORT_MAX`` rows is not
+    sorted here (the engine sorts it). O(k log k)."""
+    slots, payload, offsets = pop_slots((cell + 1) * delta, meta, free, heap_t, heap_s,
+                                        poff, plen, pay, head, nxt, rows, delta, True)
     k = len(slots)
-    m = np.empty(k, eng.rows.dtype)
+    m = np.empty(k, rows.dtype)
     for i in range(k):
-        m[i] = eng.rows[slots[i]]
+        m[i] = rows[slots[i]]
         m[i]["pay_off"] = offsets[i]
-    eng.counts[N_EVENTS] += k
+    counts[N_EVENTS] += k
     return m, payload, k <= kernels.SORT_MAX
 
 
 @numba.njit(cache=True)
-def plan_cell(eng, m, taken, rows_per, ints_per):
+def plan_cell(local_index, alive, m, taken, rows_per, ints_per):
     """Whether a loop's handlers may take the pass ``m`` (in dispatch order) whole: every
     type has one (``taken[type + TYPE_OFFSET]``) and every destination is alive. Returns
     (ok, start of every run of a type then len(m), each row's local index, the most the
     handlers may send: ``rows_per[type]`` records (a factor: a run of n lends
     ``int(rows_per[type] * n)``) and ``ints_per[type]`` payload ints a message).
     O(len(m))."""
-    bounds, li, alive = kernels.cell_runs(m["type"], m["dst"], eng.local_index, eng.alive)
+    bounds, li, all_alive = kernels.cell_runs(m["type"], m["dst"], local_index, alive)
     rows = 0
     ints = 0
-    if not alive:
+    if not all_alive:
         return False, bounds, li, rows, ints
     for r in range(len(bounds) - 1):
         t = np.int64(m[bounds[r]]["type"])
@@ -188,15 +194,14 @@ def plan_cell(eng, m, taken, rows_per, ints_per):
 
 
 @numba.njit(cache=True)
-def has_room(eng, rows, ints):
-    """Whether ``rows`` sends with ``ints`` payload ints fit the send buffer, the queue
-    and the loop's buffers; if not, the room asked is noted for the engine (which grows
-    them before it processes the pass). O(1)."""
-    c = eng.counts
-    meta = eng.meta
-    if rows > len(eng.out) or ints > len(eng.pool) or rows > meta[1] \
-            or meta[2] + ints > len(eng.pay) or c[N_LOG] + rows > len(eng.log) \
-            or c[N_OUT] + rows > len(eng.outbox) or c[N_OUT_PAY] + ints > len(eng.outbox_pay):
+def has_room(out, pool, meta, pay, log, outbox, outbox_pay, c, rows, ints):
+    """Whether ``rows`` sends with ``ints`` payload ints fit the send buffer (``out``,
+    ``pool``), the queue (``meta``, ``pay``) and the loop's buffers (``c``: the counts);
+    if not, the room asked is noted for the engine (which grows them before it processes
+    the pass). O(1)."""
+    if rows > len(out) or ints > len(pool) or rows > meta[1] \
+            or meta[2] + ints > len(pay) or c[N_LOG] + rows > len(log) \
+            or c[N_OUT] + rows > len(outbox) or c[N_OUT_PAY] + ints > len(outbox_pay):
         c[ROOM_ROWS] = rows
         c[ROOM_INTS] = ints
         return False
@@ -215,19 +220,22 @@ def begin_pass(eng, end, cell, in_cell, taken, rows_per, ints_per, extra_rows, e
     c = eng.counts
     d = eng.delta
     if not in_cell:
-        cell = next_cell(eng)
+        cell = next_cell(eng.meta, eng.heap_t, eng.head, eng.nxt, eng.rows, d)
         if cell == NEVER or cell * d >= end:
             return WINDOW_DONE, cell, np.empty(0, eng.rows.dtype), np.empty(0, np.int32), \
                 True, np.zeros(1, np.int64), np.empty(0, np.int64)
         c[NOW] = cell * d
         c[CELL_END] = cell * d + d
         c[N_CELLS] += 1
-    m, payload, ordered = pop_cell(eng, cell)
+    m, payload, ordered = pop_cell(eng.meta, eng.free, eng.heap_t, eng.heap_s, eng.poff,
+                                   eng.plen, eng.pay, eng.head, eng.nxt, eng.rows, d, c, cell)
     if not ordered:
         return CELL_HANDED_BACK, cell, m, payload, False, np.zeros(1, np.int64), \
             np.empty(0, np.int64)
-    ok, bounds, li, rows, ints = plan_cell(eng, m, taken, rows_per, ints_per)
-    if ok and not has_room(eng, rows, ints):
+    ok, bounds, li, rows, ints = plan_cell(eng.local_index, eng.alive, m, taken, rows_per,
+                                           ints_per)
+    if ok and not has_room(eng.out, eng.pool, eng.meta, eng.pay, eng.log, eng.outbox,
+                           eng.outbox_pay, c, rows, ints):
         ok = False
     if ok and extra_rows * len(m) > extra_room:
         c[ROOM_EXTRA] = extra_rows * len(m)
@@ -237,28 +245,28 @@ def begin_pass(eng, end, cell, in_cell, taken, rows_per, ints_per, extra_rows, e
 
 @numba.njit(cache=True)
 def end_pass(eng, k, pos):
-    """Route a taken pass's ``k`` sends (:func:`route_pass`). Returns (routed: False when
-    the stamping refused them, whether another pass of the cell is due). O(k)."""
+    """Route a taken pass's ``k`` sends (records ``eng.out[:k]``, payload
+    ``eng.pool[:pos]``): stamp them, log their hops, push this shard's into the queue and
+    the others' into the outbox (what ``ShardEngine._route`` does; :func:`plan_cell` made
+    room). Returns (routed: False when the stamping refused them -- a bad source or
+    destination, nothing stamped --, whether another pass of the cell is due: a send due
+    in it). O(k + payload)."""
     c = eng.counts
-    routed, earliest = route_pass(eng, k, pos)
-    if not routed:
-        return False, False
-    if earliest < c[CELL_END]:
-        return True, True
+    if k > 0:
+        routed, earliest = _route(eng, k, pos)
+        if not routed:
+            return False, False
+        if earliest < c[CELL_END]:
+            return True, True
     c[DONE_UNTIL] = c[CELL_END]
     return True, False
 
 
 @numba.njit(cache=True)
-def route_pass(eng, k, pos):
-    """Stamp the pass's ``k`` sends (records ``eng.out[:k]``, payload ``eng.pool[:pos]``),
-    log their hops, push this shard's into the queue and the others' into the outbox
-    (what ``ShardEngine._route`` does; :func:`plan_cell` made room). Returns whether the
-    stamping took them (False: a bad source or destination, nothing stamped) and the
-    earliest time sent. O(k + payload)."""
+def _route(eng, k, pos):
+    """:func:`end_pass`'s routing of ``k`` > 0 sends: (whether the stamping took them, the
+    earliest time sent)."""
     c = eng.counts
-    if k == 0:
-        return True, NEVER
     m = eng.out[:k]
     late, bad_src, bad_dst, earliest, _, new_type = kernels.stamp_records(
         m, eng.local_index, eng.seq, eng.n_nodes, c[NOW], eng.sent_counts)
@@ -266,7 +274,7 @@ def route_pass(eng, k, pos):
         return False, NEVER
     c[LATE] += late
     if new_type:
-        _note_new_types(eng, m)
+        _note_new_types(eng.sent_counts, eng.new_types, c, m)
     if eng.log_messages:
         n = c[N_LOG]
         for i in range(k):
@@ -309,18 +317,17 @@ def route_pass(eng, k, pos):
 
 
 @numba.njit(cache=True)
-def _note_new_types(eng, m):
+def _note_new_types(sent_counts, new_types, c, m):
     """The types of ``m`` counted for the first time by this stamping (their count is
     theirs alone), in ascending order: the order ``ShardEngine.sent_by_type`` lists them."""
     types = np.unique(m["type"])
-    c = eng.counts
     for t in types:
         x = np.int64(t)
         mine = 0
         for i in range(len(m)):
             if m[i]["type"] == t:
                 mine += 1
-        if eng.sent_counts[x + kernels.TYPE_OFFSET] == mine:
-            if c[N_NEW_TYPES] < len(eng.new_types):
-                eng.new_types[c[N_NEW_TYPES]] = x
+        if sent_counts[x + kernels.TYPE_OFFSET] == mine:
+            if c[N_NEW_TYPES] < len(new_types):
+                new_types[c[N_NEW_TYPES]] = x
             c[N_NEW_TYPES] += 1

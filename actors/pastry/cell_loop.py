@@ -29,21 +29,22 @@ ARG_ROUTE_LOG, ARG_STATS = 8, 11
 
 
 @numba.njit(cache=True)
-def take_runs(m, payload, li, bounds, first, last, eng, cursor, acks_off, learn, joins, seed,
+def take_runs(m, payload, li, bounds, first, last, out, pool, cursor, acks_off, learn, joins, seed,
               draws, run_rows, joined_room, tables, route_log, changed_mask, changed, stats,
               runs_taken):
     """Runs ``first..last-1`` of a pass (Pastry's compiled types, live nodes) by
-    :func:`handler_kernels.on_runs`, their sends in ``eng.out`` from record ``cursor[0]``
-    and ``eng.pool`` from int ``cursor[1]`` on (both advanced): ``learn`` the state arrays
-    of ``PastryNodes.learn_inputs``, ``joins`` ``JoinProtocol.run_inputs``, ``tables`` the
-    latency tables of the sends. The route-log rows go to ``route_log``, the nodes whose
-    leaf set changed are marked once in ``changed_mask`` and listed in ``changed`` (those
-    of this call returned too), probes and joins are counted in ``stats``, the runs taken
-    by type in ``runs_taken``. Returns (the first run not taken, the changed nodes).
-    O(the handlers' work)."""
+    :func:`handler_kernels.on_runs`, their sends in ``out`` (the engine's ``eng.out``) from
+    record ``cursor[0]`` and ``pool`` (``eng.pool``) from int ``cursor[1]`` on (both
+    advanced; the two arrays, not ``eng``: each array passed costs a reference count):
+    ``learn`` the state arrays of ``PastryNodes.learn_inputs``, ``joins``
+    ``JoinProtocol.run_inputs``, ``tables`` the latency tables of the sends. The route-log
+    rows go to ``route_log``, the nodes whose leaf set changed are marked once in
+    ``changed_mask`` and listed in ``changed`` (those of this call returned too), probes
+    and joins are counted in ``stats``, the runs taken by type in ``runs_taken``. Returns
+    (the first run not taken, the changed nodes). O(the handlers' work)."""
     done, probes, nodes, log, joined, k, pos = on_runs(
         m, payload, li, bounds, first, last, acks_off, *learn, *joins, seed, draws,
-        run_rows, joined_room, eng.out[cursor[0]:], eng.pool, cursor[1], *tables)
+        run_rows, joined_room, out[cursor[0]:], pool, cursor[1], *tables)
     cursor[0] += k
     cursor[1] = pos
     n = stats[N_ROUTE_LOG]
@@ -83,9 +84,9 @@ def run_cells(end, eng, taken, rows_per, ints_per, acks_off, learn, joins, seed,
             return status, m, payload, ordered, 0, 0, 0
         n_runs = len(bounds) - 1
         cursor[:] = 0
-        done, _ = take_runs(m, payload, li, bounds, 0, n_runs, eng, cursor, acks_off, learn,
-                            joins, seed, draws, run_rows, joined_room, tables, route_log,
-                            changed_mask, changed, stats, runs_taken)
+        done, _ = take_runs(m, payload, li, bounds, 0, n_runs, eng.out, eng.pool, cursor,
+                            acks_off, learn, joins, seed, draws, run_rows, joined_room,
+                            tables, route_log, changed_mask, changed, stats, runs_taken)
         if done < n_runs:
             return window.PASS_PARTLY_DONE, m, payload, True, done, cursor[0], cursor[1]
         routed, in_cell = window.end_pass(eng, cursor[0], cursor[1])
