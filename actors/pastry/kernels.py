@@ -81,6 +81,16 @@ def _excluded(exclude, i, c):
 
 
 @numba.njit(cache=True)
+def _any_excluded(exclude, i):
+    """Whether row i has any id to leave out (most rows have none: then a candidate needs
+    no :func:`_excluded` scan). O(memory)."""
+    for e in range(exclude.shape[1]):
+        if exclude[i, e] >= 0:
+            return True
+    return False
+
+
+@numba.njit(cache=True)
 def on_smaller_side(s_hi, s_lo, c_hi, c_lo):
     """The leaf-set side rule, the one place it is written: whether id c belongs to the
     smaller side of node s's leaf set -- its counter-clockwise distance (s - c) mod 2^128
@@ -135,11 +145,12 @@ def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, la
     for i in range(nb):  # pass 1: every pair against the table before the call
         me = self_ids[i]
         li = local_idx[i]
+        any_dead = _any_excluded(dead, i)
         for j in range(nc):
             c = cand[i, j]
             if c < 0 or c == me:
                 continue
-            if _excluded(dead, i, c):
+            if any_dead and _excluded(dead, i, c):
                 continue
             r = _spl(ids_hi[me], ids_lo[me], ids_hi[c], ids_lo[c], b)
             if r >= rows:
@@ -189,6 +200,7 @@ def select_leaves(self_ids, cand, ids_hi, ids_lo, half, exclude):
         s_hi, s_lo = ids_hi[me], ids_lo[me]
         ns = 0
         nl = 0
+        any_dead = _any_excluded(exclude, i)
         # Candidates in any order: each side keeps its `half` smallest distances, and an id
         # has one distance per side, so a duplicate meets its twin at its own position (a
         # twin pushed out by nearer ids stays out too); the result is that of the sorted,
@@ -197,7 +209,7 @@ def select_leaves(self_ids, cand, ids_hi, ids_lo, half, exclude):
             c = np.int64(cand[i, j])
             if c < 0 or c == me:
                 continue
-            if _excluded(exclude, i, c):
+            if any_dead and _excluded(exclude, i, c):
                 continue
             down, dh, dl = on_smaller_side(s_hi, s_lo, ids_hi[c], ids_lo[c])
             if down:
