@@ -152,9 +152,10 @@ def _remove_stale_parts(directory: Path) -> None:
 
 def remove_unused_keys(root: Path, keep: Path, keys: int | None = None) -> list[str]:
     """Remove the archive directories under `root` beyond the `keys` (default `KEEP_KEYS`)
-    most recently used (by modification time), never `keep`; return the names removed. A JVM mapping a removed
-    archive keeps its mapping (the file lives on until unmapped); one dumping into a removed
-    directory fails to write and the next session dumps again (`keep`). O(directories)."""
+    most recently used (by modification time), never `keep`; return the names removed. A
+    JVM mapping a removed archive keeps its mapping (the file lives on until unmapped); one
+    dumping into a removed directory fails to write and the next session dumps again
+    (`keep`). O(directories)."""
     entries = []
     with contextlib.suppress(OSError):
         for e in os.scandir(root):
