@@ -14,16 +14,24 @@ T0, T_END, EVERY = READY + 100_000, READY + 2_000_000, 20_000
 FAIL_AT = READY + 1_000_000
 
 
+def publish(w, creds, members, sources) -> int:
+    """Every group's stream: one multicast per group every EVERY from T0 to T_END, from
+    ``sources[group]``, seqnos 0, 1, ...; returns how many per group."""
+    times = np.arange(T0, T_END, EVERY)
+    n, G = len(times), len(members)
+    g = np.tile(np.arange(G), n)
+    w.inject(multicast_requests(sources[g], g, np.repeat(times, G), creds[g],
+                                seqno=np.repeat(np.arange(n), G)))
+    return n
+
+
 def stream(shards, reliable=True):
     w, _table, creds, members, rp = start(
         shards, seed=43, params={"reliable": True} if reliable else {})
     rps = set(rp.tolist())
     src = np.array([m[~np.isin(m, rp)][0] for m in members])
+    publish(w, creds, members, src)
     times = np.arange(T0, T_END, EVERY)
-    n, G = len(times), len(members)
-    g = np.tile(np.arange(G), n)
-    w.inject(multicast_requests(src[g], g, np.repeat(times, G), creds[g],
-                                seqno=np.repeat(np.arange(n), G)))
     w.run(until=FAIL_AT)
     fwd = [f for f in forwarders(w, members) if f not in rps and f not in set(src.tolist())]
     dead = np.array(fwd[:6] + [int(rp[0]), int(rp[1])])

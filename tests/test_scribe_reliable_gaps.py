@@ -14,20 +14,8 @@ Pastry no longer routes to (real stack, LocalEmulator):
   be routed into the recovered node, which refuses them."""
 
 import numpy as np
+from test_scribe_reliable_failover import T_END, publish
 from test_scribe_repair import READY, forwarders, start
-
-from actors.scribe import multicast_requests
-
-T0, T_END, EVERY = READY + 100_000, READY + 2_000_000, 20_000
-
-
-def publish(w, creds, members, rp):
-    times = np.arange(T0, T_END, EVERY)
-    n, G = len(times), len(members)
-    g = np.tile(np.arange(G), n)
-    w.inject(multicast_requests(rp[g], g, np.repeat(times, G), creds[g],
-                                seqno=np.repeat(np.arange(n), G)))
-    return n
 
 
 def assert_every_message_once_in_order(w, members, dead, n):
@@ -117,11 +105,7 @@ def test_re_sends_reach_the_new_rp_after_the_failed_one_recovers_as_the_keys_roo
     w, table, creds, members, rp = start(1, seed=43, params={"reliable": True})
     g, old = 0, int(rp[0])
     src = np.array([m[~np.isin(m, rp)][0] for m in members])
-    times = np.arange(T0, T_END, EVERY)
-    n, G = len(times), len(members)
-    gg = np.tile(np.arange(G), n)
-    w.inject(multicast_requests(src[gg], gg, np.repeat(times, G), creds[gg],
-                                seqno=np.repeat(np.arange(n), G)))
+    n = publish(w, creds, members, src)
     fail_at = READY + 1_000_000
     w.run(until=fail_at)
     w.fail([old])
