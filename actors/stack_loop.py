@@ -59,8 +59,8 @@ def run_cells(end, eng, taken, app_type, rows_per, ints_per, pastry_args, scribe
                 for x in nodes:
                     stale[x] = True
         if split < n_runs:
-            done, stop = scribe_loop.take_runs(m, li, bounds, split, n_runs, eng, cursor,
-                                               *scribe_args)
+            done, stop = scribe_loop.take_runs(m, li, bounds, split, n_runs, eng.out,
+                                               eng.pool, cursor, *scribe_args)
             if stop:
                 return window.PASS_PARTLY_DONE, m, payload, True, done, cursor[0], cursor[1]
         routed, in_cell = window.end_pass(eng, cursor[0], cursor[1])

@@ -25,21 +25,23 @@ ARG_DELIVERED, ARG_STATS = 3, 4
 
 
 @numba.njit(cache=True)
-def take_runs(m, li, bounds, first, last, eng, cursor, state, factors, tables, delivered,
-              stats):
+def take_runs(m, li, bounds, first, last, out, pool, cursor, state, factors, tables,
+              delivered, stats):
     """Runs ``first..last-1`` of a pass (live nodes) by :func:`handler_kernels.on_runs`
     (``state``: ``Scribe.runs_state``), lent ``int(factors[type] * messages)`` records
-    per run as ``receive_runs`` lends them, from record ``cursor[0]`` of ``eng.out`` on
-    (the cursor advanced). A DATA run's deliveries (its records) go to ``delivered`` and
-    its counts to ``stats``; a run short of room, or one whose nodes need timers, is noted
-    in ``stats`` for :meth:`ScribeLoopPart.gathered`. Returns (the first run not taken,
-    whether the pass must end here for timers). O(the handlers' work)."""
+    per run as ``receive_runs`` lends them, from record ``cursor[0]`` of ``out`` on (the
+    engine's ``eng.out`` and ``eng.pool``, the two arrays rather than ``eng``: each array
+    passed costs a reference count; the cursor advanced). A DATA run's deliveries (its
+    records) go to ``delivered`` and its counts to ``stats``; a run short of room, or one
+    whose nodes need timers, is noted in ``stats`` for :meth:`ScribeLoopPart.gathered`.
+    Returns (the first run not taken, whether the pass must end here for timers).
+    O(the handlers' work)."""
     rows = 0
     for q in range(first, last):
         rows += np.int64(factors[m[bounds[q]]["type"]] * (bounds[q + 1] - bounds[q]))
     k0 = cursor[0]
     done, status, need, no_state, looping, rows_delivered, ticks_for, w, pos = on_runs(
-        m, li, bounds, first, last, *state, eng.out[k0:k0 + rows], eng.pool, cursor[1],
+        m, li, bounds, first, last, *state, out[k0:k0 + rows], pool, cursor[1],
         *tables)
     cursor[0] = k0 + w
     cursor[1] = pos
