@@ -230,6 +230,20 @@ def unique_first(keys):
 
 
 @numba.njit(cache=True)
+def sorted_distinct(a):
+    """The distinct values of ``a``, sorted (``unique_first``'s keys, without the indices),
+    in place: ``a`` is sorted and its distinct values moved to its front, which is
+    returned (a view: no array made, for a kernel that calls it every pass). O(n log n)."""
+    a.sort()
+    u = 0
+    for i in range(len(a)):
+        if i == 0 or a[i] != a[u - 1]:
+            a[u] = a[i]
+            u += 1
+    return a[:u]
+
+
+@numba.njit(cache=True)
 def pack_row(row, pool, pos):
     """Payload packing, the one place it is written: the non-negative entries of ``row``
     (a message's ids; -1 = none) into ``pool`` from ``pos`` on, in order. Returns the

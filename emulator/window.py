@@ -95,7 +95,7 @@ def engine_arrays(engine, buffers: LoopBuffers) -> EngineArrays:
 
 # The primitives below take the few engine arrays each reads, not ``eng``: a compiled call
 # takes a reference to every array it is passed (an atomic count up, and down at its end),
-# and ``eng`` holds 28 of them -- passed down at every level, that was most of a pass's
+# and ``eng`` holds 28 of them, which passed down at every level would be most of a pass's
 # fixed cost. Only :func:`begin_pass` and :func:`end_pass`, the loop's calls, take ``eng``.
 
 @numba.njit(cache=True)

@@ -117,22 +117,23 @@ def _run_joins(topo_run: TopologyRun, last_stimulus: int, progress) -> dict:
     (the same for any shard count), so the phase ends settle_us to 2 settle_us after the
     last join."""
     stats = _run(topo_run, "bootstrap", last_stimulus, progress)
-    stats["join_waits"] = 0
-    if not topo_run.cfg.periodic:  # the run went on until no event was left: all joined
-        return stats
-    n, settle = topo_run.cfg.nodes, int(topo_run.cfg.phases["settle_us"])
     waits = 0
-    while _joined(topo_run) < n and waits < MAX_JOIN_WAITS:
-        waits += 1
-        stats = _run(topo_run, "bootstrap", last_stimulus + waits * settle, progress)
-    if waits:
-        log.info("topology %d: the last joins ended up to %d us after the bootstrap's "
-                 "planned end", topo_run.t, waits * settle)
+    if topo_run.cfg.periodic:  # (else the run went on until no event was left: all joined)
+        n, settle = topo_run.cfg.nodes, int(topo_run.cfg.phases["settle_us"])
         joined = _joined(topo_run)
-        if joined < n:
-            log.warning("topology %d: %d of %d nodes still not joined %d us after the "
-                        "bootstrap's planned end", topo_run.t, n - joined, n, waits * settle)
-        stats = _run(topo_run, "bootstrap", last_stimulus + (waits + 1) * settle, progress)
+        while joined < n and waits < MAX_JOIN_WAITS:
+            waits += 1
+            stats = _run(topo_run, "bootstrap", last_stimulus + waits * settle, progress)
+            joined = _joined(topo_run)
+        if waits:
+            log.info("topology %d: the last joins ended up to %d us after the bootstrap's "
+                     "planned end", topo_run.t, waits * settle)
+            if joined < n:
+                log.warning("topology %d: %d of %d nodes still not joined %d us after the "
+                            "bootstrap's planned end", topo_run.t, n - joined, n,
+                            waits * settle)
+            stats = _run(topo_run, "bootstrap", last_stimulus + (waits + 1) * settle,
+                         progress)
     stats["join_waits"] = waits
     return stats
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from emulator.kernels import pack_row, packed_size, put_send, zero_rows
+from emulator.kernels import pack_row, packed_size, put_send, sorted_distinct, zero_rows
 from emulator.rng import node_draw
 
 from .kernels import (
@@ -1017,17 +1017,5 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
                 changed_nodes[n_changed] = uli[q]
                 n_changed += 1
         r += 1
-    return r, probes, _sorted_distinct(changed_nodes[:n_changed]), log, n_joined, k, pos
+    return r, probes, sorted_distinct(changed_nodes[:n_changed]), log, n_joined, k, pos
 
-
-@numba.njit(cache=True)
-def _sorted_distinct(a):
-    """``np.unique(a)`` in place: ``a`` sorted, its distinct values moved to its front;
-    returns that front (a view: no arrays made). O(n log n)."""
-    a.sort()
-    u = 0
-    for i in range(len(a)):
-        if i == 0 or a[i] != a[u - 1]:
-            a[u] = a[i]
-            u += 1
-    return a[:u]

@@ -12,7 +12,7 @@ import numpy as np
 
 from .rootpath import RootPathGuard
 from .tree import TreeState
-from .types import BN_JOIN, BN_SIBLING, BnJoin, BnSibling
+from .types import BN_JOIN, BN_SIBLING, BnSibling
 from .wire import Messenger
 
 
@@ -121,6 +121,4 @@ class BottleneckRemover:
         self.guard.lose_parent(s)
         self.messenger.send(ctx, pick["dst"], pick[BnSibling.sibling], BN_JOIN, pick["time"],
                             pick["group"],
-                            **BnJoin.fields(credential=sl["join_cred"][s],
-                                            last_seq=t.repair_position(s),
-                                            repair=np.ones(len(s), np.int64)))
+                            **t.repair_join(s, sl["join_cred"][s]))

@@ -413,7 +413,5 @@ class TreeJoins:
         sub, s = m[hit], s[hit]
         self.guard.lose_parent(s)
         self.messenger.route(ctx, sub["dst"], JOIN, sub["time"], sub["group"],
-                             **Join.fields(credential=sl["join_cred"][s],
-                                           last_seq=t.repair_position(s),
-                                           repair=np.ones(len(s), np.int64)),
+                             **t.repair_join(s, sl["join_cred"][s]),
                              origin=sub["dst"])

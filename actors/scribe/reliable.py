@@ -24,7 +24,7 @@ from emulator.kernels import unique_first
 
 from .keyindex import KeyIndex
 from .tree import TreeState, send_data_to_children
-from .types import DATA, JOIN, Data, Join
+from .types import DATA, JOIN, Data
 from .wire import Messenger
 
 
@@ -240,9 +240,7 @@ class OrderedDelivery:
         sl["last_seq"][s] = q - 1
         me = np.asarray(ctx.nodes)[sl["node"][s]]
         self.messenger.route(ctx, me, JOIN, now, sl["group"][s],
-                             **Join.fields(credential=sl["join_cred"][s],
-                                           last_seq=self.tree.repair_position(s),
-                                           repair=np.ones(len(s), np.int64)),
+                             **self.tree.repair_join(s, sl["join_cred"][s]),
                              origin=me)
 
 

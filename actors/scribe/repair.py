@@ -23,7 +23,7 @@ from .reliable import OrderedDelivery
 from .rendezvous import RendezvousPoints
 from .rootpath import RootPathGuard
 from .tree import TreeState
-from .types import HEARTBEAT, JOIN, LEAVE, REFRESH, REJOIN, TICK, Join, Refresh
+from .types import HEARTBEAT, JOIN, LEAVE, REFRESH, REJOIN, TICK, Refresh
 from .wire import Messenger, take_rows
 
 
@@ -159,9 +159,7 @@ class TreeRepair:
             sl["last_heard"][rs] = now[suspect]
             cred = np.where(sl["member"][rs], sl["my_cred"][rs], sl["join_cred"][rs])
             self.messenger.route(ctx, me[suspect], JOIN, now[suspect], grp[suspect],
-                                 **Join.fields(credential=cred,
-                                               last_seq=self.tree.repair_position(rs),
-                                               repair=np.ones(len(rs), np.int64)),
+                                 **self.tree.repair_join(rs, cred),
                                  origin=me[suspect])
         refresh = child_role & ~silent & (sl["parent"][s] >= 0)
         self._refresh_parents(ctx, s[refresh], now[refresh], me[refresh], grp[refresh])

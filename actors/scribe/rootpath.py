@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .tree import TreeState, first_in_run
-from .types import HEARTBEAT, JOIN, LEAVE, ROOT_PATH_LENGTH, Join
+from .types import HEARTBEAT, JOIN, LEAVE, ROOT_PATH_LENGTH
 from .wire import Messenger, pack_rows, payload_rows
 
 UNKNOWN = -1
@@ -192,8 +192,7 @@ class RootPathGuard:
         self.lose_parent(s)
         cred = np.where(sl["member"][s], sl["my_cred"][s], sl["join_cred"][s])
         self.messenger.route(ctx, me, JOIN, now, sl["group"][s],
-                             **Join.fields(credential=cred, last_seq=self.tree.repair_position(s),
-                                           repair=np.ones(len(s), np.int64)),
+                             **self.tree.repair_join(s, cred),
                              origin=me, randomize=True)
 
     def state(self):

@@ -18,7 +18,7 @@ from emulator.kernels import unique_first
 
 from . import kernels
 from .keyindex import KeyIndex
-from .types import DATA, Data
+from .types import DATA, Data, Join
 
 _SLOT_COLS = {
     "node": ("i4", -1),        # local index of the node
@@ -147,14 +147,16 @@ class TreeState:
         for forget in self.on_reset:
             forget(slots)
 
-    def repair_position(self, slots) -> np.ndarray:
-        """faultHandler: the position a repair JOIN of these slots carries (their last
+    def repair_join(self, slots, credential) -> dict:
+        """faultHandler: the fields of these slots' repair JOIN (or BN_JOIN: the same
+        fields), with ``credential``: the repair flag and their position (their last
         seqno), which they keep from now on (``synced``). The new parent re-sends what
         follows it, and its JOIN_ACK comes with those copies: a slot that never had a
         message (-1, so it asks for all of them) must not take the ack's position (the
         parent's) as its start, or it drops the copies re-sent for it as old ones."""
         self.slots["synced"][slots] = True
-        return self.slots["last_seq"][slots]
+        return Join.fields(credential=credential, last_seq=self.slots["last_seq"][slots],
+                           repair=np.ones(len(slots), np.int64))
 
     def heard_from_parent(self, local_idx, groups, senders, times) -> np.ndarray:
         """Messages from the current parent (heartbeats, data) reset the suspicion clock.
