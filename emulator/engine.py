@@ -54,7 +54,8 @@ class ShardEngine:
                  log_messages: bool = True, message_dtype=ENGINE_DTYPE,
                  message_log_fields=()):
         self.shard_id = int(shard_id)
-        node_shard = np.asarray(node_shard, np.int32)
+        # read-only as the shared data (kernels.read_only): Ray may hand it either way
+        node_shard = kernels.read_only(np.asarray(node_shard, np.int32))
         self.node_shard = node_shard
         self.n_nodes = len(node_shard)
         self.nodes = np.flatnonzero(node_shard == shard_id).astype(np.int32)

@@ -12,12 +12,15 @@ import numpy as np
 
 
 def read_only(value):
-    """A numpy array as a read-only view (anything else as it is), for the data every
-    shard shares (``ShardEngine.shared``, the latency model's tables). numba compiles a
-    kernel once per argument type, and "readonly array" is a type of its own: Ray hands a
-    shard these arrays read-only from its object store, an in-process run handed them
-    writable, so every kernel that reads them compiled twice (CI paid both). Read-only
-    everywhere also states the contract: a shard must not write what the others share."""
+    """A numpy array as a read-only view, a dict (a shared table, such as Scribe's groups)
+    with its arrays so, anything else as it is: for the data every shard shares
+    (``ShardEngine.shared``, the latency model's tables). numba compiles a kernel once per
+    argument type, and "readonly array" is a type of its own: Ray hands a shard these
+    arrays read-only from its object store, an in-process run handed them writable, so
+    every kernel that reads them compiled twice (CI paid both). Read-only everywhere also
+    states the contract: a shard must not write what the others share."""
+    if isinstance(value, dict):
+        return {k: read_only(v) for k, v in value.items()}
     if isinstance(value, np.ndarray) and value.flags.writeable:
         value = value.view()
         value.flags.writeable = False

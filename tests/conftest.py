@@ -17,7 +17,10 @@ _inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
 os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), *_inherited])
 
 
+import shutil  # noqa: E402
+import signal  # noqa: E402
 import subprocess  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 
 import pytest  # noqa: E402
@@ -100,35 +103,127 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if _quick is not None:
+        _quick.stop()
     if _warm is not None and _warm.poll() is None:   # (a short session: leave nothing)
         _warm_times["stopped"] = True
         _warm.kill()
         _warm.wait()
 
 
+QUICK_ARGS = ["scenario", "quick", "--nodes", "300", "--groups", "5", "--seeds", "1..2",
+              "--no-progress", "--set", "analysis.warmup=on"]
+
+
+class QuickRun:
+    """The session's `quick` run through the CLI, then `analyze` of a copy of it without
+    its summary, made in a background thread as soon as the kernel compile is done: both
+    are subprocesses that wait on Ray's and Spark's starts more than they compute, and
+    the tests that start no Ray (run first, on one process) leave a core for them.
+    `result()` waits for both (it starts them itself if nothing has). They run in the
+    session's environment, taken here: not that of the test running meanwhile (a fast
+    test points RAY_TMPDIR at a directory that must stay empty)."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self._environ = dict(os.environ)
+        self._proc: subprocess.Popen | None = None
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        self._out: dict = {}
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, daemon=True)
+            self._thread.start()
+
+    def _cli(self, *args, timeout=900) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in self._environ.items() if k != "SCRIBE_EMU_DEBUG"}
+        env.update({"COLUMNS": "200", "NO_COLOR": "1"})
+        argv = [sys.executable, str(ROOT / "cli.py"), *map(str, args)]
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=ROOT, env=env) as proc:
+            self._proc = proc
+            if self._stopped:
+                proc.kill()
+            stdout, stderr = proc.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+    def _work(self) -> None:
+        try:
+            if _warm is not None:
+                _warm.wait()
+            run = self.base / "run"
+            self._out["run"] = (run, self._cli(*QUICK_ARGS, "--out", run))
+            if self._out["run"][1].returncode == 0:
+                copy = self.base / "reanalysed"
+                shutil.copytree(run, copy)
+                (copy / "summary.json").unlink()
+                self._out["analyze"] = (copy, self._cli("analyze", copy))
+        except BaseException as e:     # handed to the tests that wait for it
+            self._out["error"] = e
+
+    def result(self) -> dict:
+        self.start()
+        self._thread.join()
+        if "error" in self._out:
+            raise self._out["error"]
+        return self._out
+
+    def stop(self) -> None:
+        """End a run still going when the session ends (Ctrl-C, -x): as Ctrl-C would, so
+        that it stops its Ray; killed if it has not within a minute."""
+        self._stopped = True
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+_quick: QuickRun | None = None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _background_runs(request, tmp_path_factory):
+    """Start the session's background runs that its tests will need (QuickRun)."""
+    global _quick
+    if any("quick_run" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        _quick = QuickRun(tmp_path_factory.mktemp("quick"))
+        _quick.start()
+    yield
+
+
 @pytest.fixture(scope="session")
-def quick_run(tmp_path_factory):
+def quick_run(tmp_path_factory) -> tuple:
     """(run directory, scenario stdout and stderr) of one small `quick` run over two seeds, made
     through the CLI once per session, with Spark started beside the emulation (the warm-up,
     which `auto` leaves off on a 2-CPU machine), and shared by tests/test_cli.py and
     tests/test_report.py (a scenario run costs a Ray and a Spark start; tests may re-analyze
     it, not break it)."""
+    global _quick
+    if _quick is None:
+        _quick = QuickRun(tmp_path_factory.mktemp("quick"))
     wait_for_warm_kernels()
-    out = tmp_path_factory.mktemp("quick") / "run"
-    env = {k: v for k, v in os.environ.items() if k != "SCRIBE_EMU_DEBUG"}
-    env.update({"COLUMNS": "200", "NO_COLOR": "1"})
-    res = subprocess.run([sys.executable, str(ROOT / "cli.py"), "scenario", "quick", "--nodes",
-                          "300", "--groups", "5", "--seeds", "1..2", "--out", str(out),
-                          "--no-progress", "--set", "analysis.warmup=on"],
-                         capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
+    run, res = _quick.result()["run"]
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    return out, res.stdout, res.stderr
+    return run, res.stdout, res.stderr
+
+
+@pytest.fixture(scope="session")
+def quick_reanalysed(quick_run) -> tuple:
+    """(run directory, `analyze` result) of a copy of quick_run whose summary.json was
+    removed, analysed again by `cli.py analyze`."""
+    return _quick.result()["analyze"]
 
 
 # ---- one Ray and one Spark for the whole test session ------------------------------------------
 
 # fixtures that start Ray or Spark: a test that asks for one of them must be marked slow
-RUNTIME_FIXTURES = {"ray_runtime", "session", "spark", "quick_run", "reference_runs"}
+RUNTIME_FIXTURES = {"ray_runtime", "session", "spark", "quick_run", "quick_reanalysed",
+                    "reference_runs"}
 
 # Modules whose tests run no emulation and call none of the kernels tests/warm_kernels.py
 # compiles (topologies, configuration, reports, Spark analyses of hand-built runs): they go
@@ -145,7 +240,8 @@ BESIDE_THE_COMPILE = {
     "test_topology_loaders", "test_topology_transit_stub"}
 # (warm_kernels: a test that compiles kernels itself, e.g. `cli.py warm`, waits for the
 # background compile instead of compiling the same kernels beside it)
-KERNEL_FIXTURES = {"session", "quick_run", "reference_runs", "warm_kernels"}
+KERNEL_FIXTURES = {"session", "quick_run", "quick_reanalysed", "reference_runs",
+                   "warm_kernels"}
 
 
 def _module(item) -> str:
