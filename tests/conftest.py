@@ -103,26 +103,22 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if _quick is not None:
-        _quick.stop()
+    for job in _jobs.values():
+        job.stop()
     if _warm is not None and _warm.poll() is None:   # (a short session: leave nothing)
         _warm_times["stopped"] = True
         _warm.kill()
         _warm.wait()
 
 
-QUICK_ARGS = ["scenario", "quick", "--nodes", "300", "--groups", "5", "--seeds", "1..2",
-              "--no-progress", "--set", "analysis.warmup=on"]
-
-
-class QuickRun:
-    """The session's `quick` run through the CLI, then `analyze` of a copy of it without
-    its summary, made in a background thread as soon as the kernel compile is done: both
-    are subprocesses that wait on Ray's and Spark's starts more than they compute, and
-    the tests that start no Ray (run first, on one process) leave a core for them.
-    `result()` waits for both (it starts them itself if nothing has). They run in the
-    session's environment, taken here: not that of the test running meanwhile (a fast
-    test points RAY_TMPDIR at a directory that must stay empty)."""
+class BackgroundJob:
+    """Subprocesses a session's tests will need, run one after another in a thread of
+    their own as soon as the kernel compile is done (so they load its kernels): such runs
+    wait on Ray's and Spark's starts more than they compute, and the tests that start no
+    Ray (run first, in one process) leave a core for them. ``result()`` waits for the
+    job (and starts it if nothing has). The processes get the session's environment,
+    taken at construction, not that of the test running meanwhile (a fast test points
+    RAY_TMPDIR at a directory that must stay empty). Subclasses: ``work()``."""
 
     def __init__(self, base: Path):
         self.base = base
@@ -137,31 +133,37 @@ class QuickRun:
             self._thread = threading.Thread(target=self._work, daemon=True)
             self._thread.start()
 
-    def _cli(self, *args, timeout=900) -> subprocess.CompletedProcess:
+    def run(self, argv, timeout=1200) -> subprocess.CompletedProcess:
+        """Run one process to its end; its output goes to files (a pipe nobody reads
+        meanwhile could fill and stop it)."""
         env = {k: v for k, v in self._environ.items() if k != "SCRIBE_EMU_DEBUG"}
         env.update({"COLUMNS": "200", "NO_COLOR": "1"})
-        argv = [sys.executable, str(ROOT / "cli.py"), *map(str, args)]
-        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              cwd=ROOT, env=env) as proc:
+        self.base.mkdir(parents=True, exist_ok=True)
+        out, err = self.base / "stdout", self.base / "stderr"
+        with open(out, "w") as o, open(err, "w") as e, subprocess.Popen(
+                [str(a) for a in argv], stdout=o, stderr=e, text=True, cwd=ROOT,
+                env=env) as proc:
             self._proc = proc
             if self._stopped:
                 proc.kill()
-            stdout, stderr = proc.communicate(timeout=timeout)
-        return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return subprocess.CompletedProcess(argv, proc.returncode, out.read_text(),
+                                           err.read_text())
+
+    def work(self) -> dict:
+        raise NotImplementedError
 
     def _work(self) -> None:
         try:
             if _warm is not None:
                 _warm.wait()
-            run = self.base / "run"
-            self._out["run"] = (run, self._cli(*QUICK_ARGS, "--out", run))
-            if self._out["run"][1].returncode == 0:
-                copy = self.base / "reanalysed"
-                shutil.copytree(run, copy)
-                (copy / "summary.json").unlink()
-                self._out["analyze"] = (copy, self._cli("analyze", copy))
+            self._out = self.work()
         except BaseException as e:     # handed to the tests that wait for it
-            self._out["error"] = e
+            self._out = {"error": e}
 
     def result(self) -> dict:
         self.start()
@@ -171,8 +173,8 @@ class QuickRun:
         return self._out
 
     def stop(self) -> None:
-        """End a run still going when the session ends (Ctrl-C, -x): as Ctrl-C would, so
-        that it stops its Ray; killed if it has not within a minute."""
+        """End a process still going when the session ends (Ctrl-C, -x): as Ctrl-C would,
+        so that it stops its Ray; killed if it has not within a minute."""
         self._stopped = True
         proc = self._proc
         if proc is not None and proc.poll() is None:
@@ -183,16 +185,54 @@ class QuickRun:
                 proc.kill()
 
 
-_quick: QuickRun | None = None
+class QuickRun(BackgroundJob):
+    """The session's `quick` run through the CLI, then `analyze` of a copy of it without
+    its summary."""
+
+    ARGS = ["scenario", "quick", "--nodes", "300", "--groups", "5", "--seeds", "1..2",
+            "--no-progress", "--set", "analysis.warmup=on"]
+
+    def work(self) -> dict:
+        cli = [sys.executable, ROOT / "cli.py"]
+        run = self.base / "run"
+        out = {"run": (run, self.run([*cli, *self.ARGS, "--out", run]))}
+        if out["run"][1].returncode == 0:
+            copy = self.base / "reanalysed"
+            shutil.copytree(run, copy)
+            (copy / "summary.json").unlink()
+            out["analyze"] = (copy, self.run([*cli, "analyze", copy]))
+        return out
+
+
+class ClusterChild(BackgroundJob):
+    """tests/test_cluster_event_logs.py run as a script: its 2-node cluster's runs."""
+
+    def work(self) -> dict:
+        script = ROOT / "tests" / "test_cluster_event_logs.py"
+        return {"child": self.run([sys.executable, script, self.base])}
+
+
+# the background jobs by the fixture whose tests need them (a job starts when the session's
+# first test does, if a test of the session asks for its fixture)
+BACKGROUND = {"quick_run": QuickRun, "cluster_child": ClusterChild}
+_jobs: dict[str, BackgroundJob] = {}
+
+
+def background(name: str, tmp_path_factory) -> BackgroundJob:
+    """The session's job of ``name`` (started now if it was not)."""
+    if name not in _jobs:
+        _jobs[name] = BACKGROUND[name](tmp_path_factory.mktemp(name))
+    _jobs[name].start()
+    return _jobs[name]
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _background_runs(request, tmp_path_factory):
-    """Start the session's background runs that its tests will need (QuickRun)."""
-    global _quick
-    if any("quick_run" in getattr(item, "fixturenames", ()) for item in request.session.items):
-        _quick = QuickRun(tmp_path_factory.mktemp("quick"))
-        _quick.start()
+def _background_jobs(request, tmp_path_factory):
+    """Start the background jobs the session's tests will need."""
+    wanted = set().union(*(getattr(item, "fixturenames", ()) for item in request.session.items))
+    for name in BACKGROUND:
+        if name in wanted:
+            background(name, tmp_path_factory)
     yield
 
 
@@ -203,20 +243,17 @@ def quick_run(tmp_path_factory) -> tuple:
     which `auto` leaves off on a 2-CPU machine), and shared by tests/test_cli.py and
     tests/test_report.py (a scenario run costs a Ray and a Spark start; tests may re-analyze
     it, not break it)."""
-    global _quick
-    if _quick is None:
-        _quick = QuickRun(tmp_path_factory.mktemp("quick"))
     wait_for_warm_kernels()
-    run, res = _quick.result()["run"]
+    run, res = background("quick_run", tmp_path_factory).result()["run"]
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     return run, res.stdout, res.stderr
 
 
 @pytest.fixture(scope="session")
-def quick_reanalysed(quick_run) -> tuple:
+def quick_reanalysed(quick_run, tmp_path_factory) -> tuple:
     """(run directory, `analyze` result) of a copy of quick_run whose summary.json was
     removed, analysed again by `cli.py analyze`."""
-    return _quick.result()["analyze"]
+    return background("quick_run", tmp_path_factory).result()["analyze"]
 
 
 # ---- one Ray and one Spark for the whole test session ------------------------------------------

@@ -15,7 +15,8 @@ independent computation expects (a header-only CSV from a part file left on an e
 disk would fail here).
 
 The cluster and its Spark run in a child process (a Spark driver JVM stays attached to the
-Ray it first connected to), once for both tests, beside the session's reference runs.
+Ray it first connected to), once for both tests, in the background from the session's start
+on (tests/conftest.py's ClusterChild).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import csv
 import json
 import os
 import signal
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -141,26 +141,18 @@ def _cluster_run(tmp: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def child(request, warm_kernels, tmp_path_factory) -> dict:
-    """What the child process found. It needs only the reference run's configuration: it
-    starts first, and the session's reference runs (their row counts are the expected
-    ones) are made while its cluster starts and runs, instead of before it. (Its output
-    goes to files: a pipe nobody reads meanwhile could fill and stop it.)"""
-    tmp = tmp_path_factory.mktemp("cluster")
-    out, err = tmp / "child.out", tmp / "child.err"
-    with open(out, "w") as o, open(err, "w") as e:
-        proc = subprocess.Popen([sys.executable, __file__, str(tmp)], cwd=HERE, stdout=o,
-                                stderr=e, text=True)
-    try:
-        request.getfixturevalue("reference_runs")
-        returncode = proc.wait(timeout=1200)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    stdout, stderr = out.read_text(), err.read_text()
-    assert returncode == 0, stdout[-2000:] + stderr[-4000:]
-    return json.loads(stdout.strip().splitlines()[-1])
+def cluster_child(request, warm_kernels, tmp_path_factory) -> dict:
+    """What the child process found. It needs only the reference run's configuration, so
+    it runs in the background from the session's start on (conftest.py's ClusterChild,
+    once the kernel compile is done), beside the tests before this module; the session's
+    reference runs (their row counts are the expected ones) are made meanwhile."""
+    from conftest import background
+
+    job = background("cluster_child", tmp_path_factory)
+    request.getfixturevalue("reference_runs")
+    res = job.result()["child"]
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
@@ -171,10 +163,10 @@ def reference_rows(reference_runs) -> dict[str, int]:
 
 
 @pytest.mark.slow
-def test_cluster_without_shared_disk_hands_logs_to_spark(child, reference_rows):
+def test_cluster_without_shared_disk_hands_logs_to_spark(cluster_child, reference_rows):
     print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "run_log"}
-                      for k, v in child.items()}))     # shown when an assertion fails
-    cluster, reference = child["cluster"], reference_rows
+                      for k, v in cluster_child.items()}))   # shown when an assertion fails
+    cluster, reference = cluster_child["cluster"], reference_rows
     assert reference["message"] > 1_000 and reference["delivery"] > 0
     assert cluster["counted"] == reference          # every row of every table analysed
     assert cluster["killed"] == 1 and "retry 1 of 1" in cluster["run_log"]
@@ -193,8 +185,8 @@ if __name__ == "__main__":
 
 
 @pytest.mark.slow
-def test_analyze_on_two_node_cluster(child):
-    got = child["cluster"]["hand"]
+def test_analyze_on_two_node_cluster(cluster_child):
+    got = cluster_child["cluster"]["hand"]
     metrics = Path(got["run_dir"]) / "metrics"
     assert got["shape"] == [2, 1]          # two executors, one per node
     for name, want in got["expected"].items():
