@@ -133,11 +133,11 @@ class BackgroundJob:
             self._thread = threading.Thread(target=self._work, daemon=True)
             self._thread.start()
 
-    def run(self, argv, timeout=1200) -> subprocess.CompletedProcess:
+    def run(self, argv, timeout=1200, env=None) -> subprocess.CompletedProcess:
         """Run one process to its end; its output goes to files (a pipe nobody reads
         meanwhile could fill and stop it)."""
-        env = {k: v for k, v in self._environ.items() if k != "SCRIBE_EMU_DEBUG"}
-        env.update({"COLUMNS": "200", "NO_COLOR": "1"})
+        env = {**{k: v for k, v in self._environ.items() if k != "SCRIBE_EMU_DEBUG"},
+               "COLUMNS": "200", "NO_COLOR": "1", **(env or {})}
         self.base.mkdir(parents=True, exist_ok=True)
         out, err = self.base / "stdout", self.base / "stderr"
         with open(out, "w") as o, open(err, "w") as e, subprocess.Popen(
@@ -226,13 +226,94 @@ def background(name: str, tmp_path_factory) -> BackgroundJob:
     return _jobs[name]
 
 
+# ---- tests in a pytest process of their own, beside the session -------------------------
+
+# set in that process: its tests run there as usual
+OWN_PROCESS_ENV = "SCRIBE_EMU_OWN_PROCESS"
+
+
+class OwnProcessTests(BackgroundJob):
+    """The session's tests marked `own_process` (they start and stop a Ray, a Spark and a
+    cache of their own, and share nothing with the session's), run by one pytest process
+    of their own in the background; their items here report what that run found
+    (pytest_runtest_protocol below), so they cost the session no time of its own."""
+
+    def __init__(self, base: Path, nodeids: list[str]):
+        super().__init__(base)
+        self.nodeids = nodeids
+
+    def work(self) -> dict:
+        xml = self.base / "junit.xml"
+        res = self.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        f"--junitxml={xml}", *self.nodeids],
+                       env={OWN_PROCESS_ENV: "1", "SCRIBE_EMU_WARM": "0"})
+        return {"res": res, "cases": _junit_cases(xml) if xml.is_file() else {}}
+
+    def report(self, item):
+        """(outcome, long report, seconds) of ``item`` in that run."""
+        out = self.result()
+        case = out["cases"].get(item.nodeid)
+        if case is None:
+            res = out["res"]
+            return ("failed", f"not run by its own process (exit {res.returncode}):\n"
+                    f"{res.stdout[-3000:]}{res.stderr[-3000:]}", 0.0)
+        return case
+
+
+def _junit_cases(xml: Path) -> dict:
+    """{node id: (outcome, long report, seconds)} of a pytest --junitxml file."""
+    import xml.etree.ElementTree as ET
+    out = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        module = case.get("classname", "").split(".")
+        nodeid = "/".join(module) + ".py::" + case.get("name")
+        outcome, text = "passed", None
+        for tag in ("failure", "error", "skipped"):
+            el = case.find(tag)
+            if el is not None:
+                outcome = "skipped" if tag == "skipped" else "failed"
+                text = el.get("message") or "" if tag == "skipped" else \
+                    (el.get("message") or "") + "\n" + (el.text or "")
+                break
+        out[nodeid] = (outcome, text, float(case.get("time", 0.0)))
+    return out
+
+
+def pytest_runtest_protocol(item, nextitem):
+    """A test of OwnProcessTests: reported from its own process, its fixtures not set up
+    here."""
+    job = _jobs.get("own_process")
+    if job is None or item.get_closest_marker("own_process") is None:
+        return None
+    from _pytest.reports import TestReport
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    outcome, text, seconds = job.report(item)
+    keywords = {k: 1 for k in item.keywords}
+    if outcome == "skipped":
+        phases = [("setup", "skipped", (str(item.path), item.location[1] + 1, text.strip()))]
+    else:
+        phases = [("setup", "passed", None), ("call", outcome, text)]
+    for when, result, longrepr in [*phases, ("teardown", "passed", None)]:
+        item.ihook.pytest_runtest_logreport(report=TestReport(
+            item.nodeid, item.location, keywords, result, longrepr, when,
+            duration=seconds if when == "call" else 0.0))
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _background_jobs(request, tmp_path_factory):
     """Start the background jobs the session's tests will need."""
-    wanted = set().union(*(getattr(item, "fixturenames", ()) for item in request.session.items))
+    items = request.session.items
+    wanted = set().union(*(getattr(item, "fixturenames", ()) for item in items))
     for name in BACKGROUND:
         if name in wanted:
             background(name, tmp_path_factory)
+    own = [item.nodeid for item in items if item.get_closest_marker("own_process")]
+    # (a session of those tests alone, or the process running them, runs them itself)
+    if own and len(own) < len(items) and not os.environ.get(OWN_PROCESS_ENV):
+        _jobs["own_process"] = OwnProcessTests(tmp_path_factory.mktemp("own_process"), own)
+        _jobs["own_process"].start()
     yield
 
 

@@ -66,6 +66,7 @@ def test_bad_spark_sizes_are_refused():
 
 
 @pytest.mark.slow
+@pytest.mark.own_process
 def test_spark_on_ray_with_a_stale_link_hands_arrow_both_ways_and_writes_class_archives(
         tmp_path, monkeypatch):
     """Three claims on one Ray, two Spark starts (each start costs tens of seconds in CI):
