@@ -58,8 +58,17 @@ def test_baselines_refuse_latency_matrix():
         topo.path_links(0, 1)
 
 
-def test_partition_keeps_stubs_whole_and_balances_hosts():
-    topo = attach_hosts(generate_transit_stub(preset="ts5050", seed=1), 20000, seed=1)
+@pytest.fixture(scope="module")
+def ts5050():
+    """ts5050 (seed 1) with its routing tables built: the tests attach their hosts to it
+    (attach_hosts shares the tables; the placement depends only on the counts and seed)."""
+    core = attach_hosts(generate_transit_stub(preset="ts5050", seed=1), 1, seed=1)
+    core.dist_matrix()
+    return core
+
+
+def test_partition_keeps_stubs_whole_and_balances_hosts(ts5050):
+    topo = attach_hosts(ts5050, 20000, seed=1)
     part = partition_routers(topo, 4)
     assert part.dtype == np.int32 and set(np.unique(part)) == {0, 1, 2, 3}
     dom = topo.router_domain
@@ -75,12 +84,12 @@ def test_partition_keeps_stubs_whole_and_balances_hosts():
     assert look > 2 * topo.lan_us
 
 
-def test_partition_of_whole_regions_when_they_balance(monkeypatch):
+def test_partition_of_whole_regions_when_they_balance(ts5050, monkeypatch):
     # ts5050: 10 transit regions; 2 and 4 parts of whole regions balance within the slack,
     # and cutting only between regions at least triples the lookahead of a cut through one
     import topologies.partition as partition
     from topologies.partition import REGION_SLACK, REGION_SLACKS, _even_out
-    topo = attach_hosts(generate_transit_stub(preset="ts5050", seed=1), 100_000, seed=1)
+    topo = attach_hosts(ts5050, 100_000, seed=1)
     lat = RouterLatency.from_topology(topo)
     region = topo.router_region
     for k in (2, 4):
@@ -138,12 +147,12 @@ def test_cross_lookahead_by_hand():
     assert lat.cross_lookahead_us([0] * 5) == np.iinfo(np.int64).max   # one part
 
 
-def test_partition_for_many_shards_keeps_close_domains_together(monkeypatch):
+def test_partition_for_many_shards_keeps_close_domains_together(ts5050, monkeypatch):
     # k above the 10 regions of ts5050: domains are cut in region order; a few domains of
     # different regions' cuts lie close (a transit router 1 us from another domain's stub
     # router), and joining those first raises the lookahead the closest pair of parts sets
     import topologies.partition as partition
-    topo = attach_hosts(generate_transit_stub(preset="ts5050", seed=1), 10_000, seed=1)
+    topo = attach_hosts(ts5050, 10_000, seed=1)
     lat = RouterLatency.from_topology(topo)
     dom = topo.router_domain
     for k in (16, 64):
