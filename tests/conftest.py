@@ -370,7 +370,11 @@ def _order(item, late_modules: set[str]) -> tuple[bool, int]:
     """(runs last, group): 0 the tests beside the background compile, 1 the other slow
     tests, 2 the other tests of a module with a `late` test (it starts that test's
     background work when they are done), 3 the tests that start no Ray (one process, one
-    core: the background work has the other), 4 the `late` tests."""
+    core: the background work has the other), 4 the `late` tests; after them the tests
+    marked `owns_runtime`, then the reports of those run by a process of their own."""
+    if item.get_closest_marker("own_process") is not None \
+            and not os.environ.get(OWN_PROCESS_ENV):
+        return True, 1   # (here only reports of a process of their own: wait for it last)
     if item.get_closest_marker("owns_runtime") is not None:
         return True, 0
     if item.get_closest_marker("late") is not None:
