@@ -472,7 +472,6 @@ def _table(ray, emu, name):
 
 
 @pytest.mark.slow
-@pytest.mark.own_process
 def test_same_log_for_any_shard_count_and_partition(topo, lat, tmp_path, ray_session):
     ray = ray_session
     results, windows = [], {}
@@ -516,7 +515,6 @@ def test_same_log_for_any_shard_count_and_partition(topo, lat, tmp_path, ray_ses
 
 
 @pytest.mark.slow
-@pytest.mark.own_process
 def test_timers_idle_jumps_and_failures(lat, tmp_path, ray_session):
     ray = ray_session
     from emulator import Emulator
@@ -550,7 +548,6 @@ def test_timers_idle_jumps_and_failures(lat, tmp_path, ray_session):
 
 
 @pytest.mark.slow
-@pytest.mark.own_process
 def test_shard_profiles_hold_each_phase_of_each_shard(lat, tmp_path, ray_session):
     """bench_scale --profile-shards: every shard profiles its rounds per phase (CPU clock)
     and writes them where asked; turned off, nothing is kept."""
@@ -571,7 +568,6 @@ def test_shard_profiles_hold_each_phase_of_each_shard(lat, tmp_path, ray_session
 
 
 @pytest.mark.slow
-@pytest.mark.own_process
 def test_sparse_traffic_grows_the_window_cap_and_now_is_the_last_cell(lat, tmp_path,
                                                                        ray_session):
     from emulator import Emulator
@@ -595,7 +591,6 @@ def test_sparse_traffic_grows_the_window_cap_and_now_is_the_last_cell(lat, tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.own_process
 def test_stimuli_after_a_phase_void_the_promises_made_in_it(lat, tmp_path, ray_session):
     """Promises say "nothing more from me before t" given what a shard holds; a stimulus
     injected after a phase can be due before a promise its shard made while idle at the
@@ -635,7 +630,6 @@ def test_stimuli_after_a_phase_void_the_promises_made_in_it(lat, tmp_path, ray_s
 
 
 @pytest.mark.slow
-@pytest.mark.own_process
 def test_handler_crash_names_shard_and_time(lat, tmp_path, ray_session):
     from emulator import EmulationError, Emulator
     emu = Emulator(lat.n_hosts, lat, functools.partial(Flood, 1, 1), shards=2, seed=1,
@@ -648,7 +642,6 @@ def test_handler_crash_names_shard_and_time(lat, tmp_path, ray_session):
 
 
 @pytest.mark.slow
-@pytest.mark.own_process
 def test_relayed_rounds_name_the_shard_that_failed_or_died(lat, tmp_path, ray_session):
     """Rounds started through the shards' relay calls (relay_above=0; here a chain,
     fanout 1: shard 2 is called by shard 1, called by shard 0) log what one shard logs,
@@ -694,7 +687,6 @@ def test_relayed_rounds_name_the_shard_that_failed_or_died(lat, tmp_path, ray_se
 
 
 @pytest.mark.slow
-@pytest.mark.own_process
 def test_checkpoint_resume_gives_identical_results(lat, tmp_path, ray_session):
     ray = ray_session
 

@@ -118,7 +118,6 @@ CHURN_SETS = ["churn.duration_us=6000000", "churn.fail_rate_per_s=3.0",
 RELIABLE_SETS = ["churn.rp_failures=2", "phases.settle_us=12000000"]
 
 
-@pytest.mark.own_process
 @pytest.mark.parametrize("name", ["churn", "churn_reliable"])
 def test_churn_runs_and_logs_deliveries(session, tmp_path, name, monkeypatch):
     """Both churn scenarios run and log their streams; the churn analysis of a real run is
