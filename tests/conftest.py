@@ -103,6 +103,8 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    with _lock:
+        _queue.clear()
     for job in _jobs.values():
         job.stop()
     if _warm is not None and _warm.poll() is None:   # (a short session: leave nothing)
@@ -112,26 +114,23 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 class BackgroundJob:
-    """Subprocesses a session's tests will need, run one after another in a thread of
-    their own as soon as the kernel compile is done (so they load its kernels): such runs
-    wait on Ray's and Spark's starts more than they compute, and the tests that start no
-    Ray (run first, in one process) leave a core for them. ``result()`` waits for the
-    job (and starts it if nothing has). The processes get the session's environment,
-    taken at construction, not that of the test running meanwhile (a fast test points
-    RAY_TMPDIR at a directory that must stay empty). Subclasses: ``work()``."""
+    """Subprocesses a session's tests will need, run in the background as soon as the
+    kernel compile is done (so they load its kernels): such runs wait on Ray's and
+    Spark's starts more than they compute, and the tests that start no Ray (run first, in
+    one process) leave a core for them. The jobs run one after another, in one thread
+    (:func:`background`): each starts Ray shard processes, and two runs' shards side by
+    side wait for cores at every window. ``result()`` waits for the job. The processes
+    get the session's environment, taken at construction, not that of the test running
+    meanwhile (a fast test points RAY_TMPDIR at a directory that must stay empty).
+    Subclasses: ``work()``."""
 
     def __init__(self, base: Path):
         self.base = base
         self._environ = dict(os.environ)
         self._proc: subprocess.Popen | None = None
         self._stopped = False
-        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
         self._out: dict = {}
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._work, daemon=True)
-            self._thread.start()
 
     def run(self, argv, timeout=1200, env=None) -> subprocess.CompletedProcess:
         """Run one process to its end; its output goes to files (a pipe nobody reads
@@ -157,17 +156,16 @@ class BackgroundJob:
     def work(self) -> dict:
         raise NotImplementedError
 
-    def _work(self) -> None:
+    def run_now(self) -> None:
         try:
-            if _warm is not None:
-                _warm.wait()
             self._out = self.work()
         except BaseException as e:     # handed to the tests that wait for it
             self._out = {"error": e}
+        finally:
+            self._done.set()
 
     def result(self) -> dict:
-        self.start()
-        self._thread.join()
+        self._done.wait()
         if "error" in self._out:
             raise self._out["error"]
         return self._out
@@ -212,18 +210,46 @@ class ClusterChild(BackgroundJob):
         return {"child": self.run([sys.executable, script, self.base])}
 
 
-# the background jobs by the fixture whose tests need them (a job starts when the session's
-# first test does, if a test of the session asks for its fixture)
+# the background jobs by the fixture whose tests need them, in the order they run (a job
+# is queued when the session's first test starts, if a test of the session asks for its
+# fixture)
 BACKGROUND = {"quick_run": QuickRun, "cluster_child": ClusterChild}
 _jobs: dict[str, BackgroundJob] = {}
+_queue: list[BackgroundJob] = []
+_runner: threading.Thread | None = None
+_lock = threading.Lock()
+
+
+def _run_queue() -> None:
+    global _runner
+    if _warm is not None:
+        _warm.wait()
+    while True:
+        with _lock:
+            if not _queue:
+                _runner = None
+                return
+            job = _queue.pop(0)
+        job.run_now()
+
+
+def _queue_job(name: str, job: BackgroundJob) -> BackgroundJob:
+    """Queue ``job``, and start the thread that runs the queue if none is running."""
+    global _runner
+    with _lock:
+        _jobs[name] = job
+        _queue.append(job)
+        if _runner is None:
+            _runner = threading.Thread(target=_run_queue, daemon=True)
+            _runner.start()
+    return job
 
 
 def background(name: str, tmp_path_factory) -> BackgroundJob:
-    """The session's job of ``name`` (started now if it was not)."""
-    if name not in _jobs:
-        _jobs[name] = BACKGROUND[name](tmp_path_factory.mktemp(name))
-    _jobs[name].start()
-    return _jobs[name]
+    """The session's job of ``name`` (queued now if it was not)."""
+    if name in _jobs:
+        return _jobs[name]
+    return _queue_job(name, BACKGROUND[name](tmp_path_factory.mktemp(name)))
 
 
 # ---- tests in a pytest process of their own, beside the session -------------------------
@@ -312,8 +338,7 @@ def _background_jobs(request, tmp_path_factory):
     own = [item.nodeid for item in items if item.get_closest_marker("own_process")]
     # (a session of those tests alone, or the process running them, runs them itself)
     if own and len(own) < len(items) and not os.environ.get(OWN_PROCESS_ENV):
-        _jobs["own_process"] = OwnProcessTests(tmp_path_factory.mktemp("own_process"), own)
-        _jobs["own_process"].start()
+        _queue_job("own_process", OwnProcessTests(tmp_path_factory.mktemp("own_process"), own))
     yield
 
 

@@ -143,9 +143,8 @@ def _cluster_run(tmp: Path) -> dict:
 @pytest.fixture(scope="module")
 def cluster_child(request, warm_kernels, tmp_path_factory) -> dict:
     """What the child process found. It needs only the reference run's configuration, so
-    it runs in the background from the session's start on (conftest.py's ClusterChild,
-    once the kernel compile is done), beside the tests before this module; the session's
-    reference runs (their row counts are the expected ones) are made meanwhile."""
+    it runs in the background (conftest.py's ClusterChild, after the kernel compile and
+    the quick run), beside the tests before this module, which are `late`."""
     from conftest import background
 
     job = background("cluster_child", tmp_path_factory)
@@ -163,6 +162,7 @@ def reference_rows(reference_runs) -> dict[str, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.late
 def test_cluster_without_shared_disk_hands_logs_to_spark(cluster_child, reference_rows):
     print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "run_log"}
                       for k, v in cluster_child.items()}))   # shown when an assertion fails
@@ -185,6 +185,7 @@ if __name__ == "__main__":
 
 
 @pytest.mark.slow
+@pytest.mark.late
 def test_analyze_on_two_node_cluster(cluster_child):
     got = cluster_child["cluster"]["hand"]
     metrics = Path(got["run_dir"]) / "metrics"
