@@ -35,8 +35,9 @@ def run_cells(end, eng, taken, app_type, rows_per, ints_per, pastry_args, scribe
     pastry_stats = pastry_args[pastry_loop.ARG_STATS]
     delivered = scribe_args[scribe_loop.ARG_DELIVERED]
     scribe_stats = scribe_args[scribe_loop.ARG_STATS]
-    cell = 0
-    in_cell = False     # a further pass of ``cell`` is due (zero-delay self-messages)
+    # typed values, not literals: a literal argument is a further compile of the callee
+    cell = np.int64(0)
+    in_cell = np.bool_(False)   # a further pass of ``cell`` is due (zero-delay self-messages)
     cursor = np.zeros(2, np.int64)
     while True:
         room = min(len(route_log) - pastry_stats[pastry_loop.N_ROUTE_LOG],
@@ -51,7 +52,7 @@ def run_cells(end, eng, taken, app_type, rows_per, ints_per, pastry_args, scribe
             split += 1
         cursor[:] = 0
         if split > 0:
-            done, nodes = pastry_loop.take_runs(m, payload, li, bounds, 0, split, eng.out,
+            done, nodes = pastry_loop.take_runs(m, payload, li, bounds, np.int64(0), split, eng.out,
                                                 eng.pool, cursor, *pastry_args)
             if done < split:
                 return window.PASS_PARTLY_DONE, m, payload, True, done, cursor[0], cursor[1]

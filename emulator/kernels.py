@@ -54,14 +54,22 @@ def set_arrivals(m, host_router, router_dist, lan_us):
     sum (``ShardContext.send``). O(n)."""
     for i in range(len(m)):
         m[i]["time"] = m[i]["sent"] + host_delay(host_router, router_dist, lan_us,
-                                                 m[i]["src"], m[i]["dst"])
+                                                 np.int64(m[i]["src"]), np.int64(m[i]["dst"]))
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def put_send(out, j, src, dst, type_, sent, host_router, router_dist, lan_us):
     """Record ``j`` of ``out`` (zeroed rows of ``ShardContext.send_room``) becomes a send
     from ``src`` to ``dst``: type, sent and time = sent + :func:`host_delay` (src, dst),
-    as ``ShardContext.send`` writes it; the caller sets the protocol's fields. O(1)."""
+    as ``ShardContext.send`` writes it; the caller sets the protocol's fields. O(1).
+    Inlined, its arguments widened to int64 (exact): its ~25 callers pass int16, int32,
+    int64 and literal codes, each a further compile of a kernel of its own."""
+    _put_send(out, np.int64(j), np.int64(src), np.int64(dst), np.int64(type_),
+              np.int64(sent), host_router, router_dist, lan_us)
+
+
+@numba.njit(cache=True)
+def _put_send(out, j, src, dst, type_, sent, host_router, router_dist, lan_us):
     r = out[j]
     r["src"] = src
     r["dst"] = dst

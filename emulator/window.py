@@ -101,7 +101,7 @@ def engine_arrays(engine, buffers: LoopBuffers) -> EngineArrays:
 @numba.njit(cache=True)
 def next_cell(meta, heap_t, head, nxt, rows, delta):
     """The cell of the earliest pending message, NEVER when none. O(cells scanned)."""
-    return next_pending(meta, heap_t, head, nxt, rows, delta, False)
+    return next_pending(meta, heap_t, head, nxt, rows, delta, np.bool_(False))
 
 
 @numba.njit(cache=True)
@@ -111,7 +111,7 @@ def cell_taken(end, meta, heap_t, heap_s, head, nxt, rows, delta, local_index, a
     engine calls its loop only then, so a cell of other traffic costs no loop call (a
     few microseconds of arguments each). True also when no cell is due before ``end``.
     O(the cell's messages + the heap's entries due in it)."""
-    cell = next_pending(meta, heap_t, head, nxt, rows, delta, False)
+    cell = next_pending(meta, heap_t, head, nxt, rows, delta, np.bool_(False))
     if cell == NEVER or cell * delta >= end:
         return True
     t = (cell + 1) * delta
@@ -160,7 +160,7 @@ def pop_cell(meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, delta
     they are in dispatch order). A pass of more than ``kernels.SORT_MAX`` rows is not
     sorted here (the engine sorts it). O(k log k)."""
     slots, payload, offsets = pop_slots((cell + 1) * delta, meta, free, heap_t, heap_s,
-                                        poff, plen, pay, head, nxt, rows, delta, True)
+                                        poff, plen, pay, head, nxt, rows, delta, np.bool_(True))
     k = len(slots)
     m = np.empty(k, rows.dtype)
     for i in range(k):
@@ -284,7 +284,7 @@ def _route(eng, k, pos):
         c[N_LOG] = n
     payload = eng.pool[:pos]
     if eng.n_shards == 1:
-        push_slots(m, True, pos > 0, payload, eng.meta, eng.free, eng.heap_t, eng.heap_s,
+        push_slots(m, np.bool_(True), pos > 0, payload, eng.meta, eng.free, eng.heap_t, eng.heap_s,
                    eng.poff, eng.plen, eng.pay, eng.rows, eng.head, eng.nxt, eng.delta)
         return True, earliest
     order, starts, shards = kernels.rows_by_shard(m["dst"], eng.node_shard, eng.n_shards)
@@ -294,7 +294,7 @@ def _route(eng, k, pos):
         for i in range(len(part)):
             part[i] = m[order[starts[s] + i]]
         if s == me:
-            push_slots(part, True, pos > 0, payload, eng.meta, eng.free, eng.heap_t,
+            push_slots(part, np.bool_(True), pos > 0, payload, eng.meta, eng.free, eng.heap_t,
                        eng.heap_s, eng.poff, eng.plen, eng.pay, eng.rows, eng.head, eng.nxt,
                        eng.delta)
             continue

@@ -73,8 +73,9 @@ def run_cells(end, eng, taken, rows_per, ints_per, acks_off, learn, joins, seed,
     contract): each pass whose runs are all ``taken`` by :func:`take_runs`. Returns
     (status, the pass handed back, its payload, whether it is in dispatch order, the run
     declined, sends written, payload cursor). O(the handlers' work + cells scanned)."""
-    cell = 0
-    in_cell = False     # a further pass of ``cell`` is due (zero-delay self-messages)
+    # typed values, not literals: a literal argument is a further compile of the callee
+    cell = np.int64(0)
+    in_cell = np.bool_(False)   # a further pass of ``cell`` is due (zero-delay self-messages)
     cursor = np.zeros(2, np.int64)
     while True:
         status, cell, m, payload, ordered, bounds, li = window.begin_pass(
@@ -84,7 +85,7 @@ def run_cells(end, eng, taken, rows_per, ints_per, acks_off, learn, joins, seed,
             return status, m, payload, ordered, 0, 0, 0
         n_runs = len(bounds) - 1
         cursor[:] = 0
-        done, _ = take_runs(m, payload, li, bounds, 0, n_runs, eng.out, eng.pool, cursor,
+        done, _ = take_runs(m, payload, li, bounds, np.int64(0), n_runs, eng.out, eng.pool, cursor,
                             acks_off, learn, joins, seed, draws, run_rows, joined_room,
                             tables, route_log, changed_mask, changed, stats, runs_taken)
         if done < n_runs:

@@ -113,16 +113,17 @@ def on_announce(m, li, in_leaf_set, rt, members, heard, failed, nbr, nbr_keys, n
     message. O(learn + n * l)."""
     n = len(m)
     cand = np.empty((n, 1), np.int64)
+    src = np.empty(n, np.int64)     # (contiguous: the layout learn's other callers pass)
     now = np.empty(n, np.int64)
     for i in range(n):
-        cand[i, 0] = m[i]["src"]
+        cand[i, 0] = src[i] = m[i]["src"]
         now[i] = m[i]["time"]
     probes, uli, changed, _added, _latest = learn(
         rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, li, cand, now,
-        ids_hi, ids_lo, b, half, hr, rdist, lan, cand[:, 0], True, True)
-    member = row_contains(members, li, cand[:, 0])
+        ids_hi, ids_lo, b, half, hr, rdist, lan, src, np.bool_(True), np.bool_(True))
+    member = row_contains(members, li, src)
     answer = np.zeros(n, np.bool_)
-    k = 0
+    k = np.int64(0)     # (not a literal 0: a further compile of each callee)
     for i in range(n):
         new_member = member[i] and changed[np.searchsorted(uli, li[i])]
         answer[i] = new_member or in_leaf_set[i] == 1
@@ -158,7 +159,7 @@ def on_leaf_reply(m, payload, li, rt, members, heard, failed, nbr, nbr_keys, nbr
         senders[i] = m[i]["src"]
     probes, uli, changed, added, latest = learn(
         rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, li, cand, now,
-        ids_hi, ids_lo, b, half, hr, rdist, lan, senders, True, False)
+        ids_hi, ids_lo, b, half, hr, rdist, lan, senders, np.bool_(True), np.bool_(False))
     k = 0
     for r in range(len(uli)):
         me = global_ids[uli[r]]
@@ -207,7 +208,7 @@ def on_rows_req(m, li, rows_asked, rt, reply_type, out, pool, cursor, s_hr, s_rd
         put_send(out, i, m[i]["dst"], m[i]["src"], reply_type, m[i]["time"], s_hr, s_rdist,
                  s_lan)
         out[i][_ROW] = rows_asked[i]
-    return n, _pack_rows(out, 0, rows, pool, cursor)
+    return n, _pack_rows(out, np.int64(0), rows, pool, cursor)
 
 
 @numba.njit(cache=True)
@@ -253,7 +254,7 @@ def on_leaf_lookup(m, li, rt, members, nbr, ids_hi, ids_lo, b, lookup_type, own_
         if kind[i] <= HERE_APP and m[i]["type"] == lookup_type and m[i]["origin"] != m[i]["dst"]:
             q += 1
     probes, uli, changed = 0, no_li, no_changed
-    k = 0
+    k = np.int64(0)     # (not a literal 0: a further compile of each callee)
     pos = cursor
     if q:
         sel = np.empty(q, np.int64)
@@ -272,7 +273,7 @@ def on_leaf_lookup(m, li, rt, members, nbr, ids_hi, ids_lo, b, lookup_type, own_
             now[j] = m[sel[j]]["time"]
         probes, uli, changed, _added, _latest = learn(
             rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, lli, cand, now,
-            ids_hi, ids_lo, b, half, hr, rdist, lan, lli, False, False)
+            ids_hi, ids_lo, b, half, hr, rdist, lan, lli, np.bool_(False), np.bool_(False))
         for j in range(q):
             r = m[sel[j]]
             put_send(out, k, r["dst"], r["origin"], reply_type, r["time"], s_hr, s_rdist,
@@ -389,7 +390,7 @@ def joined(li, t, members, rt, nbr, heard, global_ids, incarnation, announce_typ
     n = len(li)
     nl, nrows, width, nm = members.shape[1], rt.shape[1], rt.shape[2], nbr.shape[1]
     ids = np.empty(nl + nrows * width + nm, np.int64)
-    k = 0
+    k = np.int64(0)     # (not a literal 0: a further compile of each callee)
     for q in range(n):
         x = li[q]
         me = global_ids[x]
@@ -524,8 +525,8 @@ def on_join(m, li, joiner, rt, members, nbr, ids_hi, ids_lo, b, lookup_type, own
         if m[i]["mode"] != 1 or li[i] < 0:
             return False, np.empty(0, ROUTE_LOG_DTYPE), 0, cursor
     log, k, pos = _route_joins(m, li, joiner, rt, members, nbr, ids_hi, ids_lo, b,
-                               lookup_type, own_lo, own_hi, rows_type, leafs_type, out, 0,
-                               pool, cursor, s_hr, s_rdist, s_lan)
+                               lookup_type, own_lo, own_hi, rows_type, leafs_type, out,
+                               np.int64(0), pool, cursor, s_hr, s_rdist, s_lan)
     return True, log, k, pos
 
 
@@ -584,13 +585,13 @@ def on_join_req(m, li, joined, joiner_col, retries_col, max_retries, retry_us, r
     :func:`_route_joins` on the new JOIN records). Returns (route log rows, rows written,
     cursor). Room: 4 rows and m + rows * 2^b + l ids per message."""
     n = len(m)
-    k = 0
+    k = np.int64(0)     # (not a literal 0: a further compile of each callee)
     go = np.empty(n, np.int64)
     ng = 0
     for i in range(n):
         if not joined[li[i]] and retries_col[i] < max_retries:
             r = m[i]
-            k = _timer(out, k, r["dst"], r["time"] + retry_us, req_type)
+            k = _timer(out, k, np.int64(r["dst"]), r["time"] + retry_us, req_type)
             out[k - 1][_REQ_JOINER] = joiner_col[i]
             out[k - 1][_RETRIES] = retries_col[i] + 1
         else:
@@ -647,7 +648,7 @@ def on_join_piece(m, payload, li, piece, route_nodes, rt, members, heard, failed
         now[i] = m[i]["time"]
     probes, uli, changed, _added, _latest = learn(
         rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, li, cand, now,
-        ids_hi, ids_lo, b, half, hr, rdist, lan, li, False, piece == PIECE_NBRS)
+        ids_hi, ids_lo, b, half, hr, rdist, lan, li, np.bool_(False), piece == PIECE_NBRS)
     for i in range(n):
         if piece == PIECE_ROWS:
             rows_got[li[i]] += 1
@@ -770,18 +771,19 @@ def on_keepalive(m, li, rt, members, heard, failed, nbr, nbr_keys, nbr_known, gl
         return 0, np.empty(0, np.int64), np.empty(0, np.bool_), 0, cursor
     sli = np.empty(n_s, np.int64)
     cand = np.empty((n_s, 1), np.int64)
+    src = np.empty(n_s, np.int64)
     now = np.empty(n_s, np.int64)
     j = 0
     for i in range(len(m)):
         if stranger[i]:
             sli[j] = li[i]
-            cand[j, 0] = m[i]["src"]
+            cand[j, 0] = src[j] = m[i]["src"]
             now[j] = m[i]["time"]
             j += 1
     probes, uli, changed, added, latest = learn(
         rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, sli, cand, now,
-        ids_hi, ids_lo, b, half, hr, rdist, lan, sli, False, False)
-    listed = row_contains(members, sli, cand[:, 0])
+        ids_hi, ids_lo, b, half, hr, rdist, lan, sli, np.bool_(False), np.bool_(False))
+    listed = row_contains(members, sli, src)
     k = 0
     j = 0
     for i in range(len(m)):
@@ -796,6 +798,16 @@ def on_keepalive(m, li, rt, members, heard, failed, nbr, nbr_keys, nbr_known, gl
 
 
 # ---- the runs of a cell pass in one call ------------------------------------------------
+# The codes on_runs hands its kernels, as int64 scalars: numba types a module's int as a
+# literal, and each literal argument is a further compile of the kernel (and of those it
+# calls) beside the one the handlers' Python path makes.
+(JOIN_REQ_64, JOIN_64, JOIN_ROWS_64, JOIN_LEAFS_64, JOIN_NBRS_64, ANNOUNCE_64, KEEPALIVE_64,
+ KA_TIMER_64, LEAF_REQ_64, LEAF_REPLY_64, LEAF_REFRESH_64, LEAF_LOOKUP_64, ROWS_REQ_64,
+ ROWS_REPLY_64, FIRST_OWN_64, LAST_OWN_64) = (
+    np.int64(c) for c in (JOIN_REQ, JOIN, JOIN_ROWS, JOIN_LEAFS, JOIN_NBRS, ANNOUNCE, KEEPALIVE,
+                          KA_TIMER, LEAF_REQ, LEAF_REPLY, LEAF_REFRESH, LEAF_LOOKUP, ROWS_REQ,
+                          ROWS_REPLY, FIRST_OWN, LAST_OWN))
+
 # The message types :func:`on_runs` takes, with the room (send rows, payload ids) each of
 # their messages may need: what each handler's own ``send_compiled`` call reserves.
 RUN_TYPES = (JOIN_START, JOIN_REQ, JOIN, JOIN_ROWS, JOIN_LEAFS, JOIN_NBRS, ANNOUNCE, KEEPALIVE,
@@ -876,7 +888,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
     # what a run that learns nothing reports (made once: each array is an allocation)
     no_uli = np.empty(0, np.int64)
     no_changed = np.empty(0, np.bool_)
-    k = 0
+    k = np.int64(0)     # (not a literal 0: a further compile of each callee)
     pos = cursor
     r = first
     while r < last:
@@ -897,7 +909,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
             for i in range(n):
                 contact[i] = mm[i][_CONTACT]
                 attempt[i] = mm[i][_ATTEMPT]
-            ok, kk, pos = on_join_start(mm, contact, attempt, JOIN_REQ, out[k:], pool, pos,
+            ok, kk, pos = on_join_start(mm, contact, attempt, JOIN_REQ_64, out[k:], pool, pos,
                                         s_hr, s_rdist, s_lan)
             if not ok:
                 break
@@ -911,9 +923,9 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
                 retries[i] = mm[i][_RETRIES]
             rows, kk, pos = on_join_req(
                 mm, li, joined_flags, joiner, retries, req_max_retries, req_retry_us, rt,
-                members, nbr, ids_hi, ids_lo, b, LEAF_LOOKUP, FIRST_OWN, LAST_OWN, JOIN_REQ,
-                JOIN_NBRS, JOIN, JOIN_ROWS, JOIN_LEAFS, out[k:], pool, pos, s_hr, s_rdist,
-                s_lan)
+                members, nbr, ids_hi, ids_lo, b, LEAF_LOOKUP_64, FIRST_OWN_64, LAST_OWN_64,
+                JOIN_REQ_64, JOIN_NBRS_64, JOIN_64, JOIN_ROWS_64, JOIN_LEAFS_64, out[k:], pool,
+                pos, s_hr, s_rdist, s_lan)
             log = _more_log(log, rows)
         elif ty == JOIN:
             if not acks_off:
@@ -922,8 +934,8 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
             for i in range(n):
                 joiner[i] = mm[i][_JOINER]
             ok, rows, kk, pos2 = on_join(
-                mm, li, joiner, rt, members, nbr, ids_hi, ids_lo, b, LEAF_LOOKUP, FIRST_OWN,
-                LAST_OWN, JOIN_ROWS, JOIN_LEAFS, out[k:], pool, pos, s_hr, s_rdist, s_lan)
+                mm, li, joiner, rt, members, nbr, ids_hi, ids_lo, b, LEAF_LOOKUP_64, FIRST_OWN_64,
+                LAST_OWN_64, JOIN_ROWS_64, JOIN_LEAFS_64, out[k:], pool, pos, s_hr, s_rdist, s_lan)
             if not ok:
                 break
             pos = pos2
@@ -943,9 +955,9 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
                 n_joined += len(jli)
                 zero_rows(out, k + kk, k + kk + len(jli) * joined_rows)
                 kj, pos = joined(jli, jt, members, rt, nbr, heard, global_ids, incarnation,
-                                 ANNOUNCE, keepalive_us, KA_TIMER, refresh_us, refresh_until,
-                                 refresh_rounds, LEAF_REFRESH, table_us, exchange_rows,
-                                 ROWS_REQ, out[k + kk:], pool, pos, s_hr, s_rdist, s_lan)
+                                 ANNOUNCE_64, keepalive_us, KA_TIMER_64, refresh_us, refresh_until,
+                                 refresh_rounds, LEAF_REFRESH_64, table_us, exchange_rows,
+                                 ROWS_REQ_64, out[k + kk:], pool, pos, s_hr, s_rdist, s_lan)
                 kk += kj
         elif ty == ANNOUNCE:
             in_leaf_set = np.empty(n, np.int64)
@@ -953,20 +965,20 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
                 in_leaf_set[i] = mm[i][_IN_LEAF_SET]
             p, uli, changed, kk, pos = on_announce(
                 mm, li, in_leaf_set, rt, members, heard, failed, nbr, nbr_keys, nbr_known,
-                global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan, LEAF_REQ, LEAF_REPLY,
+                global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan, LEAF_REQ_64, LEAF_REPLY_64,
                 out[k:], pool, pos, s_hr, s_rdist, s_lan)
         elif ty == KEEPALIVE:
             p, uli, changed, kk, pos = on_keepalive(
                 mm, li, rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids,
-                ids_hi, ids_lo, b, half, hr, rdist, lan, KEEPALIVE, out[k:], pool, pos,
+                ids_hi, ids_lo, b, half, hr, rdist, lan, KEEPALIVE_64, out[k:], pool, pos,
                 s_hr, s_rdist, s_lan)
         elif ty == LEAF_REQ:
-            kk, pos = on_leaf_req(mm, li, members, failed, LEAF_REPLY, out[k:], pool, pos,
+            kk, pos = on_leaf_req(mm, li, members, failed, LEAF_REPLY_64, out[k:], pool, pos,
                                   s_hr, s_rdist, s_lan)
         elif ty == LEAF_REPLY:
             p, uli, changed, kk, pos = on_leaf_reply(
                 mm, payload, li, rt, members, heard, failed, nbr, nbr_keys, nbr_known,
-                global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan, ANNOUNCE,
+                global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan, ANNOUNCE_64,
                 out[k:], pool, pos, s_hr, s_rdist, s_lan)
         elif ty == LEAF_REFRESH:   # (LeafSetMaintenance.on_leaf_refresh's compiled case)
             if not acks_off:
@@ -982,7 +994,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
                 break
             ok, kk, pos2 = on_leaf_refresh(
                 mm, li, incarnation, inc_col, done_col, ids_hi, ids_lo, members, rt, seed,
-                draws, global_ids, LEAF_LOOKUP, LEAF_REFRESH, refresh_us, refresh_until,
+                draws, global_ids, LEAF_LOOKUP_64, LEAF_REFRESH_64, refresh_us, refresh_until,
                 refresh_rounds, out[k:], pool, pos, s_hr, s_rdist, s_lan)
             if not ok:
                 break
@@ -991,9 +1003,9 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
             if not acks_off:
                 break
             ok, rows, p, uli, changed, kk, pos2 = on_leaf_lookup(
-                mm, li, rt, members, nbr, ids_hi, ids_lo, b, LEAF_LOOKUP, FIRST_OWN,
-                LAST_OWN, heard, failed, nbr_keys, nbr_known, global_ids, half, hr, rdist,
-                lan, LEAF_REPLY, out[k:], pool, pos, s_hr, s_rdist, s_lan)
+                mm, li, rt, members, nbr, ids_hi, ids_lo, b, LEAF_LOOKUP_64, FIRST_OWN_64,
+                LAST_OWN_64, heard, failed, nbr_keys, nbr_known, global_ids, half, hr, rdist,
+                lan, LEAF_REPLY_64, out[k:], pool, pos, s_hr, s_rdist, s_lan)
             if not ok:
                 break
             pos = pos2
@@ -1002,7 +1014,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
             asked = np.empty(n, np.int64)
             for i in range(n):
                 asked[i] = mm[i][_ROW_ASKED]
-            kk, pos = on_rows_req(mm, li, asked, rt, ROWS_REPLY, out[k:], pool, pos, s_hr,
+            kk, pos = on_rows_req(mm, li, asked, rt, ROWS_REPLY_64, out[k:], pool, pos, s_hr,
                                   s_rdist, s_lan)
         elif ty == ROWS_REPLY:
             p, kk, pos = on_rows_reply(mm, payload, li, rt, failed, global_ids, ids_hi,

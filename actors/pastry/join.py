@@ -205,8 +205,11 @@ class JoinProtocol:
         """JOIN_START: X asks its contact A to route its join; no contact: X is the
         first node and forms the overlay alone."""
         m = msgs_of(batch)
+        # (contiguous int64 columns, as the compiled loop passes them: one compile)
         ok, = ctx.send_compiled(len(m), 0, handler_kernels.on_join_start, m,
-                                m[JoinStart.contact], m[JoinStart.attempt], msg_types.JOIN_REQ)
+                                np.ascontiguousarray(m[JoinStart.contact], np.int64),
+                                np.ascontiguousarray(m[JoinStart.attempt], np.int64),
+                                msg_types.JOIN_REQ)
         if ok:   # (the common case in one compiled call: first joins with a contact)
             return
         nodes = self.nodes

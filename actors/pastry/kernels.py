@@ -311,7 +311,7 @@ def next_hop(rt, leaf, nbr, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo,
         # JOINs to itself and hands them a wrong leaf set. Keys beyond go by prefix /
         # rare-case routing, which delivers here when no known node is closer (so a
         # network of <= l nodes still works).
-        n_small, lo_node = side_farthest(leaf, li, 0, half)
+        n_small, lo_node = side_farthest(leaf, li, np.int64(0), half)
         n_large, hi_node = side_farthest(leaf, li, half, nl)
         if lo_node < 0:
             lo_node = 0
@@ -518,11 +518,13 @@ def table_row_from_group(r, qpos, gstart_q, gsize_q, dig, order, host_router, ro
 
 @numba.njit(cache=True)
 def table_rows(rt, local_idx, my_ids, their_ids, ids_hi, ids_lo, b):
-    """Rows 0..min(spl(me, them), rows - 1) of each node's table as an int64 matrix of
-    rows * 2^b entries, later entries -1 (``RoutingTable.rows_for``). O(B * rows * 2^b)."""
+    """Rows 0..min(spl(me, them), rows - 1) of each node's table as a matrix of
+    rows * 2^b entries of the table's dtype (that of the other rows a node sends: one
+    compile of the packing kernels), later entries -1 (``RoutingTable.rows_for``).
+    O(B * rows * 2^b)."""
     n = len(local_idx)
     nrows, width = rt.shape[1], rt.shape[2]
-    out = np.full((n, nrows * width), -1, np.int64)
+    out = np.full((n, nrows * width), -1, rt.dtype)
     for i in range(n):
         a, c = my_ids[i], their_ids[i]
         last = min(_spl(ids_hi[a], ids_lo[a], ids_hi[c], ids_lo[c], b), nrows - 1)

@@ -50,8 +50,9 @@ class RoutingTable:
         self.entries.reshape(len(self.entries), -1)[li[r], c] = -1
 
     def rows_for(self, li, my_ids, their_ids, ids_hi, ids_lo) -> np.ndarray:
-        """Rows 0..min(spl(me, them), rows - 1) of each node's table as an int64 matrix of
-        rows * 2^b entries (later rows -1): what a join route node sends the joiner."""
+        """Rows 0..min(spl(me, them), rows - 1) of each node's table as a matrix of
+        rows * 2^b entries of its dtype (later rows -1): what a join route node sends the
+        joiner."""
         return kernels.table_rows(self.entries, np.ascontiguousarray(li, np.int64),
                                   np.ascontiguousarray(my_ids, np.int64),
                                   np.ascontiguousarray(their_ids, np.int64), ids_hi, ids_lo,

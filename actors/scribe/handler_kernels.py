@@ -84,7 +84,7 @@ def _one_send_per_row(m, li, type_, out):
 def _active_slot(six, n_groups, active, local, g):
     """The active slot of (local node, group g), else -1."""
     v = key_value(six, np.int64(local) * n_groups + np.int64(g))
-    return v if v >= 0 and active[v] else np.int32(-1)
+    return np.int64(v) if v >= 0 and active[v] else np.int64(-1)
 
 
 @numba.njit(cache=True)
@@ -146,7 +146,7 @@ def on_tick(m, li, node_ids, six, eix, n_groups, active, root, parent, last_hear
     # the case holds: write
     zero_rows(out, 0, need)
     start_clocks(now_n, qi, s, last_heard)
-    w = 0
+    w = np.int64(0)     # (not a literal 0: that would be a further compile of each callee)
     for r in range(len(s)):
         v = s[r]
         if not root[v] and parent[v] >= 0:
@@ -285,7 +285,7 @@ def on_refresh(m, li, six, eix, n_groups, n_nodes, active, slot_node, n_children
         r = m[live[j]]
         write_child(e[j], s[j], r["src"], r[_CREDENTIAL], r["time"], e_valid, e_slot,
                     e_child, e_cred, e_refresh, n_children, node_children, slot_node)
-    w = 0
+    w = np.int64(0)
     j = 0
     for i in range(n):
         if j < k and live[j] == i:
@@ -310,7 +310,7 @@ def on_heartbeat(m, li, six, n_groups, active, parent, last_heard, key_hi, key_l
     st = _one_send_per_row(m, li, heartbeat_type, out)
     if st != DONE:
         return st, len(m) if st == MORE_ROOM else 0, 0, cursor
-    w = 0
+    w = np.int64(0)
     for i in range(len(m)):
         r = m[i]
         v = _active_slot(six, n_groups, active, li[i], r["group"])
@@ -334,7 +334,7 @@ def on_join_ack(m, li, six, n_groups, active, parent, last_heard, acl, key_hi, k
     st = _one_send_per_row(m, li, join_ack_type, out)
     if st != DONE:
         return st, len(m) if st == MORE_ROOM else 0, 0, cursor
-    w = 0
+    w = np.int64(0)
     for i in range(len(m)):
         r = m[i]
         v = _active_slot(six, n_groups, active, li[i], r["group"])
@@ -360,7 +360,7 @@ def _adopt(out, w, r, v, eix, n_nodes, e_size, valid, e_slot, e_child, e_cred, e
     layer, root paths and a shaper). Returns the entry index's new size. O(1) expected."""
     src = r["src"]
     x, _, e_size = insert_key(eix, n_nodes, e_size, np.int64(v) * n_nodes + np.int64(src))
-    write_child(x, v, src, r[_JOIN_CREDENTIAL], r["time"], valid, e_slot, e_child, e_cred,
+    write_child(np.int64(x), v, src, r[_JOIN_CREDENTIAL], r["time"], valid, e_slot, e_child, e_cred,
                 e_refresh, n_children, node_children, slot_node)
     put_send(out, w, r["dst"], src, join_ack_type, r["time"], s_hr, s_rdist, s_lan)
     _put_group(out, w, r["group"], key_hi, key_lo)
@@ -386,7 +386,7 @@ def _forward_check(m, li, sel, six, n_groups, active, parent, acl, join_type):
         if li[i] < 0 or r["src"] < 0:
             return DECLINED, is_join, was, ok, 0
         is_join[i] = True
-        v = _active_slot(six, n_groups, active, li[i], r["group"])
+        v = _active_slot(six, n_groups, active, np.int64(li[i]), r["group"])
         if v >= 0:
             if acl[v] >= 0 and r[_JOIN_CREDENTIAL] != acl[v]:
                 return DECLINED, is_join, was, ok, 0
@@ -527,7 +527,7 @@ def on_routed_joins(m, li, here, next_hop, six, n_groups, slot_size, eix, n_node
     zero_rows(out, 0, need)
     entry_size, w = _at_rp_write(m, s, eix, n_nodes, entry_size, active, acl, last_seq,
                                  slot_node, n_children, node_children, valid, e_slot, e_child,
-                                 e_cred, e_refresh, key_hi, key_lo, join_ack_type, out, 0,
+                                 e_cred, e_refresh, key_hi, key_lo, join_ack_type, out, np.int64(0),
                                  s_hr, s_rdist, s_lan)
     slot_size, entry_size, w = _forward_write(
         m, li, next_hop, is_join, was, ok, six, n_groups, slot_size, eix, n_nodes, entry_size,

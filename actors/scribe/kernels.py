@@ -41,9 +41,9 @@ def write_children(e, slots, children, creds, now, valid, e_slot, e_child, e_cre
     first row made it so) and write over it, as numpy's assignment in row order. O(q)."""
     newly = np.zeros(len(e), np.bool_)
     for i in range(len(e)):
-        newly[i] = write_child(e[i], slots[i], children[i], creds[i], now[i], valid, e_slot,
-                               e_child, e_cred, e_refresh, n_children, node_children,
-                               slot_node)
+        newly[i] = write_child(np.int64(e[i]), np.int64(slots[i]), children[i], creds[i],
+                               now[i], valid, e_slot, e_child, e_cred, e_refresh, n_children,
+                               node_children, slot_node)
     return newly
 
 

@@ -56,7 +56,7 @@ class KeyIndex:
 
     def lookup(self, q) -> np.ndarray:
         """Values of the keys q (int32, -1 where absent). O(q)."""
-        return _lookup(self._hkeys, self._hvals, np.ascontiguousarray(q, np.int64).reshape(-1))
+        return _lookup(self.arrays, np.ascontiguousarray(q, np.int64).reshape(-1))
 
     def insert(self, q) -> tuple[np.ndarray, np.ndarray]:
         """Give every absent key of q a new value (next integers, in first-occurrence order).
@@ -159,9 +159,9 @@ def key_value(ix, k):
 
 
 @numba.njit(cache=True)
-def _lookup(hkeys, hvals, q):
+def _lookup(ix, q):
+    # (the whole tuple, as the compiled callers pass it: one compile of key_value)
     out = np.empty(len(q), np.int32)
-    ix = (hkeys, hvals)
     for i in range(len(q)):
         out[i] = key_value(ix, q[i])
     return out

@@ -173,7 +173,8 @@ class Dissemination:
         t, keys = self.tree, self.groups.table
         sl = t.slots
         res = self.messenger.send_compiled(
-            ctx, 4 * len(m), handler_kernels.on_data, m, ctx.local(m["dst"]),
+            ctx, 4 * len(m), handler_kernels.on_data, m,
+            ctx.local(m["dst"]).astype(np.int64),   # (the compiled loop's li type)
             t.slot_index.arrays, t.entry_index.arrays, t.n_groups, self.max_tree_hops,
             sl["active"], sl["parent"], sl["member"], sl["last_heard"], sl["last_seq"],
             sl["last_sent"], t.entries["valid"], t.entries["child"], keys["id_hi"],

@@ -111,7 +111,8 @@ class TreeRepair:
         sl, en, keys = t.slots, t.entries, self.messenger.groups.table
         period = self.period
         status, = self.messenger.send_compiled(
-            ctx, 4 * len(m), handler_kernels.on_tick, m, ctx.local(m["dst"]),
+            ctx, 4 * len(m), handler_kernels.on_tick, m,
+            ctx.local(m["dst"]).astype(np.int64),   # (the compiled loop's li type)
             np.asarray(ctx.nodes), t.slot_index.arrays, t.entry_index.arrays, t.n_groups,
             sl["active"], sl["root"], sl["parent"], sl["last_heard"], sl["last_sent"],
             en["valid"], en["refresh"], sl["group"], sl["join_cred"], en["child"],
