@@ -161,8 +161,8 @@ class ShardEngine:
             self._due_in_cell = True
         if new_type:
             seen = set(self._sent_types)
-            self._sent_types += [t for t in kernels.type_counts(m["type"])[0].tolist()
-                                 if t not in seen]
+            found = kernels.type_counts(np.ascontiguousarray(m["type"]))[0]  # (one layout)
+            self._sent_types += [t for t in found.tolist() if t not in seen]
         if self.log_messages:   # (copies: the buffer's rows are written over next pass)
             if all_hops:
                 self.logs.add_records("message", self.phase, take_rows(m, slice(None)),
@@ -373,8 +373,7 @@ class ShardEngine:
         # one run per message type; the local index of every row's node; whether every
         # node the cell goes to is alive (only FAIL and RECOVER, the lowest types and so
         # the first runs, change that: the rest of the cell is checked again after them)
-        bounds_arr, li_all, rest_alive = kernels.cell_runs(types, m["dst"], self.local_index,
-                                                           self.alive)
+        bounds_arr, li_all, rest_alive = self._cell_runs(m)
         bounds = bounds_arr.tolist()
         n_runs = len(bounds) - 1
         together = self._run_types
@@ -451,8 +450,14 @@ class ShardEngine:
         for t, c in zip(types.tolist(), counts.tolist(), strict=True):
             self.lost_by_type[t] = self.lost_by_type.get(t, 0) + c
         m = take_rows(m, ok)
-        bounds, li, _ = kernels.cell_runs(m["type"], m["dst"], self.local_index, self.alive)
+        bounds, li, _ = self._cell_runs(m)
         return m, li, bounds
+
+    def _cell_runs(self, m: np.ndarray) -> tuple:
+        """``kernels.cell_runs`` of rows ``m``, their columns passed contiguous (numba types
+        a column view of one row contiguous, of more strided: each a compile of its own)."""
+        return kernels.cell_runs(np.ascontiguousarray(m["type"]), np.ascontiguousarray(m["dst"]),
+                                 self.local_index, self.alive)
 
     @property
     def sent_by_type(self) -> dict[int, int]:

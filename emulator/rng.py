@@ -36,7 +36,7 @@ def _uniform(seed, node, draw):
 def node_draw(seed, node, draw):
     """Draw ``draw`` of node ``node``'s stream (uint64 seed), for compiled handlers that
     draw inside their own call (``ShardContext.rng_state``: the seed and the counters)."""
-    return _uniform(seed, node, draw)
+    return _uniform(seed, np.int64(node), np.int64(draw))   # (one compile of _uniform)
 
 
 @numba.njit(cache=True)

@@ -809,13 +809,14 @@ def hop_identity(src, dst, origin, type_, hops, key_hi, key_lo):
     n = len(src)
     out = np.empty(n, np.uint64)
     for i in range(n):
-        h = _mix(np.uint64(0), src[i])
-        h = _mix(h, dst[i])
-        h = _mix(h, origin[i])
-        h = _mix(h, type_[i])
-        h = _mix(h, hops[i])
-        h = _mix(h, key_hi[i])
-        out[i] = _mix(h, key_lo[i])
+        # (each field as int64, the type _mix takes it as: one compile of _mix)
+        h = _mix(np.uint64(0), np.int64(src[i]))
+        h = _mix(h, np.int64(dst[i]))
+        h = _mix(h, np.int64(origin[i]))
+        h = _mix(h, np.int64(type_[i]))
+        h = _mix(h, np.int64(hops[i]))
+        h = _mix(h, np.int64(key_hi[i]))
+        out[i] = _mix(h, np.int64(key_lo[i]))
     return out
 
 

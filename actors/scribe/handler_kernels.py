@@ -76,7 +76,7 @@ def _one_send_per_row(m, li, type_, out):
         return DECLINED
     if len(m) > len(out):
         return MORE_ROOM
-    zero_rows(out, 0, len(m))
+    zero_rows(out, np.int64(0), len(m))
     return DONE
 
 
@@ -144,7 +144,7 @@ def on_tick(m, li, node_ids, six, eix, n_groups, active, root, parent, last_hear
     if need > len(out):
         return MORE_ROOM, need, 0, cursor
     # the case holds: write
-    zero_rows(out, 0, need)
+    zero_rows(out, np.int64(0), need)
     start_clocks(now_n, qi, s, last_heard)
     w = np.int64(0)     # (not a literal 0: that would be a further compile of each callee)
     for r in range(len(s)):
@@ -220,7 +220,7 @@ def on_data(m, li, six, eix, n_groups, max_hops, active, parent, member, last_he
     if len(e) > len(out):
         return MORE_ROOM, len(e), 0, 0, none, 0, cursor
     # the case holds: write
-    zero_rows(out, 0, len(e))
+    zero_rows(out, np.int64(0), len(e))
     for i in range(n):
         heard_parent(s[i], m[i]["src"], m[i]["time"], active, parent, last_heard)
     raised = np.empty(nh, np.int64)
@@ -279,7 +279,7 @@ def on_refresh(m, li, six, eix, n_groups, n_nodes, active, slot_node, n_children
         k += 1
     if n - k > len(out):
         return MORE_ROOM, n - k, 0, cursor
-    zero_rows(out, 0, n - k)
+    zero_rows(out, np.int64(0), n - k)
     live = live[:k]
     for j in range(k):
         r = m[live[j]]
@@ -524,7 +524,7 @@ def on_routed_joins(m, li, here, next_hop, six, n_groups, slot_size, eix, n_node
     need = n_remote + n_ok
     if need > len(out):
         return MORE_ROOM, need, slot_size, entry_size, 0, cursor
-    zero_rows(out, 0, need)
+    zero_rows(out, np.int64(0), need)
     entry_size, w = _at_rp_write(m, s, eix, n_nodes, entry_size, active, acl, last_seq,
                                  slot_node, n_children, node_children, valid, e_slot, e_child,
                                  e_cred, e_refresh, key_hi, key_lo, join_ack_type, out, np.int64(0),

@@ -59,7 +59,8 @@ def first_in_run(keys: np.ndarray) -> np.ndarray:
     """Mask of the first occurrence of each key value (rows keep their given order)."""
     first = np.zeros(len(keys), bool)
     if len(keys):
-        first[unique_first(np.ascontiguousarray(keys))[1]] = True
+        # (int64, as the compiled callers pass keys: one compile)
+        first[unique_first(np.ascontiguousarray(keys, np.int64))[1]] = True
     return first
 
 
