@@ -199,7 +199,7 @@ class TreeState:
         hit[hit] = self.entries["valid"][e[hit]]
         # a pair repeated in one batch is removed once
         if hit.any():
-            _, first = unique_first(e[hit])
+            _, first = unique_first(e[hit].astype(np.int64))   # (int64: first_in_run's)
             keep = np.zeros(int(hit.sum()), bool)
             keep[first] = True
             idx = np.flatnonzero(hit)
