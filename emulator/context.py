@@ -36,11 +36,13 @@ class ShardContext:
 
     def local(self, global_ids) -> np.ndarray:
         """Local indices of global node ids (int32; -1 where not on this shard)."""
+        if isinstance(global_ids, np.ndarray) and global_ids.ndim == 1 \
+                and global_ids.dtype.kind == "i":
+            # a record's id column as it is (strided int32): no int64 copy first
+            return kernels.local_indices(self._e.local_index, global_ids)
         g = np.asarray(global_ids, np.int64)
         if g.ndim == 1:
-            # contiguous int64, whatever was passed (a record's int32 column, a view of one
-            # row typed contiguous, of more strided): each type would be a compile of its own
-            return kernels.local_indices(self._e.local_index, np.ascontiguousarray(g))
+            return kernels.local_indices(self._e.local_index, g)
         ok = (g >= 0) & (g < self.n_nodes)
         return np.where(ok, self._e.local_index[np.where(ok, g, 0)], -1).astype(np.int32)
 

@@ -373,7 +373,8 @@ class ShardEngine:
         # one run per message type; the local index of every row's node; whether every
         # node the cell goes to is alive (only FAIL and RECOVER, the lowest types and so
         # the first runs, change that: the rest of the cell is checked again after them)
-        bounds_arr, li_all, rest_alive = self._cell_runs(m)
+        bounds_arr, li_all, rest_alive = kernels.cell_runs(types, m["dst"], self.local_index,
+                                                           self.alive)
         bounds = bounds_arr.tolist()
         n_runs = len(bounds) - 1
         together = self._run_types
@@ -450,14 +451,8 @@ class ShardEngine:
         for t, c in zip(types.tolist(), counts.tolist(), strict=True):
             self.lost_by_type[t] = self.lost_by_type.get(t, 0) + c
         m = take_rows(m, ok)
-        bounds, li, _ = self._cell_runs(m)
+        bounds, li, _ = kernels.cell_runs(m["type"], m["dst"], self.local_index, self.alive)
         return m, li, bounds
-
-    def _cell_runs(self, m: np.ndarray) -> tuple:
-        """``kernels.cell_runs`` of rows ``m``, their columns passed contiguous (numba types
-        a column view of one row contiguous, of more strided: each a compile of its own)."""
-        return kernels.cell_runs(np.ascontiguousarray(m["type"]), np.ascontiguousarray(m["dst"]),
-                                 self.local_index, self.alive)
 
     @property
     def sent_by_type(self) -> dict[int, int]:

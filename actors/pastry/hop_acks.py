@@ -27,16 +27,6 @@ _FIRST_ROOM = 64   # pending hops the arrays hold before they first grow
 _ROW = np.dtype((np.void, MSG_DTYPE.itemsize))
 
 
-def _hop_identity(src, dst, origin, type_, hops, key_hi, key_lo) -> np.ndarray:
-    """``kernels.hop_identity`` of record columns, passed contiguous and of one dtype each
-    (a column view, or a one-row one, or an int16 beside an int64 column, would each be a
-    further compile of it). O(n)."""
-    c = np.ascontiguousarray
-    return kernels.hop_identity(c(src, np.int32), c(dst, np.int32), c(origin, np.int32),
-                                c(type_, np.int64), c(hops, np.int64), c(key_hi, np.uint64),
-                                c(key_lo, np.uint64))
-
-
 class HopAcks:
     def __init__(self, nodes, repair, enabled: bool, slack_us: int):
         """``nodes`` :class:`~.nodes.PastryNodes`; ``repair``
@@ -81,7 +71,7 @@ class HopAcks:
         else:
             self._rows[n:n + k] = out
         self._deadline[n:n + k] = dl
-        self._identity[n:n + k] = _hop_identity(
+        self._identity[n:n + k] = kernels.hop_identity(
             out["src"], out["dst"], out["origin"], out["type"], out["hops"], out["key_hi"],
             out["key_lo"])
         self._n = n + k
@@ -117,8 +107,8 @@ class HopAcks:
         self.nodes.heard_from(self.nodes.local(ctx, m["dst"]), m["src"])
         if not len(self.pending):
             return
-        h = _hop_identity(m["dst"], m["src"], m["origin"], m[HopAck.acked_type],
-                          m[HopAck.acked_hops], m["key_hi"], m["key_lo"])
+        h = kernels.hop_identity(m["dst"], m["src"], m["origin"], m[HopAck.acked_type],
+                                 m[HopAck.acked_hops], m["key_hi"], m["key_lo"])
         # multiset matching: k acks with one identity clear its k earliest pending copies
         self._keep(kernels.acked_pending(self.identity, h))
 
