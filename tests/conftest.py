@@ -260,9 +260,10 @@ OWN_PROCESS_ENV = "SCRIBE_EMU_OWN_PROCESS"
 
 class OwnProcessTests(BackgroundJob):
     """The session's tests marked `own_process` (they start and stop a Ray, a Spark and a
-    cache of their own, and share nothing with the session's), run by one pytest process
-    of their own in the background; their items here report what that run found
-    (pytest_runtest_protocol below), so they cost the session no time of its own."""
+    cache of their own, and share nothing with the session's, not even the compile's
+    kernels), run by one pytest process of their own in the background from the session's
+    start on; their items here report what that run found (pytest_runtest_protocol
+    below), so they cost the session no time of its own."""
 
     def __init__(self, base: Path, nodeids: list[str]):
         super().__init__(base)
@@ -338,7 +339,9 @@ def _background_jobs(request, tmp_path_factory):
     own = [item.nodeid for item in items if item.get_closest_marker("own_process")]
     # (a session of those tests alone, or the process running them, runs them itself)
     if own and len(own) < len(items) and not os.environ.get(OWN_PROCESS_ENV):
-        _queue_job("own_process", OwnProcessTests(tmp_path_factory.mktemp("own_process"), own))
+        # at once, beside the compile: those tests need none of its kernels
+        job = _jobs["own_process"] = OwnProcessTests(tmp_path_factory.mktemp("own_process"), own)
+        threading.Thread(target=job.run_now, daemon=True).start()
     yield
 
 
@@ -392,24 +395,25 @@ def _module(item) -> str:
 
 
 def _order(item, late_modules: set[str]) -> tuple[bool, int]:
-    """(runs last, group): 0 the tests beside the background compile, 1 the other slow
-    tests, 2 the other tests of a module with a `late` test (it starts that test's
-    background work when they are done), 3 the tests that start no Ray (one process, one
-    core: the background work has the other), 4 the `late` tests; after them the tests
-    marked `owns_runtime`, then the reports of those run by a process of their own."""
+    """(runs last, group): 0 the tests beside the background compile; 1 the tests that
+    start no Ray (one process, one core: the background jobs have the other; a run's
+    shards beside those jobs would wait for cores at every window); 2 the other slow
+    tests; 3 the other tests of a module with a `late` test (they start that test's
+    background work); then, last, the tests marked `owns_runtime` (beside that work), the
+    `late` tests, and the reports of the tests run by a process of their own."""
     if item.get_closest_marker("own_process") is not None \
             and not os.environ.get(OWN_PROCESS_ENV):
-        return True, 1   # (here only reports of a process of their own: wait for it last)
+        return True, 2   # (here only reports of a process of their own: wait for it last)
+    if item.get_closest_marker("late") is not None:
+        return True, 1
     if item.get_closest_marker("owns_runtime") is not None:
         return True, 0
-    if item.get_closest_marker("late") is not None:
-        return False, 4
     module = _module(item)
     if module in BESIDE_THE_COMPILE and not KERNEL_FIXTURES & set(item.fixturenames):
         return False, 0
     if module in late_modules:
-        return False, 2
-    return False, 1 if item.get_closest_marker("slow") is not None else 3
+        return False, 3
+    return False, 2 if item.get_closest_marker("slow") is not None else 1
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -16,8 +16,8 @@ the sources' contents and paths relative to the project (emulator/jit_cache.py; 
 user's environment keeps SCRIBE_EMU_KERNEL_CACHE, where that cache is when it is set). The
 job is submitted when the other tests of this module are done with the head (two Spark
 sessions on its two CPUs would wait for each other), and the test that checks it is
-marked `late` (tests/conftest.py runs it after the single-process tests), so that it runs
-on the core those leave idle.
+marked `late` (tests/conftest.py runs it after the tests that stop the session's Ray), so
+that the job runs beside those.
 """
 
 from __future__ import annotations
