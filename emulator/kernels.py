@@ -16,9 +16,9 @@ def read_only(value):
     with its arrays so, anything else as it is: for the data every shard shares
     (``ShardEngine.shared``, the latency model's tables). numba compiles a kernel once per
     argument type, and "readonly array" is a type of its own: Ray hands a shard these
-    arrays read-only from its object store, an in-process run handed them writable, so
-    every kernel that reads them compiled twice (CI paid both). Read-only everywhere also
-    states the contract: a shard must not write what the others share."""
+    arrays read-only from its object store, so in-process runs get them read-only too, and
+    every kernel that reads them compiles once for both. Read-only everywhere also states
+    the contract: a shard must not write what the others share."""
     if isinstance(value, dict):
         return {k: read_only(v) for k, v in value.items()}
     if isinstance(value, np.ndarray) and value.flags.writeable:

@@ -312,7 +312,6 @@ def pytest_runtest_protocol(item, nextitem):
     job = _jobs.get("own_process")
     if job is None or item.get_closest_marker("own_process") is None:
         return None
-    from _pytest.reports import TestReport
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     outcome, text, seconds = job.report(item)
     keywords = {k: 1 for k in item.keywords}
@@ -321,7 +320,7 @@ def pytest_runtest_protocol(item, nextitem):
     else:
         phases = [("setup", "passed", None), ("call", outcome, text)]
     for when, result, longrepr in [*phases, ("teardown", "passed", None)]:
-        item.ihook.pytest_runtest_logreport(report=TestReport(
+        item.ihook.pytest_runtest_logreport(report=pytest.TestReport(
             item.nodeid, item.location, keywords, result, longrepr, when,
             duration=seconds if when == "call" else 0.0))
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
