@@ -76,23 +76,57 @@ class TopologyFiles:
 
     def load(self, topo: int):
         topo = int(topo)
-        if self.shipped:
+        if not self.shipped:
+            return read_cached(self.paths[topo], self.reader)
+        try:
             return read_cached(self._local_copy(topo), self.reader)
-        return read_cached(self.paths[topo], self.reader)
+        except FileNotFoundError:   # pruned by another run between the write and the read
+            return read_cached(self._local_copy(topo), self.reader)
 
     def _local_copy(self, topo: int) -> Path:
+        """This run's copy of topology `topo` in the machine's temporary directory, written
+        from the broadcast when missing; writing one prunes the copies other runs left
+        (:func:`prune_local_copies`)."""
         import tempfile
-        local = Path(tempfile.gettempdir()) / f"scribe-emu-{self.tag}-topo-{topo}.npz"
+        tmpdir = Path(tempfile.gettempdir())
+        local = tmpdir / f"{LOCAL_COPY_PREFIX}{self.tag}-topo-{topo}.npz"
         if not local.is_file():
             tmp = local.with_name(f"{local.name}.{os.getpid()}.tmp")
             tmp.write_bytes(self.shipped[topo].value)
             os.replace(tmp, local)
+            prune_local_copies(tmpdir, keep_tag=self.tag)
         return local
 
     def release(self) -> None:
         """Drop the broadcast copies (driver and executors)."""
         for bc in self.shipped.values():
             bc.unpersist()
+
+
+LOCAL_COPY_PREFIX = "scribe-emu-"
+STALE_COPY_S = 3600.0
+
+
+def prune_local_copies(tmpdir: Path, keep_tag: str, older_than_s: float = STALE_COPY_S,
+                       now: float | None = None) -> list[Path]:
+    """Remove the topology copies (and unfinished writes) of runs other than `keep_tag`
+    written more than `older_than_s` ago; returns what was removed. Executors on other
+    machines outlive no run's driver call, so nothing else removes them (a ts5050 copy is
+    ~150 MB). A run still reading a pruned copy writes it again from its broadcast
+    (:meth:`TopologyFiles.load`). O(files in tmpdir)."""
+    import time
+    now = time.time() if now is None else now
+    removed = []
+    for f in tmpdir.glob(f"{LOCAL_COPY_PREFIX}{'?' * 12}-topo-*.npz*"):
+        if f.name.startswith(f"{LOCAL_COPY_PREFIX}{keep_tag}-"):
+            continue
+        try:
+            if now - f.stat().st_mtime > older_than_s:
+                f.unlink()
+                removed.append(f)
+        except FileNotFoundError:   # another run pruned it first
+            continue
+    return removed
 
 
 def ship_topologies(spark, run_dir: str | Path, indices: list[int], reader=None,

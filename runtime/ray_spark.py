@@ -564,7 +564,7 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     spark.sparkContext.setLogLevel("ERROR")
     quiet_pyspark_warnings()
     if not ray_is_local():
-        _ship_project_code(spark)
+        _state["code_dir"] = _ship_project_code(spark)
     _state["spark"] = spark
     _state["archives"] = archives
     _state["spark_ray"] = _ray_session()
@@ -663,10 +663,11 @@ def _driver_jvm_beside_master() -> Iterator[None]:
 PROJECT_PACKAGES = ("analysis", "topologies")   # what the executors' Python code imports
 
 
-def _ship_project_code(spark) -> None:
+def _ship_project_code(spark) -> Path:
     """Give the executors' Python workers this process's project packages (a zip through
     `addPyFile`): on a cluster they need not have the checkout at the same path, e.g. under
-    `ray job submit --working-dir .`, whose directory differs from node to node."""
+    `ray job submit --working-dir .`, whose directory differs from node to node. Returns
+    the zip's directory, which the driver serves the zip from until Spark stops."""
     import tempfile
     import zipfile
     root = Path(__file__).resolve().parent.parent
@@ -676,6 +677,7 @@ def _ship_project_code(spark) -> None:
             for f in sorted((root / package).rglob("*.py")):
                 z.write(f, f.relative_to(root).as_posix())
     spark.sparkContext.addPyFile(str(path))
+    return path.parent
 
 
 @contextlib.contextmanager
@@ -910,6 +912,9 @@ def stop_spark(release: bool = False, timeout_s: float = 60.0) -> None:
             archives.keep("driver", stop_driver_jvm(timeout_s))
     finally:
         _state["spark"] = None
+        code_dir = _state.pop("code_dir", None)
+        if code_dir is not None:
+            shutil.rmtree(code_dir, ignore_errors=True)
         if release:
             _release_spark_actors(_state.get("spark_app", "scribe-emu"), timeout_s)
 

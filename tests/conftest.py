@@ -382,7 +382,7 @@ BESIDE_THE_COMPILE = {
     "test_churn_schedule", "test_cli", "test_faults_fast", "test_jit_cache", "test_jvm_archive",
     "test_logs", "test_ngc2001", "test_pastry_ids", "test_report", "test_scale_out",
     "test_scenarios_config", "test_topology", "test_topology_baselines",
-    "test_topology_loaders", "test_topology_transit_stub"}
+    "test_topology_copies", "test_topology_loaders", "test_topology_transit_stub"}
 # (warm_kernels: a test that compiles kernels itself, e.g. `cli.py warm`, waits for the
 # background compile instead of compiling the same kernels beside it)
 KERNEL_FIXTURES = {"session", "quick_run", "quick_reanalysed", "reference_runs",
