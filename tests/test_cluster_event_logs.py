@@ -14,9 +14,14 @@ hands them the event logs and the topology file; every CSV must hold the rows an
 independent computation expects (a header-only CSV from a part file left on an executor's
 disk would fail here).
 
-The cluster and its Spark run in a child process (a Spark driver JVM stays attached to the
-Ray it first connected to), once for both tests, in the background from the session's start
-on (tests/conftest.py's ClusterChild).
+Then, on a 3-node cluster whose nodes share the disk, 3 shards (one on each node, no driver
+hub: they push batches to each other) with a named `run.storage`, where every shard writes
+its logs: emulation only, the logs must be the session's 1-shard reference logs row for
+row.
+
+The clusters and their Spark run in a child process (a Spark driver JVM stays attached to
+the Ray it first connected to), once for these tests, in the background from the session's
+start on (tests/conftest.py's ClusterChild).
 """
 
 from __future__ import annotations
@@ -140,6 +145,51 @@ def _cluster_run(tmp: Path) -> dict:
             "hand": hand}
 
 
+def _three_node_run(tmp: Path) -> dict:
+    """The reference scenario's emulation on 3 shards, one on each node of a 3-node cluster
+    sharing this disk, logs in a named run.storage; returns where the logs are, the nodes
+    the shards ran on and whether the run directory got an events folder."""
+    import ray
+    from ray.cluster_utils import Cluster
+    from runs import reference_config
+
+    import emulator
+    from emulator.driver import Emulator
+    from runtime import ray_spark as runtime
+    from scenarios import run_scenario
+    from scenarios import runner as runner_mod
+
+    cluster = Cluster()
+    seen = []
+
+    class NodeRecorder(Emulator):   # one shard per node; notes where they ran
+        def __init__(self, *args, **kwargs):
+            kwargs["actor_options"] = [{"resources": {f"node{k}": 0.01}} for k in range(3)]
+            super().__init__(*args, **kwargs)
+
+        def shutdown(self):
+            seen.append(len(set(ray.get([a.node_id.remote() for a in self._actors]))))
+            super().shutdown()
+
+    real_analyse, real_total = runner_mod._analyse, runner_mod._record_total
+    emulator.Emulator = NodeRecorder
+    runner_mod._analyse = lambda *a, **k: {}
+    runner_mod._record_total = lambda *a, **k: None
+    try:
+        for n in range(3):
+            cluster.add_node(num_cpus=1, resources={f"node{n}": 1})
+        cfg = reference_config(3)
+        cfg.run["storage"] = str(tmp / "storage")
+        out = run_scenario(cfg, out=tmp / "run", progress=False, address=cluster.address)
+    finally:
+        emulator.Emulator = Emulator
+        runner_mod._analyse, runner_mod._record_total = real_analyse, real_total
+        runtime.stop_ray()
+        cluster.shutdown()
+    return {"storage": str(tmp / "storage"), "nodes": seen,
+            "events_in_run_dir": (out / "events").exists()}
+
+
 @pytest.fixture(scope="module")
 def cluster_child(request, warm_kernels, tmp_path_factory) -> dict:
     """What the child process found. It needs only the reference run's configuration, so
@@ -181,7 +231,11 @@ def test_cluster_without_shared_disk_hands_logs_to_spark(cluster_child, referenc
 
 if __name__ == "__main__":
     sys.path[:0] = [str(HERE), str(HERE.parent)]
-    print(json.dumps({"cluster": _cluster_run(Path(sys.argv[1]))}))
+    tmp = Path(sys.argv[1])
+    for part in ("two-nodes", "three-nodes"):
+        (tmp / part).mkdir(parents=True, exist_ok=True)
+    print(json.dumps({"cluster": _cluster_run(tmp / "two-nodes"),
+                      "three_nodes": _three_node_run(tmp / "three-nodes")}))
 
 
 @pytest.mark.slow
@@ -194,3 +248,13 @@ def test_analyze_on_two_node_cluster(cluster_child):
         assert rows(metrics / name) == want, name
     assert rows(metrics / "node_stress_histogram.csv") > 0
     assert rows(metrics / "link_stress_histogram.csv") > 0
+
+
+@pytest.mark.slow
+@pytest.mark.late
+def test_three_node_cluster_gives_the_one_shard_logs(cluster_child, reference_runs):
+    from runs import log_differences
+    got = cluster_child["three_nodes"]
+    assert got["nodes"] == [3], f"shards ran on {got['nodes']} nodes"
+    assert not got["events_in_run_dir"]              # the shards wrote to run.storage
+    assert log_differences(Path(got["storage"]), reference_runs[1]) == []

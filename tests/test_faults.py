@@ -224,7 +224,9 @@ def test_driver_killed_mid_phase_resumes_to_identical_logs(reference, no_analysi
     children = tree(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
-    reap(children, timeout=10)
+    # the dead driver's own Ray: this test claims nothing of it, and its processes would
+    # hold cores during the resume
+    reap(children, timeout=0)
     assert not (out / "COMPLETE").exists()
     left = completed(out)
     assert left[: len(done)] == done and len(left) < len(cfg().phase_order), left

@@ -1,9 +1,9 @@
 """Scale-out: per-shard window bounds are safe, the lookahead matrix is exact, the partition
 for many shards balances hosts and keeps domains whole.
 
-The real Pastry + Scribe stack on 1, 2, 3 and 8 shards and on a 3-node Ray cluster (same
-event logs row for row, same CSVs and figures) is in tests/test_shard_invariance.py, which
-shares one set of runs between both checks."""
+The real Pastry + Scribe stack on 1, 2, 3 and 8 shards (same event logs row for row; at 1
+and 2 also the same CSVs and figures) is in tests/test_shard_invariance.py, on a 3-node Ray
+cluster in tests/test_cluster_event_logs.py."""
 
 from __future__ import annotations
 
