@@ -203,11 +203,16 @@ class QuickRun(BackgroundJob):
 
 
 class ClusterChild(BackgroundJob):
-    """tests/test_cluster_event_logs.py run as a script: its 2-node cluster's runs."""
+    """tests/test_cluster_event_logs.py run as a script: its clusters' runs. Its processes
+    (Ray's nodes, Spark's executors) get a temporary directory of the job's own: the
+    executors of a cluster run copy topology files into theirs."""
 
     def work(self) -> dict:
         script = ROOT / "tests" / "test_cluster_event_logs.py"
-        return {"child": self.run([sys.executable, script, self.base])}
+        tmp = self.base / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        return {"child": self.run([sys.executable, script, self.base],
+                                  env={"TMPDIR": str(tmp)})}
 
 
 # the background jobs by the fixture whose tests need them, in the order they run (a job

@@ -215,6 +215,7 @@ def reference_rows(reference_runs) -> dict[str, int]:
 @pytest.mark.late
 def test_cluster_without_shared_disk_hands_logs_to_spark(cluster_child, reference_rows):
     print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "run_log"}
+                      if isinstance(v, dict) else v
                       for k, v in cluster_child.items()}))   # shown when an assertion fails
     cluster, reference = cluster_child["cluster"], reference_rows
     assert reference["message"] > 1_000 and reference["delivery"] > 0
@@ -231,11 +232,16 @@ def test_cluster_without_shared_disk_hands_logs_to_spark(cluster_child, referenc
 
 if __name__ == "__main__":
     sys.path[:0] = [str(HERE), str(HERE.parent)]
+    import tempfile
     tmp = Path(sys.argv[1])
     for part in ("two-nodes", "three-nodes"):
         (tmp / part).mkdir(parents=True, exist_ok=True)
-    print(json.dumps({"cluster": _cluster_run(tmp / "two-nodes"),
-                      "three_nodes": _three_node_run(tmp / "three-nodes")}))
+    found = {"cluster": _cluster_run(tmp / "two-nodes"),
+             "three_nodes": _three_node_run(tmp / "three-nodes")}
+    # the executors' copies of the shipped topology files (in this process' TMPDIR)
+    found["topology_copies"] = sorted(
+        p.name for p in Path(tempfile.gettempdir()).glob("scribe-emu-*-topo-*.npz*"))
+    print(json.dumps(found))
 
 
 @pytest.mark.slow
@@ -244,6 +250,10 @@ def test_analyze_on_two_node_cluster(cluster_child):
     got = cluster_child["cluster"]["hand"]
     metrics = Path(got["run_dir"]) / "metrics"
     assert got["shape"] == [2, 1]          # two executors, one per node
+    # the executors got the topology as a broadcast and wrote it to their machine's
+    # temporary directory (the cluster's: the job's own), once per run and topology
+    copies = cluster_child["topology_copies"]
+    assert copies and all(c.endswith("-topo-0.npz") for c in copies), copies
     for name, want in got["expected"].items():
         assert rows(metrics / name) == want, name
     assert rows(metrics / "node_stress_histogram.csv") > 0
