@@ -89,11 +89,24 @@ def warm_kernels() -> None:
     wait_for_warm_kernels()
 
 
+_session_start = time.monotonic()
+
+
 def pytest_terminal_summary(terminalreporter):
-    """How the background compile went: a wait here is time with a core idle (the tests
-    that need no kernels, BESIDE_THE_COMPILE, were too few to cover the compile)."""
+    """How the background work went: the compile (a wait here is time with a core idle:
+    the tests that need no kernels, BESIDE_THE_COMPILE, were too few to cover it) and the
+    background jobs, from and to which second of the session (what they overlapped)."""
+    for name, job in _jobs.items():
+        if job.span:
+            terminalreporter.write_line(
+                f"background job {name}: seconds {job.span[0] - _session_start:.0f} to "
+                f"{job.span[1] - _session_start:.0f} of the session")
     if _warm is None or "started" not in _warm_times:
         return
+    if "ended" in _warm_times:
+        terminalreporter.write_line(
+            f"background kernel compile: ended at second "
+            f"{_warm_times['ended'] - _session_start:.0f} of the session")
     if _warm_times.get("stopped"):
         terminalreporter.write_line("background kernel compile: stopped unfinished at the end")
     else:
@@ -131,6 +144,7 @@ class BackgroundJob:
         self._stopped = False
         self._done = threading.Event()
         self._out: dict = {}
+        self.span: tuple[float, float] | None = None    # (start, end), monotonic
 
     def run(self, argv, timeout=1200, env=None) -> subprocess.CompletedProcess:
         """Run one process to its end; its output goes to files (a pipe nobody reads
@@ -157,11 +171,13 @@ class BackgroundJob:
         raise NotImplementedError
 
     def run_now(self) -> None:
+        t0 = time.monotonic()
         try:
             self._out = self.work()
         except BaseException as e:     # handed to the tests that wait for it
             self._out = {"error": e}
         finally:
+            self.span = (t0, time.monotonic())
             self._done.set()
 
     def result(self) -> dict:
@@ -229,6 +245,7 @@ def _run_queue() -> None:
     global _runner
     if _warm is not None:
         _warm.wait()
+        _warm_times.setdefault("ended", time.monotonic())
     while True:
         with _lock:
             if not _queue:
