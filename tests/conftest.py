@@ -146,16 +146,17 @@ class BackgroundJob:
         self._out: dict = {}
         self.span: tuple[float, float] | None = None    # (start, end), monotonic
 
-    def run(self, argv, timeout=1200, env=None) -> subprocess.CompletedProcess:
+    def run(self, argv, timeout=1200, env=None, nice=0) -> subprocess.CompletedProcess:
         """Run one process to its end; its output goes to files (a pipe nobody reads
-        meanwhile could fill and stop it)."""
+        meanwhile could fill and stop it). nice: its priority lowered by that much (its
+        children inherit it)."""
         env = {**{k: v for k, v in self._environ.items() if k != "SCRIBE_EMU_DEBUG"},
                "COLUMNS": "200", "NO_COLOR": "1", **(env or {})}
         self.base.mkdir(parents=True, exist_ok=True)
         out, err = self.base / "stdout", self.base / "stderr"
         with open(out, "w") as o, open(err, "w") as e, subprocess.Popen(
                 [str(a) for a in argv], stdout=o, stderr=e, text=True, cwd=ROOT,
-                env=env) as proc:
+                env=env, preexec_fn=(lambda: os.nice(nice)) if nice else None) as proc:
             self._proc = proc
             if self._stopped:
                 proc.kill()
@@ -231,10 +232,22 @@ class ClusterChild(BackgroundJob):
                                   env={"TMPDIR": str(tmp)})}
 
 
+class RayHeadChild(BackgroundJob):
+    """tests/test_ray_start_head.py run as a script: a `ray start --head` and the runs and
+    checks made on it. At low priority: it runs beside the session's multi-shard tests,
+    whose shards would otherwise wait for a core at every window, and it has until the
+    session's end."""
+
+    def work(self) -> dict:
+        script = ROOT / "tests" / "test_ray_start_head.py"
+        return {"child": self.run([sys.executable, script, self.base], nice=10)}
+
+
 # the background jobs by the fixture whose tests need them, in the order they run (a job
 # is queued when the session's first test starts, if a test of the session asks for its
 # fixture)
-BACKGROUND = {"quick_run": QuickRun, "cluster_child": ClusterChild}
+BACKGROUND = {"quick_run": QuickRun, "cluster_child": ClusterChild,
+              "ray_head": RayHeadChild}
 _jobs: dict[str, BackgroundJob] = {}
 _queue: list[BackgroundJob] = []
 _runner: threading.Thread | None = None

@@ -1,27 +1,32 @@
 """A Ray head started the way a cluster user starts one (`ray start --head`, token
 authentication on), used as README's "Running on a Ray cluster" says: a run with
-`--address` gives the embedded run's figures to the last bit, and `ray job submit
+`--address` gives the embedded run's figures to the last bit, the token is found where Ray
+keeps it, a missing or wrong token is one line saying what to do, and `ray job submit
 --working-dir` runs the project on the head.
 
-The head is this test's own: loopback only, free ports, its temp dir, TMPDIR and token file
-(RAY_AUTH_TOKEN_PATH) under pytest's tmp dir, and its processes stopped by pid afterwards
-(`ray stop` would stop every Ray on the machine, other tests' too). HOME stays the user's:
-the runs keep numba's and the topologies' caches there, as every other run does (a fresh
-HOME would compile the analysis kernels again); the token's default place,
+The head is this module's own: loopback only, free ports, its temp dir, TMPDIR and token
+file (RAY_AUTH_TOKEN_PATH) under pytest's tmp dir, and its processes stopped by pid
+afterwards (`ray stop` would stop every Ray on the machine, other tests' too). HOME stays
+the user's: the runs keep numba's and the topologies' caches there, as every other run does
+(a fresh HOME would compile the analysis kernels again); the token's default place,
 ~/.ray/auth_token, is tried with a HOME of the test's own, on the address check alone.
 
 Ray's copy of the project for the job is new files at a new path, without __pycache__: it
 loads the kernels the other runs compiled because the project's kernel cache is keyed by
 the sources' contents and paths relative to the project (emulator/jit_cache.py; the
 user's environment keeps SCRIBE_EMU_KERNEL_CACHE, where that cache is when it is set). The
-job is submitted when the other tests of this module are done with the head (two Spark
-sessions on its two CPUs would wait for each other), and the test that checks it is
-marked `late` (tests/conftest.py runs it after the tests that stop the session's Ray), so
-that the job runs beside those.
+job is submitted after the address run (two Spark sessions on the head's two CPUs would
+wait for each other).
+
+The head and everything run on it are this file run as a script (:func:`head_checks`):
+tests/conftest.py's RayHeadChild runs it in the background, at low priority, after the
+session's other background jobs; the tests (`late`) check what it recorded.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -93,12 +98,10 @@ def _ours(tmp: Path) -> list[psutil.Process]:
     return found
 
 
-@pytest.fixture(scope="session")
-def ray_head(tmp_path_factory):
-    """(environment, GCS address, dashboard URL, base dir) of a running `ray start --head`
-    with token authentication on, stopped (and every process of it killed) afterwards.
-    Session-scoped: the `late` job test comes after tests of other modules."""
-    base = tmp_path_factory.mktemp("rh")
+@contextlib.contextmanager
+def running_head(base: Path):
+    """(environment, GCS address, dashboard URL) of a running `ray start --head` with
+    token authentication on, stopped (and every process of it killed) afterwards."""
     tmp = base / "tmp"
     tmp.mkdir()
     # Ray's socket paths (<temp dir>/session_<date>_<pid>/sockets/plasma_store) must stay
@@ -126,16 +129,14 @@ def ray_head(tmp_path_factory):
     try:
         deadline = time.monotonic() + HEAD_START_TIMEOUT_S
         while "Ray runtime started" not in log_path.read_text(errors="replace"):
-            assert head.poll() is None, log_path.read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, log_path.read_text(errors="replace")[-3000:]
+            if head.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the head did not start:\n"
+                                   + log_path.read_text(errors="replace")[-3000:])
             time.sleep(0.5)
-        assert "Token authentication is enabled" in log_path.read_text(errors="replace")
-        yield env, f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dash}", base
+        if "Token authentication is enabled" not in log_path.read_text(errors="replace"):
+            raise RuntimeError("the head runs without token authentication")
+        yield env, f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dash}"
     finally:
-        job = _JOB.pop("proc", None)
-        if job is not None and job.poll() is None:     # its test did not run
-            job.kill()
-            job.wait()
         procs = _ours(tmp)
         head.send_signal(signal.SIGTERM)       # `--block`: stops the processes it started
         try:
@@ -152,43 +153,41 @@ def ray_head(tmp_path_factory):
             shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-def test_address_run_gives_the_embedded_figures(ray_head, reference_runs):
-    """`--address` against a token-auth head with this machine holding the token and
-    RAY_AUTH_MODE unset: the product turns token mode on itself. The run is the session's
-    reference run (tests/runs.py), made on the embedded Ray."""
-    env, gcs, _, base = ray_head
+def _outcome(res: subprocess.CompletedProcess) -> dict:
+    return {"returncode": res.returncode, "stdout": res.stdout[-4000:],
+            "stderr": res.stderr[-4000:]}
+
+
+def address_run(env, gcs, base: Path) -> dict:
+    """The session's reference run (tests/runs.py) with `--address` against the head, this
+    machine holding the token and RAY_AUTH_MODE unset."""
     out = base / "address-run"
     res = subprocess.run([sys.executable, str(ROOT / "cli.py"), *reference_cli_args(2),
                           "--no-progress", "--out", str(out), "--address", gcs],
                          capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    mine, ref = summary(out), summary(reference_runs[2])
-    assert figure_differences(mine, ref) == []
-    # and the protocol's counters (the engine's statistics, such as windows, are no result)
-    assert mine["emulation"]["counters"] == ref["emulation"]["counters"]
+    return {**_outcome(res), "out": str(out)}
 
 
 _CHECK = ("import os, sys; from runtime.ray_spark import check_cluster_address; "
           "check_cluster_address(sys.argv[1]); print(os.environ.get('RAY_AUTH_MODE'))")
 
 
-def test_token_in_home_is_found(ray_head):
-    """The token in ~/.ray/auth_token (Ray's default place) is enough too."""
-    env, gcs, _, base = ray_head
+def token_in_home(env, gcs, base: Path) -> dict:
+    """The address check with the token only in ~/.ray/auth_token (Ray's default place)."""
     home = base / "home"
     (home / ".ray").mkdir(parents=True)
     (home / ".ray" / "auth_token").write_text(Path(env["RAY_AUTH_TOKEN_PATH"]).read_text())
     user = {k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN_PATH"}
     res = subprocess.run([sys.executable, "-c", _CHECK, gcs], capture_output=True, text=True,
                          timeout=120, cwd=ROOT, env={**user, "HOME": str(home)})
-    assert res.returncode == 0 and res.stdout.strip() == "token", res.stdout + res.stderr
+    return _outcome(res)
 
 
-@pytest.mark.parametrize("case", ["none", "wrong"])
-def test_address_without_the_token_says_what_to_do(ray_head, case):
-    """No token, or another cluster's: one line naming the variable, the files and the
-    command that prints the token; exit code 2."""
-    env, gcs, _, base = ray_head
+TOKEN_CASES = ("none", "wrong")
+
+
+def without_the_token(env, gcs, base: Path, case: str) -> dict:
+    """A scenario with `--address` and no token (`none`), or another cluster's (`wrong`)."""
     user = {k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN_PATH"}
     user["HOME"] = str(base / f"home-{case}")
     if case == "wrong":
@@ -196,56 +195,94 @@ def test_address_without_the_token_says_what_to_do(ray_head, case):
     res = subprocess.run([sys.executable, str(ROOT / "cli.py"), "scenario", "quick",
                           "--address", gcs, "--no-progress"], capture_output=True, text=True,
                          timeout=120, cwd=ROOT, env=user)
-    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1, res.stderr
+    return _outcome(res)
+
+
+def job_submit(env, dashboard, base: Path) -> dict:
+    """The README's job: the project as working directory, `python` of the head's PATH; the
+    job's driver finds the head through RAY_ADDRESS. Ray's own `ray job submit` needs
+    RAY_AUTH_MODE=token to send the token (the README says so)."""
+    out = base / "job-run"
+    res = subprocess.run(
+        [str(RAY), "job", "submit", "--address", dashboard, "--working-dir", str(ROOT),
+         "--", "python", "cli.py", "scenario", "quick", "--nodes", "200", "--groups",
+         "3", "--topologies", "1", "--no-progress", "--out", str(out)],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+        env={**env, "RAY_AUTH_MODE": "token"})
+    return {**_outcome(res), "out": str(out)}
+
+
+def head_checks(base: Path) -> dict:
+    """Every check of this module on one head, one after another."""
+    with running_head(base) as (env, gcs, dashboard):
+        return {"address_run": address_run(env, gcs, base),
+                "token_in_home": token_in_home(env, gcs, base),
+                "without_the_token": {c: without_the_token(env, gcs, base, c)
+                                      for c in TOKEN_CASES},
+                "job": job_submit(env, dashboard, base)}
+
+
+if __name__ == "__main__":
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
+    print(json.dumps(head_checks(Path(sys.argv[1]))))
+
+
+@pytest.fixture(scope="module")
+def ray_head(request, warm_kernels, tmp_path_factory) -> dict:
+    """What the head's child process found (conftest.py's RayHeadChild, in the
+    background)."""
+    from conftest import background
+
+    job = background("ray_head", tmp_path_factory)
+    request.getfixturevalue("reference_runs")
+    res = job.result()["child"]
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def said(outcome: dict) -> str:
+    return outcome["stdout"] + outcome["stderr"]
+
+
+@pytest.mark.late
+def test_address_run_gives_the_embedded_figures(ray_head, reference_runs):
+    """`--address` against a token-auth head with this machine holding the token and
+    RAY_AUTH_MODE unset: the product turns token mode on itself. The run is the session's
+    reference run (tests/runs.py), made on the embedded Ray."""
+    run = ray_head["address_run"]
+    assert run["returncode"] == 0, said(run)
+    mine, ref = summary(Path(run["out"])), summary(reference_runs[2])
+    assert figure_differences(mine, ref) == []
+    # and the protocol's counters (the engine's statistics, such as windows, are no result)
+    assert mine["emulation"]["counters"] == ref["emulation"]["counters"]
+
+
+@pytest.mark.late
+def test_token_in_home_is_found(ray_head):
+    """The token in ~/.ray/auth_token (Ray's default place) is enough too."""
+    check = ray_head["token_in_home"]
+    assert check["returncode"] == 0 and check["stdout"].strip() == "token", said(check)
+
+
+@pytest.mark.late
+@pytest.mark.parametrize("case", TOKEN_CASES)
+def test_address_without_the_token_says_what_to_do(ray_head, case):
+    """No token, or another cluster's: one line naming the variable, the files and the
+    command that prints the token; exit code 2."""
+    res = ray_head["without_the_token"][case]
+    assert res["returncode"] == 2, said(res)
+    lines = res["stderr"].strip().splitlines()
+    assert len(lines) == 1, res["stderr"]
     expected = {"none": "wants an authentication token and this machine has none",
                 "wrong": "rejected the authentication token from the variable RAY_AUTH_TOKEN"}
     assert expected[case] in lines[0]
     assert "`ray get-auth-token`" in lines[0]
 
 
-_JOB: dict = {}      # the submitted job: its `ray job submit` process and where it writes
-
-
-def _submit(ray_head) -> dict:
-    """Start the README's `ray job submit` (it blocks until the job ends) in the background."""
-    if "proc" not in _JOB:
-        env, _, dashboard, base = ray_head
-        out = base / "job-run"
-        stdout, stderr = base / "job-submit.out", base / "job-submit.err"
-        with open(stdout, "w") as o, open(stderr, "w") as e:
-            _JOB.update(out=out, stdout=stdout, stderr=stderr, proc=subprocess.Popen(
-                [str(RAY), "job", "submit", "--address", dashboard, "--working-dir", str(ROOT),
-                 "--", "python", "cli.py", "scenario", "quick", "--nodes", "200", "--groups",
-                 "3", "--topologies", "1", "--no-progress", "--out", str(out)],
-                stdout=o, stderr=e, text=True, cwd=ROOT, env={**env, "RAY_AUTH_MODE": "token"}))
-    return _JOB
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _job_after_this_module(request, ray_head):
-    """Submit the job once this module's other tests are done with the head, when the
-    session will run its test (it runs later: `late`)."""
-    yield
-    if any(item.name == "test_ray_job_submit_runs_a_scenario" for item in request.session.items):
-        _submit(ray_head)
-
-
 @pytest.mark.late
 def test_ray_job_submit_runs_a_scenario(ray_head):
-    """The README's job: the project as working directory, `python` of the head's PATH; the
-    job's driver finds the head through RAY_ADDRESS. Ray's own `ray job submit` needs
-    RAY_AUTH_MODE=token to send the token (the README says so)."""
-    job = _submit(ray_head)         # submitted earlier, unless this test runs alone
-    try:
-        returncode = job["proc"].wait(timeout=900)
-    finally:
-        if job["proc"].poll() is None:
-            job["proc"].kill()
-            job["proc"].wait()
-    stdout, stderr = job["stdout"].read_text(), job["stderr"].read_text()
-    assert returncode == 0, stdout[-4000:] + stderr[-3000:]
-    assert "succeeded" in stdout + stderr
-    s = summary(job["out"])
+    job = ray_head["job"]
+    assert job["returncode"] == 0, said(job)
+    assert "succeeded" in said(job)
+    s = summary(Path(job["out"]))
     assert s["nodes"] == 200 and s["groups"] == 3
