@@ -475,8 +475,10 @@ def _table(ray, emu, name):
 def test_same_log_for_any_shard_count_and_partition(topo, lat, tmp_path, ray_session):
     ray = ray_session
     results, windows = [], {}
+    # one, two and three shards; round robin (the default), random and locality (three
+    # shards round robin would be one more small-lookahead split like random's)
     parts = {
-        "k1": dict(shards=1), "k2": dict(shards=2), "k3": dict(shards=3),
+        "k1": dict(shards=1), "k2": dict(shards=2),
         # (and the rounds' cheaper bound on the earliest times: exact for one shard only)
         "random3": dict(node_shard=np.random.default_rng(3).integers(0, 3, topo.n_hosts),
                         exact_causes=1),
@@ -507,7 +509,7 @@ def test_same_log_for_any_shard_count_and_partition(topo, lat, tmp_path, ray_ses
     # the shards bound each other's windows: the driver starts far fewer rounds than the
     # windows they run (one shard: a window per round)
     assert windows["k1"][2] == windows["k1"][0]
-    for name in ("k2", "k3", "random3", "locality3"):
+    for name in ("k2", "random3", "locality3"):
         assert windows[name][2] * 3 < windows[name][0], (name, windows[name])
     # Parquet files are written per table, topo and phase
     assert list((tmp_path / "k2" / "events" / "recv" / "topo=0").glob("p-shard1*.parquet"))
