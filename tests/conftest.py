@@ -298,7 +298,8 @@ class OwnProcessTests(BackgroundJob):
     cache of their own, and share nothing with the session's, not even the compile's
     kernels), run by one pytest process of their own in the background from the session's
     start on; their items here report what that run found (pytest_runtest_protocol
-    below), so they cost the session no time of its own."""
+    below), so they cost the session no time of its own. At a lower priority than the
+    session's tests (and above the compile's): they have until the session's end."""
 
     def __init__(self, base: Path, nodeids: list[str]):
         super().__init__(base)
@@ -308,7 +309,7 @@ class OwnProcessTests(BackgroundJob):
         xml = self.base / "junit.xml"
         res = self.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         f"--junitxml={xml}", *self.nodeids],
-                       env={OWN_PROCESS_ENV: "1", "SCRIBE_EMU_WARM": "0"})
+                       env={OWN_PROCESS_ENV: "1", "SCRIBE_EMU_WARM": "0"}, nice=5)
         return {"res": res, "cases": _junit_cases(xml) if xml.is_file() else {}}
 
     def report(self, item):
