@@ -415,7 +415,8 @@ RUNTIME_FIXTURES = {"ray_runtime", "session", "spark", "quick_run", "quick_reana
 BESIDE_THE_COMPILE = {
     "test_analysis", "test_analysis_churn", "test_analysis_partitions", "test_analysis_real",
     "test_analysis_schema", "test_analysis_stats", "test_analysis_warmup", "test_bench_report",
-    "test_churn_schedule", "test_cli", "test_faults_fast", "test_jit_cache", "test_jvm_archive",
+    "test_churn_schedule", "test_cli", "test_faults_fast", "test_jit_cache", "test_join_contacts",
+    "test_jvm_archive",
     "test_logs", "test_ngc2001", "test_pastry_ids", "test_report", "test_scale_out",
     "test_scenarios_config", "test_topology", "test_topology_baselines",
     "test_topology_copies", "test_topology_loaders", "test_topology_transit_stub"}

@@ -33,6 +33,7 @@ same LEAF_REQ / LEAF_REPLY exchange.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from . import handler_kernels
@@ -41,7 +42,6 @@ from .messages import msgs_of, payload_of, send_rows, take_rows
 from .router import ROUTE_LOG_COLUMNS
 from .types import Join, JoinLeafs, JoinReq, JoinStart, RowsReq
 
-CHUNK = 1024
 # an unjoined contact A holds a JOIN_REQ and looks again this much later, up to this many
 # times (10 virtual s) before serving it with whatever state it has
 JOIN_REQ_RETRY_US = 50_000
@@ -67,7 +67,7 @@ def nearby_contacts(joiners, times, settle_us, host_router, router_dist,
     "first"``) or the nearest node that arrived before it (``"nearest"``; its JOIN_REQ is
     held there until that node has joined): in a flash crowd "first" makes node 0 the
     contact, and so the first route hop and a table entry, of every early joiner.
-    O(len(joiners) * R) in chunks, R = routers hosting a node.
+    O(len(joiners) * R), R = routers hosting a node.
     """
     if fallback not in ("first", "nearest"):
         raise ValueError(f"Pastry: join_contact_fallback must be 'first' or 'nearest', "
@@ -86,14 +86,28 @@ def nearby_contacts(joiners, times, settle_us, host_router, router_dist,
     if fallback == "nearest":  # nobody settled: any node that arrived earlier (index < i)
         avail = np.where(avail == 0, joiners, avail)
     cnt = np.searchsorted(first_host, avail, side="left")  # candidate columns per joiner
-    big = np.iinfo(np.int64).max
-    for c0 in range(0, len(joiners), CHUNK):
-        sl = slice(c0, c0 + CHUNK)
-        d = router_dist[np.ix_(host_router[joiners[sl]], routers)].astype(np.int64)
-        d[np.arange(d.shape[1])[None, :] >= cnt[sl, None]] = big
-        out[sl] = first_host[np.argmin(d, axis=1)]
+    out[:] = first_host[_nearest_column(host_router[joiners], cnt, routers,
+                                        np.asarray(router_dist))]
     out[cnt == 0] = 0  # nobody settled yet: the first node is the bootstrap contact
     out[joiners == 0] = -1
+    return out
+
+
+@numba.njit(cache=True)
+def _nearest_column(joiner_router, cnt, routers, router_dist):
+    """For each joiner j, the column c < cnt[j] of ``routers`` nearest to its router
+    (``router_dist[joiner_router[j], routers[c]]``), the first such column on ties; 0 when
+    cnt[j] is 0. O(sum of cnt) <= O(len(cnt) * len(routers))."""
+    out = np.zeros(len(cnt), np.int64)
+    for j in range(len(cnt)):
+        row = router_dist[joiner_router[j]]
+        best = row[routers[0]] if cnt[j] > 0 else 0
+        arg = 0
+        for c in range(1, cnt[j]):
+            d = row[routers[c]]
+            if d < best:
+                best, arg = d, c
+        out[j] = arg
     return out
 
 
