@@ -413,10 +413,10 @@ RUNTIME_FIXTURES = {"ray_runtime", "session", "spark", "quick_run", "quick_reana
 # with a core idle. A module left out only runs later; a test here that asks for one of
 # KERNEL_FIXTURES runs later too.
 BESIDE_THE_COMPILE = {
-    "test_analysis", "test_analysis_churn", "test_analysis_partitions", "test_analysis_real",
-    "test_analysis_schema", "test_analysis_stats", "test_analysis_warmup", "test_bench_report",
-    "test_churn_schedule", "test_cli", "test_faults_fast", "test_jit_cache", "test_join_contacts",
-    "test_jvm_archive",
+    "test_analysis", "test_analysis_churn", "test_analysis_partitions",
+    "test_analysis_real", "test_analysis_schema", "test_analysis_stats",
+    "test_analysis_warmup", "test_bench_report", "test_churn_schedule", "test_cli",
+    "test_faults_fast", "test_jit_cache", "test_join_contacts", "test_jvm_archive",
     "test_logs", "test_ngc2001", "test_pastry_ids", "test_report", "test_scale_out",
     "test_scenarios_config", "test_topology", "test_topology_baselines",
     "test_topology_copies", "test_topology_loaders", "test_topology_transit_stub"}
