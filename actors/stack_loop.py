@@ -2,9 +2,10 @@
 
 One numba kernel (:func:`run_cells`, emulator/window.py's contract) that takes each pass
 whose runs are all of Pastry's or Scribe's compiled types: Pastry's runs first
-(``actors.pastry.cell_loop.take_runs``), then Scribe's (``actors.scribe.cell_loop
-.take_runs``), as ``Pastry.handle_runs`` hands them on. Composed here, statically, so
-numba caches it (a handler passed as a value would be compiled again in every process).
+(``actors.pastry.handler_kernels.on_runs``, then ``actors.pastry.cell_loop.took_runs``),
+then Scribe's (``actors.scribe.cell_loop.take_runs``), as ``Pastry.handle_runs`` hands
+them on. Composed here, statically, so numba caches it (a handler passed as a value would
+be compiled again in every process).
 
 Between the two parts the pass's changed leaf sets mark Scribe's rendezvous points
 stale, which is what the ``new_leafs`` upcall does after Pastry's runs in the Python loop
@@ -17,6 +18,7 @@ import numba
 import numpy as np
 
 from actors.pastry import cell_loop as pastry_loop
+from actors.pastry.handler_kernels import on_runs
 from actors.scribe import cell_loop as scribe_loop
 from emulator import window
 from emulator.kernels import TYPE_OFFSET
@@ -31,19 +33,28 @@ def run_cells(end, eng, taken, app_type, rows_per, ints_per, pastry_args, scribe
     part. Returns (status, the pass handed back, its payload, whether it is in dispatch
     order, the run declined, sends written, payload cursor). O(the handlers' work + cells
     scanned)."""
-    route_log = pastry_args[pastry_loop.ARG_ROUTE_LOG]
-    pastry_stats = pastry_args[pastry_loop.ARG_STATS]
-    delivered = scribe_args[scribe_loop.ARG_DELIVERED]
-    scribe_stats = scribe_args[scribe_loop.ARG_STATS]
+    # taken apart once: a call takes a reference to every array it is passed, and a tuple
+    # spread into a call (``*args``) is first copied, a reference to each of its arrays
+    # more (emulator/window.py)
+    (delta, meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, local_index, alive,
+     seq, n_nodes, sent_counts, node_shard, n_shards, shard, out, pool, log_messages, log,
+     outbox, outbox_shard, outbox_pay, new_types, c) = eng
+    (acks_off, learn, joins, seed, draws, run_rows, joined_room, tables, route_log,
+     changed_mask, changed, pastry_stats, runs_taken) = pastry_args
+    s_hr, s_rdist, s_lan = tables
+    state, factors, s_tables, delivered, scribe_stats = scribe_args
     # typed values, not literals: a literal argument is a further compile of the callee
     cell = np.int64(0)
+    first = np.int64(0)
     in_cell = np.bool_(False)   # a further pass of ``cell`` is due (zero-delay self-messages)
     cursor = np.zeros(2, np.int64)
     while True:
         room = min(len(route_log) - pastry_stats[pastry_loop.N_ROUTE_LOG],
                    len(delivered) - scribe_stats[scribe_loop.N_DELIVERED])
         status, cell, m, payload, ordered, bounds, li = window.begin_pass(
-            eng, end, cell, in_cell, taken, rows_per, ints_per, 1, room)
+            end, cell, in_cell, taken, rows_per, ints_per, 1, room, meta, free, heap_t,
+            heap_s, poff, plen, pay, head, nxt, rows, delta, local_index, alive, out, pool,
+            log, outbox, outbox_pay, c)
         if status >= 0:
             return status, m, payload, ordered, 0, 0, 0
         n_runs = len(bounds) - 1
@@ -52,19 +63,28 @@ def run_cells(end, eng, taken, app_type, rows_per, ints_per, pastry_args, scribe
             split += 1
         cursor[:] = 0
         if split > 0:
-            done, nodes = pastry_loop.take_runs(m, payload, li, bounds, np.int64(0), split, eng.out,
-                                                eng.pool, cursor, *pastry_args)
+            done, probes, nodes, plog, joined, k, pos = on_runs(
+                m, payload, li, bounds, first, split, acks_off, learn, joins, seed, draws,
+                run_rows, joined_room, out, pool, np.int64(0), s_hr, s_rdist, s_lan)
+            cursor[0] = k
+            cursor[1] = pos
+            pastry_loop.took_runs(m, bounds, first, done, probes, nodes, plog, joined, route_log,
+                                  changed_mask, changed, pastry_stats, runs_taken)
             if done < split:
                 return window.PASS_PARTLY_DONE, m, payload, True, done, cursor[0], cursor[1]
             if mark_stale:
                 for x in nodes:
                     stale[x] = True
         if split < n_runs:
-            done, stop = scribe_loop.take_runs(m, li, bounds, split, n_runs, eng.out,
-                                               eng.pool, cursor, *scribe_args)
+            done, stop = scribe_loop.take_runs(m, li, bounds, split, n_runs, out, pool, cursor,
+                                               state, factors, s_tables, delivered,
+                                               scribe_stats)
             if stop:
                 return window.PASS_PARTLY_DONE, m, payload, True, done, cursor[0], cursor[1]
-        routed, in_cell = window.end_pass(eng, cursor[0], cursor[1])
+        routed, in_cell = window.end_pass(
+            cursor[0], cursor[1], c, out, pool, local_index, seq, n_nodes, sent_counts,
+            new_types, log_messages, log, n_shards, node_shard, shard, outbox, outbox_shard,
+            outbox_pay, meta, free, heap_t, heap_s, poff, plen, pay, rows, head, nxt, delta)
         if not routed:
             return window.PASS_UNROUTED, m, payload, True, n_runs, cursor[0], cursor[1]
 

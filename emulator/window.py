@@ -6,11 +6,10 @@ instead of one Python round per cell (``ShardEngine.advance``; docs/ARCHITECTURE
 handlers statically (numba caches it; a handler passed as a value would be compiled again
 in every process), and is built from these primitives, which carry every engine rule:
 
-- :func:`next_cell` / :func:`pop_cell`: the next busy cell, and its due messages in
-  dispatch order (the queue's own compiled pop);
-- :func:`plan_cell`: the cell's runs and local indices, whether the loop may take it all
-  (only types it has a handler for, every destination alive, room for the most its
-  handlers may send);
+- :func:`begin_pass`: the next busy cell, its due messages in dispatch order (the
+  queue's own compiled pop), their runs and local indices, and whether the loop may take
+  them all (only types it has a handler for, every destination alive, room for the most
+  its handlers may send);
 - :func:`end_pass`: the pass's sends stamped (``kernels.stamp_records``), their hops
   logged, each routed to the queue or to the outbox of its shard.
 
@@ -93,16 +92,12 @@ def engine_arrays(engine, buffers: LoopBuffers) -> EngineArrays:
         buffers.outbox_pay, buffers.new_types, buffers.counts)
 
 
-# The primitives below take the few engine arrays each reads, not ``eng``: a compiled call
-# takes a reference to every array it is passed (an atomic count up, and down at its end),
-# and ``eng`` holds 28 of them, which passed down at every level would be most of a pass's
-# fixed cost. Only :func:`begin_pass` and :func:`end_pass`, the loop's calls, take ``eng``.
-
-@numba.njit(cache=True)
-def next_cell(meta, heap_t, head, nxt, rows, delta):
-    """The cell of the earliest pending message, NEVER when none. O(cells scanned)."""
-    return next_pending(meta, heap_t, head, nxt, rows, delta, np.bool_(False))
-
+# A compiled call takes a reference to every array it is passed (an atomic count up at its
+# start, and down at its end), and so does every read of an array out of a tuple: with
+# sparse traffic those counts are most of a pass's fixed cost. So the loop takes ``eng``
+# apart once per call, and the two calls of a pass, :func:`begin_pass` and
+# :func:`end_pass`, take the arrays they use as plain arguments and do their steps in
+# their own bodies rather than in further calls.
 
 @numba.njit(cache=True)
 def cell_taken(end, meta, heap_t, heap_s, head, nxt, rows, delta, local_index, alive, taken):
@@ -153,167 +148,131 @@ def _takes(r, local_index, alive, taken):
 
 
 @numba.njit(cache=True)
-def pop_cell(meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, delta, counts,
-             cell):
-    """Every message due before the end of ``cell``, taken out of the queue (its arrays,
-    ``EngineArrays``' fields of those names): (records, their packed payload, whether
-    they are in dispatch order). A pass of more than ``kernels.SORT_MAX`` rows is not
-    sorted here (the engine sorts it). O(k log k)."""
-    slots, payload, offsets = pop_slots((cell + 1) * delta, meta, free, heap_t, heap_s,
-                                        poff, plen, pay, head, nxt, rows, delta, np.bool_(True))
+def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_room, meta,
+               free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, delta, local_index,
+               alive, out, pool, log, outbox, outbox_pay, c):
+    """A loop's next pass (the arrays: ``EngineArrays``' fields of those names, ``c`` its
+    ``counts``): the next busy cell before ``end`` unless a further pass of ``cell`` is due
+    (``in_cell``), and every message due before that cell's end taken out of the queue
+    (the queue's compiled pop, in dispatch order; a pass of more than
+    ``kernels.SORT_MAX`` rows is not sorted here: the engine sorts it). The loop's
+    handlers may take the pass whole when every type has one (``taken[type +
+    TYPE_OFFSET]``), every destination is alive, and the most they may send --
+    ``rows_per[type]`` records a message (a factor: a run of n lends ``int(rows_per[type]
+    * n)``) and ``ints_per[type]`` payload ints -- fits the send buffer (``out``,
+    ``pool``), the queue (``meta``, ``pay``) and the loop's buffers (else the room asked is
+    noted in ``c`` for the engine, which grows them before it processes the pass), and
+    ``extra_rows`` rows a message of the stack's own buffers fit the ``extra_room`` free.
+    Returns (status: WINDOW_DONE, CELL_HANDED_BACK or -1 for a pass to take, the cell,
+    the pass, its payload, whether it is in dispatch order, the start of every run of a
+    type then len(pass), each row's local index). O(k log k) for a pass of k, + cells
+    scanned."""
+    d = delta
+    if not in_cell:
+        cell = next_pending(meta, heap_t, head, nxt, rows, d, np.bool_(False))
+        if cell == NEVER or cell * d >= end:
+            return WINDOW_DONE, cell, np.empty(0, rows.dtype), np.empty(0, np.int32), \
+                True, np.zeros(1, np.int64), np.empty(0, np.int64)
+        c[NOW] = cell * d
+        c[CELL_END] = cell * d + d
+        c[N_CELLS] += 1
+    slots, payload, offsets = pop_slots((cell + 1) * d, meta, free, heap_t, heap_s, poff,
+                                        plen, pay, head, nxt, rows, d, np.bool_(True))
     k = len(slots)
     m = np.empty(k, rows.dtype)
     for i in range(k):
         m[i] = rows[slots[i]]
         m[i]["pay_off"] = offsets[i]
-    counts[N_EVENTS] += k
-    return m, payload, k <= kernels.SORT_MAX
-
-
-@numba.njit(cache=True)
-def plan_cell(local_index, alive, m, taken, rows_per, ints_per):
-    """Whether a loop's handlers may take the pass ``m`` (in dispatch order) whole: every
-    type has one (``taken[type + TYPE_OFFSET]``) and every destination is alive. Returns
-    (ok, start of every run of a type then len(m), each row's local index, the most the
-    handlers may send: ``rows_per[type]`` records (a factor: a run of n lends
-    ``int(rows_per[type] * n)``) and ``ints_per[type]`` payload ints a message).
-    O(len(m))."""
-    bounds, li, all_alive = kernels.cell_runs(m["type"], m["dst"], local_index, alive)
-    rows = 0
-    ints = 0
-    if not all_alive:
-        return False, bounds, li, rows, ints
-    for r in range(len(bounds) - 1):
-        t = np.int64(m[bounds[r]]["type"])
-        if t < 0 or t >= len(rows_per) or not taken[t + kernels.TYPE_OFFSET]:
-            return False, bounds, li, rows, ints
-        n = bounds[r + 1] - bounds[r]
-        rows += np.int64(rows_per[t] * n)
-        ints += ints_per[t] * n
-    return True, bounds, li, rows, ints
-
-
-@numba.njit(cache=True)
-def has_room(out, pool, meta, pay, log, outbox, outbox_pay, c, rows, ints):
-    """Whether ``rows`` sends with ``ints`` payload ints fit the send buffer (``out``,
-    ``pool``), the queue (``meta``, ``pay``) and the loop's buffers (``c``: the counts);
-    if not, the room asked is noted for the engine (which grows them before it processes
-    the pass). O(1)."""
-    if rows > len(out) or ints > len(pool) or rows > meta[1] \
-            or meta[2] + ints > len(pay) or c[N_LOG] + rows > len(log) \
-            or c[N_OUT] + rows > len(outbox) or c[N_OUT_PAY] + ints > len(outbox_pay):
-        c[ROOM_ROWS] = rows
-        c[ROOM_INTS] = ints
-        return False
-    return True
-
-
-@numba.njit(cache=True)
-def begin_pass(eng, end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_room):
-    """A loop's next pass: the next busy cell before ``end`` unless a further pass of
-    ``cell`` is due (``in_cell``), its messages popped (:func:`pop_cell`) and planned
-    (:func:`plan_cell`, :func:`has_room`; ``extra_rows`` rows a message of the stack's own
-    buffers, with ``extra_room`` of them free). Returns (status: WINDOW_DONE,
-    CELL_HANDED_BACK or -1 for a pass to take, the cell, the pass, its payload, whether
-    it is in dispatch order, its run bounds, local indices). O(len(pass) + cells
-    scanned)."""
-    c = eng.counts
-    d = eng.delta
-    if not in_cell:
-        cell = next_cell(eng.meta, eng.heap_t, eng.head, eng.nxt, eng.rows, d)
-        if cell == NEVER or cell * d >= end:
-            return WINDOW_DONE, cell, np.empty(0, eng.rows.dtype), np.empty(0, np.int32), \
-                True, np.zeros(1, np.int64), np.empty(0, np.int64)
-        c[NOW] = cell * d
-        c[CELL_END] = cell * d + d
-        c[N_CELLS] += 1
-    m, payload, ordered = pop_cell(eng.meta, eng.free, eng.heap_t, eng.heap_s, eng.poff,
-                                   eng.plen, eng.pay, eng.head, eng.nxt, eng.rows, d, c, cell)
-    if not ordered:
+    c[N_EVENTS] += k
+    if k > kernels.SORT_MAX:
         return CELL_HANDED_BACK, cell, m, payload, False, np.zeros(1, np.int64), \
             np.empty(0, np.int64)
-    ok, bounds, li, rows, ints = plan_cell(eng.local_index, eng.alive, m, taken, rows_per,
-                                           ints_per)
-    if ok and not has_room(eng.out, eng.pool, eng.meta, eng.pay, eng.log, eng.outbox,
-                           eng.outbox_pay, c, rows, ints):
+    bounds, li, ok = kernels.cell_runs(m["type"], m["dst"], local_index, alive)
+    n_rows = 0
+    n_ints = 0
+    if ok:
+        for r in range(len(bounds) - 1):
+            t = np.int64(m[bounds[r]]["type"])
+            if t < 0 or t >= len(rows_per) or not taken[t + kernels.TYPE_OFFSET]:
+                ok = False
+                break
+            n = bounds[r + 1] - bounds[r]
+            n_rows += np.int64(rows_per[t] * n)
+            n_ints += ints_per[t] * n
+    if ok and (n_rows > len(out) or n_ints > len(pool) or n_rows > meta[1]
+               or meta[2] + n_ints > len(pay) or c[N_LOG] + n_rows > len(log)
+               or c[N_OUT] + n_rows > len(outbox) or c[N_OUT_PAY] + n_ints > len(outbox_pay)):
+        c[ROOM_ROWS] = n_rows
+        c[ROOM_INTS] = n_ints
         ok = False
-    if ok and extra_rows * len(m) > extra_room:
-        c[ROOM_EXTRA] = extra_rows * len(m)
+    if ok and extra_rows * k > extra_room:
+        c[ROOM_EXTRA] = extra_rows * k
         ok = False
     return (-1 if ok else CELL_HANDED_BACK), cell, m, payload, True, bounds, li
 
 
 @numba.njit(cache=True)
-def end_pass(eng, k, pos):
-    """Route a taken pass's ``k`` sends (records ``eng.out[:k]``, payload
-    ``eng.pool[:pos]``): stamp them, log their hops, push this shard's into the queue and
-    the others' into the outbox (what ``ShardEngine._route`` does; :func:`plan_cell` made
-    room). Returns (routed: False when the stamping refused them -- a bad source or
-    destination, nothing stamped --, whether another pass of the cell is due: a send due
-    in it). O(k + payload)."""
-    c = eng.counts
-    if k > 0:
-        routed, earliest = _route(eng, k, pos)
-        if not routed:
-            return False, False
-        if earliest < c[CELL_END]:
-            return True, True
-    c[DONE_UNTIL] = c[CELL_END]
-    return True, False
-
-
-@numba.njit(cache=True)
-def _route(eng, k, pos):
-    """:func:`end_pass`'s routing of ``k`` > 0 sends: (whether the stamping took them, the
-    earliest time sent)."""
-    c = eng.counts
-    m = eng.out[:k]
+def end_pass(k, pos, c, out, pool, local_index, seq, n_nodes, sent_counts, new_types,
+             log_messages, log, n_shards, node_shard, shard, outbox, outbox_shard, outbox_pay,
+             meta, free, heap_t, heap_s, poff, plen, pay, rows, head, nxt, delta):
+    """Route a taken pass's ``k`` sends (records ``out[:k]``, payload ``pool[:pos]``; the
+    other arrays: ``EngineArrays``' fields of those names, ``c`` its ``counts``): stamp
+    them, log their hops, push this shard's into the queue and the others' into the
+    outbox (what ``ShardEngine._route`` does; :func:`begin_pass` made room). Returns
+    (routed: False when the stamping refused them -- a bad source or destination, nothing
+    stamped --, whether another pass of the cell is due: a send due in it). O(k +
+    payload)."""
+    if k == 0:
+        c[DONE_UNTIL] = c[CELL_END]
+        return True, False
+    m = out[:k]
     late, bad_src, bad_dst, earliest, _, new_type = kernels.stamp_records(
-        m, eng.local_index, eng.seq, eng.n_nodes, c[NOW], eng.sent_counts)
+        m, local_index, seq, n_nodes, c[NOW], sent_counts)
     if bad_src >= 0 or bad_dst >= 0:
-        return False, NEVER
+        return False, False
     c[LATE] += late
     if new_type:
-        _note_new_types(eng.sent_counts, eng.new_types, c, m)
-    if eng.log_messages:
+        _note_new_types(sent_counts, new_types, c, m)
+    if log_messages:
         n = c[N_LOG]
         for i in range(k):
             if m[i]["src"] != m[i]["dst"]:
-                eng.log[n] = m[i]
+                log[n] = m[i]
                 n += 1
         c[N_LOG] = n
-    payload = eng.pool[:pos]
-    if eng.n_shards == 1:
-        push_slots(m, np.bool_(True), pos > 0, payload, eng.meta, eng.free, eng.heap_t, eng.heap_s,
-                   eng.poff, eng.plen, eng.pay, eng.rows, eng.head, eng.nxt, eng.delta)
-        return True, earliest
-    order, starts, shards = kernels.rows_by_shard(m["dst"], eng.node_shard, eng.n_shards)
-    me = eng.shard
-    for s in shards:
-        part = np.empty(starts[s + 1] - starts[s], m.dtype)
-        for i in range(len(part)):
-            part[i] = m[order[starts[s] + i]]
-        if s == me:
-            push_slots(part, np.bool_(True), pos > 0, payload, eng.meta, eng.free, eng.heap_t,
-                       eng.heap_s, eng.poff, eng.plen, eng.pay, eng.rows, eng.head, eng.nxt,
-                       eng.delta)
-            continue
-        n = c[N_OUT]
-        used = c[N_OUT_PAY]
-        for i in range(len(part)):
-            r = part[i]
-            ln = r["pay_len"]
-            o = r["pay_off"]
-            for j in range(ln):
-                eng.outbox_pay[used + j] = payload[o + j]
-            eng.outbox[n] = r
-            eng.outbox[n]["pay_off"] = used
-            eng.outbox_shard[n] = s
-            used += ln
-            n += 1
-        c[N_OUT] = n
-        c[N_OUT_PAY] = used
-    return True, earliest
+    payload = pool[:pos]
+    if n_shards == 1:
+        push_slots(m, np.bool_(True), pos > 0, payload, meta, free, heap_t, heap_s, poff, plen,
+                   pay, rows, head, nxt, delta)
+    else:
+        order, starts, shards = kernels.rows_by_shard(m["dst"], node_shard, n_shards)
+        for s in shards:
+            part = np.empty(starts[s + 1] - starts[s], m.dtype)
+            for i in range(len(part)):
+                part[i] = m[order[starts[s] + i]]
+            if s == shard:
+                push_slots(part, np.bool_(True), pos > 0, payload, meta, free, heap_t, heap_s,
+                           poff, plen, pay, rows, head, nxt, delta)
+                continue
+            n = c[N_OUT]
+            used = c[N_OUT_PAY]
+            for i in range(len(part)):
+                r = part[i]
+                ln = r["pay_len"]
+                o = r["pay_off"]
+                for j in range(ln):
+                    outbox_pay[used + j] = payload[o + j]
+                outbox[n] = r
+                outbox[n]["pay_off"] = used
+                outbox_shard[n] = s
+                used += ln
+                n += 1
+            c[N_OUT] = n
+            c[N_OUT_PAY] = used
+    if earliest < c[CELL_END]:
+        return True, True
+    c[DONE_UNTIL] = c[CELL_END]
+    return True, False
 
 
 @numba.njit(cache=True)

@@ -1,12 +1,12 @@
 """Pastry's part of a compiled cell loop, and the loop of Pastry alone.
 
 The engine's rules (which cell is next, the dispatch order, stamping, the hop log, routing
-to the queue or an outbox) are emulator/window.py's primitives; :func:`take_runs` is what
-Pastry does with a pass's runs of its compiled types (:func:`handler_kernels.on_runs`, its
-route-log rows, probes, joins and changed leaf sets gathered), and :func:`run_cells` the
-loop of a stack of Pastry alone. A stack with an application composes ``take_runs`` with
-the application's own in a loop of its own module (actors/stack_loop.py), so numba
-compiles and caches each loop as one function.
+to the queue or an outbox) are emulator/window.py's primitives; what Pastry does with a
+pass's runs of its compiled types is :func:`handler_kernels.on_runs`, then
+:func:`took_runs` (its route-log rows, probes, joins and changed leaf sets gathered), and
+:func:`run_cells` is the loop of a stack of Pastry alone. A stack with an application
+composes these with the application's own in a loop of its own module
+(actors/stack_loop.py), so numba compiles and caches each loop as one function.
 """
 
 from __future__ import annotations
@@ -29,24 +29,15 @@ ARG_ROUTE_LOG, ARG_STATS = 8, 11
 
 
 @numba.njit(cache=True)
-def take_runs(m, payload, li, bounds, first, last, out, pool, cursor, acks_off, learn, joins, seed,
-              draws, run_rows, joined_room, tables, route_log, changed_mask, changed, stats,
-              runs_taken):
-    """Runs ``first..last-1`` of a pass (Pastry's compiled types, live nodes) by
-    :func:`handler_kernels.on_runs`, their sends in ``out`` (the engine's ``eng.out``) from
-    record ``cursor[0]`` and ``pool`` (``eng.pool``) from int ``cursor[1]`` on (both
-    advanced; the two arrays, not ``eng``: each array passed costs a reference count):
-    ``learn`` the state arrays of ``PastryNodes.learn_inputs``, ``joins``
-    ``JoinProtocol.run_inputs``, ``tables`` the latency tables of the sends. The route-log
-    rows go to ``route_log``, the nodes whose leaf set changed are marked once in
-    ``changed_mask`` and listed in ``changed`` (those of this call returned too), probes
-    and joins are counted in ``stats``, the runs taken by type in ``runs_taken``. Returns
-    (the first run not taken, the changed nodes). O(the handlers' work)."""
-    done, probes, nodes, log, joined, k, pos = on_runs(
-        m, payload, li, bounds, first, last, acks_off, *learn, *joins, seed, draws,
-        run_rows, joined_room, out[cursor[0]:], pool, cursor[1], *tables)
-    cursor[0] += k
-    cursor[1] = pos
+def took_runs(m, bounds, first, done, probes, nodes, log, joined, route_log, changed_mask,
+              changed, stats, runs_taken):
+    """What a loop gathers of runs ``first..done-1`` of a pass that
+    :func:`handler_kernels.on_runs` took (its results ``probes``, ``nodes``, ``log``,
+    ``joined``): the route-log rows to ``route_log``, the nodes whose leaf set changed
+    marked once in ``changed_mask`` and listed in ``changed``, probes and joins counted in
+    ``stats``, the runs taken by type in ``runs_taken``. (The loop calls ``on_runs``
+    itself, with its own arrays: a call between them would take a reference to each of
+    them again.) O(runs + log rows + nodes)."""
     n = stats[N_ROUTE_LOG]
     for i in range(len(log)):
         route_log[n + i] = log[i]
@@ -62,7 +53,6 @@ def take_runs(m, payload, li, bounds, first, last, out, pool, cursor, acks_off, 
             changed[n] = x
             n += 1
     stats[N_CHANGED] = n
-    return done, nodes
 
 
 @numba.njit(cache=True)
@@ -70,33 +60,45 @@ def run_cells(end, eng, taken, rows_per, ints_per, acks_off, learn, joins, seed,
               run_rows, joined_room, tables, route_log, changed_mask, changed, stats,
               runs_taken):
     """The cells before ``end`` of a stack of Pastry alone (emulator/window.py's
-    contract): each pass whose runs are all ``taken`` by :func:`take_runs`. Returns
+    contract): each pass whose runs are all ``taken`` by :func:`handler_kernels.on_runs`
+    (:func:`took_runs` after it). Returns
     (status, the pass handed back, its payload, whether it is in dispatch order, the run
     declined, sends written, payload cursor). O(the handlers' work + cells scanned)."""
+    # taken apart once: a call takes a reference to every array it is passed
+    # (emulator/window.py)
+    (delta, meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, local_index, alive,
+     seq, n_nodes, sent_counts, node_shard, n_shards, shard, out, pool, log_messages, log,
+     outbox, outbox_shard, outbox_pay, new_types, c) = eng
+    s_hr, s_rdist, s_lan = tables
     # typed values, not literals: a literal argument is a further compile of the callee
     cell = np.int64(0)
+    first = np.int64(0)
     in_cell = np.bool_(False)   # a further pass of ``cell`` is due (zero-delay self-messages)
-    cursor = np.zeros(2, np.int64)
     while True:
         status, cell, m, payload, ordered, bounds, li = window.begin_pass(
-            eng, end, cell, in_cell, taken, rows_per, ints_per, 1,
-            len(route_log) - stats[N_ROUTE_LOG])
+            end, cell, in_cell, taken, rows_per, ints_per, 1, len(route_log) - stats[N_ROUTE_LOG],
+            meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, delta, local_index,
+            alive, out, pool, log, outbox, outbox_pay, c)
         if status >= 0:
             return status, m, payload, ordered, 0, 0, 0
         n_runs = len(bounds) - 1
-        cursor[:] = 0
-        done, _ = take_runs(m, payload, li, bounds, np.int64(0), n_runs, eng.out, eng.pool, cursor,
-                            acks_off, learn, joins, seed, draws, run_rows, joined_room,
-                            tables, route_log, changed_mask, changed, stats, runs_taken)
+        done, probes, nodes, plog, joined, k, pos = on_runs(
+            m, payload, li, bounds, first, n_runs, acks_off, learn, joins, seed, draws,
+            run_rows, joined_room, out, pool, np.int64(0), s_hr, s_rdist, s_lan)
+        took_runs(m, bounds, first, done, probes, nodes, plog, joined, route_log, changed_mask,
+                  changed, stats, runs_taken)
         if done < n_runs:
-            return window.PASS_PARTLY_DONE, m, payload, True, done, cursor[0], cursor[1]
-        routed, in_cell = window.end_pass(eng, cursor[0], cursor[1])
+            return window.PASS_PARTLY_DONE, m, payload, True, done, k, pos
+        routed, in_cell = window.end_pass(
+            k, pos, c, out, pool, local_index, seq, n_nodes, sent_counts,
+            new_types, log_messages, log, n_shards, node_shard, shard, outbox, outbox_shard,
+            outbox_pay, meta, free, heap_t, heap_s, poff, plen, pay, rows, head, nxt, delta)
         if not routed:
-            return window.PASS_UNROUTED, m, payload, True, done, cursor[0], cursor[1]
+            return window.PASS_UNROUTED, m, payload, True, done, k, pos
 
 
 class PastryLoopPart:
-    """The Python side of :func:`take_runs` for a shard's :class:`Pastry`: its buffers,
+    """The Python side of a loop's Pastry part for a shard's :class:`Pastry`: its buffers,
     the inputs of a loop call, and what a call gathered moved to the shard's logs,
     counters and application. ``taken``: the types it takes; ``run_room``:
     ``handler_kernels.run_room``."""
@@ -118,8 +120,8 @@ class PastryLoopPart:
         self.runs_taken = np.zeros(size, np.int64)
 
     def inputs(self, ctx) -> tuple:
-        """:func:`take_runs`'s arguments after the cursor (read at each call: a restore
-        replaces the arrays)."""
+        """The loop's Pastry arguments (read at each call: a restore replaces the
+        arrays)."""
         p = self.pastry
         self.stats[:] = 0
         # (ARG_ROUTE_LOG, ARG_STATS: the positions of route_log and stats)

@@ -851,12 +851,8 @@ def _more_log(log, rows):
 
 
 @numba.njit(cache=True)
-def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard, failed,
-            nbr, nbr_keys, nbr_known, global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan,
-            joined_flags, nbrs_got, rows_expected, rows_got, incarnation, keepalive_us,
-            refresh_us, refresh_until, refresh_rounds, table_us, exchange_rows,
-            req_max_retries, req_retry_us, seed, draws, run_rows, joined_rows, out, pool,
-            cursor, s_hr, s_rdist, s_lan):
+def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, seed, draws,
+            run_rows, joined_rows, out, pool, cursor, s_hr, s_rdist, s_lan):
     """Runs ``first..last-1`` of a cell pass (``m`` the pass's records in dispatch order,
     run r = rows ``bounds[r]:bounds[r + 1]``, one message type each, every type one of
     :data:`RUN_TYPES`), each handled by the kernels its handler calls (:func:`on_join_start`,
@@ -879,7 +875,15 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, rt, members, heard
     (``run_rows[type]`` its rows per message, ``joined_rows`` :func:`joined_room`), not
     zeroed: each run zeroes the rows it may write before its kernel, and a join piece's
     run only those of the nodes it completes (its bound, a whole join's sends per piece,
-    is ~7 times what the pieces write). O(sum of the kernels' costs)."""
+    is ~7 times what the pieces write). ``learn``: ``PastryNodes.learn_inputs``, ``joins``:
+    ``JoinProtocol.run_inputs`` (tuples, taken apart here: a tuple spread into a call is
+    copied first, a reference count more for each of its arrays). O(sum of the kernels'
+    costs)."""
+    rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, ids_hi, ids_lo, b, \
+        half, hr, rdist, lan = learn
+    joined_flags, nbrs_got, rows_expected, rows_got, incarnation, keepalive_us, refresh_us, \
+        refresh_until, refresh_rounds, table_us, exchange_rows, req_max_retries, \
+        req_retry_us = joins
     changed_nodes = np.empty(len(m), np.int64)
     n_changed = 0
     probes = 0

@@ -311,7 +311,7 @@ class Pastry:
             ints += per_id * n
         done, probes, changed, log, joined = ctx.send_compiled(
             rows, ints, handler_kernels.on_runs, m, payload, local, bounds, first, last,
-            not self.acks.enabled, *self.nodes.learn_inputs(ctx), *self.join.run_inputs(),
+            not self.acks.enabled, self.nodes.learn_inputs(ctx), self.join.run_inputs(),
             *ctx.rng_state(), self._run_rows, self._joined_room, zeroed=False)
         if len(log):
             ctx.log_records("route", log, ROUTE_LOG_COLUMNS)
