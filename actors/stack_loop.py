@@ -43,6 +43,7 @@ def run_cells(end, eng, taken, app_type, rows_per, ints_per, pastry_args, scribe
      changed_mask, changed, pastry_stats, runs_taken) = pastry_args
     s_hr, s_rdist, s_lan = tables
     state, factors, s_tables, delivered, scribe_stats = scribe_args
+    sizes = window.buffer_sizes(out, pool, log, outbox, outbox_pay)
     # typed values, not literals: a literal argument is a further compile of the callee
     cell = np.int64(0)
     first = np.int64(0)
@@ -53,8 +54,7 @@ def run_cells(end, eng, taken, app_type, rows_per, ints_per, pastry_args, scribe
                    len(delivered) - scribe_stats[scribe_loop.N_DELIVERED])
         status, cell, m, payload, ordered, bounds, li = window.begin_pass(
             end, cell, in_cell, taken, rows_per, ints_per, 1, room, meta, free, heap_t,
-            heap_s, poff, plen, pay, head, nxt, rows, delta, local_index, alive, out, pool,
-            log, outbox, outbox_pay, c)
+            heap_s, poff, plen, pay, head, nxt, rows, delta, local_index, alive, sizes, c)
         if status >= 0:
             return status, m, payload, ordered, 0, 0, 0
         n_runs = len(bounds) - 1

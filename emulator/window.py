@@ -148,25 +148,33 @@ def _takes(r, local_index, alive, taken):
 
 
 @numba.njit(cache=True)
+def buffer_sizes(out, pool, log, outbox, outbox_pay):
+    """The lengths :func:`begin_pass` checks room against (the send buffer ``out``,
+    ``pool``, the loop's ``log``, ``outbox``, ``outbox_pay``: none grows within a loop
+    call), as one tuple of ints, which costs no reference count. O(1)."""
+    return len(out), len(pool), len(log), len(outbox), len(outbox_pay)
+
+
+@numba.njit(cache=True)
 def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_room, meta,
                free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, delta, local_index,
-               alive, out, pool, log, outbox, outbox_pay, c):
+               alive, sizes, c):
     """A loop's next pass (the arrays: ``EngineArrays``' fields of those names, ``c`` its
-    ``counts``): the next busy cell before ``end`` unless a further pass of ``cell`` is due
-    (``in_cell``), and every message due before that cell's end taken out of the queue
+    ``counts``): the next busy cell before ``end`` unless a further pass of ``cell`` is
+    due (``in_cell``), and every message due before that cell's end taken out of the queue
     (the queue's compiled pop, in dispatch order; a pass of more than
     ``kernels.SORT_MAX`` rows is not sorted here: the engine sorts it). The loop's
     handlers may take the pass whole when every type has one (``taken[type +
     TYPE_OFFSET]``), every destination is alive, and the most they may send --
     ``rows_per[type]`` records a message (a factor: a run of n lends ``int(rows_per[type]
-    * n)``) and ``ints_per[type]`` payload ints -- fits the send buffer (``out``,
-    ``pool``), the queue (``meta``, ``pay``) and the loop's buffers (else the room asked is
-    noted in ``c`` for the engine, which grows them before it processes the pass), and
-    ``extra_rows`` rows a message of the stack's own buffers fit the ``extra_room`` free.
-    Returns (status: WINDOW_DONE, CELL_HANDED_BACK or -1 for a pass to take, the cell,
-    the pass, its payload, whether it is in dispatch order, the start of every run of a
-    type then len(pass), each row's local index). O(k log k) for a pass of k, + cells
-    scanned."""
+    * n)``) and ``ints_per[type]`` payload ints -- fits the send buffer, the queue
+    (``meta``, ``pay``) and the loop's buffers (their lengths: ``sizes``,
+    :func:`buffer_sizes`; else the room asked is noted in ``c`` for the engine, which
+    grows them before it processes the pass), and ``extra_rows`` rows a message of the
+    stack's own buffers fit the ``extra_room`` free. Returns (status: WINDOW_DONE,
+    CELL_HANDED_BACK or -1 for a pass to take, the cell, the pass, its payload, whether it
+    is in dispatch order, the start of every run of a type then len(pass), each row's
+    local index). O(k log k) for a pass of k, + cells scanned."""
     d = delta
     if not in_cell:
         cell = next_pending(meta, heap_t, head, nxt, rows, d, np.bool_(False))
@@ -199,9 +207,10 @@ def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_
             n = bounds[r + 1] - bounds[r]
             n_rows += np.int64(rows_per[t] * n)
             n_ints += ints_per[t] * n
-    if ok and (n_rows > len(out) or n_ints > len(pool) or n_rows > meta[1]
-               or meta[2] + n_ints > len(pay) or c[N_LOG] + n_rows > len(log)
-               or c[N_OUT] + n_rows > len(outbox) or c[N_OUT_PAY] + n_ints > len(outbox_pay)):
+    n_out, n_pool, n_log, n_outbox, n_outbox_pay = sizes
+    if ok and (n_rows > n_out or n_ints > n_pool or n_rows > meta[1]
+               or meta[2] + n_ints > len(pay) or c[N_LOG] + n_rows > n_log
+               or c[N_OUT] + n_rows > n_outbox or c[N_OUT_PAY] + n_ints > n_outbox_pay):
         c[ROOM_ROWS] = n_rows
         c[ROOM_INTS] = n_ints
         ok = False

@@ -282,7 +282,7 @@ class Scribe:
                 rows += room.rows(int(m["type"][bounds[q]]), bounds[q + 1] - bounds[q])
             done, status, need, no_state, looping, delivered, ticks_for = \
                 self.messenger.run_compiled(ctx, rows, handler_kernels.on_runs, m, local,
-                                            bounds, r, last, *state)
+                                            bounds, r, last, state)
             if status == handler_kernels.MORE_ROOM:
                 room.asked(int(m["type"][bounds[done]]), need,
                            bounds[done + 1] - bounds[done])

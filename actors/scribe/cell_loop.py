@@ -41,8 +41,8 @@ def take_runs(m, li, bounds, first, last, out, pool, cursor, state, factors, tab
         rows += np.int64(factors[m[bounds[q]]["type"]] * (bounds[q + 1] - bounds[q]))
     k0 = cursor[0]
     done, status, need, no_state, looping, rows_delivered, ticks_for, w, pos = on_runs(
-        m, li, bounds, first, last, *state, out[k0:k0 + rows], pool, cursor[1],
-        *tables)
+        m, li, bounds, first, last, state, out[k0:k0 + rows], pool, cursor[1], tables[0],
+        tables[1], tables[2])
     cursor[0] = k0 + w
     cursor[1] = pos
     if no_state >= 0:

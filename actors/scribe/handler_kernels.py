@@ -538,12 +538,7 @@ def on_routed_joins(m, li, here, next_hop, six, n_groups, slot_size, eix, n_node
 
 
 @numba.njit(cache=True)
-def on_runs(m, local, bounds, first, last, ticking, node_ids, six, eix, n_groups,
-            n_nodes, max_hops, active, root, parent, member, last_heard, last_seq, last_sent,
-            slot_node, n_children, node_children, group, join_cred, valid, child, refresh,
-            e_slot, e_cred, key_hi, key_lo, stale, period, silent_after, stale_after,
-            data_type, tick_type, heartbeat_type, refresh_type, leave_type, rejoin_type,
-            acl, join_ack_type, out, pool, cursor, s_hr, s_rdist, s_lan):
+def on_runs(m, local, bounds, first, last, state, out, pool, cursor, s_hr, s_rdist, s_lan):
     """Runs ``first..last-1`` of a cell pass (``m`` its records in dispatch order, ``local``
     each row's local index, run r = rows ``bounds[r]`` to ``bounds[r + 1]``, all of one
     type: DATA, TICK, HEARTBEAT, REFRESH or JOIN_ACK) in one call, each by its kernel
@@ -557,7 +552,14 @@ def on_runs(m, local, bounds, first, last, ticking, node_ids, six, eix, n_groups
     Returns (first run not handled, its status -- DONE when none was refused --, the
     rows it asked for, the DATA run's no-state and hop-limit counts (-1: no DATA run
     handled), the delivered rows of m, the run whose nodes need timers or -1, rows
-    written, cursor). O(rows + children + sends)."""
+    written, cursor). ``state``: ``Scribe.runs_state`` (a tuple, taken apart here: a tuple
+    spread into a call is copied first, a reference count more for each of its arrays).
+    O(rows + children + sends)."""
+    ticking, node_ids, six, eix, n_groups, n_nodes, max_hops, active, root, parent, member, \
+        last_heard, last_seq, last_sent, slot_node, n_children, node_children, group, \
+        join_cred, valid, child, refresh, e_slot, e_cred, key_hi, key_lo, stale, period, \
+        silent_after, stale_after, data_type, tick_type, heartbeat_type, refresh_type, \
+        leave_type, rejoin_type, acl, join_ack_type = state
     w = 0
     status = DONE
     need = 0
