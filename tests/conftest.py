@@ -243,11 +243,47 @@ class RayHeadChild(BackgroundJob):
         return {"child": self.run([sys.executable, script, self.base], nice=10)}
 
 
+class WarmRun(BackgroundJob):
+    """`cli.py warm quick` on a copy of the session's kernel cache (hard links, so it costs
+    no copying) without the entries of two kernels, REMOVED: tests/test_warm.py checks
+    that the warm-up compiled and cached them again. A process of the session that loads a
+    kernel never writes into that copy; the warm-up writes new files (numba replaces a
+    cache file, it does not write into it), so the session's own cache is left as it was.
+    At low priority, with until the session's end."""
+
+    # (kernel source, cache entry prefix): the engine's and Scribe's, cheap to compile
+    REMOVED = (("emulator/kernels.py", "kernels.cell_runs-"),
+               ("actors/scribe/keyindex.py", "keyindex."))
+
+    def work(self) -> dict:
+        from emulator.jit_cache import KERNEL_CACHE_ENV, kernel_cache_dir
+
+        def link_or_copy(src, dst):
+            try:
+                os.link(src, dst)
+            except OSError:     # another filesystem
+                shutil.copy2(src, dst)
+
+        source = kernel_cache_dir()
+        root = self.base / "numba"
+        cache = root / source.name
+        shutil.copytree(source, cache, copy_function=link_or_copy)
+        removed = {}
+        for rel, prefix in self.REMOVED:
+            files = list((cache / Path(rel).parent).glob(f"{prefix}*.nb[ic]"))
+            for f in files:
+                f.unlink()
+            removed[prefix] = len(files)
+        res = self.run([sys.executable, ROOT / "cli.py", "warm", "quick"], timeout=900,
+                       env={KERNEL_CACHE_ENV: str(root)}, nice=10)
+        return {"res": res, "cache": str(cache), "removed": removed}
+
+
 # the background jobs by the fixture whose tests need them, in the order they run (a job
 # is queued when the session's first test starts, if a test of the session asks for its
 # fixture)
 BACKGROUND = {"quick_run": QuickRun, "cluster_child": ClusterChild,
-              "ray_head": RayHeadChild}
+              "ray_head": RayHeadChild, "warm_run": WarmRun}
 _jobs: dict[str, BackgroundJob] = {}
 _queue: list[BackgroundJob] = []
 _runner: threading.Thread | None = None

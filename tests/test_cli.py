@@ -237,29 +237,6 @@ def test_quick_scenario_end_to_end(quick_run, quick_reanalysed, tmp_path):
         assert after.get(key) == before.get(key), key
 
 
-@needs_scenarios
-@pytest.mark.slow
-def test_warm_runs_a_scenario_scaled_down_and_leaves_its_kernels_cached(warm_kernels):
-    """`cli.py warm` (what `make run` does once per machine) runs the scenario's phases
-    scaled down in shard actors and leaves their kernels in numba's cache (the project's,
-    emulator/jit_cache.py): two kernels' cache entries removed first (the engine's and
-    Scribe's, cheap to compile) are there again afterwards: the session's background
-    compile (tests/warm_kernels.py) has finished first, so that nothing else puts them
-    back. (That the first run after it then compiles nothing is measured in benchmarks,
-    not here.)"""
-    from emulator.jit_cache import kernel_cache_path
-    caches = [(kernel_cache_path(ROOT / "emulator" / "kernels.py"), "kernels.cell_runs-"),
-              (kernel_cache_path(ROOT / "actors" / "scribe" / "keyindex.py"), "keyindex.")]
-    for folder, prefix in caches:
-        for f in folder.glob(f"{prefix}*.nb[ic]"):
-            f.unlink()
-    res = run_cli("warm", "quick", timeout=900)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert "kernels of quick compiled and cached" in res.stdout
-    for folder, prefix in caches:
-        assert list(folder.glob(f"{prefix}*.nbi")), (folder, prefix)
-        assert list(folder.glob(f"{prefix}*.nbc")), (folder, prefix)
-
 
 def test_unexpected_error_is_one_line_exit_1_with_saved_traceback(tmp_path):
     run = tmp_path / "run"
