@@ -237,7 +237,6 @@ def test_quick_scenario_end_to_end(quick_run, quick_reanalysed, tmp_path):
         assert after.get(key) == before.get(key), key
 
 
-
 def test_unexpected_error_is_one_line_exit_1_with_saved_traceback(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
