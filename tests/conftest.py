@@ -17,6 +17,7 @@ _inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
 os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), *_inherited])
 
 
+import json  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
@@ -219,28 +220,40 @@ class QuickRun(BackgroundJob):
         return out
 
 
-class ClusterChild(BackgroundJob):
-    """tests/test_cluster_event_logs.py run as a script: its clusters' runs. Its processes
-    (Ray's nodes, Spark's executors) get a temporary directory of the job's own: the
-    executors of a cluster run copy topology files into theirs."""
+class ScriptChild(BackgroundJob):
+    """A test module run as a script: its ``__main__`` does the work and prints one JSON
+    line of what it found (``found()``). Its processes (Ray's nodes, Spark's executors)
+    get a temporary directory of the job's own, and run at priority ``NICE``."""
+
+    SCRIPT = ""
+    NICE = 0
 
     def work(self) -> dict:
-        script = ROOT / "tests" / "test_cluster_event_logs.py"
-        tmp = self.base / "tmp"
+        tmp = self.base / "child-tmp"
         tmp.mkdir(parents=True, exist_ok=True)
-        return {"child": self.run([sys.executable, script, self.base],
-                                  env={"TMPDIR": str(tmp)})}
+        return {"child": self.run([sys.executable, ROOT / "tests" / self.SCRIPT, self.base],
+                                  env={"TMPDIR": str(tmp)}, nice=self.NICE)}
+
+    def found(self) -> dict:
+        res = self.result()["child"]
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]
+        return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-class RayHeadChild(BackgroundJob):
-    """tests/test_ray_start_head.py run as a script: a `ray start --head` and the runs and
-    checks made on it. At low priority: it runs beside the session's multi-shard tests,
-    whose shards would otherwise wait for a core at every window, and it has until the
-    session's end."""
+class ClusterChild(ScriptChild):
+    """tests/test_cluster_event_logs.py: its clusters' runs (the executors of a cluster
+    run copy topology files into the job's temporary directory)."""
 
-    def work(self) -> dict:
-        script = ROOT / "tests" / "test_ray_start_head.py"
-        return {"child": self.run([sys.executable, script, self.base], nice=10)}
+    SCRIPT = "test_cluster_event_logs.py"
+
+
+class RayHeadChild(ScriptChild):
+    """tests/test_ray_start_head.py: a `ray start --head` and the runs and checks made on
+    it. At low priority: it runs beside the session's multi-shard tests, whose shards would
+    otherwise wait for a core at every window, and it has until the session's end."""
+
+    SCRIPT = "test_ray_start_head.py"
+    NICE = 10
 
 
 class WarmRun(BackgroundJob):
