@@ -811,7 +811,7 @@ def on_keepalive(m, li, rt, members, heard, failed, nbr, nbr_keys, nbr_known, gl
 # The message types :func:`on_runs` takes, with the room (send rows, payload ids) each of
 # their messages may need: what each handler's own ``send_compiled`` call reserves.
 RUN_TYPES = (JOIN_START, JOIN_REQ, JOIN, JOIN_ROWS, JOIN_LEAFS, JOIN_NBRS, ANNOUNCE, KEEPALIVE,
-             LEAF_REQ, LEAF_REPLY, LEAF_REFRESH, LEAF_LOOKUP, ROWS_REQ, ROWS_REPLY)
+             KA_TIMER, LEAF_REQ, LEAF_REPLY, LEAF_REFRESH, LEAF_LOOKUP, ROWS_REQ, ROWS_REPLY)
 # the types that take the router's path instead when hop acknowledgements are on
 ACK_PATH_TYPES = (JOIN_REQ, JOIN, LEAF_REFRESH, LEAF_LOOKUP)
 
@@ -828,7 +828,8 @@ def run_room(l: int, rows: int, width: int, nbrs: int, joined_rows: int) -> dict
     piece may complete its node's join)."""
     table = rows * width
     return {JOIN_START: (1, 0), JOIN_REQ: (4, nbrs + table + l), JOIN: (3, table + l),
-            ANNOUNCE: (2, l + 1), KEEPALIVE: (1, 0), LEAF_REQ: (1, l + 1), LEAF_REPLY: (l, 0),
+            ANNOUNCE: (2, l + 1), KEEPALIVE: (1, 0), KA_TIMER: (l + 3, 0), LEAF_REQ: (1, l + 1),
+            LEAF_REPLY: (l, 0),
             LEAF_LOOKUP: (1, l + 1), ROWS_REQ: (1, width), ROWS_REPLY: (0, 0),
             LEAF_REFRESH: (2, 0), JOIN_ROWS: (joined_rows, 0), JOIN_LEAFS: (joined_rows, 0),
             JOIN_NBRS: (joined_rows, 0)}
@@ -858,15 +859,17 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, seed
     :data:`RUN_TYPES`), each handled by the kernels its handler calls (:func:`on_join_start`,
     :func:`on_join_req`, :func:`on_join`, :func:`on_join_piece`
     then :func:`joined` for the nodes it completes, :func:`on_announce`, :func:`on_leaf_req`,
-    :func:`on_leaf_reply`, :func:`on_leaf_refresh`, :func:`on_leaf_lookup`,
-    :func:`on_rows_req`, :func:`on_rows_reply`), in run order, their sends one after the
-    other: the same rows, state changes and sends as one call per run, without a Python
-    handler, a kernel dispatch and a boxed result per run (a cell of the faithful
-    bootstrap holds ~25 messages in ~5 runs, and that glue cost as much as the work).
+    :func:`on_leaf_reply`, :func:`on_ka_timer`, :func:`on_leaf_refresh`,
+    :func:`on_leaf_lookup`, :func:`on_rows_req`, :func:`on_rows_reply`), in run order,
+    their sends one after the other: the same rows, state changes and sends as one call
+    per run, without a Python handler, a kernel dispatch and a boxed result per run (a
+    cell of the faithful bootstrap holds ~25 messages in ~5 runs, and that glue cost as
+    much as the work).
 
     Stops before a run it declines, which the caller then hands to the type's handler:
     one of :data:`ACK_PATH_TYPES` when ``acks_off`` is false (hop acknowledgements: the
-    router's path), a LEAF_REFRESH run that holds a table-maintenance tick, and runs
+    router's path), a LEAF_REFRESH run that holds a table-maintenance tick, a KA_TIMER run
+    in which a leaf went silent (the handler presumes it failed first), and runs
     :func:`on_join_start`, :func:`on_join`, :func:`on_leaf_refresh` or
     :func:`on_leaf_lookup` do not take (nothing done). Returns (the first run not handled,
     probes, the nodes whose leaf set changed in the handled runs -- distinct, sorted --,
@@ -881,8 +884,8 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, seed
     costs)."""
     rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, ids_hi, ids_lo, b, \
         half, hr, rdist, lan = learn
-    joined_flags, nbrs_got, rows_expected, rows_got, incarnation, keepalive_us, refresh_us, \
-        refresh_until, refresh_rounds, table_us, exchange_rows, req_max_retries, \
+    joined_flags, nbrs_got, rows_expected, rows_got, incarnation, keepalive_us, timeout_us, \
+        refresh_us, refresh_until, refresh_rounds, table_us, exchange_rows, req_max_retries, \
         req_retry_us = joins
     changed_nodes = np.empty(len(m), np.int64)
     n_changed = 0
@@ -976,6 +979,13 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, seed
                 mm, li, rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids,
                 ids_hi, ids_lo, b, half, hr, rdist, lan, KEEPALIVE_64, out[k:], pool, pos,
                 s_hr, s_rdist, s_lan)
+        elif ty == KA_TIMER:   # (LeafSetMaintenance.on_ka_timer's common case)
+            ok, kk, pos = on_ka_timer(
+                mm, li, incarnation, members, heard, joined_flags, global_ids, half, timeout_us,
+                np.bool_(True), keepalive_us, LEAF_REQ_64, KEEPALIVE_64, KA_TIMER_64, out[k:],
+                pool, pos, s_hr, s_rdist, s_lan)
+            if not ok:
+                break
         elif ty == LEAF_REQ:
             kk, pos = on_leaf_req(mm, li, members, failed, LEAF_REPLY_64, out[k:], pool, pos,
                                   s_hr, s_rdist, s_lan)

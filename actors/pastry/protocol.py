@@ -250,7 +250,7 @@ class Pastry:
         self.compiled_run_types = frozenset(
             t for t in handler_kernels.RUN_TYPES
             if (t not in handler_kernels.ACK_PATH_TYPES or not self.acks.enabled)
-            and (t != msg_types.KEEPALIVE or p["keepalive_us"] > 0))
+            and (t not in (msg_types.KEEPALIVE, msg_types.KA_TIMER) or p["keepalive_us"] > 0))
         nodes = self.nodes
         self._joined_room = j.joined_room()
         self._run_room = handler_kernels.run_room(
