@@ -25,7 +25,7 @@ from .router import ROUTE_LOG_COLUMNS
 N_ROUTE_LOG, N_CHANGED, PROBES, JOINED, N_STATS = range(5)
 # where the route log and the stats are in ``PastryLoopPart.inputs`` (a composed loop
 # checks their room)
-ARG_ROUTE_LOG, ARG_STATS = 8, 11
+ARG_ROUTE_LOG, ARG_STATS = 9, 12
 
 
 @numba.njit(cache=True)
@@ -56,7 +56,7 @@ def took_runs(m, bounds, first, done, probes, nodes, log, joined, route_log, cha
 
 
 @numba.njit(cache=True)
-def run_cells(end, eng, taken, rows_per, ints_per, acks_off, learn, joins, seed, draws,
+def run_cells(end, eng, taken, rows_per, ints_per, acks_off, learn, joins, acks, seed, draws,
               run_rows, joined_room, tables, route_log, changed_mask, changed, stats,
               runs_taken):
     """The cells before ``end`` of a stack of Pastry alone (emulator/window.py's
@@ -84,7 +84,7 @@ def run_cells(end, eng, taken, rows_per, ints_per, acks_off, learn, joins, seed,
             return status, m, payload, ordered, 0, 0, 0
         n_runs = len(bounds) - 1
         done, probes, nodes, plog, joined, k, pos = on_runs(
-            m, payload, li, bounds, first, n_runs, acks_off, learn, joins, seed, draws,
+            m, payload, li, bounds, first, n_runs, acks_off, learn, joins, acks, seed, draws,
             run_rows, joined_room, out, pool, np.int64(0), s_hr, s_rdist, s_lan)
         took_runs(m, bounds, first, done, probes, nodes, plog, joined, route_log, changed_mask,
                   changed, stats, runs_taken)
@@ -127,8 +127,9 @@ class PastryLoopPart:
         self.stats[:] = 0
         # (ARG_ROUTE_LOG, ARG_STATS: the positions of route_log and stats)
         return (not p.acks.enabled, p.nodes.learn_inputs(ctx), p.join.run_inputs(),
-                *ctx.rng_state(), self.run_rows, p._joined_room, ctx.latency_tables(),
-                self.route_log, self.changed_mask, self.changed, self.stats, self.runs_taken)
+                p.acks.loop_inputs(), *ctx.rng_state(), self.run_rows, p._joined_room,
+                ctx.latency_tables(), self.route_log, self.changed_mask, self.changed,
+                self.stats, self.runs_taken)
 
     def gathered(self, ctx, extra_rows: int) -> None:
         """What the call gathered, to the shard's logs, counters and the application's

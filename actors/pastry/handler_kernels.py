@@ -26,7 +26,10 @@ from .kernels import (
     HERE_APP,
     HERE_OWN,
     ROUTE_LOG_DTYPE,
+    acked_pending,
     forget_failed,
+    hop_key,
+    hops_due,
     insert_table,
     keepalive_heard,
     learn,
@@ -40,8 +43,10 @@ from .kernels import (
     table_rows,
 )
 from .types import (
+    ACK_TIMER,
     ANNOUNCE,
     FIRST_OWN,
+    HOP_ACK,
     JOIN,
     JOIN_LEAFS,
     JOIN_NBRS,
@@ -58,6 +63,7 @@ from .types import (
     ROWS_REPLY,
     ROWS_REQ,
     Announce,
+    HopAck,
     Join,
     JoinLeafs,
     JoinReq,
@@ -85,6 +91,8 @@ _REQ_JOINER = JoinReq.joiner
 _RETRIES = JoinReq.retries
 _CONTACT = JoinStart.contact
 _ATTEMPT = JoinStart.attempt
+_ACKED_TYPE = HopAck.acked_type
+_ACKED_HOPS = HopAck.acked_hops
 
 
 @numba.njit(cache=True)
@@ -797,6 +805,55 @@ def on_keepalive(m, li, rt, members, heard, failed, nbr, nbr_keys, nbr_known, gl
     return probes, uli, changed, k, cursor
 
 
+@numba.njit(cache=True)
+def on_hop_ack(m, li, failed, pending, deadline, identity, count):
+    """HOP_ACK (``HopAcks.on_ack``): the senders are alive (out of the receivers' failed
+    memory), and the pending hops the acknowledgements clear (:func:`.kernels.acked_pending`:
+    k acks of one identity clear its k earliest pending copies) leave the first
+    ``count[0]`` rows of ``pending``, ``deadline`` and ``identity``; the others keep their
+    order, and ``count[0]`` becomes their number. Sends nothing. O(n * (memory +
+    pending))."""
+    n = len(m)
+    lil = np.empty(n, np.int64)
+    senders = np.empty(n, np.int64)
+    for i in range(n):
+        lil[i] = li[i]
+        senders[i] = m[i]["src"]
+    forget_failed(failed, lil, senders)
+    p = count[0]
+    if p == 0:
+        return
+    acks = np.empty(n, np.uint64)
+    for i in range(n):
+        r = m[i]
+        # the hop as its sender saw it: from the acknowledger's dst to its src
+        acks[i] = hop_key(np.int64(r["dst"]), np.int64(r["src"]), np.int64(r["origin"]),
+                          np.int64(r[_ACKED_TYPE]), np.int64(r[_ACKED_HOPS]),
+                          np.int64(r["key_hi"]), np.int64(r["key_lo"]))
+    keep = acked_pending(identity[:p], acks)
+    j = 0
+    for i in range(p):
+        if keep[i]:
+            if j < i:
+                pending[j] = pending[i]
+                deadline[j] = deadline[i]
+                identity[j] = identity[i]
+            j += 1
+    count[0] = j
+
+
+@numba.njit(cache=True)
+def ack_timers_idle(m, pending, deadline, count):
+    """Whether ACK_TIMERs ``m`` find none of the first ``count[0]`` pending hops due
+    (:func:`.kernels.hops_due`): ``HopAcks.on_timer`` then does nothing, which is the
+    common case (the acknowledgement came in time). O(pending * n)."""
+    p = count[0]
+    if p == 0:
+        return True
+    _, k = hops_due(pending[:p], deadline[:p], m)
+    return k == 0
+
+
 # ---- the runs of a cell pass in one call ------------------------------------------------
 # The codes on_runs hands its kernels, as int64 scalars: numba types a module's int as a
 # literal, and each literal argument is a further compile of the kernel (and of those it
@@ -811,7 +868,8 @@ def on_keepalive(m, li, rt, members, heard, failed, nbr, nbr_keys, nbr_known, gl
 # The message types :func:`on_runs` takes, with the room (send rows, payload ids) each of
 # their messages may need: what each handler's own ``send_compiled`` call reserves.
 RUN_TYPES = (JOIN_START, JOIN_REQ, JOIN, JOIN_ROWS, JOIN_LEAFS, JOIN_NBRS, ANNOUNCE, KEEPALIVE,
-             KA_TIMER, LEAF_REQ, LEAF_REPLY, LEAF_REFRESH, LEAF_LOOKUP, ROWS_REQ, ROWS_REPLY)
+             KA_TIMER, LEAF_REQ, LEAF_REPLY, LEAF_REFRESH, LEAF_LOOKUP, ROWS_REQ, ROWS_REPLY,
+             HOP_ACK, ACK_TIMER)
 # the types that take the router's path instead when hop acknowledgements are on
 ACK_PATH_TYPES = (JOIN_REQ, JOIN, LEAF_REFRESH, LEAF_LOOKUP)
 
@@ -832,7 +890,7 @@ def run_room(l: int, rows: int, width: int, nbrs: int, joined_rows: int) -> dict
             LEAF_REPLY: (l, 0),
             LEAF_LOOKUP: (1, l + 1), ROWS_REQ: (1, width), ROWS_REPLY: (0, 0),
             LEAF_REFRESH: (2, 0), JOIN_ROWS: (joined_rows, 0), JOIN_LEAFS: (joined_rows, 0),
-            JOIN_NBRS: (joined_rows, 0)}
+            JOIN_NBRS: (joined_rows, 0), HOP_ACK: (0, 0), ACK_TIMER: (0, 0)}
 
 
 @numba.njit(cache=True)
@@ -852,15 +910,16 @@ def _more_log(log, rows):
 
 
 @numba.njit(cache=True)
-def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, seed, draws,
-            run_rows, joined_rows, out, pool, cursor, s_hr, s_rdist, s_lan):
+def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks, seed,
+            draws, run_rows, joined_rows, out, pool, cursor, s_hr, s_rdist, s_lan):
     """Runs ``first..last-1`` of a cell pass (``m`` the pass's records in dispatch order,
     run r = rows ``bounds[r]:bounds[r + 1]``, one message type each, every type one of
     :data:`RUN_TYPES`), each handled by the kernels its handler calls (:func:`on_join_start`,
     :func:`on_join_req`, :func:`on_join`, :func:`on_join_piece`
     then :func:`joined` for the nodes it completes, :func:`on_announce`, :func:`on_leaf_req`,
     :func:`on_leaf_reply`, :func:`on_ka_timer`, :func:`on_leaf_refresh`,
-    :func:`on_leaf_lookup`, :func:`on_rows_req`, :func:`on_rows_reply`), in run order,
+    :func:`on_leaf_lookup`, :func:`on_rows_req`, :func:`on_rows_reply`,
+    :func:`on_hop_ack`, :func:`ack_timers_idle`), in run order,
     their sends one after the other: the same rows, state changes and sends as one call
     per run, without a Python handler, a kernel dispatch and a boxed result per run (a
     cell of the faithful bootstrap holds ~25 messages in ~5 runs, and that glue cost as
@@ -869,7 +928,8 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, seed
     Stops before a run it declines, which the caller then hands to the type's handler:
     one of :data:`ACK_PATH_TYPES` when ``acks_off`` is false (hop acknowledgements: the
     router's path), a LEAF_REFRESH run that holds a table-maintenance tick, a KA_TIMER run
-    in which a leaf went silent (the handler presumes it failed first), and runs
+    in which a leaf went silent (the handler presumes it failed first), an ACK_TIMER run
+    that finds a hop lost, and runs
     :func:`on_join_start`, :func:`on_join`, :func:`on_leaf_refresh` or
     :func:`on_leaf_lookup` do not take (nothing done). Returns (the first run not handled,
     probes, the nodes whose leaf set changed in the handled runs -- distinct, sorted --,
@@ -879,14 +939,15 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, seed
     zeroed: each run zeroes the rows it may write before its kernel, and a join piece's
     run only those of the nodes it completes (its bound, a whole join's sends per piece,
     is ~7 times what the pieces write). ``learn``: ``PastryNodes.learn_inputs``, ``joins``:
-    ``JoinProtocol.run_inputs`` (tuples, taken apart here: a tuple spread into a call is
-    copied first, a reference count more for each of its arrays). O(sum of the kernels'
-    costs)."""
+    ``JoinProtocol.run_inputs``, ``acks``: ``HopAcks.loop_inputs`` (tuples, taken apart
+    here: a tuple spread into a call is copied first, a reference count more for each of
+    its arrays). O(sum of the kernels' costs)."""
     rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, ids_hi, ids_lo, b, \
         half, hr, rdist, lan = learn
     joined_flags, nbrs_got, rows_expected, rows_got, incarnation, keepalive_us, timeout_us, \
         refresh_us, refresh_until, refresh_rounds, table_us, exchange_rows, req_max_retries, \
         req_retry_us = joins
+    pending, pending_deadline, pending_identity, pending_count = acks
     changed_nodes = np.empty(len(m), np.int64)
     n_changed = 0
     probes = 0
@@ -986,6 +1047,14 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, seed
                 pool, pos, s_hr, s_rdist, s_lan)
             if not ok:
                 break
+        elif ty == HOP_ACK:
+            on_hop_ack(mm, li, failed, pending, pending_deadline, pending_identity,
+                       pending_count)
+            kk = np.int64(0)
+        elif ty == ACK_TIMER:   # (HopAcks.on_timer's common case: nothing lost)
+            if not ack_timers_idle(mm, pending, pending_deadline, pending_count):
+                break
+            kk = np.int64(0)
         elif ty == LEAF_REQ:
             kk, pos = on_leaf_req(mm, li, members, failed, LEAF_REPLY_64, out[k:], pool, pos,
                                   s_hr, s_rdist, s_lan)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernels
+from . import handler_kernels, kernels
 from . import types as msg_types
 from .messages import MSG_DTYPE, msgs_of, take_rows
 from .types import HopAck
@@ -36,13 +36,25 @@ class HopAcks:
         self.repair = repair
         self.enabled = bool(enabled)
         self.slack_us = int(slack_us)
-        # hops sent, awaiting HOP_ACK, in sending order: the first `_n` rows of arrays
-        # with room to grow (a routed hop appends a row or two; a concatenation per hop
-        # would copy every pending hop each time)
-        self._n = 0
+        # hops sent, awaiting HOP_ACK, in sending order: the first `_count[0]` rows of
+        # arrays with room to grow (a routed hop appends a row or two; a concatenation per
+        # hop would copy every pending hop each time); the count is an array the compiled
+        # cell loop changes in place
+        self._count = np.zeros(1, np.int64)
         self._rows = np.zeros(_FIRST_ROOM, MSG_DTYPE)
         self._deadline = np.zeros(_FIRST_ROOM, np.int64)
         self._identity = np.zeros(_FIRST_ROOM, np.uint64)   # each one's kernels.hop_identity
+
+    @property
+    def _n(self) -> int:
+        return int(self._count[0])
+
+    def loop_inputs(self) -> tuple:
+        """What ``handler_kernels.on_runs`` takes to handle HOP_ACK and ACK_TIMER runs as
+        :meth:`on_ack` and :meth:`on_timer` do: (pending rows, deadlines, identities, the
+        count of pending hops, int64[1]). Read at each call: growing replaces the
+        arrays."""
+        return self._rows, self._deadline, self._identity, self._count
 
     @property
     def pending(self) -> np.ndarray:
@@ -74,7 +86,7 @@ class HopAcks:
         self._identity[n:n + k] = kernels.hop_identity(
             out["src"], out["dst"], out["origin"], out["type"], out["hops"], out["key_hi"],
             out["key_lo"])
-        self._n = n + k
+        self._count[0] = n + k
         ctx.timer(out["src"], dl, msg_types.ACK_TIMER)
 
     def _grow(self, need: int) -> None:
@@ -102,15 +114,11 @@ class HopAcks:
                                      acked_hops=a["hops"].astype(np.int64)), mode=0)
 
     def on_ack(self, ctx, batch) -> None:
-        """HOP_ACK: clear the acknowledged pending hops."""
+        """HOP_ACK: the sender is alive; clear the acknowledged pending hops (k acks with
+        one identity clear its k earliest pending copies; ``handler_kernels.on_hop_ack``)."""
         m = msgs_of(batch)
-        self.nodes.heard_from(self.nodes.local(ctx, m["dst"]), m["src"])
-        if not len(self.pending):
-            return
-        h = kernels.hop_identity(m["dst"], m["src"], m["origin"], m[HopAck.acked_type],
-                                 m[HopAck.acked_hops], m["key_hi"], m["key_lo"])
-        # multiset matching: k acks with one identity clear its k earliest pending copies
-        self._keep(kernels.acked_pending(self.identity, h))
+        handler_kernels.on_hop_ack(m, np.asarray(self.nodes.local(ctx, m["dst"]), np.int64),
+                                   self.nodes.failed.ids, *self.loop_inputs())
 
     def on_timer(self, ctx, batch):
         """ACK_TIMER: hops of these nodes past their deadline were lost. Their next hops
@@ -149,7 +157,7 @@ class HopAcks:
             self._grow(n)
         self._rows.view(_ROW)[:n] = take_rows(rows, slice(None)).view(_ROW)
         self._deadline[:n], self._identity[:n] = deadline, identity
-        self._n = n
+        self._count[0] = n
 
     def checkpoint(self) -> dict:
         return {"pending": take_rows(self.pending, slice(None)),

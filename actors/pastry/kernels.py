@@ -801,22 +801,30 @@ def _mix(h, v):
 
 
 @numba.njit(cache=True)
+def hop_key(src, dst, origin, type_, hops, key_hi, key_lo):
+    """The 64-bit identity of one routed hop, from its fields as int64 (the fields both
+    ends see: a collision would need two hops of one sender to one receiver with different
+    keys to hash equal, ~2^-64): h = 0, then each field in this order mixed in by
+    :func:`_mix` (wrapping uint64). O(1)."""
+    h = _mix(np.uint64(0), src)
+    h = _mix(h, dst)
+    h = _mix(h, origin)
+    h = _mix(h, type_)
+    h = _mix(h, hops)
+    h = _mix(h, key_hi)
+    return _mix(h, key_lo)
+
+
+@numba.njit(cache=True)
 def hop_identity(src, dst, origin, type_, hops, key_hi, key_lo):
-    """The 64-bit identity of each routed hop (the fields both ends see: a collision would
-    need two hops of one sender to one receiver with different keys to hash equal, ~2^-64):
-    per row, h = 0, then each field in this order mixed in by :func:`_mix` (wrapping
-    uint64). O(n)."""
+    """:func:`hop_key` of each row. O(n)."""
     n = len(src)
     out = np.empty(n, np.uint64)
     for i in range(n):
-        # (each field as int64, the type _mix takes it as: one compile of _mix)
-        h = _mix(np.uint64(0), np.int64(src[i]))
-        h = _mix(h, np.int64(dst[i]))
-        h = _mix(h, np.int64(origin[i]))
-        h = _mix(h, np.int64(type_[i]))
-        h = _mix(h, np.int64(hops[i]))
-        h = _mix(h, np.int64(key_hi[i]))
-        out[i] = _mix(h, np.int64(key_lo[i]))
+        # (each field as int64: one compile of hop_key)
+        out[i] = hop_key(np.int64(src[i]), np.int64(dst[i]), np.int64(origin[i]),
+                         np.int64(type_[i]), np.int64(hops[i]), np.int64(key_hi[i]),
+                         np.int64(key_lo[i]))
     return out
 
 

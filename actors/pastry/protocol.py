@@ -250,7 +250,8 @@ class Pastry:
         self.compiled_run_types = frozenset(
             t for t in handler_kernels.RUN_TYPES
             if (t not in handler_kernels.ACK_PATH_TYPES or not self.acks.enabled)
-            and (t not in (msg_types.KEEPALIVE, msg_types.KA_TIMER) or p["keepalive_us"] > 0))
+            and (t not in (msg_types.KEEPALIVE, msg_types.KA_TIMER) or p["keepalive_us"] > 0)
+            and (t not in (msg_types.HOP_ACK, msg_types.ACK_TIMER) or self.acks.enabled))
         nodes = self.nodes
         self._joined_room = j.joined_room()
         self._run_room = handler_kernels.run_room(
@@ -312,7 +313,8 @@ class Pastry:
         done, probes, changed, log, joined = ctx.send_compiled(
             rows, ints, handler_kernels.on_runs, m, payload, local, bounds, first, last,
             not self.acks.enabled, self.nodes.learn_inputs(ctx), self.join.run_inputs(),
-            *ctx.rng_state(), self._run_rows, self._joined_room, zeroed=False)
+            self.acks.loop_inputs(), *ctx.rng_state(), self._run_rows, self._joined_room,
+            zeroed=False)
         if len(log):
             ctx.log_records("route", log, ROUTE_LOG_COLUMNS)
         if probes:
