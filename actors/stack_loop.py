@@ -38,7 +38,7 @@ def run_cells(end, eng, taken, app_type, rows_per, ints_per, pastry_args, scribe
     # more (emulator/window.py)
     (delta, meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, local_index, alive,
      seq, n_nodes, sent_counts, node_shard, n_shards, shard, out, pool, log_messages, log,
-     outbox, outbox_shard, outbox_pay, new_types, c) = eng
+     outbox, outbox_shard, outbox_pay, new_types, lost_counts, c) = eng
     (acks_off, learn, joins, acks, seed, draws, run_rows, joined_room, tables, route_log,
      changed_mask, changed, pastry_stats, runs_taken) = pastry_args
     s_hr, s_rdist, s_lan = tables
@@ -54,7 +54,8 @@ def run_cells(end, eng, taken, app_type, rows_per, ints_per, pastry_args, scribe
                    len(delivered) - scribe_stats[scribe_loop.N_DELIVERED])
         status, cell, m, payload, ordered, bounds, li = window.begin_pass(
             end, cell, in_cell, taken, rows_per, ints_per, 1, room, meta, free, heap_t,
-            heap_s, poff, plen, pay, head, nxt, rows, delta, local_index, alive, sizes, c)
+            heap_s, poff, plen, pay, head, nxt, rows, delta, local_index, alive, lost_counts, sizes,
+            c)
         if status >= 0:
             return status, m, payload, ordered, 0, 0, 0
         n_runs = len(bounds) - 1

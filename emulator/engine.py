@@ -91,7 +91,9 @@ class ShardEngine:
         # each type was first sent (the `sent_by_type` dict's order)
         self._sent_counts = np.zeros(2 * kernels.TYPE_OFFSET, np.int64)
         self._sent_types: list[int] = []
-        self.lost_by_type: dict[int, int] = {}
+        # messages lost (bound for a dead node) per type, at ``code + TYPE_OFFSET``: the
+        # compiled loop counts them too
+        self._lost_counts = np.zeros(2 * kernels.TYPE_OFFSET, np.int64)
         self.phase = "setup"
         self.now = 0
         self.busy_s = 0.0
@@ -297,7 +299,7 @@ class ShardEngine:
         cell of other traffic goes to the Python loop without a loop call."""
         q = self.queue
         return window.cell_taken(end, q._meta, q._heap_t, q._heap_s, q._head, q._next,
-                                 q._rows, q.delta, self.local_index, self.alive, loop.taken)
+                                 q._rows, q.delta, loop.taken)
 
     def _run_loop(self, loop, end: int) -> tuple[Batch | None, int]:
         """Run the stack's compiled cell loop (``stack.run_cells``; emulator/window.py)
@@ -428,7 +430,7 @@ class ShardEngine:
                 alive = np.count_nonzero(ok)
                 if alive < len(ok):
                     lost = len(ok) - alive
-                    self.lost_by_type[ty] = self.lost_by_type.get(ty, 0) + lost
+                    self._lost_counts[ty + kernels.TYPE_OFFSET] += lost
                     sub = sub.take(ok)
                     li = li[ok]
                     sub.local = li
@@ -447,9 +449,7 @@ class ShardEngine:
         counted lost by type (in type order, as run by run), and their (local indices,
         run bounds)."""
         ok = self.alive[li]
-        types, counts = np.unique(m["type"][~ok], return_counts=True)
-        for t, c in zip(types.tolist(), counts.tolist(), strict=True):
-            self.lost_by_type[t] = self.lost_by_type.get(t, 0) + c
+        np.add.at(self._lost_counts, m["type"][~ok].astype(np.int64) + kernels.TYPE_OFFSET, 1)
         m = take_rows(m, ok)
         bounds, li, _ = kernels.cell_runs(m["type"], m["dst"], self.local_index, self.alive)
         return m, li, bounds
@@ -465,6 +465,18 @@ class ShardEngine:
         self._sent_types = [int(t) for t in counts]
         for t, v in counts.items():
             self._sent_counts[int(t) + kernels.TYPE_OFFSET] = int(v)
+
+    @property
+    def lost_by_type(self) -> dict[int, int]:
+        """Messages lost (bound for a dead node) per type code, in type order."""
+        return {int(t) - kernels.TYPE_OFFSET: int(self._lost_counts[t])
+                for t in np.flatnonzero(self._lost_counts)}
+
+    @lost_by_type.setter
+    def lost_by_type(self, counts: dict) -> None:
+        self._lost_counts[:] = 0
+        for t, v in counts.items():
+            self._lost_counts[int(t) + kernels.TYPE_OFFSET] = int(v)
 
     # ---- phase ends, logs, counters, checkpoints --------------------------------------
     def call(self, method: str, *args, phase: str | None = None):

@@ -8,8 +8,8 @@ in every process), and is built from these primitives, which carry every engine 
 
 - :func:`begin_pass`: the next busy cell, its due messages in dispatch order (the
   queue's own compiled pop), their runs and local indices, and whether the loop may take
-  them all (only types it has a handler for, every destination alive, room for the most
-  its handlers may send);
+  them all (only types it has a handler for, room for the most its handlers may send);
+  messages for dead nodes are lost there, as in the Python loop;
 - :func:`end_pass`: the pass's sends stamped (``kernels.stamp_records``), their hops
   logged, each routed to the queue or to the outbox of its shard.
 
@@ -51,7 +51,7 @@ EngineArrays = collections.namedtuple("EngineArrays", (
     "delta", "meta", "free", "heap_t", "heap_s", "poff", "plen", "pay", "head", "nxt",
     "rows", "local_index", "alive", "seq", "n_nodes", "sent_counts", "node_shard",
     "n_shards", "shard", "out", "pool", "log_messages", "log", "outbox", "outbox_shard",
-    "outbox_pay", "new_types", "counts"))
+    "outbox_pay", "new_types", "lost_counts", "counts"))
 
 
 class LoopBuffers:
@@ -89,7 +89,7 @@ def engine_arrays(engine, buffers: LoopBuffers) -> EngineArrays:
         q._next, q._rows, engine.local_index, engine.alive, engine.seq, engine.n_nodes,
         engine._sent_counts, engine.node_shard, engine.n_shards, engine.shard_id, rows, pool,
         engine.log_messages, buffers.log, buffers.outbox, buffers.outbox_shard,
-        buffers.outbox_pay, buffers.new_types, buffers.counts)
+        buffers.outbox_pay, buffers.new_types, engine._lost_counts, buffers.counts)
 
 
 # A compiled call takes a reference to every array it is passed (an atomic count up at its
@@ -100,12 +100,12 @@ def engine_arrays(engine, buffers: LoopBuffers) -> EngineArrays:
 # their own bodies rather than in further calls.
 
 @numba.njit(cache=True)
-def cell_taken(end, meta, heap_t, heap_s, head, nxt, rows, delta, local_index, alive, taken):
+def cell_taken(end, meta, heap_t, heap_s, head, nxt, rows, delta, taken):
     """Whether a loop would take the next busy cell before ``end`` (its messages all of
-    ``taken`` types, for live nodes), looked at without taking it out of the queue: the
-    engine calls its loop only then, so a cell of other traffic costs no loop call (a
-    few microseconds of arguments each). True also when no cell is due before ``end``.
-    O(the cell's messages + the heap's entries due in it)."""
+    ``taken`` types; those for dead nodes are lost in the loop), looked at without taking
+    it out of the queue: the engine calls its loop only then, so a cell of other traffic
+    costs no loop call (a few microseconds of arguments each). True also when no cell is
+    due before ``end``. O(the cell's messages + the heap's entries due in it)."""
     cell = next_pending(meta, heap_t, head, nxt, rows, delta, np.bool_(False))
     if cell == NEVER or cell * delta >= end:
         return True
@@ -115,7 +115,7 @@ def cell_taken(end, meta, heap_t, heap_s, head, nxt, rows, delta, local_index, a
     if meta[4] > 0 and base <= cell < base + ring:
         s = head[cell & (ring - 1)]
         while s >= 0:
-            if not _takes(rows[s], local_index, alive, taken):
+            if not _takes(rows[s], taken):
                 return False
             s = nxt[s]
     # the heap's entries due in the cell: a walk down from the root, pruned where due later
@@ -130,7 +130,7 @@ def cell_taken(end, meta, heap_t, heap_s, head, nxt, rows, delta, local_index, a
         i = stack[top]
         if heap_t[i] >= t:
             continue
-        if not _takes(rows[heap_s[i]], local_index, alive, taken):
+        if not _takes(rows[heap_s[i]], taken):
             return False
         for c in (2 * i + 1, 2 * i + 2):
             if c < size:
@@ -142,9 +142,9 @@ def cell_taken(end, meta, heap_t, heap_s, head, nxt, rows, delta, local_index, a
 
 
 @numba.njit(cache=True)
-def _takes(r, local_index, alive, taken):
+def _takes(r, taken):
     ty = np.int64(r["type"])
-    return ty >= 0 and taken[ty + kernels.TYPE_OFFSET] and alive[local_index[r["dst"]]]
+    return ty >= 0 and taken[ty + kernels.TYPE_OFFSET]
 
 
 @numba.njit(cache=True)
@@ -158,14 +158,16 @@ def buffer_sizes(out, pool, log, outbox, outbox_pay):
 @numba.njit(cache=True)
 def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_room, meta,
                free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, delta, local_index,
-               alive, sizes, c):
+               alive, lost_counts, sizes, c):
     """A loop's next pass (the arrays: ``EngineArrays``' fields of those names, ``c`` its
     ``counts``): the next busy cell before ``end`` unless a further pass of ``cell`` is
     due (``in_cell``), and every message due before that cell's end taken out of the queue
     (the queue's compiled pop, in dispatch order; a pass of more than
     ``kernels.SORT_MAX`` rows is not sorted here: the engine sorts it). The loop's
     handlers may take the pass whole when every type has one (``taken[type +
-    TYPE_OFFSET]``), every destination is alive, and the most they may send --
+    TYPE_OFFSET]``) -- the messages for dead nodes are then lost, counted by type in
+    ``lost_counts`` (``ShardEngine._drop_lost``), and the pass is the others --, and the
+    most they may send --
     ``rows_per[type]`` records a message (a factor: a run of n lends ``int(rows_per[type]
     * n)``) and ``ints_per[type]`` payload ints -- fits the send buffer, the queue
     (``meta``, ``pay``) and the loop's buffers (their lengths: ``sizes``,
@@ -195,15 +197,20 @@ def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_
     if k > kernels.SORT_MAX:
         return CELL_HANDED_BACK, cell, m, payload, False, np.zeros(1, np.int64), \
             np.empty(0, np.int64)
-    bounds, li, ok = kernels.cell_runs(m["type"], m["dst"], local_index, alive)
+    bounds, li, all_alive = kernels.cell_runs(m["type"], m["dst"], local_index, alive)
+    ok = True
+    for r in range(len(bounds) - 1):
+        t = np.int64(m[bounds[r]]["type"])
+        if t < 0 or t >= len(rows_per) or not taken[t + kernels.TYPE_OFFSET]:
+            ok = False
+            break
+    if ok and not all_alive:
+        m, bounds, li = _without_lost(m, li, alive, lost_counts)
     n_rows = 0
     n_ints = 0
     if ok:
         for r in range(len(bounds) - 1):
             t = np.int64(m[bounds[r]]["type"])
-            if t < 0 or t >= len(rows_per) or not taken[t + kernels.TYPE_OFFSET]:
-                ok = False
-                break
             n = bounds[r + 1] - bounds[r]
             n_rows += np.int64(rows_per[t] * n)
             n_ints += ints_per[t] * n
@@ -218,6 +225,28 @@ def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_
         c[ROOM_EXTRA] = extra_rows * k
         ok = False
     return (-1 if ok else CELL_HANDED_BACK), cell, m, payload, True, bounds, li
+
+
+@numba.njit(cache=True)
+def _without_lost(m, li, alive, lost_counts):
+    """The rows of pass ``m`` for live nodes (``li`` their local indices) with their run
+    bounds and local indices; each row for a dead node is lost, counted by type in
+    ``lost_counts`` (at ``code + TYPE_OFFSET``). Rows keep their order and payload
+    offsets. O(rows)."""
+    n = 0
+    for i in range(len(m)):
+        n += alive[li[i]]
+    kept = np.empty(n, m.dtype)
+    kept_li = np.empty(n, np.int64)
+    j = 0
+    for i in range(len(m)):
+        if alive[li[i]]:
+            kept[j] = m[i]
+            kept_li[j] = li[i]
+            j += 1
+        else:
+            lost_counts[np.int64(m[i]["type"]) + kernels.TYPE_OFFSET] += 1
+    return kept, kernels.run_bounds(kept["type"]), kept_li
 
 
 @numba.njit(cache=True)

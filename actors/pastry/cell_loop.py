@@ -68,7 +68,7 @@ def run_cells(end, eng, taken, rows_per, ints_per, acks_off, learn, joins, acks,
     # (emulator/window.py)
     (delta, meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, local_index, alive,
      seq, n_nodes, sent_counts, node_shard, n_shards, shard, out, pool, log_messages, log,
-     outbox, outbox_shard, outbox_pay, new_types, c) = eng
+     outbox, outbox_shard, outbox_pay, new_types, lost_counts, c) = eng
     s_hr, s_rdist, s_lan = tables
     sizes = window.buffer_sizes(out, pool, log, outbox, outbox_pay)
     # typed values, not literals: a literal argument is a further compile of the callee
@@ -79,7 +79,7 @@ def run_cells(end, eng, taken, rows_per, ints_per, acks_off, learn, joins, acks,
         status, cell, m, payload, ordered, bounds, li = window.begin_pass(
             end, cell, in_cell, taken, rows_per, ints_per, 1, len(route_log) - stats[N_ROUTE_LOG],
             meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, delta, local_index,
-            alive, sizes, c)
+            alive, lost_counts, sizes, c)
         if status >= 0:
             return status, m, payload, ordered, 0, 0, 0
         n_runs = len(bounds) - 1
