@@ -60,6 +60,8 @@ from .types import (
     LEAF_REFRESH,
     LEAF_REPLY,
     LEAF_REQ,
+    ROW_REPLY,
+    ROW_REQ,
     ROWS_REPLY,
     ROWS_REQ,
     Announce,
@@ -71,6 +73,7 @@ from .types import (
     KaTimer,
     Keepalive,
     LeafRefresh,
+    RowReply,
     RowsReply,
     RowsReq,
 )
@@ -91,6 +94,9 @@ _REQ_JOINER = JoinReq.joiner
 _RETRIES = JoinReq.retries
 _CONTACT = JoinStart.contact
 _ATTEMPT = JoinStart.attempt
+_SLOT_ROW = RowReply.row
+_SLOT_COLUMN = RowReply.column
+_SLOT_ENTRY = RowReply.entry
 _ACKED_TYPE = HopAck.acked_type
 _ACKED_HOPS = HopAck.acked_hops
 
@@ -806,6 +812,35 @@ def on_keepalive(m, li, rt, members, heard, failed, nbr, nbr_keys, nbr_known, gl
 
 
 @numba.njit(cache=True)
+def on_row_req(m, li, failed, rt, reply_type, out, pool, cursor, s_hr, s_rdist, s_lan):
+    """ROW_REQ (``TableRepair.on_row_req``): the asker is alive (out of the receiver's
+    failed memory) and gets the receiver's entry of the slot (row, column) asked for -- -1
+    for none, and for the asker itself (it sits in its own slot only by prefix accident)
+    --, with the attempt number (``hops``) carried back. Returns (rows written, cursor).
+    Room: 1 row per message. O(n * memory)."""
+    n = len(m)
+    lil = np.empty(n, np.int64)
+    senders = np.empty(n, np.int64)
+    for i in range(n):
+        lil[i] = li[i]
+        senders[i] = m[i]["src"]
+    forget_failed(failed, lil, senders)
+    for i in range(n):
+        r = m[i]
+        row = r[_SLOT_ROW]
+        col = r[_SLOT_COLUMN]
+        entry = np.int64(rt[lil[i], row, col])
+        if entry == senders[i]:
+            entry = -1
+        put_send(out, i, r["dst"], r["src"], reply_type, r["time"], s_hr, s_rdist, s_lan)
+        out[i][_SLOT_ROW] = row
+        out[i][_SLOT_COLUMN] = col
+        out[i][_SLOT_ENTRY] = entry
+        out[i]["hops"] = r["hops"]
+    return n, cursor
+
+
+@numba.njit(cache=True)
 def on_hop_ack(m, li, failed, pending, deadline, identity, count):
     """HOP_ACK (``HopAcks.on_ack``): the senders are alive (out of the receivers' failed
     memory), and the pending hops the acknowledgements clear (:func:`.kernels.acked_pending`:
@@ -860,16 +895,16 @@ def ack_timers_idle(m, pending, deadline, count):
 # calls) beside the one the handlers' Python path makes.
 (JOIN_REQ_64, JOIN_64, JOIN_ROWS_64, JOIN_LEAFS_64, JOIN_NBRS_64, ANNOUNCE_64, KEEPALIVE_64,
  KA_TIMER_64, LEAF_REQ_64, LEAF_REPLY_64, LEAF_REFRESH_64, LEAF_LOOKUP_64, ROWS_REQ_64,
- ROWS_REPLY_64, FIRST_OWN_64, LAST_OWN_64) = (
+ ROWS_REPLY_64, FIRST_OWN_64, LAST_OWN_64, ROW_REPLY_64) = (
     np.int64(c) for c in (JOIN_REQ, JOIN, JOIN_ROWS, JOIN_LEAFS, JOIN_NBRS, ANNOUNCE, KEEPALIVE,
                           KA_TIMER, LEAF_REQ, LEAF_REPLY, LEAF_REFRESH, LEAF_LOOKUP, ROWS_REQ,
-                          ROWS_REPLY, FIRST_OWN, LAST_OWN))
+                          ROWS_REPLY, FIRST_OWN, LAST_OWN, ROW_REPLY))
 
 # The message types :func:`on_runs` takes, with the room (send rows, payload ids) each of
 # their messages may need: what each handler's own ``send_compiled`` call reserves.
 RUN_TYPES = (JOIN_START, JOIN_REQ, JOIN, JOIN_ROWS, JOIN_LEAFS, JOIN_NBRS, ANNOUNCE, KEEPALIVE,
              KA_TIMER, LEAF_REQ, LEAF_REPLY, LEAF_REFRESH, LEAF_LOOKUP, ROWS_REQ, ROWS_REPLY,
-             HOP_ACK, ACK_TIMER)
+             ROW_REQ, HOP_ACK, ACK_TIMER)
 # the types that take the router's path instead when hop acknowledgements are on
 ACK_PATH_TYPES = (JOIN_REQ, JOIN, LEAF_REFRESH, LEAF_LOOKUP)
 
@@ -890,7 +925,8 @@ def run_room(l: int, rows: int, width: int, nbrs: int, joined_rows: int) -> dict
             LEAF_REPLY: (l, 0),
             LEAF_LOOKUP: (1, l + 1), ROWS_REQ: (1, width), ROWS_REPLY: (0, 0),
             LEAF_REFRESH: (2, 0), JOIN_ROWS: (joined_rows, 0), JOIN_LEAFS: (joined_rows, 0),
-            JOIN_NBRS: (joined_rows, 0), HOP_ACK: (0, 0), ACK_TIMER: (0, 0)}
+            JOIN_NBRS: (joined_rows, 0), ROW_REQ: (1, 0), HOP_ACK: (0, 0),
+            ACK_TIMER: (0, 0)}
 
 
 @numba.njit(cache=True)
@@ -919,7 +955,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
     then :func:`joined` for the nodes it completes, :func:`on_announce`, :func:`on_leaf_req`,
     :func:`on_leaf_reply`, :func:`on_ka_timer`, :func:`on_leaf_refresh`,
     :func:`on_leaf_lookup`, :func:`on_rows_req`, :func:`on_rows_reply`,
-    :func:`on_hop_ack`, :func:`ack_timers_idle`), in run order,
+    :func:`on_row_req`, :func:`on_hop_ack`, :func:`ack_timers_idle`), in run order,
     their sends one after the other: the same rows, state changes and sends as one call
     per run, without a Python handler, a kernel dispatch and a boxed result per run (a
     cell of the faithful bootstrap holds ~25 messages in ~5 runs, and that glue cost as
@@ -1047,6 +1083,9 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
                 pool, pos, s_hr, s_rdist, s_lan)
             if not ok:
                 break
+        elif ty == ROW_REQ:
+            kk, pos = on_row_req(mm, li, failed, rt, ROW_REPLY_64, out[k:], pool, pos, s_hr,
+                                 s_rdist, s_lan)
         elif ty == HOP_ACK:
             on_hop_ack(mm, li, failed, pending, pending_deadline, pending_identity,
                        pending_count)

@@ -246,12 +246,17 @@ class Pastry:
         # (handle() gives these types' batches to their handler without a look at the mode)
         assert not set(self._handlers) & msg_types.ROUTED_TYPES
         # the types whose runs handle_runs takes in one compiled call (the lookups only where
-        # receive_lookups would take them: no hop acknowledgements), and each one's room
+        # receive_lookups would take them: no hop acknowledgements), and each one's room;
+        # not those this configuration never sends (keep-alives; hop acks; the row
+        # requests of a repair, which a presumed failure starts)
+        keepalives = p["keepalive_us"] > 0
+        sent = {msg_types.KEEPALIVE: keepalives, msg_types.KA_TIMER: keepalives,
+                msg_types.HOP_ACK: self.acks.enabled, msg_types.ACK_TIMER: self.acks.enabled,
+                msg_types.ROW_REQ: keepalives or self.acks.enabled}
         self.compiled_run_types = frozenset(
             t for t in handler_kernels.RUN_TYPES
             if (t not in handler_kernels.ACK_PATH_TYPES or not self.acks.enabled)
-            and (t not in (msg_types.KEEPALIVE, msg_types.KA_TIMER) or p["keepalive_us"] > 0)
-            and (t not in (msg_types.HOP_ACK, msg_types.ACK_TIMER) or self.acks.enabled))
+            and sent.get(t, True))
         nodes = self.nodes
         self._joined_room = j.joined_room()
         self._run_room = handler_kernels.run_room(

@@ -13,6 +13,7 @@ import numpy as np
 
 from emulator.kernels import unique_first
 
+from . import handler_kernels
 from . import types as msg_types
 from .messages import msgs_of
 from .types import RowReply, RowReq
@@ -74,16 +75,13 @@ class TableRepair:
                  **RowReq.fields(row=row[has], column=col[has]), hops=attempt[has], mode=0)
 
     def on_row_req(self, ctx, batch) -> None:
-        """ROW_REQ: answer with my entry of the slot (row, column)."""
+        """ROW_REQ: the asker is alive; answer with my entry of the slot (row, column) (one
+        compiled call, ``handler_kernels.on_row_req``)."""
         m = msgs_of(batch)
-        li = self.nodes.local(ctx, m["dst"])
-        self.nodes.heard_from(li, m["src"])
-        row, col = m[RowReq.row], m[RowReq.column]
-        entry = self.nodes.table.entries[li, row, col].astype(np.int64)
-        # the asker's own id is no answer (it sits in its own slot only by prefix accident)
-        entry[entry == m["src"]] = -1
-        ctx.send(m["dst"], m["src"], msg_types.ROW_REPLY, m["time"],
-                 **RowReply.fields(row=row, column=col, entry=entry), hops=m["hops"], mode=0)
+        nodes = self.nodes
+        ctx.send_compiled(len(m), 0, handler_kernels.on_row_req, m,
+                          np.asarray(nodes.local(ctx, m["dst"]), np.int64), nodes.failed.ids,
+                          nodes.table.entries, msg_types.ROW_REPLY)
 
     def on_row_reply(self, ctx, batch) -> None:
         """ROW_REPLY: offer the entry to the slot; still empty: ask the next helper."""
