@@ -167,11 +167,7 @@ def _merge_runs(chunks: list) -> list:
     def close():
         if run and isinstance(run[0][1], _Records):
             phase, first = run[0]
-            rows = [r.rows for _, r in run]
-            row = np.dtype((np.void, first.rows.dtype.itemsize))
-            merged = rows[0] if len(rows) == 1 else \
-                np.concatenate([r.view(row) for r in rows]).view(first.rows.dtype)
-            out.append((phase, _Records(merged, first.columns, first.consts).cut()))
+            out.append((phase, _cut_records([r.rows for _, r in run], first)))
         elif len(run) == 1:
             out.append(run[0])
         elif run:
@@ -187,6 +183,31 @@ def _merge_runs(chunks: list) -> list:
         run.append(chunk)
     close()
     return out
+
+
+CUT_BLOCK_BYTES = 1 << 20
+
+
+def _cut_records(rows: list, first: _Records) -> dict:
+    """The columns of record chunks ``rows`` (the dtype, columns and consts of ``first``),
+    cut out of about ``CUT_BLOCK_BYTES`` of records at a time, then joined: cutting a
+    column strides over every record, so records past the caches' size would be read from
+    memory once per column (and a merge's records can be hundreds of megabytes, a fresh
+    allocation each time). O(rows)."""
+    row = np.dtype((np.void, first.rows.dtype.itemsize))
+    parts: dict[str, list] = {}
+    i = 0
+    while i < len(rows):
+        j, size = i + 1, rows[i].nbytes
+        while j < len(rows) and size + rows[j].nbytes <= CUT_BLOCK_BYTES:
+            size += rows[j].nbytes
+            j += 1
+        block = rows[i] if j == i + 1 else \
+            np.concatenate([r.view(row) for r in rows[i:j]]).view(first.rows.dtype)
+        for name, col in _Records(block, first.columns, first.consts).cut().items():
+            parts.setdefault(name, []).append(col)
+        i = j
+    return {name: cols[0] if len(cols) == 1 else _concat(cols) for name, cols in parts.items()}
 
 
 def _arrow(v) -> pa.Array:

@@ -3,8 +3,13 @@ changes no row, order or type, and keeps the number of chunks bounded."""
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
+from emulator import logs
 from emulator.logs import LogBuffer, _arrow
+
+# the records' columns cut a block at a time: one block, and blocks of one to a few chunks
+CUT_BLOCKS = pytest.mark.parametrize("block_bytes", [logs.CUT_BLOCK_BYTES, 64])
 
 
 def _one_table_per_chunk(chunks) -> pa.Table:
@@ -62,9 +67,11 @@ def test_a_logged_array_changed_later_does_not_change_the_log():
     assert t.column("root").to_pylist() == [3] * 5
 
 
-def test_records_logged_whole_give_the_columns_cut_from_them():
+@CUT_BLOCKS
+def test_records_logged_whole_give_the_columns_cut_from_them(block_bytes, monkeypatch):
     """Whole records (the engine's sent messages) give, merged or not, the table of their
     fields logged as columns, renamed as asked; the buffer keeps columns once merged."""
+    monkeypatch.setattr(logs, "CUT_BLOCK_BYTES", block_bytes)
     rng = np.random.default_rng(3)
     rec = np.dtype([("time", "i8"), ("sent", "i8"), ("src", "i4"), ("type", "i2"),
                     ("group", "i4")])
@@ -84,10 +91,13 @@ def test_records_logged_whole_give_the_columns_cut_from_them():
     assert got.equals(want)
 
 
-def test_records_with_a_cast_column_and_a_label_give_the_columns_logged_one_by_one():
+@CUT_BLOCKS
+def test_records_with_a_cast_column_and_a_label_give_the_columns_logged_one_by_one(
+        block_bytes, monkeypatch):
     """Records logged with a column cast on the way and a string label (Scribe's compiled
     delivery rows), interleaved with the same columns logged one by one (its general
     path), give the table of the columns logged one by one, types included."""
+    monkeypatch.setattr(logs, "CUT_BLOCK_BYTES", block_bytes)
     rng = np.random.default_rng(5)
     rec = np.dtype([("time", "i8"), ("dst", "i4"), ("c", "i8")])
     columns = (("member", "dst"), ("time", "time"), ("hops", "c", np.int16))
