@@ -749,20 +749,30 @@ def on_ka_timer(m, li, incarnation, members, heard, joined, global_ids, half, ti
 
 
 @numba.njit(cache=True)
+def senders_heard(m, li, failed):
+    """Messages ``m`` came straight from their senders, so each receiver (local index
+    ``li``) knows its sender is alive: out of its failed memory (``PastryNodes.heard_from``).
+    Returns (li, senders) as int64. O(n * memory)."""
+    n = len(m)
+    lil = np.empty(n, np.int64)
+    senders = np.empty(n, np.int64)
+    for i in range(n):
+        lil[i] = li[i]
+        senders[i] = m[i]["src"]
+    forget_failed(failed, lil, senders)
+    return lil, senders
+
+
+@numba.njit(cache=True)
 def keepalives_heard(m, li, failed, members, heard):
     """KEEPALIVE's state changes (``LeafSetMaintenance.on_keepalive`` before it answers):
     each sender is alive (out of the receiver's failed memory), and every leaf-set slot
     holding it has ``heard`` raised to the message's time. Returns the mask of rows whose
     sender is in no slot of the receiver (a stranger). O(n * (l + memory))."""
-    n = len(m)
-    senders = np.empty(n, np.int64)
-    now = np.empty(n, np.int64)
-    lil = np.empty(n, np.int64)
-    for i in range(n):
-        senders[i] = m[i]["src"]
+    lil, senders = senders_heard(m, li, failed)
+    now = np.empty(len(m), np.int64)
+    for i in range(len(m)):
         now[i] = m[i]["time"]
-        lil[i] = li[i]
-    forget_failed(failed, lil, senders)
     return keepalive_heard(members, heard, lil, senders, now)
 
 
@@ -819,12 +829,7 @@ def on_row_req(m, li, failed, rt, reply_type, out, pool, cursor, s_hr, s_rdist, 
     --, with the attempt number (``hops``) carried back. Returns (rows written, cursor).
     Room: 1 row per message. O(n * memory)."""
     n = len(m)
-    lil = np.empty(n, np.int64)
-    senders = np.empty(n, np.int64)
-    for i in range(n):
-        lil[i] = li[i]
-        senders[i] = m[i]["src"]
-    forget_failed(failed, lil, senders)
+    lil, senders = senders_heard(m, li, failed)
     for i in range(n):
         r = m[i]
         row = r[_SLOT_ROW]
@@ -849,12 +854,7 @@ def on_hop_ack(m, li, failed, pending, deadline, identity, count):
     order, and ``count[0]`` becomes their number. Sends nothing. O(n * (memory +
     pending))."""
     n = len(m)
-    lil = np.empty(n, np.int64)
-    senders = np.empty(n, np.int64)
-    for i in range(n):
-        lil[i] = li[i]
-        senders[i] = m[i]["src"]
-    forget_failed(failed, lil, senders)
+    lil, senders = senders_heard(m, li, failed)
     p = count[0]
     if p == 0:
         return
