@@ -39,8 +39,8 @@ def run_cells(end, eng, taken, app_type, rows_per, ints_per, pastry_args, scribe
     (delta, meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, local_index, alive,
      seq, n_nodes, sent_counts, node_shard, n_shards, shard, out, pool, log_messages, log,
      outbox, outbox_shard, outbox_pay, new_types, lost_counts, c) = eng
-    (acks_off, learn, joins, acks, seed, draws, run_rows, joined_room, tables, route_log,
-     changed_mask, changed, pastry_stats, runs_taken) = pastry_args
+    (acks_off, learn, joins, acks, seed, draws, run_rows, joined_room, run_counts, tables,
+     route_log, changed_mask, changed, pastry_stats, runs_taken) = pastry_args
     s_hr, s_rdist, s_lan = tables
     state, factors, s_tables, delivered, scribe_stats = scribe_args
     sizes = window.buffer_sizes(out, pool, log, outbox, outbox_pay)
@@ -66,7 +66,8 @@ def run_cells(end, eng, taken, app_type, rows_per, ints_per, pastry_args, scribe
         if split > 0:
             done, probes, nodes, plog, joined, k, pos = on_runs(
                 m, payload, li, bounds, first, split, acks_off, learn, joins, acks, seed,
-                draws, run_rows, joined_room, out, pool, np.int64(0), s_hr, s_rdist, s_lan)
+                draws, run_rows, joined_room, run_counts, out, pool, np.int64(0), s_hr,
+                s_rdist, s_lan)
             cursor[0] = k
             cursor[1] = pos
             pastry_loop.took_runs(m, bounds, first, done, probes, nodes, plog, joined, route_log,

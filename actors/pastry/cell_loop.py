@@ -17,15 +17,16 @@ import numpy as np
 from emulator import window
 from emulator.kernels import TYPE_OFFSET
 
-from .handler_kernels import on_runs
+from .handler_kernels import N_RUN_COUNTS, on_runs
 from .kernels import ROUTE_LOG_DTYPE
 from .router import ROUTE_LOG_COLUMNS
+from .table_repair import count_repairs
 
 # what a loop call gathers for Pastry besides the engine's (``stats``)
 N_ROUTE_LOG, N_CHANGED, PROBES, JOINED, N_STATS = range(5)
 # where the route log and the stats are in ``PastryLoopPart.inputs`` (a composed loop
 # checks their room)
-ARG_ROUTE_LOG, ARG_STATS = 9, 12
+ARG_ROUTE_LOG, ARG_STATS = 10, 13
 
 
 @numba.njit(cache=True)
@@ -57,8 +58,8 @@ def took_runs(m, bounds, first, done, probes, nodes, log, joined, route_log, cha
 
 @numba.njit(cache=True)
 def run_cells(end, eng, taken, rows_per, ints_per, acks_off, learn, joins, acks, seed, draws,
-              run_rows, joined_room, tables, route_log, changed_mask, changed, stats,
-              runs_taken):
+              run_rows, joined_room, run_counts, tables, route_log, changed_mask, changed,
+              stats, runs_taken):
     """The cells before ``end`` of a stack of Pastry alone (emulator/window.py's
     contract): each pass whose runs are all ``taken`` by :func:`handler_kernels.on_runs`
     (:func:`took_runs` after it). Returns
@@ -85,7 +86,7 @@ def run_cells(end, eng, taken, rows_per, ints_per, acks_off, learn, joins, acks,
         n_runs = len(bounds) - 1
         done, probes, nodes, plog, joined, k, pos = on_runs(
             m, payload, li, bounds, first, n_runs, acks_off, learn, joins, acks, seed, draws,
-            run_rows, joined_room, out, pool, np.int64(0), s_hr, s_rdist, s_lan)
+            run_rows, joined_room, run_counts, out, pool, np.int64(0), s_hr, s_rdist, s_lan)
         took_runs(m, bounds, first, done, probes, nodes, plog, joined, route_log, changed_mask,
                   changed, stats, runs_taken)
         if done < n_runs:
@@ -117,6 +118,7 @@ class PastryLoopPart:
         self.changed_mask = np.zeros(n, np.bool_)
         self.changed = np.zeros(n, np.int64)
         self.stats = np.zeros(N_STATS, np.int64)
+        self.run_counts = np.zeros(N_RUN_COUNTS, np.int64)   # (table_repair.count_repairs)
         # runs the loop handed to on_runs, by type (what the shard's Python never saw)
         self.runs_taken = np.zeros(size, np.int64)
 
@@ -128,8 +130,8 @@ class PastryLoopPart:
         # (ARG_ROUTE_LOG, ARG_STATS: the positions of route_log and stats)
         return (not p.acks.enabled, p.nodes.learn_inputs(ctx), p.join.run_inputs(),
                 p.acks.loop_inputs(), *ctx.rng_state(), self.run_rows, p._joined_room,
-                ctx.latency_tables(), self.route_log, self.changed_mask, self.changed,
-                self.stats, self.runs_taken)
+                self.run_counts, ctx.latency_tables(), self.route_log, self.changed_mask,
+                self.changed, self.stats, self.runs_taken)
 
     def gathered(self, ctx, extra_rows: int) -> None:
         """What the call gathered, to the shard's logs, counters and the application's
@@ -144,6 +146,7 @@ class PastryLoopPart:
             ctx.count("pastry_probes", int(st[PROBES]))
         if st[JOINED]:
             ctx.count("pastry_joined", int(st[JOINED]))
+        count_repairs(ctx, self.run_counts)
         n = int(st[N_CHANGED])
         if n:
             nodes = np.sort(self.changed[:n])

@@ -94,6 +94,9 @@ _REQ_JOINER = JoinReq.joiner
 _RETRIES = JoinReq.retries
 _CONTACT = JoinStart.contact
 _ATTEMPT = JoinStart.attempt
+# the counters on_runs adds to (``counts``; the caller moves them to ``ctx.count``)
+N_ROW_REQUESTS, N_ROW_REPAIRS, N_ROW_REPLY_RUNS, N_RUN_COUNTS = range(4)
+ROW_ATTEMPTS = 8   # helpers asked per emptied slot before giving up (lazy: next use retries)
 _SLOT_ROW = RowReply.row
 _SLOT_COLUMN = RowReply.column
 _SLOT_ENTRY = RowReply.entry
@@ -846,6 +849,92 @@ def on_row_req(m, li, failed, rt, reply_type, out, pool, cursor, s_hr, s_rdist, 
 
 
 @numba.njit(cache=True)
+def ask_rows(li, row, col, attempt, t, rt, global_ids, req_type, out, pool, cursor, s_hr,
+             s_rdist, s_lan):
+    """ROW_REQ for the slot (``row``, ``col``) of local nodes ``li`` still empty, to their
+    ``attempt``-th helper (0 the first; :data:`ROW_ATTEMPTS` at most): the live entries of
+    the same row, other columns, then those of the next rows, in slot order (any of them
+    shares the slot's prefix), the attempt carried as ``hops``; a node without such a
+    helper asks nobody (``TableRepair._ask_row``). Returns (requests sent, rows written,
+    cursor). Room: 1 row per slot. O(n * rows * 2^b)."""
+    width = rt.shape[2]
+    slots = rt.shape[1] * width
+    k = 0
+    for i in range(len(li)):
+        x = li[i]
+        if rt[x, row[i], col[i]] >= 0 or attempt[i] >= ROW_ATTEMPTS:
+            continue
+        seen = 0
+        helper = -1
+        for s in range(row[i] * width, slots):
+            e = rt[x, s // width, s % width]
+            if e >= 0:
+                if seen == attempt[i]:
+                    helper = e
+                    break
+                seen += 1
+        if helper < 0:
+            continue
+        put_send(out, k, global_ids[x], helper, req_type, t[i], s_hr, s_rdist, s_lan)
+        out[k][_SLOT_ROW] = row[i]
+        out[k][_SLOT_COLUMN] = col[i]
+        out[k]["hops"] = attempt[i]
+        k += 1
+    return k, k, cursor
+
+
+@numba.njit(cache=True)
+def on_row_reply(m, li, rt, failed, global_ids, ids_hi, ids_lo, b, hr, rdist, lan,
+                 req_type, counts, out, pool, cursor, s_hr, s_rdist, s_lan):
+    """ROW_REPLY (``TableRepair.on_row_reply``): the helper is alive (:func:`senders_heard`);
+    the entries it sent are offered to the slots asked for (``kernels.insert_table`` over
+    all of them at once, probes counted: a slot may have been filled meanwhile, and an
+    entry may fit another slot better), the slots so filled counted in
+    ``counts[N_ROW_REPAIRS]`` (and ``counts[N_ROW_REPLY_RUNS]`` + 1 when an entry came);
+    a slot still empty asks its next helper (:func:`ask_rows`, counted in
+    ``counts[N_ROW_REQUESTS]``). Returns (probes, rows written, cursor). Room: 1 row per
+    message. O(n * (memory + rows * 2^b) + insert_table)."""
+    n = len(m)
+    lil, _ = senders_heard(m, li, failed)
+    row = np.empty(n, np.int64)
+    col = np.empty(n, np.int64)
+    attempt = np.empty(n, np.int64)
+    t = np.empty(n, np.int64)
+    n_got = 0
+    for i in range(n):
+        row[i] = m[i][_SLOT_ROW]
+        col[i] = m[i][_SLOT_COLUMN]
+        attempt[i] = m[i]["hops"] + 1
+        t[i] = m[i]["time"]
+        n_got += m[i][_SLOT_ENTRY] >= 0
+    probes = 0
+    if n_got:
+        got = np.empty(n_got, np.int64)
+        cand = np.empty((n_got, 1), np.int64)
+        before = np.empty(n_got, np.int64)
+        j = 0
+        for i in range(n):
+            if m[i][_SLOT_ENTRY] >= 0:
+                got[j] = i
+                cand[j, 0] = m[i][_SLOT_ENTRY]
+                before[j] = rt[lil[i], row[i], col[i]]
+                j += 1
+        gli = lil[got]
+        probes = insert_table(rt, gli, global_ids[gli], cand, ids_hi, ids_lo, b, hr, rdist,
+                              lan, failed[gli])
+        repairs = 0
+        for j in range(n_got):
+            i = got[j]
+            repairs += before[j] < 0 and rt[lil[i], row[i], col[i]] >= 0
+        counts[N_ROW_REPAIRS] += repairs
+        counts[N_ROW_REPLY_RUNS] += 1
+    requests, k, cursor = ask_rows(lil, row, col, attempt, t, rt, global_ids, req_type, out,
+                                   pool, cursor, s_hr, s_rdist, s_lan)
+    counts[N_ROW_REQUESTS] += requests
+    return probes, k, cursor
+
+
+@numba.njit(cache=True)
 def on_hop_ack(m, li, failed, pending, deadline, identity, count):
     """HOP_ACK (``HopAcks.on_ack``): the senders are alive (out of the receivers' failed
     memory), and the pending hops the acknowledgements clear (:func:`.kernels.acked_pending`:
@@ -895,16 +984,16 @@ def ack_timers_idle(m, pending, deadline, count):
 # calls) beside the one the handlers' Python path makes.
 (JOIN_REQ_64, JOIN_64, JOIN_ROWS_64, JOIN_LEAFS_64, JOIN_NBRS_64, ANNOUNCE_64, KEEPALIVE_64,
  KA_TIMER_64, LEAF_REQ_64, LEAF_REPLY_64, LEAF_REFRESH_64, LEAF_LOOKUP_64, ROWS_REQ_64,
- ROWS_REPLY_64, FIRST_OWN_64, LAST_OWN_64, ROW_REPLY_64) = (
+ ROWS_REPLY_64, FIRST_OWN_64, LAST_OWN_64, ROW_REPLY_64, ROW_REQ_64) = (
     np.int64(c) for c in (JOIN_REQ, JOIN, JOIN_ROWS, JOIN_LEAFS, JOIN_NBRS, ANNOUNCE, KEEPALIVE,
                           KA_TIMER, LEAF_REQ, LEAF_REPLY, LEAF_REFRESH, LEAF_LOOKUP, ROWS_REQ,
-                          ROWS_REPLY, FIRST_OWN, LAST_OWN, ROW_REPLY))
+                          ROWS_REPLY, FIRST_OWN, LAST_OWN, ROW_REPLY, ROW_REQ))
 
 # The message types :func:`on_runs` takes, with the room (send rows, payload ids) each of
 # their messages may need: what each handler's own ``send_compiled`` call reserves.
 RUN_TYPES = (JOIN_START, JOIN_REQ, JOIN, JOIN_ROWS, JOIN_LEAFS, JOIN_NBRS, ANNOUNCE, KEEPALIVE,
              KA_TIMER, LEAF_REQ, LEAF_REPLY, LEAF_REFRESH, LEAF_LOOKUP, ROWS_REQ, ROWS_REPLY,
-             ROW_REQ, HOP_ACK, ACK_TIMER)
+             ROW_REQ, ROW_REPLY, HOP_ACK, ACK_TIMER)
 # the types that take the router's path instead when hop acknowledgements are on
 ACK_PATH_TYPES = (JOIN_REQ, JOIN, LEAF_REFRESH, LEAF_LOOKUP)
 
@@ -925,8 +1014,8 @@ def run_room(l: int, rows: int, width: int, nbrs: int, joined_rows: int) -> dict
             LEAF_REPLY: (l, 0),
             LEAF_LOOKUP: (1, l + 1), ROWS_REQ: (1, width), ROWS_REPLY: (0, 0),
             LEAF_REFRESH: (2, 0), JOIN_ROWS: (joined_rows, 0), JOIN_LEAFS: (joined_rows, 0),
-            JOIN_NBRS: (joined_rows, 0), ROW_REQ: (1, 0), HOP_ACK: (0, 0),
-            ACK_TIMER: (0, 0)}
+            JOIN_NBRS: (joined_rows, 0), ROW_REQ: (1, 0), ROW_REPLY: (1, 0),
+            HOP_ACK: (0, 0), ACK_TIMER: (0, 0)}
 
 
 @numba.njit(cache=True)
@@ -947,7 +1036,7 @@ def _more_log(log, rows):
 
 @numba.njit(cache=True)
 def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks, seed,
-            draws, run_rows, joined_rows, out, pool, cursor, s_hr, s_rdist, s_lan):
+            draws, run_rows, joined_rows, counts, out, pool, cursor, s_hr, s_rdist, s_lan):
     """Runs ``first..last-1`` of a cell pass (``m`` the pass's records in dispatch order,
     run r = rows ``bounds[r]:bounds[r + 1]``, one message type each, every type one of
     :data:`RUN_TYPES`), each handled by the kernels its handler calls (:func:`on_join_start`,
@@ -955,7 +1044,8 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
     then :func:`joined` for the nodes it completes, :func:`on_announce`, :func:`on_leaf_req`,
     :func:`on_leaf_reply`, :func:`on_ka_timer`, :func:`on_leaf_refresh`,
     :func:`on_leaf_lookup`, :func:`on_rows_req`, :func:`on_rows_reply`,
-    :func:`on_row_req`, :func:`on_hop_ack`, :func:`ack_timers_idle`), in run order,
+    :func:`on_row_req`, :func:`on_row_reply`, :func:`on_hop_ack`,
+    :func:`ack_timers_idle`), in run order,
     their sends one after the other: the same rows, state changes and sends as one call
     per run, without a Python handler, a kernel dispatch and a boxed result per run (a
     cell of the faithful bootstrap holds ~25 messages in ~5 runs, and that glue cost as
@@ -977,7 +1067,8 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
     is ~7 times what the pieces write). ``learn``: ``PastryNodes.learn_inputs``, ``joins``:
     ``JoinProtocol.run_inputs``, ``acks``: ``HopAcks.loop_inputs`` (tuples, taken apart
     here: a tuple spread into a call is copied first, a reference count more for each of
-    its arrays). O(sum of the kernels' costs)."""
+    its arrays). ``counts``: the counters the runs add to (``N_ROW_REQUESTS``, ...). O(sum
+    of the kernels' costs)."""
     rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, ids_hi, ids_lo, b, \
         half, hr, rdist, lan = learn
     joined_flags, nbrs_got, rows_expected, rows_got, incarnation, keepalive_us, timeout_us, \
@@ -1086,6 +1177,10 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
         elif ty == ROW_REQ:
             kk, pos = on_row_req(mm, li, failed, rt, ROW_REPLY_64, out[k:], pool, pos, s_hr,
                                  s_rdist, s_lan)
+        elif ty == ROW_REPLY:
+            p, kk, pos = on_row_reply(mm, li, rt, failed, global_ids, ids_hi, ids_lo, b, hr,
+                                      rdist, lan, ROW_REQ_64, counts, out[k:], pool, pos, s_hr,
+                                      s_rdist, s_lan)
         elif ty == HOP_ACK:
             on_hop_ack(mm, li, failed, pending, pending_deadline, pending_identity,
                        pending_count)

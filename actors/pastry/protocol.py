@@ -40,7 +40,7 @@ from .nodes import PastryNodes
 from .oracle import oracle_state
 from .router import ROUTE_LOG_COLUMNS, Router
 from .state import SIZES, PastryState
-from .table_repair import TableRepair
+from .table_repair import TableRepair, count_repairs
 
 # Every parameter of Pastry, declared once: the scenario schema's [pastry] section is made
 # of these (scenarios/config.py), and Pastry checks the complete dicts it gets against them.
@@ -252,7 +252,8 @@ class Pastry:
         keepalives = p["keepalive_us"] > 0
         sent = {msg_types.KEEPALIVE: keepalives, msg_types.KA_TIMER: keepalives,
                 msg_types.HOP_ACK: self.acks.enabled, msg_types.ACK_TIMER: self.acks.enabled,
-                msg_types.ROW_REQ: keepalives or self.acks.enabled}
+                msg_types.ROW_REQ: keepalives or self.acks.enabled,
+                msg_types.ROW_REPLY: keepalives or self.acks.enabled}
         self.compiled_run_types = frozenset(
             t for t in handler_kernels.RUN_TYPES
             if (t not in handler_kernels.ACK_PATH_TYPES or not self.acks.enabled)
@@ -266,6 +267,7 @@ class Pastry:
         self._run_rows = np.zeros(max(self._run_room) + 1, np.int64)
         for t, (per_row, _) in self._run_room.items():
             self._run_rows[t] = per_row
+        self._run_counts = np.zeros(handler_kernels.N_RUN_COUNTS, np.int64)
         # Pastry's part of a compiled cell loop, and the loop of Pastry alone
         own = self.compiled_run_types
         self.loop_part = PastryLoopPart(self, own, self._run_room) if own else None
@@ -319,13 +321,14 @@ class Pastry:
             rows, ints, handler_kernels.on_runs, m, payload, local, bounds, first, last,
             not self.acks.enabled, self.nodes.learn_inputs(ctx), self.join.run_inputs(),
             self.acks.loop_inputs(), *ctx.rng_state(), self._run_rows, self._joined_room,
-            zeroed=False)
+            self._run_counts, zeroed=False)
         if len(log):
             ctx.log_records("route", log, ROUTE_LOG_COLUMNS)
         if probes:
             ctx.count("pastry_probes", probes)
         if joined:
             ctx.count("pastry_joined", joined)
+        count_repairs(ctx, self._run_counts)
         if len(changed):
             self.app.new_leafs(ctx, changed)
         return done

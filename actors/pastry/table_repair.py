@@ -16,11 +16,19 @@ from emulator.kernels import unique_first
 from . import handler_kernels
 from . import types as msg_types
 from .messages import msgs_of
-from .types import RowReply, RowReq
+
+
+def count_repairs(ctx, counts) -> None:
+    """The counters ``handler_kernels.on_row_reply`` and ``ask_rows`` added to
+    (``counts``, int64[N_RUN_COUNTS]) to the shard's, then zeroed."""
+    if counts[handler_kernels.N_ROW_REPLY_RUNS]:   # (counted when an entry came, even 0)
+        ctx.count("pastry_row_repairs", int(counts[handler_kernels.N_ROW_REPAIRS]))
+    if counts[handler_kernels.N_ROW_REQUESTS]:
+        ctx.count("pastry_row_requests", int(counts[handler_kernels.N_ROW_REQUESTS]))
+    counts[:] = 0
 
 
 class TableRepair:
-    ROW_ATTEMPTS = 8  # helpers asked per emptied slot before giving up (lazy: next use retries)
 
     def __init__(self, nodes):
         """``nodes`` :class:`~.nodes.PastryNodes` (tables, failed memory, application)."""
@@ -51,28 +59,18 @@ class TableRepair:
 
     def _ask_row(self, ctx, li, row, col, attempt, t) -> None:
         """ROW_REQ for slot (row, col) of nodes ``li`` to their ``attempt``-th helper: the
-        live entries of the same row (other columns), then of the next rows, in order."""
-        table = self.nodes.table
-        li = np.asarray(li, np.int64)
-        row, col = np.asarray(row, np.int64), np.asarray(col, np.int64)
-        attempt = np.asarray(attempt, np.int64)
-        still = (table.entries[li, row, col] < 0) & (attempt < self.ROW_ATTEMPTS)
-        li, row, col, attempt, t = li[still], row[still], col[still], attempt[still], \
-            np.asarray(t, np.int64)[still]
+        live entries of the same row (other columns), then of the next rows, in order (one
+        compiled call, ``handler_kernels.ask_rows``)."""
+        li = np.ascontiguousarray(li, np.int64)
         if not len(li):
             return
-        flat = table.flat(li)                                      # [B, rows * width]
-        slot = np.arange(flat.shape[1])[None, :]
-        ok = (flat >= 0) & (slot >= (row * table.width)[:, None])
-        rank = np.cumsum(ok, axis=1) - 1
-        hit = ok & (rank == attempt[:, None])
-        has = hit.any(axis=1)
-        if not has.any():
-            return
-        helper = flat[has, np.argmax(hit[has], axis=1)]
-        ctx.count("pastry_row_requests", int(has.sum()))
-        ctx.send(self.nodes.global_ids[li[has]], helper, msg_types.ROW_REQ, t[has],
-                 **RowReq.fields(row=row[has], column=col[has]), hops=attempt[has], mode=0)
+        requests, = ctx.send_compiled(
+            len(li), 0, handler_kernels.ask_rows, li, np.ascontiguousarray(row, np.int64),
+            np.ascontiguousarray(col, np.int64), np.ascontiguousarray(attempt, np.int64),
+            np.ascontiguousarray(t, np.int64), self.nodes.table.entries, self.nodes.global_ids,
+            msg_types.ROW_REQ)
+        if requests:
+            ctx.count("pastry_row_requests", int(requests))
 
     def on_row_req(self, ctx, batch) -> None:
         """ROW_REQ: the asker is alive; answer with my entry of the slot (row, column) (one
@@ -84,17 +82,16 @@ class TableRepair:
                           nodes.table.entries, msg_types.ROW_REPLY)
 
     def on_row_reply(self, ctx, batch) -> None:
-        """ROW_REPLY: offer the entry to the slot; still empty: ask the next helper."""
+        """ROW_REPLY: offer the entry to the slot; still empty: ask the next helper (one
+        compiled call, ``handler_kernels.on_row_reply``)."""
         m = msgs_of(batch)
-        li = self.nodes.local(ctx, m["dst"])
-        self.nodes.heard_from(li, m["src"])
-        entries = self.nodes.table.entries
-        row, col = m[RowReply.row], m[RowReply.column]
-        entry = m[RowReply.entry].astype(np.int64)
-        got = entry >= 0
-        if got.any():
-            before = entries[li[got], row[got], col[got]].copy()
-            self.nodes.insert_table(ctx, li[got], entry[got, None])
-            after = entries[li[got], row[got], col[got]]
-            ctx.count("pastry_row_repairs", int(((before < 0) & (after >= 0)).sum()))
-        self._ask_row(ctx, li, row, col, m["hops"].astype(np.int64) + 1, m["time"])
+        nodes = self.nodes
+        counts = np.zeros(handler_kernels.N_RUN_COUNTS, np.int64)
+        probes, = ctx.send_compiled(
+            len(m), 0, handler_kernels.on_row_reply, m,
+            np.asarray(nodes.local(ctx, m["dst"]), np.int64), nodes.table.entries,
+            nodes.failed.ids, nodes.global_ids, nodes.ids_hi, nodes.ids_lo, nodes.table.b,
+            *nodes.latency_tables(ctx), msg_types.ROW_REQ, counts)
+        if probes:
+            ctx.count("pastry_probes", int(probes))
+        count_repairs(ctx, counts)
