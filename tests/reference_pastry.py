@@ -269,6 +269,21 @@ def next_hop(state, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo, exclude
     return out, rule
 
 
+# ---- lazy table repair (handler_kernels.ask_rows) ----------------------------------------
+def row_helpers(rt, li, row, col, attempt, max_attempts) -> np.ndarray:
+    """The helper each slot (``row``, ``col``) of node ``li`` asks next (-1: none): while
+    the slot is empty and ``attempt`` < ``max_attempts``, the ``attempt``-th live entry
+    (0 the first) of the node's table in slot order from the slot's row on."""
+    width = rt.shape[2]
+    flat = rt[li].reshape(len(li), rt.shape[1] * width)
+    slot = np.arange(flat.shape[1])[None, :]
+    ok = (flat >= 0) & (slot >= (row * width)[:, None])
+    rank = np.cumsum(ok, axis=1) - 1
+    hit = ok & (rank == attempt[:, None])
+    still = (rt[li, row, col] < 0) & (attempt < max_attempts) & hit.any(axis=1)
+    return np.where(still, flat[np.arange(len(li)), np.argmax(hit, axis=1)], -1)
+
+
 # ---- hop acknowledgements (kernels.hop_identity, acked_pending) -------------------------
 def hop_hash(src, dst, origin, type_, hops, key_hi, key_lo) -> np.ndarray:
     """64-bit identity of a routed hop: h = 0, then per field h = (h ^ field) * MIX,

@@ -391,6 +391,44 @@ def test_hop_identity_and_ack_matching_kernels_equal_numpy():
                               acked_pending(identity, acks))
 
 
+def test_ask_rows_sends_each_empty_slot_to_its_next_helper():
+    """ROW_REQ's helper choice (handler_kernels.ask_rows) against the numpy rule: the
+    attempt-th live entry from the slot's row on, none for a filled slot, a last attempt
+    or a table without that many entries; the sends in slot order, with row, column and
+    attempt."""
+    from reference_pastry import row_helpers
+
+    from actors.pastry import handler_kernels as hk
+    from actors.pastry.messages import MSG_DTYPE
+    from actors.pastry.types import ROW_REQ, RowReq
+
+    rng = np.random.default_rng(8)
+    hr, rdist, lan = np.zeros(200, np.int32), np.zeros((1, 1), np.int32), np.int64(0)
+    for _ in range(100):
+        rt = np.where(rng.random((6, 4, 4)) < 0.4, rng.integers(0, 50, (6, 4, 4)), -1)
+        rt = rt.astype(np.int32)
+        n = int(rng.integers(0, 12))
+        li = rng.integers(0, 6, n)
+        row, col = rng.integers(0, 4, n), rng.integers(0, 4, n)
+        attempt = rng.integers(0, hk.ROW_ATTEMPTS + 2, n)
+        t = rng.integers(0, 10**6, n)
+        global_ids = np.arange(100, 106)
+        out = np.zeros(n, MSG_DTYPE)
+        requests, k, _ = hk.ask_rows(li, row, col, attempt, t, rt, global_ids,
+                                     np.int64(ROW_REQ), out, np.zeros(1, np.int32),
+                                     np.int64(0), hr, rdist, lan)
+        helper = row_helpers(rt, li, row, col, attempt, hk.ROW_ATTEMPTS)
+        asks = helper >= 0
+        assert requests == k == asks.sum()
+        sent = out[:k]
+        assert np.array_equal(sent["dst"], helper[asks])
+        assert np.array_equal(sent["src"], global_ids[li[asks]])
+        assert np.array_equal(sent[RowReq.row], row[asks])
+        assert np.array_equal(sent[RowReq.column], col[asks])
+        assert np.array_equal(sent["hops"], attempt[asks])
+        assert np.array_equal(sent["sent"], t[asks]) and (sent["type"] == ROW_REQ).all()
+
+
 def test_hops_due_equals_the_latest_timer_per_sender():
     """ACK_TIMER's due check: a pending hop is due when the latest timer row of its sender
     is at or past its deadline (the per-node numpy form it replaced), with repeated
