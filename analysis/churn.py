@@ -83,21 +83,26 @@ def _member_pairs(messages: DataFrame, membership: DataFrame) -> DataFrame:
             .where(F.col("member") != F.col("source")))
 
 
-def expected_deliveries(messages: DataFrame, membership: DataFrame,
-                        failures: DataFrame) -> DataFrame:
-    """(topo, variant, group, source, publish_time, member) the stream should reach:
-    every message, at every surviving member (never failed) of the group but the source."""
-    return _member_pairs(messages, membership).join(
-        failures.select("topo", "member"), ["topo", "member"], "left_anti")
+def member_deliveries(messages: DataFrame, membership: DataFrame,
+                      failures: DataFrame) -> DataFrame:
+    """(topo, variant, group, source, publish_time, member, failed_us): every message at every
+    member of its group but the source, with the member's first failure (null: it never
+    failed). `expected_deliveries` and `died_deliveries` are its two parts, so that one
+    join of pairs and arrivals serves both."""
+    return _member_pairs(messages, membership).join(failures, ["topo", "member"], "left")
 
 
-def died_deliveries(messages: DataFrame, membership: DataFrame,
-                    failures: DataFrame) -> DataFrame:
-    """The same pairs for members that failed during the run, counted apart: the messages
-    published before the member's first failure (it could not receive later ones: its
-    subscription died with it)."""
-    return (_member_pairs(messages, membership).join(failures, ["topo", "member"])
-            .where(F.col("publish_time") < F.col("failed_us")).drop("failed_us"))
+def expected_deliveries(pairs: DataFrame) -> DataFrame:
+    """The `member_deliveries` rows the stream should reach: every message, at every
+    surviving member (never failed) of the group but the source."""
+    return pairs.where(F.col("failed_us").isNull()).drop("failed_us")
+
+
+def died_deliveries(pairs: DataFrame) -> DataFrame:
+    """The `member_deliveries` rows of members that failed during the run, counted apart:
+    the messages published before the member's first failure (it could not receive later
+    ones: its subscription died with it)."""
+    return pairs.where(F.col("publish_time") < F.col("failed_us")).drop("failed_us")
 
 
 def surviving_arrivals(arrivals: DataFrame, failures: DataFrame) -> DataFrame:
@@ -115,10 +120,14 @@ def first_arrivals(delivery: DataFrame, messages: DataFrame,
     Schema: topo, variant, group, source, publish_time, member, arrival bigint,
     copies bigint, out_of_order int.
     """
+    stream = ["topo", "variant", "group", "source", "member"]
+    # partitioned by the window's keys before the aggregate: (message, member) keys are
+    # finer, so the aggregate and the window share this one shuffle
     per_member = (_in_phases(delivery, phases).join(messages, MESSAGE, "left_semi")
+                  .repartition(*stream)
                   .groupBy(*MESSAGE, "member")
                   .agg(F.min("time").alias("arrival"), F.count("*").alias("copies")))
-    earlier = (Window.partitionBy("topo", "variant", "group", "source", "member")
+    earlier = (Window.partitionBy(*stream)
                .orderBy("arrival", "publish_time")
                .rowsBetween(Window.unboundedPreceding, -1))
     seen = F.max("publish_time").over(earlier)
@@ -157,28 +166,39 @@ def churn_delivery(outcomes: DataFrame, arrivals: DataFrame, messages: DataFrame
     members), out_of_order bigint, mean_delay_us double, max_delay_us bigint (received
     ones), dead_nodes bigint (nodes dead at the bucket start).
     """
+    keys = ["topo", "variant", "bucket"]
+    # the three inputs' rows in one frame (a column stays null in the rows of the others),
+    # so that a single aggregate gives every column of a bucket
+    rows = (messages.select("topo", "variant", "publish_time", F.lit(1).alias("message"))
+            .unionByName(outcomes.select("topo", "variant", "publish_time",
+                                         F.lit(1).alias("expected"), "received", "delay_us"),
+                         allowMissingColumns=True)
+            .unionByName(arrivals.select("topo", "variant", "publish_time",
+                                         (F.col("copies") - 1).alias("duplicate"),
+                                         "out_of_order"),
+                         allowMissingColumns=True))
     t0 = stream_start(messages)
-    msgs = (_bucketed(messages, t0, bucket_us).groupBy("topo", "variant", "bucket")
-            .agg(F.count("*").alias("messages")))
-    got = (_bucketed(outcomes, t0, bucket_us).groupBy("topo", "variant", "bucket")
-           .agg(F.count("*").alias("expected"), F.sum("received").alias("received"),
-                F.avg("delay_us").alias("mean_delay_us"),
-                F.max("delay_us").alias("max_delay_us")))
-    extra = (_bucketed(arrivals, t0, bucket_us).groupBy("topo", "variant", "bucket")
-             .agg(F.sum(F.col("copies") - 1).alias("duplicates"),
-                  F.sum("out_of_order").cast("bigint").alias("out_of_order")))
-    starts = (msgs.select("topo", "bucket").distinct().join(F.broadcast(t0), "topo")
-              .withColumn("bucket_start_us", F.col("t0") + F.col("bucket") * F.lit(bucket_us))
-              .drop("t0"))
-    dead_now = (starts.join(dead, "topo")
+    per_bucket = (_bucketed(rows, t0, bucket_us).groupBy(*keys)
+                  .agg(F.count("message").alias("messages"),
+                       F.count("expected").alias("expected"),
+                       F.sum("received").alias("received"),
+                       F.avg("delay_us").alias("mean_delay_us"),
+                       F.max("delay_us").alias("max_delay_us"),
+                       F.sum("duplicate").alias("duplicates"),
+                       F.sum("out_of_order").cast("bigint").alias("out_of_order"))
+                  .join(F.broadcast(t0), "topo")
+                  .withColumn("bucket_start_us",
+                              F.col("t0") + F.col("bucket") * F.lit(bucket_us))
+                  .drop("t0"))
+    # per variant (the same count in each): grouped by the keys the buckets are partitioned
+    # by, it needs no shuffle
+    dead_now = (per_bucket.select(*keys, "bucket_start_us").join(F.broadcast(dead), "topo")
                 .where((F.col("dead_from") <= F.col("bucket_start_us"))
                        & (F.col("dead_until").isNull()
                           | (F.col("bucket_start_us") < F.col("dead_until"))))
-                .groupBy("topo", "bucket").agg(F.countDistinct("node").alias("dead_nodes")))
-    keys = ["topo", "variant", "bucket"]
-    return (msgs.join(got, keys, "left").join(extra, keys, "left")
-            .join(starts, ["topo", "bucket"]).join(dead_now, ["topo", "bucket"], "left")
-            .fillna(0, ["expected", "received", "duplicates", "out_of_order", "dead_nodes"])
+                .groupBy(*keys).agg(F.countDistinct("node").alias("dead_nodes")))
+    return (per_bucket.join(dead_now, keys, "left")
+            .fillna(0, ["received", "duplicates", "out_of_order", "dead_nodes"])
             .withColumn("bucket_end_us", F.col("bucket_start_us") + F.lit(bucket_us))
             .withColumn("ratio", F.col("received") / F.col("expected"))
             .select("topo", "variant", "bucket", "bucket_start_us", "bucket_end_us",
@@ -218,9 +238,10 @@ def churn_outages(outcomes: DataFrame) -> DataFrame:
 
 
 def churn_rp_failover(messages: DataFrame, arrivals: DataFrame, groups: DataFrame,
-                      node_event: DataFrame) -> DataFrame:
-    """Per group whose RP (group.rp, the node that took the CREATE) failed during the stream:
-    how long until a message published after the failure reached a member again.
+                      failures: DataFrame) -> DataFrame:
+    """Per group whose RP (group.rp, the node that took the CREATE) failed during the stream
+    (`failures`: first_failures): how long until a message published after the failure
+    reached a member again.
 
     The take-over itself is not logged (Scribe counts it in `scribe_rp_takeovers`); the
     fail-over time is measured from the RP's first failure to the first arrival, at any
@@ -233,9 +254,7 @@ def churn_rp_failover(messages: DataFrame, arrivals: DataFrame, groups: DataFram
     failover_us bigint (null: no later message was delivered).
     """
     rp = groups.groupBy("topo", "group").agg(F.min("rp").alias("rp"))
-    first_fail = (node_event.where(F.col("event") == "fail")
-                  .groupBy("topo", F.col("node").alias("rp"))
-                  .agg(F.min("time").alias("failed_us")))
+    first_fail = failures.withColumnRenamed("member", "rp")
     span = messages.groupBy("topo", "variant", "group").agg(
         F.min("publish_time").alias("first_us"), F.max("publish_time").alias("last_us"))
     failed = (span.join(rp, ["topo", "group"]).join(first_fail, ["topo", "rp"])
@@ -257,32 +276,31 @@ def churn_rp_failover(messages: DataFrame, arrivals: DataFrame, groups: DataFram
                     "delivered_after", "first_delivered_us", "failover_us"))
 
 
-def delivery_summary(outcomes: DataFrame, arrivals: DataFrame, buckets: DataFrame,
-                     died: DataFrame) -> DataFrame:
+def delivery_summary(outcomes: DataFrame, buckets: DataFrame, died: DataFrame) -> DataFrame:
     """Per (topo, variant): messages, expected, received, ratio, min_bucket_ratio,
     duplicates, out_of_order, delay mean/p99/max of received expected deliveries (surviving
-    members; `arrivals` restricted to them), then the members counted apart:
-    surviving_members, died_members, died_expected, died_received (`died` = outcomes of
-    died_deliveries)."""
+    members), then the members counted apart: surviving_members, died_members,
+    died_expected, died_received (`died` = outcomes of died_deliveries).
+
+    The counts and the largest delay are the buckets' (`churn_delivery`: every expected
+    delivery and surviving member's arrival is in the bucket of its message), the mean
+    and p99 delays and the members need the deliveries themselves."""
     keys = ["topo", "variant"]
     dead = died.groupBy(*keys).agg(
         F.countDistinct("group", "member").alias("died_members"),
         F.count("*").alias("died_expected"), F.sum("received").alias("died_received"))
     got = outcomes.groupBy(*keys).agg(
         F.countDistinct("group", "member").alias("surviving_members"),
-        F.count("*").alias("expected"), F.sum("received").alias("received"),
         F.avg("delay_us").alias("mean_delay_us"),
-        F.percentile("delay_us", 0.99).alias("p99_delay_us"),
-        F.max("delay_us").cast("double").alias("max_delay_us"))
+        F.percentile("delay_us", 0.99).alias("p99_delay_us"))
     per_bucket = buckets.groupBy(*keys).agg(
-        F.sum("messages").alias("messages"), F.min("ratio").alias("min_bucket_ratio"))
-    extra = arrivals.groupBy(*keys).agg(
-        F.sum(F.col("copies") - 1).alias("duplicates"),
-        F.sum("out_of_order").cast("bigint").alias("out_of_order"))
-    return (per_bucket.join(got, keys, "left").join(extra, keys, "left")
-            .join(dead, keys, "left")
-            .fillna(0, ["expected", "received", "duplicates", "out_of_order",
-                        "surviving_members", "died_members", "died_expected", "died_received"])
+        F.sum("messages").alias("messages"), F.min("ratio").alias("min_bucket_ratio"),
+        F.sum("expected").alias("expected"), F.sum("received").alias("received"),
+        F.max("max_delay_us").cast("double").alias("max_delay_us"),
+        F.sum("duplicates").alias("duplicates"), F.sum("out_of_order").alias("out_of_order"))
+    return (per_bucket.join(got, keys, "left").join(dead, keys, "left")
+            .fillna(0, ["surviving_members", "died_members", "died_expected",
+                        "died_received"])
             .withColumn("ratio", F.col("received") / F.col("expected"))
             .select(*keys, "messages", "expected", "received", "ratio", "min_bucket_ratio",
                     "duplicates", "out_of_order", "mean_delay_us", "p99_delay_us",

@@ -331,19 +331,22 @@ def _churn_plan(c: _Context) -> dict[str, DataFrame]:
         messages = messages.unionByName(tree_msgs).cache()
     dead = churn.dead_intervals(ev["node_event"]).cache()
     failures = churn.first_failures(ev["node_event"]).cache()
-    expected = churn.expected_deliveries(messages, ev["membership"], failures)
     arrivals = churn.first_arrivals(delivery, messages, options.churn_phases).cache()
-    outcomes = churn.delivery_outcomes(expected, arrivals).cache()
-    died = churn.delivery_outcomes(
-        churn.died_deliveries(messages, ev["membership"], failures), arrivals)
+    # every member pair's outcome once: the surviving members' and the died ones' are parts
+    pairs = churn.delivery_outcomes(
+        churn.member_deliveries(messages, ev["membership"], failures), arrivals).cache()
+    outcomes = churn.expected_deliveries(pairs)
+    died = churn.died_deliveries(pairs)
     surviving = churn.surviving_arrivals(arrivals, failures)
+    # each of these is collected and summed up in per_topo as well
     buckets = churn.churn_delivery(outcomes, surviving, messages, dead, bucket_us).cache()
-    outages = churn.churn_outages(outcomes)
-    failovers = churn.churn_rp_failover(messages, arrivals, ev["group"], ev["node_event"])
-    per_topo = churn.churn_summary(churn.delivery_summary(outcomes, surviving, buckets, died),
+    outages = churn.churn_outages(outcomes).cache()
+    failovers = churn.churn_rp_failover(messages, arrivals, ev["group"], failures).cache()
+    per_topo = churn.churn_summary(churn.delivery_summary(outcomes, buckets, died),
                                    outages, failovers)
     c.churn = {"bucket_us": bucket_us, "source": "delivery" if inferred else "publish",
-               "cached": (messages, dead, failures, arrivals, outcomes, buckets)}
+               "cached": (messages, dead, failures, arrivals, pairs, buckets, outages,
+                          failovers)}
     return {"buckets": buckets, "outages": outages, "failovers": failovers,
             "per_topo": per_topo}
 

@@ -141,13 +141,12 @@ def frames(spark, tmp_path_factory):
     messages = churn.published_messages(ev["publish"], ev["delivery"], False, phases).cache()
     dead = churn.dead_intervals(ev["node_event"]).cache()
     failures = churn.first_failures(ev["node_event"]).cache()
-    expected = churn.expected_deliveries(messages, ev["membership"], failures)
     arrivals = churn.first_arrivals(ev["delivery"], messages, phases).cache()
-    outcomes = churn.delivery_outcomes(expected, arrivals).cache()
-    died = churn.delivery_outcomes(
-        churn.died_deliveries(messages, ev["membership"], failures), arrivals).cache()
-    return {"ev": ev, "messages": messages, "dead": dead, "arrivals": arrivals,
-            "outcomes": outcomes, "died": died,
+    pairs = churn.delivery_outcomes(
+        churn.member_deliveries(messages, ev["membership"], failures), arrivals).cache()
+    return {"ev": ev, "messages": messages, "dead": dead, "failures": failures,
+            "arrivals": arrivals, "outcomes": churn.expected_deliveries(pairs),
+            "died": churn.died_deliveries(pairs),
             "surviving": churn.surviving_arrivals(arrivals, failures)}
 
 
@@ -207,7 +206,7 @@ def test_churn_outages(frames):
 @pytest.mark.slow
 def test_rp_failover(frames):
     fo = rows_of(churn.churn_rp_failover(frames["messages"], frames["arrivals"],
-                                         frames["ev"]["group"], frames["ev"]["node_event"]),
+                                         frames["ev"]["group"], frames["failures"]),
                  "variant", "group")
     assert set(fo) == {("scribe", 1), ("reliable", 1)}
     s = fo["scribe", 1]
