@@ -110,28 +110,38 @@ def surviving_arrivals(arrivals: DataFrame, failures: DataFrame) -> DataFrame:
     return arrivals.join(failures.select("topo", "member"), ["topo", "member"], "left_anti")
 
 
+STREAM = ["topo", "variant", "group", "source", "member"]   # one source's messages at a member
+
+
 def first_arrivals(delivery: DataFrame, messages: DataFrame,
                    phases: tuple[str, ...] | None = None) -> DataFrame:
     """Deliveries of the stream's messages, one row per (message, member):
-    arrival (first copy's time), copies (rows logged), out_of_order (1 when an earlier
-    message of the same source reached this member later than this one: its publish_time
-    is below the largest publish_time the member had already received from that source).
+    arrival (first copy's time), copies (rows logged).
 
+    Partitioned by STREAM (`out_of_order` needs no other shuffle).
     Schema: topo, variant, group, source, publish_time, member, arrival bigint,
-    copies bigint, out_of_order int.
+    copies bigint.
     """
-    stream = ["topo", "variant", "group", "source", "member"]
-    # partitioned by the window's keys before the aggregate: (message, member) keys are
-    # finer, so the aggregate and the window share this one shuffle
-    per_member = (_in_phases(delivery, phases).join(messages, MESSAGE, "left_semi")
-                  .repartition(*stream)
-                  .groupBy(*MESSAGE, "member")
-                  .agg(F.min("time").alias("arrival"), F.count("*").alias("copies")))
-    earlier = (Window.partitionBy(*stream)
+    # partitioned by the STREAM before the aggregate: (message, member) keys are finer, so
+    # the aggregate and out_of_order's window share this one shuffle
+    return (_in_phases(delivery, phases).join(messages, MESSAGE, "left_semi")
+            .repartition(*STREAM)
+            .groupBy(*MESSAGE, "member")
+            .agg(F.min("time").alias("arrival"), F.count("*").alias("copies")))
+
+
+def out_of_order(arrivals: DataFrame) -> DataFrame:
+    """`first_arrivals` with out_of_order (int): 1 when an earlier message of the same
+    source reached this member later than this one (its publish_time is below the largest
+    publish_time the member had already received from that source).
+
+    A window of its own (not a column of first_arrivals): only the buckets count it, and
+    the joins of the arrivals need not wait for it."""
+    earlier = (Window.partitionBy(*STREAM)
                .orderBy("arrival", "publish_time")
                .rowsBetween(Window.unboundedPreceding, -1))
     seen = F.max("publish_time").over(earlier)
-    return per_member.withColumn(
+    return arrivals.withColumn(
         "out_of_order", (seen.isNotNull() & (F.col("publish_time") < seen)).cast("int"))
 
 
@@ -159,6 +169,7 @@ def delivery_outcomes(expected: DataFrame, arrivals: DataFrame) -> DataFrame:
 def churn_delivery(outcomes: DataFrame, arrivals: DataFrame, messages: DataFrame,
                    dead: DataFrame, bucket_us: int) -> DataFrame:
     """Delivery ratio over time: one row per (topo, variant, bucket of publish time).
+    `arrivals`: the surviving members' first arrivals with their out_of_order flags.
 
     Schema: topo int, variant string, bucket int, bucket_start_us bigint,
     bucket_end_us bigint, messages bigint (published), expected bigint, received bigint,

@@ -337,7 +337,7 @@ def _churn_plan(c: _Context) -> dict[str, DataFrame]:
         churn.member_deliveries(messages, ev["membership"], failures), arrivals).cache()
     outcomes = churn.expected_deliveries(pairs)
     died = churn.died_deliveries(pairs)
-    surviving = churn.surviving_arrivals(arrivals, failures)
+    surviving = churn.out_of_order(churn.surviving_arrivals(arrivals, failures))
     # each of these is collected and summed up in per_topo as well
     buckets = churn.churn_delivery(outcomes, surviving, messages, dead, bucket_us).cache()
     outages = churn.churn_outages(outcomes).cache()

@@ -147,7 +147,7 @@ def frames(spark, tmp_path_factory):
     return {"ev": ev, "messages": messages, "dead": dead, "failures": failures,
             "arrivals": arrivals, "outcomes": churn.expected_deliveries(pairs),
             "died": churn.died_deliveries(pairs),
-            "surviving": churn.surviving_arrivals(arrivals, failures)}
+            "surviving": churn.out_of_order(churn.surviving_arrivals(arrivals, failures))}
 
 
 def rows_of(df, *keys):
