@@ -311,7 +311,7 @@ def scenario(
     shards: Annotated[int | None, typer.Option(
         "--shards", min=0,
         help="Shard actors per topology (0: one per CPU Ray sees, at most one per 10,000 "
-             "nodes).")] = None,
+             "nodes, 100,000 when the join builds the overlay).")] = None,
     bootstrap: Annotated[Bootstrap | None, typer.Option(
         "--bootstrap", case_sensitive=False,
         help="Pastry bootstrap: join protocol on the virtual clock, or computed state.")] = None,

@@ -70,7 +70,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1_000)
     ap.add_argument("--shards", type=int, default=0,
                     help="shard actors (default 0: the scenarios' automatic count, one per "
-                         "CPU and at most one per 10,000 nodes)")
+                         "CPU and at most one per 100,000 nodes: the join builds the "
+                         "overlay)")
     ap.add_argument("--rate", type=float, default=0.0,
                     help="arrivals per second (default 0: nodes / 10, FreePastry's 10 s)")
     add_json_option(ap, "freepastry_workload.json")

@@ -73,7 +73,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "topologies": (int, 1, lambda v: 1 <= v <= 1000, "topology seeds to average (1..1000)"),
         "seed": (int, 1, _nonneg, "base seed (>= 0); topology t uses seed + t"),
         "shards": (int, 0, _nonneg,
-                   "shard actors (0: one per CPU Ray sees, at most one per 10,000 nodes)"),
+                   "shard actors (0: one per CPU Ray sees, at most one per 10,000 nodes, "
+                   "100,000 when the join builds the overlay)"),
         "retries": (int, 2, lambda v: 0 <= v <= 100, "times a phase is replayed from its "
                     "checkpoint after a shard process dies, and the analysis rerun after Spark "
                     "loses an executor (0..100; 0 = stop at once)"),

@@ -44,7 +44,8 @@ from .run_dir import (
     scenario_to_run,
 )
 
-__all__ = ["MIN_NODES_PER_SHARD", "auto_shards", "emulate_only", "run_scenario"]
+__all__ = ["MIN_NODES_PER_SHARD", "MIN_NODES_PER_SHARD_PROTOCOL", "auto_shards", "emulate_only",
+           "run_scenario"]
 
 # errors of a write that more space, or a writable directory, would have let through
 _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
@@ -122,12 +123,22 @@ def _start_runtime(cfg, out, address, resume, force) -> ScenarioConfig:
 # 10,000-node overlay no faster, `small_groups_30k` (50,000 nodes) faster
 # (benchmarks/bench_scale.py measures a scenario's phases at each K).
 MIN_NODES_PER_SHARD = 10_000
+# The same with the overlay built by the join protocol: its arrivals (50 a second) keep
+# every window sparse whatever the overlay's size, and each window costs every shard a Ray
+# exchange (docs/ARCHITECTURE.md, "Window synchronisation"), so a shard must hold far more
+# nodes to pay for it. On two cores one shard ran `paper_zipf_1500` (100,000 nodes) end
+# to end in 88 s against 112 s for two, and `small_groups_30k` (50,000) in 79 s against
+# 85 s (BENCHMARKS.md).
+MIN_NODES_PER_SHARD_PROTOCOL = 100_000
 
 
-def auto_shards(cpus: int, nodes: int) -> int:
+def auto_shards(cpus: int, nodes: int, protocol: bool = False) -> int:
     """Shards for ``shards = 0``: one per CPU, but at most one per MIN_NODES_PER_SHARD
-    nodes (a small overlay runs faster whole; results are the same for any count)."""
-    return max(1, min(int(cpus), int(nodes) // MIN_NODES_PER_SHARD))
+    nodes, or per MIN_NODES_PER_SHARD_PROTOCOL when the join protocol builds the overlay
+    (``protocol``; a small overlay runs faster whole; results are the same for any
+    count)."""
+    per = MIN_NODES_PER_SHARD_PROTOCOL if protocol else MIN_NODES_PER_SHARD
+    return max(1, min(int(cpus), int(nodes) // per))
 
 
 def emulate_only(cfg: ScenarioConfig, run_dir: Path) -> None:
@@ -153,7 +164,7 @@ def _run_and_analyse(cfg, run_dir: Path, state: RunState, events: RunEvents,
     if cfg.shards == 0:  # one shard per CPU of the cluster; recorded for --resume
         import ray
         cpus = int(ray.cluster_resources().get("CPU", 1))
-        cfg.run["shards"] = auto_shards(cpus, cfg.nodes)
+        cfg.run["shards"] = auto_shards(cpus, cfg.nodes, cfg.pastry["bootstrap"] == "protocol")
         (run_dir / "config.toml").write_text(cfg.to_toml())
     log.info("scenario %s: %d nodes, %d groups, %d topologies, %d shards -> %s", cfg.name,
              cfg.nodes, cfg.groups, cfg.topologies, cfg.shards, run_dir)

@@ -206,8 +206,20 @@ def test_oracle_slice_whose_small_groups_share_the_next_digit():
 def test_automatic_shard_count_is_one_per_cpu_and_at_most_one_per_10k_nodes():
     auto, per = runner_mod.auto_shards, runner_mod.MIN_NODES_PER_SHARD
     assert per == 10_000
-    assert auto(2, 3_000) == 1            # churn: a small overlay runs whole
+    assert auto(2, 3_000) == 1            # a small overlay runs whole
     assert auto(2, 10_000) == 1 and auto(2, 19_999) == 1 and auto(2, 20_000) == 2
-    assert auto(2, 50_000) == 2           # small_groups_30k: one per CPU
+    assert auto(2, 50_000) == 2           # small_groups_30k --bootstrap oracle: one per CPU
     assert auto(64, 1_000_000) == 64 and auto(256, 1_000_000) == 100
     assert auto(8, 5) == 1 and auto(0, 100_000) == 1
+
+
+def test_a_protocol_built_overlay_gets_a_shard_per_100k_nodes():
+    """The join's sparse windows cost every shard an exchange: the published scenarios on
+    the join run on one shard of a two-core machine, a million nodes on ten at most."""
+    auto = runner_mod.auto_shards
+    assert runner_mod.MIN_NODES_PER_SHARD_PROTOCOL == 100_000
+    assert auto(2, 3_000, protocol=True) == 1          # churn
+    assert auto(2, 50_000, protocol=True) == 1         # small_groups_30k
+    assert auto(2, 100_000, protocol=True) == 1        # paper_zipf_1500
+    assert auto(2, 200_000, protocol=True) == 2
+    assert auto(64, 1_000_000, protocol=True) == 10 and auto(4, 1_000_000, protocol=True) == 4
