@@ -92,11 +92,16 @@ class LogBuffer:
             self._merged[table] = len(chunks)
 
     def take(self) -> dict[str, pa.Table]:
-        """All buffered rows as Arrow tables (column order of the first chunk); clears."""
+        """All buffered rows as Arrow tables (column order of the first chunk, one chunk
+        per merged run of chunks); clears."""
         out = {}
         for table, chunks in sorted(self._chunks.items()):
             parts = []
-            for phase, cols in _merge_runs(chunks):
+            # the chunks merged so far stay apart (the table's columns are chunked, no row
+            # copied again: a sparse phase's hop log is hundreds of megabytes); the rest are
+            # merged
+            done = self._merged.get(table, 0)
+            for phase, cols in chunks[:done] + _merge_runs(chunks[done:]):
                 arrays = {k: _arrow(v) for k, v in cols.items()}
                 n = len(next(iter(arrays.values())))
                 arrays["phase"] = pa.DictionaryArray.from_arrays(
