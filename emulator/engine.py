@@ -446,12 +446,10 @@ class ShardEngine:
 
     def _drop_lost(self, m: np.ndarray, li: np.ndarray) -> tuple:
         """Rows ``m`` (the rest of a cell, in dispatch order) without those for dead nodes,
-        counted lost by type (in type order, as run by run), and their (local indices,
-        run bounds)."""
-        ok = self.alive[li]
-        np.add.at(self._lost_counts, m["type"][~ok].astype(np.int64) + kernels.TYPE_OFFSET, 1)
-        m = take_rows(m, ok)
-        bounds, li, _ = kernels.cell_runs(m["type"], m["dst"], self.local_index, self.alive)
+        counted lost by type, and their (local indices, run bounds): the compiled loop's
+        rule, ``window.without_lost``."""
+        m, bounds, li = window.without_lost(m, np.ascontiguousarray(li, np.int64), self.alive,
+                                            self._lost_counts)
         return m, li, bounds
 
     @property

@@ -205,7 +205,7 @@ def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_
             ok = False
             break
     if ok and not all_alive:
-        m, bounds, li = _without_lost(m, li, alive, lost_counts)
+        m, bounds, li = without_lost(m, li, alive, lost_counts)
     n_rows = 0
     n_ints = 0
     if ok:
@@ -228,11 +228,11 @@ def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_
 
 
 @numba.njit(cache=True)
-def _without_lost(m, li, alive, lost_counts):
+def without_lost(m, li, alive, lost_counts):
     """The rows of pass ``m`` for live nodes (``li`` their local indices) with their run
     bounds and local indices; each row for a dead node is lost, counted by type in
     ``lost_counts`` (at ``code + TYPE_OFFSET``). Rows keep their order and payload
-    offsets. O(rows)."""
+    offsets (``ShardEngine._drop_lost`` uses it too). O(rows)."""
     n = 0
     for i in range(len(m)):
         n += alive[li[i]]

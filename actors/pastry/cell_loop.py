@@ -24,9 +24,6 @@ from .table_repair import count_repairs
 
 # what a loop call gathers for Pastry besides the engine's (``stats``)
 N_ROUTE_LOG, N_CHANGED, PROBES, JOINED, N_STATS = range(5)
-# where the route log and the stats are in ``PastryLoopPart.inputs`` (a composed loop
-# checks their room)
-ARG_ROUTE_LOG, ARG_STATS = 10, 13
 
 
 @numba.njit(cache=True)
@@ -127,7 +124,6 @@ class PastryLoopPart:
         arrays)."""
         p = self.pastry
         self.stats[:] = 0
-        # (ARG_ROUTE_LOG, ARG_STATS: the positions of route_log and stats)
         return (not p.acks.enabled, p.nodes.learn_inputs(ctx), p.join.run_inputs(),
                 p.acks.loop_inputs(), *ctx.rng_state(), self.run_rows, p._joined_room,
                 self.run_counts, ctx.latency_tables(), self.route_log, self.changed_mask,

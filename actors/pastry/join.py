@@ -390,17 +390,16 @@ class JoinProtocol:
         """What ``handler_kernels.on_runs`` takes after learn's inputs to handle join
         pieces as :meth:`_on_piece` does and the leaf refresh as
         ``LeafSetMaintenance.on_leaf_refresh``: (joined, nbrs_got, rows_expected, rows_got,
-        incarnation, keepalive_us, the keep-alive timeout, leaf_refresh_us, refresh_until,
+        incarnation, keepalive_us, the keep-alive timeout -- the KA_TIMERs ``on_runs`` takes
+        as ``LeafSetMaintenance.on_ka_timer`` does --, leaf_refresh_us, refresh_until,
         leaf_refresh_rounds, table_maintenance_us, exchange rows, a JOIN_REQ's retries and
-        their interval; the timeout for the KA_TIMERs ``on_runs`` takes as
-        ``LeafSetMaintenance.on_ka_timer`` does).
+        their interval).
         Read at each call: a restore replaces the arrays, and the refresh's end is set at
         the arrivals' schedule."""
         nodes, lm = self.nodes, self.maintenance
         return (nodes.joined, self.nbrs_got, self.rows_expected, self.rows_got,
                 nodes.incarnation, lm.keepalive_us, lm.timeout_us, lm.leaf_refresh_us,
-                lm.refresh_until,
-                lm.leaf_refresh_rounds, lm.table_maintenance_us,
+                lm.refresh_until, lm.leaf_refresh_rounds, lm.table_maintenance_us,
                 min(int(self.join_exchange_rows), nodes.table.rows), JOIN_REQ_MAX_RETRIES,
                 JOIN_REQ_RETRY_US)
 

@@ -29,7 +29,6 @@ def count_repairs(ctx, counts) -> None:
 
 
 class TableRepair:
-
     def __init__(self, nodes):
         """``nodes`` :class:`~.nodes.PastryNodes` (tables, failed memory, application)."""
         self.nodes = nodes

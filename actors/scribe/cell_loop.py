@@ -20,8 +20,6 @@ from .handler_kernels import DONE, MORE_ROOM, on_runs
 # and a run whose nodes need timers (its rows of the pass)
 N_DELIVERED, DATA_TAKEN, NO_STATE, HOP_LIMIT, SHORT_TYPE, SHORT_NEED, SHORT_COUNT, \
     TICKS_FROM, TICKS_TO, N_STATS = range(10)
-# where the deliveries and the stats are in ``ScribeLoopPart.inputs``
-ARG_DELIVERED, ARG_STATS = 3, 4
 
 
 @numba.njit(cache=True)
