@@ -24,7 +24,7 @@ b the cost per message, and K = 2's ceiling against K = 1 on two cores follows f
     python benchmarks/bench_scale.py [--scenario paper_zipf_1500] [--nodes 100000]
         [--groups 1500] [--shards 1 2 4 8 16 32 64] [--cluster-nodes 4]
         [--bootstrap oracle|protocol] [--set KEY=VALUE ...] [--phases join multicast]
-        [--relay-above N] [--profile-shards DIR] [--json PATH]
+        [--relay-above N] [--ray-pushes] [--profile-shards DIR] [--json PATH]
 
 `--bootstrap protocol` with `--phases bootstrap` measures the Pastry join protocol (e.g. the
 faithful arrival process: `--set pastry.join_rate_per_s=50 ...`); `--cluster-nodes 1` is
@@ -80,6 +80,8 @@ def measure(args, k: int, address: str) -> dict:
         def __init__(self, *a, **kw):
             if args.relay_above is not None:
                 kw["relay_above"] = args.relay_above
+            if args.ray_pushes:
+                kw["local_links"] = False
             super().__init__(*a, **kw)
 
         def run(self, phase, until=None, progress=None):
@@ -135,6 +137,9 @@ def main():
     ap.add_argument("--relay-above", type=int, default=None,
                     help="start rounds of more shards than this through the shards' relay "
                          "calls (default: the engine's RELAY_ABOVE; a large value: never)")
+    ap.add_argument("--ray-pushes", action="store_true",
+                    help="every push between shards a Ray call, also between shards of one "
+                         "machine (default: those go over local links)")
     ap.add_argument("--profile-shards", default=None, metavar="DIR",
                     help="profile every shard's rounds (CPU clock, cProfile) and write "
                          "DIR/K<k>/shard<i>-<phase>.prof; compare two K with "

@@ -31,6 +31,7 @@ from . import heads as round_heads
 from .batch import ENGINE_DTYPE, Batch, as_messages, check_message_dtype
 from .engine import CONTROL_NAMES, FAIL, RECOVER, check_log_fields
 from .errors import first_line
+from .local_link import LinkClosed
 from .queue import NEVER
 from .shard_actor import SHARD_CONCURRENCY, RelayedError, ShardActor
 from .storage import Storage, TableRef, ipc_bytes
@@ -178,7 +179,8 @@ class Emulator:
                  window_cap_us: int = 200_000, actor_options: dict | None = None,
                  storage=None, handoff: bool = False, message_dtype=ENGINE_DTYPE,
                  message_log_fields=(), relay_above: int = RELAY_ABOVE,
-                 relay_fanout: int = RELAY_FANOUT, exact_causes: int = EXACT_CAUSES):
+                 relay_fanout: int = RELAY_FANOUT, exact_causes: int = EXACT_CAUSES,
+                 local_links: bool = True):
         if not ray.is_initialized():
             raise EmulationError("Ray is not initialised: call runtime.ray_spark.start_ray() first")
         self.n_nodes = int(n_nodes)
@@ -259,7 +261,10 @@ class Emulator:
         try:
             self._next_at[:] = self._get([a.ready.remote() for a in self._actors], "setup")
             look_ref = ray.put(self.lookahead)
-            self._get([a.connect.remote(self._actors, look_ref) for a in self._actors],
+            # shards of one Ray node push to each other over local links, not Ray calls
+            links = self._get([a.link_address.remote() for a in self._actors], "setup") \
+                if local_links and self.shards > 1 else None
+            self._get([a.connect.remote(self._actors, look_ref, links) for a in self._actors],
                       "setup")
         except BaseException:
             self.shutdown()          # no shard outlives a failed start (a retry makes new ones)
@@ -318,7 +323,8 @@ class Emulator:
         OSError for a failed log or checkpoint write (disk full, read-only: the runner
         reports storage errors itself, wherever they happen), else EmulationError naming
         the shard whose handler raised."""
-        if isinstance(cause, (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)):
+        if isinstance(cause, (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError,
+                              LinkClosed)):
             dead = self._dead_shard(probe, probe_ids)
             who = f"shard {dead}" if dead is not None else f"a peer of shard {k}"
             return ShardLostError(f"{who} crashed during {what} at virtual time {at} us: "

@@ -54,6 +54,7 @@ import ray
 
 from . import heads as round_heads
 from .engine import ShardEngine
+from .local_link import LinkClient, LinkClosed, LinkServer
 from .logs import with_topo
 from .queue import NEVER
 from .storage import ipc_bytes
@@ -146,17 +147,41 @@ class ShardActor:
         self._asked_out = np.zeros(0, np.int64)
         self._answers: list = []
         self._profiles: dict | None = None       # phase -> cProfile of its rounds, when on
+        # pushes to the peers of this machine go over local links (emulator/local_link.py),
+        # the others as Ray calls; a link that closed means its peer's process died
+        self._link_server: LinkServer | None = None
+        self._links: dict[int, LinkClient] = {}
+        self._link_lost = False
 
     def ready(self) -> int:
         """The shard's earliest pending event (timers its stack set up), once set up."""
         return self.engine.queue.next_time()
 
-    def connect(self, peers, lookahead) -> None:
-        """The handles of every shard (this one included), indexed by shard id, and the
-        lookahead matrix (least latency from a host of shard i to one of shard j)."""
+    def link_address(self) -> tuple[str, str]:
+        """(this process's Ray node, the address of its end for local links), the end
+        made at the first call."""
+        if self._link_server is None:
+            self._link_server = LinkServer(self.deliver, self._link_closed,
+                                           self.engine.message_dtype)
+        return self.node_id(), self._link_server.address
+
+    def _link_closed(self, src) -> None:
+        with self._cond:
+            self._link_lost = True
+            self._cond.notify()
+
+    def connect(self, peers, lookahead, links=None) -> None:
+        """The handles of every shard (this one included), indexed by shard id, the
+        lookahead matrix (least latency from a host of shard i to one of shard j), and
+        `links`: each shard's `link_address` (None: every push a Ray call). Pushes to the
+        shards of this one's Ray node go over local links."""
         j = self.engine.shard_id
         k = len(peers)
         self._peers = list(peers)
+        if links is not None:
+            node = links[j][0]
+            self._links = {p: LinkClient(address, j) for p, (where, address) in enumerate(links)
+                           if p != j and where == node}
         self._look_out = np.array(lookahead[j], np.int64)       # to each peer
         self._look_in = np.array(lookahead[:, j], np.int64)     # from each peer
         self._look_out[j] = self._look_in[j] = NEVER
@@ -212,19 +237,40 @@ class ShardActor:
         """Shard `src`, in round `number`, waits for a promise above `above` from this one:
         push it at once if the last promise made is higher, and push every rise to `src`
         for the rest of that round. Runs on the second thread."""
+        local = []
         with self._cond:
             self._asked_in[src] = max(self._asked_in[src], number)
             if self._promise_now[src] > above and self._promise_now[src] > self._promised[src]:
-                self._answers.append(self._push(src, int(self._promise_now[src]), None, -1))
+                push = self._push(src, int(self._promise_now[src]), None, -1)
+                self._answers.append(push)
+                local.append(push)
+        self._send_local(local)
 
     def _push(self, k, promise, batch, leaving):
-        """Push number seq_out[k] to peer k (call under _cond: both threads push)."""
-        ref = self._peers[k].deliver.remote(self.engine.shard_id, int(self._seq_out[k]),
-                                            self._era, promise, batch, leaving)
+        """Push number seq_out[k] to peer k (call under _cond: both threads push): a Ray
+        call's ref, or for a peer of a local link the push itself, which
+        :meth:`_send_local` sends once the lock is released (a send may wait for the peer
+        to read, and the peer's reader may wait for its own lock)."""
+        seq = int(self._seq_out[k])
         self._seq_out[k] += 1
         if promise > self._promised[k]:
             self._promised[k] = promise
-        return ref
+        if k in self._links:
+            return (k, seq, self._era, promise, batch, leaving)
+        return self._peers[k].deliver.remote(self.engine.shard_id, seq, self._era, promise,
+                                             batch, leaving)
+
+    def _send_local(self, pushes) -> list:
+        """Send the local-link pushes among `pushes` (outside `_cond`); returns the
+        others (Ray refs)."""
+        refs = []
+        for p in pushes:
+            if isinstance(p, tuple):
+                k, seq, era, promise, batch, leaving = p
+                self._links[k].push(seq, era, promise, batch, leaving)
+            else:
+                refs.append(p)
+        return refs
 
     def abort(self, src, number) -> None:
         """Shard `src` failed in round `number`: this shard's round of that number stops
@@ -421,6 +467,7 @@ class ShardActor:
             # peer k before eit + L[me, k]
             eit = min(engine.queue.next_time(), safe)
             promise = _plus(eit, self._look_out)
+            made = []
             with self._cond:
                 eager = self._nearest | (self._asked_in == number)
                 for k in range(len(self._peers)):
@@ -437,12 +484,12 @@ class ShardActor:
                             pushed.append((k, int(t.min()), int(t.max())))
                     else:
                         stats["promises"] += 1
-                    pushes.append(self._push(k, int(promise[k]), batch,
-                                             number if leaving else -1))
+                    made.append(self._push(k, int(promise[k]), batch,
+                                           number if leaving else -1))
                 # a `want` may be answered from here on with these: every batch made
                 # before them has been pushed ahead of the answer
                 np.maximum(self._promise_now, promise, out=self._promise_now)
-                pushes += self._answers
+                pushes += [p for p in self._answers if not isinstance(p, tuple)]
                 stats["promises"] += len(self._answers)
                 self._answers = []
                 if not (reached >= limit or leaving):
@@ -453,6 +500,7 @@ class ShardActor:
                         self._asked_out[m] = number
                         pushes.append(self._peers[m].want.remote(me, number, least))
                     stats["wants"] += len(ask)
+            pushes += self._send_local(made)
             if len(pushes) > PRUNE_PUSHES_ABOVE:
                 pushes = self._prune(pushes)
             if reached >= limit or leaving:
@@ -465,9 +513,11 @@ class ShardActor:
                 break
         t0 = time.perf_counter()
         with self._cond:
-            pushes += self._answers
+            pushes += [p for p in self._answers if not isinstance(p, tuple)]
             self._answers = []
         ray.get(pushes)   # the driver must not start the next round before peers hold them
+        for link in self._links.values():
+            link.sync()
         stats["wait_s"] += time.perf_counter() - t0
         stats["sent_min"] = sent_min
         stats["pushed"] = pushed
@@ -483,6 +533,8 @@ class ShardActor:
             with self._cond:
                 if self._aborted >= number:
                     return True
+                if self._link_lost:
+                    raise LinkClosed("a peer shard's local link closed: its process died")
                 if self._promise_in.min() > least or self._notices > notices:
                     return False
                 if self._cond.wait(CHECK_PEERS_EVERY_S):
