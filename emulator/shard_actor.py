@@ -165,6 +165,10 @@ class ShardActor:
                                            self.engine.message_dtype)
         return self.node_id(), self._link_server.address
 
+    def link_peers(self) -> list[int]:
+        """The peers this shard pushes to over local links."""
+        return sorted(self._links)
+
     def _link_closed(self, src) -> None:
         with self._cond:
             self._link_lost = True

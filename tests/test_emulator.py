@@ -449,13 +449,14 @@ def ray_session(session):
 
 
 def _flood(lat, tmp_path, ray, shards=1, node_shard=None, seed=5, phase="p", handoff=False,
-           relay_above=8, relay_fanout=4, exact_causes=32, flood=(3, 7), **kw):
+           relay_above=8, relay_fanout=4, exact_causes=32, flood=(3, 7), local_links=True,
+           **kw):
     from emulator import Emulator
     emu = Emulator(lat.n_hosts, lat, functools.partial(Flood, *flood, **kw), shards=shards,
                    node_shard=node_shard, seed=seed, run_dir=tmp_path, type_names=TYPE_NAMES,
                    handoff=handoff, message_dtype=FLOOD_DTYPE, message_log_fields=("hops",),
                    relay_above=relay_above, relay_fanout=relay_fanout,
-                   exact_causes=exact_causes)
+                   exact_causes=exact_causes, local_links=local_links)
     starts = np.arange(8)
     emu.inject(new_messages(8, FLOOD_DTYPE, time=starts * 3000, src=starts * 100,
                             dst=starts * 100, type=PING))
@@ -479,13 +480,17 @@ def test_same_log_for_any_shard_count_and_partition(topo, lat, tmp_path, ray_ses
     # shards round robin would be one more small-lookahead split like random's)
     parts = {
         "k1": dict(shards=1), "k2": dict(shards=2),
+        # (every push a Ray call: the shards of one machine use local links otherwise)
+        "k2_ray_pushes": dict(shards=2, local_links=False),
         # (and the rounds' cheaper bound on the earliest times: exact for one shard only)
         "random3": dict(node_shard=np.random.default_rng(3).integers(0, 3, topo.n_hosts),
                         exact_causes=1),
         "locality3": dict(node_shard=partition_routers(topo, 3)[topo.host_router]),
     }
+    linked = {}
     for name, kw in parts.items():
         emu = _flood(lat, tmp_path / name, ray, **kw)
+        linked[name] = ray.get([a.link_peers.remote() for a in emu._actors])
         stats = emu.run("p")
         windows[name] = (stats["windows"], emu.lookahead_us, stats["rounds"])
         emu.call("dump", "p", phase="p")
@@ -503,6 +508,9 @@ def test_same_log_for_any_shard_count_and_partition(topo, lat, tmp_path, ray_ses
     for name, recv, msg in results[1:]:
         assert recv.equals(recv0), name
         assert msg.equals(msg0), name
+    # one Ray node: every pair of shards linked, unless the pushes go through Ray
+    assert linked["k2"] == [[1], [0]] and linked["locality3"][1] == [0, 2]
+    assert linked["k1"] == [[]] and linked["k2_ray_pushes"] == [[], []]
     # locality partition: longer lookahead, fewer synchronisation rounds than random
     assert windows["locality3"][1] > windows["random3"][1]
     assert windows["locality3"][0] < windows["random3"][0]
