@@ -14,6 +14,9 @@ publish their outbox and next event, and take the peer's, for:
 - ``ray pushes``: the shards push to each other inside one long call, as a round's windows
   do (emulator/shard_actor.py: ``peer.deliver.remote(...)`` with the outbox and a promise,
   a second actor thread taking it, the round's thread waiting on a condition);
+- ``local links``: the same pushes over emulator/local_link.py's links (a Unix domain
+  socket per pair, a reader thread applying each frame), as the shards of one machine push
+  to each other now (the outbox: RECORDS engine records of 46 bytes);
 - ``compiled graph``: a Ray Compiled Graph (``ray.dag``: InputNode -> each shard's step ->
   the other's take -> MultiOutputNode, ``experimental_compile``), whose channels between
   the actors on one machine are shared memory;
@@ -55,6 +58,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPA
 from report import add_json_option  # noqa: E402 (benchmarks/ is on sys.path)
 
 from emulator import heads  # noqa: E402
+from emulator.batch import ENGINE_DTYPE, Batch  # noqa: E402
+from emulator.local_link import LinkClient, LinkServer  # noqa: E402
 
 RECORDS = 100               # message records in a window's outbox
 WIDTH = 6                   # int64 fields of a record: 48 bytes
@@ -211,6 +216,38 @@ class Shard:
         ray.get(pushes)
         return out
 
+    # -- the same pushes over a local link
+    def link_address(self) -> str:
+        self.server = LinkServer(self._link_deliver, lambda src: None, ENGINE_DTYPE)
+        return self.server.address
+
+    def link_connect(self, address) -> None:
+        self.client = LinkClient(address, self.me)
+
+    def _link_deliver(self, src, seq, era, promise, batch, leaving) -> None:
+        with self.cond:
+            self.got = batch
+            self.promise_in = max(self.promise_in, promise)
+            self.cond.notify()
+
+    def link_run(self, windows: int) -> np.ndarray:
+        """`windows` windows synchronised by pushes over the link; per window (wall, work)."""
+        out = np.zeros((windows, 2), np.int64)
+        batch = Batch(np.zeros(RECORDS, ENGINE_DTYPE))
+        for w in range(windows):
+            t0 = time.perf_counter_ns()
+            _numpy_work(self.outbox, self.me, w)
+            batch.msgs["time"] = self.outbox[:, 0]
+            t1 = time.perf_counter_ns()
+            self.client.push(w, 0, w, batch, -1)
+            with self.cond:
+                while self.promise_in < w:
+                    self.cond.wait()
+                self.inbox[:, 0] = self.got.msgs["time"]
+            out[w] = (time.perf_counter_ns() - t0, t1 - t0)
+        self.client.sync()
+        return out
+
 
 def _stats_us(sync_ns: np.ndarray) -> tuple[float, float]:
     us = np.asarray(sync_ns, np.float64)[WARMUP:] / 1e3
@@ -237,6 +274,14 @@ def ray_pushes(shards, windows: int) -> np.ndarray:
     a, b = shards
     ray.get([a.connect.remote(b), b.connect.remote(a)])
     got = ray.get([s.run.remote(windows + WARMUP) for s in shards])
+    return got[0][:, 0] - got[0][:, 1]
+
+
+def local_links(shards, windows: int) -> np.ndarray:
+    a, b = shards
+    addresses = ray.get([s.link_address.remote() for s in shards])
+    ray.get([a.link_connect.remote(addresses[1]), b.link_connect.remote(addresses[0])])
+    got = ray.get([s.link_run.remote(windows + WARMUP) for s in shards])
     return got[0][:, 0] - got[0][:, 1]
 
 
@@ -375,7 +420,7 @@ def main() -> None:
     try:
         for _ in range(args.runs):
             for name, fn in (("ray_calls", ray_calls), ("ray_pushes", ray_pushes),
-                             ("compiled_graph", compiled_graph)):
+                             ("local_links", local_links), ("compiled_graph", compiled_graph)):
                 shards = [Shard.options(max_concurrency=2).remote(k) for k in range(2)]
                 ray.get([s.ready.remote() for s in shards])
                 setup: dict = {}
