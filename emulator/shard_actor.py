@@ -37,6 +37,11 @@ out of order, so each push is numbered per sender and applied in order. The
 actor runs with ``max_concurrency=2`` so a peer's `deliver` (or `want`) lands while this
 shard is busy in its round.
 
+A push to a shard of the same Ray node is no Ray call: it goes over a local link
+(emulator/local_link.py), sent once the shard's lock is released, and a reader thread of
+the peer applies it with the same `deliver`; a round's end waits for each link's `sync`
+where it waits for the Ray pushes' calls.
+
 Large read-only inputs (the latency tables, node ids, group tables) arrive as object-store
 references and are read zero-copy.
 """
