@@ -218,17 +218,14 @@ class Shard:
 
     # -- the same pushes over a local link
     def link_address(self) -> str:
-        self.server = LinkServer(self._link_deliver, lambda src: None, ENGINE_DTYPE)
+        # a frame's promise is its window (link_run), taken as `deliver` takes a push
+        self.server = LinkServer(lambda src, seq, era, promise, batch, leaving:
+                                 self.deliver(promise, promise, batch),
+                                 lambda src: None, ENGINE_DTYPE)
         return self.server.address
 
     def link_connect(self, address) -> None:
         self.client = LinkClient(address, self.me)
-
-    def _link_deliver(self, src, seq, era, promise, batch, leaving) -> None:
-        with self.cond:
-            self.got = batch
-            self.promise_in = max(self.promise_in, promise)
-            self.cond.notify()
 
     def link_run(self, windows: int) -> np.ndarray:
         """`windows` windows synchronised by pushes over the link; per window (wall, work)."""

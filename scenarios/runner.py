@@ -124,11 +124,13 @@ def _start_runtime(cfg, out, address, resume, force) -> ScenarioConfig:
 # (benchmarks/bench_scale.py measures a scenario's phases at each K).
 MIN_NODES_PER_SHARD = 10_000
 # The same with the overlay built by the join protocol: its arrivals (50 a second) keep
-# every window sparse whatever the overlay's size, and each window costs every shard a Ray
-# exchange (docs/ARCHITECTURE.md, "Window synchronisation"), so a shard must hold far more
-# nodes to pay for it. On two cores one shard ran `paper_zipf_1500` (100,000 nodes) end
-# to end in 88 s against 112 s for two, and `small_groups_30k` (50,000) in 79 s against
-# 85 s (BENCHMARKS.md).
+# every window sparse and lopsided whatever the overlay's size, and a cell's fixed cost is
+# paid by every shard with messages in it (docs/ARCHITECTURE.md, "Window
+# synchronisation"), so the join phase gains nothing from a second shard and a shard must
+# hold far more nodes to pay for its set-up. On two cores, with the shards' local links,
+# one shard ran `paper_zipf_1500` (100,000 nodes) end to end in 87.0 s against 88.1 s for
+# two (emulation 76.8 s against 65.2 s; the analysis slower when no core was free for
+# Spark's warm-up), and `small_groups_30k` (50,000) in 78.8 s against 75.4 s.
 MIN_NODES_PER_SHARD_PROTOCOL = 100_000
 
 
