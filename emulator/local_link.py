@@ -12,14 +12,19 @@ reads it on a thread of its own and applies it as a Ray push is applied
 once every frame before it is applied: what the end of a round waits for, where a Ray push
 waits for its call to return.
 
-The sockets live in Linux's abstract namespace (nothing on disk to clean up): a server's
-name is random, and a process that dies closes its sockets, which its peers' sends and
-reads then report.
+On Linux the sockets live in the abstract namespace (nothing on disk to clean up); other
+systems have none, and a server's socket is a file in the temporary directory, removed
+when the server closes or its process exits. A server's name is random, and a process
+that dies closes its sockets, which its peers' sends and reads then report.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import socket
+import sys
+import tempfile
 import threading
 import uuid
 
@@ -56,15 +61,24 @@ class LinkServer:
     thread per link (batches of ``dtype`` records). ``closed(src)`` is called when a link
     ends (the peer's process died, or shutdown)."""
 
-    def __init__(self, apply, closed, dtype: np.dtype):
+    def __init__(self, apply, closed, dtype: np.dtype,
+                 abstract: bool = sys.platform.startswith("linux")):
         self.apply = apply
         self.closed = closed
         self.dtype = np.dtype(dtype)
-        self.address = f"\0scribe-emu-link-{uuid.uuid4().hex}"
+        name = f"scribe-emu-link-{uuid.uuid4().hex[:16]}"
+        self._path = None if abstract else os.path.join(tempfile.gettempdir(), name)
+        self.address = f"\0{name}" if abstract else self._path
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(self.address)
+        if self._path is not None:
+            atexit.register(self._remove_path)
         self._sock.listen(64)
         threading.Thread(target=self._accept, daemon=True, name="link-accept").start()
+
+    def _remove_path(self) -> None:
+        if self._path is not None and os.path.exists(self._path):
+            os.unlink(self._path)
 
     def _accept(self) -> None:
         while True:
@@ -102,6 +116,7 @@ class LinkServer:
 
     def close(self) -> None:
         self._sock.close()
+        self._remove_path()
 
 
 class LinkClient:

@@ -1,13 +1,15 @@
 """Local links (emulator/local_link.py): the pushes between shard processes of one machine.
 
-In one process, a server and a client: frames arrive whole and in order (bare promises,
-batches with and without payload), a sync returns only after every frame before it was
+In one process, a server and a client (over Linux's abstract namespace, and over a socket
+file as on systems without it): frames arrive whole and in order (bare promises, batches
+with and without payload), a sync returns only after every frame before it was
 applied, and either end closing is reported (the reader's callback; a send's LinkClosed).
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 import time
 
@@ -44,9 +46,10 @@ def _batch(n, payload):
     return Batch(m)
 
 
-def test_frames_arrive_whole_in_order_and_sync_waits_for_them():
+@pytest.mark.parametrize("abstract", [True, False], ids=["abstract", "socket_file"])
+def test_frames_arrive_whole_in_order_and_sync_waits_for_them(abstract):
     rx = _Receiver(delay_s=0.02)
-    server = LinkServer(rx.apply, rx.close, DTYPE)
+    server = LinkServer(rx.apply, rx.close, DTYPE, abstract=abstract)
     client = LinkClient(server.address, src=4)
     big = _batch(50_000, payload=True)          # more than a socket buffer holds
     client.push(0, 2, 1_000, None, -1)
@@ -63,6 +66,8 @@ def test_frames_arrive_whole_in_order_and_sync_waits_for_them():
     client.close()
     assert rx.closed.wait(5)
     server.close()
+    # (a socket file, where there is no abstract namespace, goes with its server)
+    assert abstract or not os.path.exists(server.address)
 
 
 def _serve(conn):
