@@ -221,7 +221,7 @@ class Shard:
         # a frame's promise is its window (link_run), taken as `deliver` takes a push
         self.server = LinkServer(lambda src, seq, era, promise, batch, leaving:
                                  self.deliver(promise, promise, batch),
-                                 lambda src: None, ENGINE_DTYPE)
+                                 lambda src, error: None, ENGINE_DTYPE)
         return self.server.address
 
     def link_connect(self, address) -> None:

@@ -58,8 +58,9 @@ def _read_exact(sock: socket.socket, n: int) -> bytearray:
 class LinkServer:
     """This shard's end for the pushes of its machine's peers: accepts their links and
     applies each frame with ``apply(src, seq, era, promise, batch, leaving)`` on a reader
-    thread per link (batches of ``dtype`` records). ``closed(src)`` is called when a link
-    ends (the peer's process died, or shutdown)."""
+    thread per link (batches of ``dtype`` records). ``closed(src, error)`` is called when
+    a link ends: ``error`` None when the peer's end closed (its process died, or
+    shutdown), else what ``apply`` raised (the link is then dropped)."""
 
     def __init__(self, apply, closed, dtype: np.dtype,
                  abstract: bool = sys.platform.startswith("linux")):
@@ -91,6 +92,7 @@ class LinkServer:
 
     def _read(self, conn: socket.socket) -> None:
         src = -1
+        error = None
         try:
             while True:
                 head = np.frombuffer(_read_exact(conn, HEADER_BYTES), np.int64)
@@ -110,9 +112,11 @@ class LinkServer:
                            int(head[5]))
         except (LinkClosed, OSError):
             pass
+        except Exception as e:  # noqa: BLE001 - the shard raises it where it waits
+            error = e
         finally:
             conn.close()
-            self.closed(src)
+            self.closed(src, error)
 
     def close(self) -> None:
         self._sock.close()

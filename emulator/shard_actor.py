@@ -156,7 +156,7 @@ class ShardActor:
         # the others as Ray calls; a link that closed means its peer's process died
         self._link_server: LinkServer | None = None
         self._links: dict[int, LinkClient] = {}
-        self._link_lost = False
+        self._link_lost: BaseException | None = None
 
     def ready(self) -> int:
         """The shard's earliest pending event (timers its stack set up), once set up."""
@@ -174,9 +174,12 @@ class ShardActor:
         """The peers this shard pushes to over local links."""
         return sorted(self._links)
 
-    def _link_closed(self, src) -> None:
+    def _link_closed(self, src, error) -> None:
+        """A link from peer `src` ended: its process died (`error` None), or applying its
+        push raised `error`; the round waiting raises it."""
         with self._cond:
-            self._link_lost = True
+            self._link_lost = error if error is not None else \
+                LinkClosed("a peer shard's local link closed: its process died")
             self._cond.notify()
 
     def connect(self, peers, lookahead, links=None) -> None:
@@ -527,6 +530,8 @@ class ShardActor:
         ray.get(pushes)   # the driver must not start the next round before peers hold them
         for link in self._links.values():
             link.sync()
+        if self._link_lost is not None:    # (a round that never waited still reports it)
+            raise self._link_lost
         stats["wait_s"] += time.perf_counter() - t0
         stats["sent_min"] = sent_min
         stats["pushed"] = pushed
@@ -542,8 +547,8 @@ class ShardActor:
             with self._cond:
                 if self._aborted >= number:
                     return True
-                if self._link_lost:
-                    raise LinkClosed("a peer shard's local link closed: its process died")
+                if self._link_lost is not None:
+                    raise self._link_lost
                 if self._promise_in.min() > least or self._notices > notices:
                     return False
                 if self._cond.wait(CHECK_PEERS_EVERY_S):

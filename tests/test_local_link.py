@@ -32,7 +32,8 @@ class _Receiver:
         time.sleep(self.delay_s)        # a slow receiver: sync must still wait for it
         self.applied.append((src, seq, era, promise, batch, leaving))
 
-    def close(self, src):
+    def close(self, src, error):
+        self.error = error
         self.closed.set()
 
 
@@ -64,14 +65,14 @@ def test_frames_arrive_whole_in_order_and_sync_waits_for_them(abstract):
     assert np.array_equal(got.msgs, big.msgs) and np.array_equal(got.payload, big.payload)
     client.sync()                                # nothing pushed since: returns at once
     client.close()
-    assert rx.closed.wait(5)
+    assert rx.closed.wait(5) and rx.error is None
     server.close()
     # (a socket file, where there is no abstract namespace, goes with its server)
     assert abstract or not os.path.exists(server.address)
 
 
 def _serve(conn):
-    server = LinkServer(lambda *a: None, lambda src: None, DTYPE)
+    server = LinkServer(lambda *a: None, lambda src, error: None, DTYPE)
     conn.send(server.address)
     time.sleep(60)
 
@@ -90,3 +91,17 @@ def test_a_push_to_a_peer_whose_process_died_raises():
         for seq in range(1, 100):      # (the first sends may still fit the socket buffer)
             client.push(seq, 0, 1, _batch(1000, payload=False), -1)
             client.sync()
+
+
+def test_a_push_the_receiver_cannot_apply_ends_the_link_with_its_error():
+    rx = _Receiver()
+
+    def apply(src, seq, era, promise, batch, leaving):
+        raise ValueError(f"bad push {seq}")
+
+    server = LinkServer(apply, rx.close, DTYPE)
+    client = LinkClient(server.address, src=2)
+    client.push(7, 0, 1, None, -1)
+    assert rx.closed.wait(5)
+    assert isinstance(rx.error, ValueError) and str(rx.error) == "bad push 7"
+    server.close()
