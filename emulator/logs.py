@@ -103,9 +103,7 @@ class LogBuffer:
             done = self._merged.get(table, 0)
             for phase, cols in chunks[:done] + _merge_runs(chunks[done:]):
                 arrays = {k: _arrow(v) for k, v in cols.items()}
-                n = len(next(iter(arrays.values())))
-                arrays["phase"] = pa.DictionaryArray.from_arrays(
-                    pa.array(np.zeros(n, np.int32)), pa.array([phase])).cast(pa.string())
+                arrays["phase"] = constant_strings(phase, len(next(iter(arrays.values()))))
                 parts.append(pa.table(arrays))
             out[table] = pa.concat_tables(parts, promote_options="permissive")
         self._chunks = {}
@@ -215,10 +213,29 @@ def _cut_records(rows: list, first: _Records) -> dict:
     return {name: cols[0] if len(cols) == 1 else _concat(cols) for name, cols in parts.items()}
 
 
-def _arrow(v) -> pa.Array:
-    if isinstance(v, _Const):   # one dictionary entry, n zero indices: no per-row object
-        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(v.n, np.int32)),
-                                              pa.array([v.value])).cast(pa.string())
+# the bytes of one string array (its offsets are int32)
+MAX_STRING_BYTES = 2**31 - 1
+
+
+def constant_strings(value: str, n: int) -> pa.Array | pa.ChunkedArray:
+    """A string column of ``n`` rows that all hold ``value``, built from its two buffers
+    (offsets ``i * len``, the value's bytes repeated): no per-row object, and no gather
+    of a dictionary's indices (a phase column of millions of rows is written at every
+    flush). Chunked where one array's bytes would pass MAX_STRING_BYTES. O(n)."""
+    data = value.encode()
+    per = n if not data else max(1, MAX_STRING_BYTES // len(data))
+    parts = []
+    for start in range(0, max(n, 1), per):
+        k = min(per, n - start)
+        offsets = np.arange(k + 1, dtype=np.int32) * np.int32(len(data))
+        parts.append(pa.StringArray.from_buffers(k, pa.py_buffer(offsets),
+                                                 pa.py_buffer(data * k)))
+    return parts[0] if len(parts) == 1 else pa.chunked_array(parts, pa.string())
+
+
+def _arrow(v) -> pa.Array | pa.ChunkedArray:
+    if isinstance(v, _Const):
+        return constant_strings(v.value, v.n)
     if v.dtype == object or v.dtype.kind in "US":
         return pa.array(v.astype(str).tolist() if v.dtype.kind != "O" else list(v), pa.string())
     return pa.array(v)

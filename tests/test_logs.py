@@ -142,6 +142,26 @@ def test_a_string_label_is_kept_once_and_gives_the_rows_of_an_object_column():
     assert got.equals(want)
 
 
+@pytest.mark.parametrize("max_bytes", [logs.MAX_STRING_BYTES, 20],
+                         ids=["one_array", "chunked"])
+def test_a_constant_string_column_holds_its_value_in_every_row(max_bytes, monkeypatch):
+    """The phase column and a label's rows, built from their buffers: the strings a
+    per-row column would hold (multi-byte and empty values too), in chunks where one
+    array's bytes would overflow its int32 offsets (here: a limit of 20 bytes)."""
+    monkeypatch.setattr(logs, "MAX_STRING_BYTES", max_bytes)
+    for value, n in (("bootstrap", 11), ("é-multicast", 7), ("", 4), ("join", 0)):
+        col = logs.constant_strings(value, n)
+        assert col.type == pa.string() and col.to_pylist() == [value] * n
+        assert pa.chunked_array([col] if isinstance(col, pa.Array) else col.chunks).equals(
+            pa.chunked_array([pa.array([value] * n, pa.string())]))
+    chunked = logs.constant_strings("bootstrap", 11)
+    assert isinstance(chunked, pa.ChunkedArray) == (max_bytes == 20)
+    buf = LogBuffer()
+    buf.add("hop", "bootstrap", {"src": np.arange(11, dtype=np.int32)})
+    table = buf.take()["hop"]
+    assert table.column("phase").to_pylist() == ["bootstrap"] * 11
+
+
 def test_columns_of_different_lengths_or_shapes_are_refused_and_scalars_broadcast():
     import pytest
 
