@@ -127,10 +127,10 @@ MIN_NODES_PER_SHARD = 10_000
 # every window sparse and lopsided whatever the overlay's size, and a cell's fixed cost is
 # paid by every shard with messages in it (docs/ARCHITECTURE.md, "Window
 # synchronisation"), so the join phase gains nothing from a second shard and a shard must
-# hold far more nodes to pay for its set-up. On two cores, with the shards' local links,
-# one shard ran `paper_zipf_1500` (100,000 nodes) end to end in 87.0 s against 88.1 s for
-# two (emulation 76.8 s against 65.2 s; the analysis slower when no core was free for
-# Spark's warm-up), and `small_groups_30k` (50,000) in 78.8 s against 75.4 s.
+# hold far more nodes to pay for its set-up. On two cores a second shard speeds up the
+# later phases by about what it costs the analysis, whose Spark warm-up then has no core
+# of its own: the published scenarios run end to end in the same time on one shard or two
+# (BENCHMARKS.md, `small_groups_30k` at 2 shards against 1).
 MIN_NODES_PER_SHARD_PROTOCOL = 100_000
 
 
