@@ -12,8 +12,9 @@ publish their outbox and next event, and take the peer's, for:
   each shard's head as the raw bytes of emulator/heads.py, read with numpy), and hands each
   shard the other's outbox (numpy) in the next window's call;
 - ``ray pushes``: the shards push to each other inside one long call, as a round's windows
-  do between machines (emulator/shard_actor.py: ``peer.deliver.remote(...)`` with the outbox and a promise,
-  a second actor thread taking it, the round's thread waiting on a condition);
+  do between machines (emulator/shard_actor.py: ``peer.deliver.remote(...)`` with the
+  outbox and a promise, a second actor thread taking it, the round's thread waiting on a
+  condition);
 - ``local links``: the same pushes over emulator/local_link.py's links (a Unix domain
   socket per pair, a reader thread applying each frame), as the shards of one machine push
   to each other (the outbox: RECORDS engine records of 46 bytes);
