@@ -504,7 +504,10 @@ class ShardEngine:
                 "counts": dict(self.counts), "alive": int(self.alive.sum())}
 
     def state(self) -> dict:
-        """Everything needed to continue exactly from here (outboxes are empty between windows)."""
+        """Everything needed to continue exactly from here (outboxes are empty between
+        windows). The stack's part shares its live arrays (a checkpoint of a million nodes
+        is not copied in memory to be written): serialise the state before the shard goes
+        on; ``load_state`` takes copies."""
         self._flush()
         stack_state = self.stack.checkpoint() if hasattr(self.stack, "checkpoint") else self.stack
         return {"stack": stack_state, "queue": self.queue.snapshot(), "alive": self.alive.copy(),

@@ -606,21 +606,26 @@ class ShardActor:
 
     def save(self, name: str) -> bytes | None:
         """Checkpoint `name`: the inbox joins the queue first, so nothing in flight is lost.
-        Written to the storage's checkpoints/<name>/shard<k>.pkl, or returned (pickled) for
-        the driver to keep when the shard has no storage."""
+        Pickled straight into the storage's checkpoints/<name>/shard<k>.pkl (the state is
+        never copied whole in memory), or returned pickled for the driver to keep when the
+        shard has no storage."""
         self.engine.accept(self._take_inbox())
-        data = pickle.dumps(self.engine.state(), protocol=5)
+        state = self.engine.state()
         if self.storage is None:
-            return data
-        self.storage.write_bytes(data, "checkpoints", name, f"shard{self.engine.shard_id}.pkl")
+            return pickle.dumps(state, protocol=5)
+        with self.storage.writer("checkpoints", name, f"shard{self.engine.shard_id}.pkl") as f:
+            pickle.dump(state, f, protocol=5)
         return None
 
     def load(self, name: str, data: bytes | None = None) -> int:
         """Restore checkpoint `name` (from the storage, or `data` the driver kept)."""
         if data is None:
-            data = self.storage.read_bytes("checkpoints", name,
-                                           f"shard{self.engine.shard_id}.pkl")
-        self.engine.load_state(pickle.loads(data))
+            with self.storage.reader("checkpoints", name,
+                                     f"shard{self.engine.shard_id}.pkl") as f:
+                state = pickle.load(f)
+        else:
+            state = pickle.loads(data)
+        self.engine.load_state(state)
         self._take_inbox()
         with self._cond:   # promises made on another timeline bound nothing here
             self._promise_in[:] = 0

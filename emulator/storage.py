@@ -13,6 +13,7 @@ if each node had its own disk -- what a cluster without a shared filesystem look
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 from pathlib import Path
@@ -93,25 +94,48 @@ class Storage:
         return self.filesystem.get_file_info(self.path(*parts)).type != pafs.FileType.NotFound
 
     def write_bytes(self, data: bytes, *parts: str) -> str:
-        """Write a file whole (a temporary name first, then renamed, where the filesystem
-        can: a crash leaves no half file under the final name)."""
+        """Write a file whole (see :meth:`writer`)."""
+        with self.writer(*parts) as f:
+            f.write(data)
+        return self.path(*parts)
+
+    @contextlib.contextmanager
+    def writer(self, *parts: str):
+        """A binary file to write RELATIVE/PARTS through, in pieces (a checkpoint is
+        pickled straight into it, never held whole in memory): written under a temporary
+        name and renamed when the block ends without an error, where the filesystem can,
+        so a crash or a full disk leaves no half file under the final name."""
         fs, path = self.filesystem, self.path(*parts)
         tmp = f"{path}.tmp{os.getpid()}"
         if self.is_local:      # plain OS calls: a full disk is an OSError with its errno
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-            return path
+            try:
+                with open(tmp, "wb") as f:
+                    yield f
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            return
         fs.create_dir(posixpath.dirname(path), recursive=True)
         with fs.open_output_stream(tmp) as f:
-            f.write(data)
+            yield f
         fs.move(tmp, path)
-        return path
 
     def read_bytes(self, *parts: str) -> bytes:
         with self.filesystem.open_input_stream(self.path(*parts)) as f:
             return f.read()
+
+    @contextlib.contextmanager
+    def reader(self, *parts: str):
+        """RELATIVE/PARTS as a binary file to read in pieces (a local file, or the
+        filesystem's input stream)."""
+        if self.is_local:
+            with open(self.path(*parts), "rb") as f:
+                yield f
+            return
+        with self.filesystem.open_input_file(self.path(*parts)) as f:
+            yield f
 
     def files(self, *parts: str, suffix: str = "") -> list[str]:
         """Paths of the files under RELATIVE/PARTS (recursively) ending in `suffix`, sorted."""

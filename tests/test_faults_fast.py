@@ -190,3 +190,27 @@ def test_executor_watch_fires_when_spark_lists_no_executor_any_more(monkeypatch)
         spark.executors = 0
         time.sleep(0.8)
     assert "no executor" in fired["lost"] and spark.cancelled == 1
+
+
+def test_a_checkpoint_file_is_whole_or_absent(tmp_path):
+    """A checkpoint is pickled straight into its file: a write that fails half-way (a full
+    disk) leaves neither a half file under the final name nor the temporary one, and a
+    finished one reads back the arrays it was given."""
+    import pickle
+
+    import numpy as np
+
+    from emulator.storage import Storage
+
+    store = Storage(tmp_path)
+    state = {"entries": np.arange(1 << 20, dtype=np.int32), "b": 4}
+    with store.writer("checkpoints", "join", "shard0.pkl") as f:
+        pickle.dump(state, f, protocol=5)
+    with store.reader("checkpoints", "join", "shard0.pkl") as f:
+        back = pickle.load(f)
+    assert np.array_equal(back["entries"], state["entries"]) and back["b"] == 4
+    with pytest.raises(OSError, match="No space"):
+        with store.writer("checkpoints", "churn", "shard0.pkl") as f:
+            f.write(b"x" * 1000)
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert list((tmp_path / "checkpoints" / "churn").iterdir()) == []

@@ -36,7 +36,7 @@ class FailedNodes:
         self.ids[li] = -1
 
     def checkpoint(self) -> dict:
-        return {"ids": self.ids.copy(), "next_slot": self.next_slot.copy()}
+        return {"ids": self.ids, "next_slot": self.next_slot}
 
     def restore(self, d: dict) -> None:
         self.ids, self.next_slot = d["ids"].copy(), d["next_slot"].copy()

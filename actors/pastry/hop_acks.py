@@ -160,8 +160,7 @@ class HopAcks:
         self._count[0] = n
 
     def checkpoint(self) -> dict:
-        return {"pending": take_rows(self.pending, slice(None)),
-                "deadline": self.deadline.copy(), "identity": self.identity.copy()}
+        return {"pending": self.pending, "deadline": self.deadline, "identity": self.identity}
 
     def restore(self, d: dict) -> None:
         self._set(d["pending"], d["deadline"], d["identity"])

@@ -158,10 +158,8 @@ class JoinProtocol:
         self.maintenance.stop_refresh_at(int(times.max()) + int(self.join_settle_us))
 
     def checkpoint(self) -> dict:
-        return {"rows_got": self.rows_got.copy(), "rows_expected": self.rows_expected.copy(),
-                "nbrs_got": self.nbrs_got.copy(),
-                "rejoin_contacts": None if self.rejoin_contacts is None
-                else self.rejoin_contacts.copy()}
+        return {"rows_got": self.rows_got, "rows_expected": self.rows_expected,
+                "nbrs_got": self.nbrs_got, "rejoin_contacts": self.rejoin_contacts}
 
     def restore(self, d: dict) -> None:
         self.rows_got, self.rows_expected = d["rows_got"].copy(), d["rows_expected"].copy()

@@ -65,7 +65,7 @@ class LeafSet:
         self.heard[li] = 0
 
     def checkpoint(self) -> dict:
-        return {"members": self.members.copy(), "heard": self.heard.copy()}
+        return {"members": self.members, "heard": self.heard}
 
     def restore(self, d: dict) -> None:
         self.members, self.heard = d["members"].copy(), d["heard"].copy()

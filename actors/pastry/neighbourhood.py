@@ -47,7 +47,7 @@ class NeighbourhoodSet:
             self._known[li] = False
 
     def checkpoint(self) -> dict:
-        return {"members": self.members.copy()}
+        return {"members": self.members}
 
     def restore(self, d: dict) -> None:
         self.members = d["members"].copy()

@@ -155,7 +155,7 @@ class PastryNodes:
     def checkpoint(self) -> dict:
         return {"leaves": self.leaves.checkpoint(), "table": self.table.checkpoint(),
                 "nbrs": self.nbrs.checkpoint(), "failed": self.failed.checkpoint(),
-                "joined": self.joined.copy(), "incarnation": self.incarnation.copy()}
+                "joined": self.joined, "incarnation": self.incarnation}
 
     def restore(self, d: dict) -> None:
         self.leaves.restore(d["leaves"])

@@ -62,7 +62,7 @@ class RoutingTable:
         self.entries[li] = -1
 
     def checkpoint(self) -> dict:
-        return {"entries": self.entries.copy(), "b": self.b}
+        return {"entries": self.entries, "b": self.b}
 
     def restore(self, d: dict) -> None:
         self.entries, self.b = d["entries"].copy(), int(d["b"])

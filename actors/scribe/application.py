@@ -379,8 +379,8 @@ class Scribe:
 
     def checkpoint(self) -> dict:
         return {"tree": self.tree.state(), "collapsed": self.collapse.collapsed,
-                "params": self.params, "ticking": self.repair.ticking.copy(),
-                "replicas_stale": self.rendezvous.stale.copy(), "paths": self.guard.state(),
+                "params": self.params, "ticking": self.repair.ticking,
+                "replicas_stale": self.rendezvous.stale, "paths": self.guard.state(),
                 "reliable": None if self.publishing is None else self.publishing.state()}
 
     def restore(self, state: dict):

@@ -63,7 +63,7 @@ class ReliablePublishing:
         return {"src_next": dict(self.src_next),
                 "src_held": {k: dict(v) for k, v in self.src_held.items()},
                 "rep_src": dict(self.rep_src), "rep_ring": self.rep_ring.state(),
-                "pend": {k: v.copy() for k, v in self.pend.items()},
+                "pend": dict(self.pend),
                 "ring": self.ordered.ring.state()}
 
     def restore(self, st: dict) -> None:

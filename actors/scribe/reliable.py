@@ -72,7 +72,7 @@ class MessageRing:
 
     def state(self):
         return {"size": self.size, "index": self.index.state(),
-                "cols": {k: v[: self.index.size].copy() for k, v in self.cols.items()}}
+                "cols": {k: v[: self.index.size] for k, v in self.cols.items()}}
 
     @classmethod
     def from_state(cls, st):

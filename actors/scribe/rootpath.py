@@ -98,7 +98,7 @@ class RootPaths:
         return rows, out_len
 
     def state(self) -> dict:
-        return {"width": self.width, "ids": self.ids.copy(), "length": self.length.copy()}
+        return {"width": self.width, "ids": self.ids, "length": self.length}
 
     @classmethod
     def from_state(cls, st: dict) -> RootPaths:

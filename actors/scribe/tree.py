@@ -253,9 +253,9 @@ class TreeState:
         n_s, n_e = self.slot_index.size, self.entry_index.size
         return {"dims": (self.n_local, self.n_nodes, self.n_groups),
                 "slot_index": self.slot_index.state(), "entry_index": self.entry_index.state(),
-                "slots": {k: v[:n_s].copy() for k, v in self.slots.cols.items()},
-                "entries": {k: v[:n_e].copy() for k, v in self.entries.cols.items()},
-                "node_children": self.node_children.copy()}
+                "slots": {k: v[:n_s] for k, v in self.slots.cols.items()},
+                "entries": {k: v[:n_e] for k, v in self.entries.cols.items()},
+                "node_children": self.node_children}
 
     @classmethod
     def from_state(cls, st: dict) -> TreeState:
