@@ -19,7 +19,14 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from emulator.kernels import pack_row, packed_size, put_send, sorted_distinct, zero_rows
+from emulator.kernels import (
+    pack_row,
+    packed_size,
+    put_send,
+    sorted_distinct,
+    unique_first,
+    zero_rows,
+)
 from emulator.rng import node_draw
 
 from .kernels import (
@@ -95,7 +102,7 @@ _RETRIES = JoinReq.retries
 _CONTACT = JoinStart.contact
 _ATTEMPT = JoinStart.attempt
 # the counters on_runs adds to (``counts``; the caller moves them to ``ctx.count``)
-N_ROW_REQUESTS, N_ROW_REPAIRS, N_ROW_REPLY_RUNS, N_RUN_COUNTS = range(4)
+N_ROW_REQUESTS, N_ROW_REPAIRS, N_ROW_REPLY_RUNS, N_PRESUMED_FAILED, N_RUN_COUNTS = range(5)
 ROW_ATTEMPTS = 8   # helpers asked per emptied slot before giving up (lazy: next use retries)
 _SLOT_ROW = RowReply.row
 _SLOT_COLUMN = RowReply.column
@@ -855,8 +862,8 @@ def ask_rows(li, row, col, attempt, t, rt, global_ids, req_type, out, pool, curs
     ``attempt``-th helper (0 the first; :data:`ROW_ATTEMPTS` at most): the live entries of
     the same row, other columns, then those of the next rows, in slot order (any of them
     shares the slot's prefix), the attempt carried as ``hops``; a node without such a
-    helper asks nobody (``TableRepair._ask_row``). Returns (requests sent, rows written,
-    cursor). Room: 1 row per slot. O(n * rows * 2^b)."""
+    helper asks nobody (:func:`presume_failed`, :func:`on_row_reply`). Returns (requests
+    sent, rows written, cursor). Room: 1 row per slot. O(n * rows * 2^b)."""
     width = rt.shape[2]
     slots = rt.shape[1] * width
     k = 0
@@ -881,6 +888,167 @@ def ask_rows(li, row, col, attempt, t, rt, global_ids, req_type, out, pool, curs
         out[k]["hops"] = attempt[i]
         k += 1
     return k, k, cursor
+
+
+@numba.njit(cache=True)
+def presume_failed(li, dead, t, rt, members, heard, failed, failed_next, nbr, nbr_known,
+                   global_ids, half, max_requests, req_type, counts, out, pool, cursor, s_hr,
+                   s_rdist, s_lan):
+    """Local nodes ``li`` presume ``dead`` failed at times ``t`` (``TableRepair``): one
+    presumption per (node, dead id), its first, none where the node already knows of that
+    death; the dead id enters the node's failed memory (the slot after its last, the
+    memory's slot taken for all of a call's presumptions at a node before any is written:
+    the last one written stays) and leaves its leaf set (each side closed up, nearest
+    first, the keep-alive clocks moved along), its neighbourhood set and its routing
+    table, whose slots so emptied ask their first helper (:func:`ask_rows`, counted in
+    ``counts[N_ROW_REQUESTS]``). Returns (the nodes whose leaf set lost a member, distinct
+    and sorted; rows written; cursor), or (no nodes, -1, cursor) with nothing done where
+    more than ``max_requests`` slots would ask (the room the caller has). Room:
+    ``max_requests`` rows. O(n log n + n * (memory + l + nbrs + rows * 2^b))."""
+    n = len(li)
+    key = np.empty(n, np.int64)
+    for i in range(n):
+        key[i] = li[i] * (np.int64(1) << 32) + dead[i]
+    _, first = unique_first(key)
+    first.sort()
+    mem = failed.shape[1]
+    rows = rt.shape[1]
+    width = rt.shape[2]
+    pl = np.empty(len(first), np.int64)
+    pd = np.empty(len(first), np.int64)
+    pt = np.empty(len(first), np.int64)
+    m = 0
+    for q in range(len(first)):
+        i = first[q]
+        x = li[i]
+        known = False
+        for j in range(mem):
+            if failed[x, j] == dead[i]:
+                known = True
+                break
+        if not known:
+            pl[m] = x
+            pd[m] = dead[i]
+            pt[m] = t[i]
+            m += 1
+    in_leaf = np.zeros(m, np.bool_)
+    for i in range(m):
+        for c in range(members.shape[1]):
+            if members[pl[i], c] == pd[i]:
+                in_leaf[i] = True
+                break
+    # the slots holding each dead id, in (presumption, row, column) order
+    s_li = np.empty(max_requests, np.int64)
+    s_row = np.empty(max_requests, np.int64)
+    s_col = np.empty(max_requests, np.int64)
+    s_t = np.empty(max_requests, np.int64)
+    n_s = 0
+    for i in range(m):
+        for r in range(rows):
+            for c in range(width):
+                if rt[pl[i], r, c] == pd[i]:
+                    if n_s == max_requests:
+                        return np.empty(0, np.int64), np.int64(-1), cursor
+                    s_li[n_s] = pl[i]
+                    s_row[n_s] = r
+                    s_col[n_s] = c
+                    s_t[n_s] = pt[i]
+                    n_s += 1
+    cols = np.empty(m, np.int64)
+    for i in range(m):
+        cols[i] = failed_next[pl[i]] % mem
+    for i in range(m):
+        failed[pl[i], cols[i]] = pd[i]
+    for i in range(m):
+        failed_next[pl[i]] += 1
+    for i in range(m):
+        x = pl[i]
+        for c in range(members.shape[1]):
+            if members[x, c] == pd[i]:
+                members[x, c] = -1
+        for c in range(nbr.shape[1]):
+            if nbr[x, c] == pd[i]:
+                nbr[x, c] = -1
+                nbr_known[x] = False
+        for r in range(rows):
+            for c in range(width):
+                if rt[x, r, c] == pd[i]:
+                    rt[x, r, c] = -1
+    # each side closed up: its members first, then its holes, each in their order (a
+    # stable sort on "is a hole"), the clocks moved along
+    w = members.shape[1]
+    hole_heard = np.empty(w, heard.dtype)
+    for x in sorted_distinct(pl[:m].copy()):
+        for lo, hi in ((0, half), (half, w)):
+            o = lo
+            h = 0
+            for c in range(lo, hi):
+                if members[x, c] >= 0:
+                    members[x, o] = members[x, c]
+                    heard[x, o] = heard[x, c]
+                    o += 1
+                else:
+                    hole_heard[h] = heard[x, c]
+                    h += 1
+            for j in range(h):
+                members[x, o + j] = -1
+                heard[x, o + j] = hole_heard[j]
+    zero_rows(out, 0, n_s)
+    if n_s:
+        requests, k, cursor = ask_rows(s_li[:n_s], s_row[:n_s], s_col[:n_s],
+                                       np.zeros(n_s, np.int64), s_t[:n_s], rt, global_ids,
+                                       req_type, out, pool, cursor, s_hr, s_rdist, s_lan)
+        counts[N_ROW_REQUESTS] += requests
+    else:
+        k = np.int64(0)
+    n_leaf = 0
+    for i in range(m):
+        if in_leaf[i]:
+            n_leaf += 1
+    lost = np.empty(n_leaf, np.int64)
+    n_leaf = 0
+    for i in range(m):
+        if in_leaf[i]:
+            lost[n_leaf] = pl[i]
+            n_leaf += 1
+    return sorted_distinct(lost), k, cursor
+
+
+@numba.njit(cache=True)
+def presume_silent_leaves(m, li, incarnation, timeout_us, rt, members, heard, failed,
+                          failed_next, nbr, nbr_known, global_ids, half, slots_per_leaf,
+                          req_type, counts, out, pool, cursor, s_hr, s_rdist, s_lan):
+    """KA_TIMERs ``m`` at local nodes ``li`` (``LeafSetMaintenance.on_ka_timer``): the
+    leaves silent longer than ``timeout_us`` at a timer of the node's current incarnation
+    are presumed failed (:func:`presume_failed`, timer by timer, each one's leaf-set slots
+    in order; counted in ``counts[N_PRESUMED_FAILED]``). Returns what
+    :func:`presume_failed` does, which declines (nothing done) where more than
+    ``slots_per_leaf`` table slots per silent leaf would ask. Room: ``slots_per_leaf`` rows
+    per leaf-set slot of a timer. O(n * l + presume_failed)."""
+    n = len(m)
+    w = members.shape[1]
+    pl = np.empty(n * w, np.int64)
+    pd = np.empty(n * w, np.int64)
+    pt = np.empty(n * w, np.int64)
+    k = 0
+    for i in range(n):
+        x = li[i]
+        if m[i][_KA_INCARNATION] != incarnation[x]:
+            continue
+        t = m[i]["time"]
+        for c in range(w):
+            if members[x, c] >= 0 and heard[x, c] < t - timeout_us:
+                pl[k] = x
+                pd[k] = members[x, c]
+                pt[k] = t
+                k += 1
+    lost, asked, cursor = presume_failed(
+        pl[:k], pd[:k], pt[:k], rt, members, heard, failed, failed_next, nbr, nbr_known,
+        global_ids, half, k * slots_per_leaf, req_type, counts, out, pool, cursor, s_hr,
+        s_rdist, s_lan)
+    if asked >= 0:
+        counts[N_PRESUMED_FAILED] += k
+    return lost, asked, cursor
 
 
 @numba.njit(cache=True)
@@ -1010,7 +1178,8 @@ def run_room(l: int, rows: int, width: int, nbrs: int, joined_rows: int) -> dict
     piece may complete its node's join)."""
     table = rows * width
     return {JOIN_START: (1, 0), JOIN_REQ: (4, nbrs + table + l), JOIN: (3, table + l),
-            ANNOUNCE: (2, l + 1), KEEPALIVE: (1, 0), KA_TIMER: (l + 3, 0), LEAF_REQ: (1, l + 1),
+            ANNOUNCE: (2, l + 1), KEEPALIVE: (1, 0), KA_TIMER: (2 * l + 3, 0),
+            LEAF_REQ: (1, l + 1),
             LEAF_REPLY: (l, 0),
             LEAF_LOOKUP: (1, l + 1), ROWS_REQ: (1, width), ROWS_REPLY: (0, 0),
             LEAF_REFRESH: (2, 0), JOIN_ROWS: (joined_rows, 0), JOIN_LEAFS: (joined_rows, 0),
@@ -1042,7 +1211,8 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
     :data:`RUN_TYPES`), each handled by the kernels its handler calls (:func:`on_join_start`,
     :func:`on_join_req`, :func:`on_join`, :func:`on_join_piece`
     then :func:`joined` for the nodes it completes, :func:`on_announce`, :func:`on_leaf_req`,
-    :func:`on_leaf_reply`, :func:`on_ka_timer`, :func:`on_leaf_refresh`,
+    :func:`on_leaf_reply`, :func:`on_ka_timer` (after :func:`presume_silent_leaves` where
+    a leaf went silent), :func:`on_leaf_refresh`,
     :func:`on_leaf_lookup`, :func:`on_rows_req`, :func:`on_rows_reply`,
     :func:`on_row_req`, :func:`on_row_reply`, :func:`on_hop_ack`,
     :func:`ack_timers_idle`), in run order,
@@ -1053,11 +1223,11 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
 
     Stops before a run it declines, which the caller then hands to the type's handler:
     one of :data:`ACK_PATH_TYPES` when ``acks_off`` is false (hop acknowledgements: the
-    router's path), a LEAF_REFRESH run that holds a table-maintenance tick, a KA_TIMER run
-    in which a leaf went silent (the handler presumes it failed first), an ACK_TIMER run
+    router's path), a LEAF_REFRESH run that holds a table-maintenance tick, an ACK_TIMER run
     that finds a hop lost, and runs
-    :func:`on_join_start`, :func:`on_join`, :func:`on_leaf_refresh` or
-    :func:`on_leaf_lookup` do not take (nothing done). Returns (the first run not handled,
+    :func:`on_join_start`, :func:`on_join`, :func:`on_leaf_refresh`,
+    :func:`on_leaf_lookup` or :func:`presume_silent_leaves` do not take (nothing done).
+    Returns (the first run not handled,
     probes, the nodes whose leaf set changed in the handled runs -- distinct, sorted --,
     the route log rows of the handled runs in their order, how many nodes joined, rows
     written, cursor). Room: the sum of :func:`run_room` over the runs' messages
@@ -1073,7 +1243,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
         half, hr, rdist, lan = learn
     joined_flags, nbrs_got, rows_expected, rows_got, incarnation, keepalive_us, timeout_us, \
         refresh_us, refresh_until, refresh_rounds, table_us, exchange_rows, req_max_retries, \
-        req_retry_us = joins
+        req_retry_us, failed_next = joins
     pending, pending_deadline, pending_identity, pending_count = acks
     changed_nodes = np.empty(len(m), np.int64)
     n_changed = 0
@@ -1167,13 +1337,26 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
                 mm, li, rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids,
                 ids_hi, ids_lo, b, half, hr, rdist, lan, KEEPALIVE_64, out[k:], pool, pos,
                 s_hr, s_rdist, s_lan)
-        elif ty == KA_TIMER:   # (LeafSetMaintenance.on_ka_timer's common case)
+        elif ty == KA_TIMER:   # (LeafSetMaintenance.on_ka_timer)
             ok, kk, pos = on_ka_timer(
                 mm, li, incarnation, members, heard, joined_flags, global_ids, half, timeout_us,
                 np.bool_(True), keepalive_us, LEAF_REQ_64, KEEPALIVE_64, KA_TIMER_64, out[k:],
                 pool, pos, s_hr, s_rdist, s_lan)
-            if not ok:
-                break
+            if not ok:   # a leaf went silent: presume the silent ones failed, then the round
+                # (a routing table holds an id in one slot, its prefix's: one request per
+                # leaf, the room run_room gives; more and the handler takes the run)
+                uli, asked, pos = presume_silent_leaves(
+                    mm, li, incarnation, timeout_us, rt, members, heard, failed, failed_next,
+                    nbr, nbr_known, global_ids, half, np.int64(1), ROW_REQ_64, counts,
+                    out[k:], pool, pos, s_hr, s_rdist, s_lan)
+                if asked < 0:
+                    break
+                changed = np.ones(len(uli), np.bool_)
+                ok, kk, pos = on_ka_timer(
+                    mm, li, incarnation, members, heard, joined_flags, global_ids, half,
+                    timeout_us, np.bool_(False), keepalive_us, LEAF_REQ_64, KEEPALIVE_64,
+                    KA_TIMER_64, out[k + asked:], pool, pos, s_hr, s_rdist, s_lan)
+                kk += asked
         elif ty == ROW_REQ:
             kk, pos = on_row_req(mm, li, failed, rt, ROW_REPLY_64, out[k:], pool, pos, s_hr,
                                  s_rdist, s_lan)

@@ -391,7 +391,7 @@ class JoinProtocol:
         incarnation, keepalive_us, the keep-alive timeout -- the KA_TIMERs ``on_runs`` takes
         as ``LeafSetMaintenance.on_ka_timer`` does --, leaf_refresh_us, refresh_until,
         leaf_refresh_rounds, table_maintenance_us, exchange rows, a JOIN_REQ's retries and
-        their interval).
+        their interval, the failed memory's next slots -- a KA_TIMER's presumed failures --).
         Read at each call: a restore replaces the arrays, and the refresh's end is set at
         the arrivals' schedule."""
         nodes, lm = self.nodes, self.maintenance
@@ -399,7 +399,7 @@ class JoinProtocol:
                 nodes.incarnation, lm.keepalive_us, lm.timeout_us, lm.leaf_refresh_us,
                 lm.refresh_until, lm.leaf_refresh_rounds, lm.table_maintenance_us,
                 min(int(self.join_exchange_rows), nodes.table.rows), JOIN_REQ_MAX_RETRIES,
-                JOIN_REQ_RETRY_US)
+                JOIN_REQ_RETRY_US, nodes.failed.next_slot)
 
     # ---- second join stage: routing-table rows from the table's own nodes ------------------
     # The rows X got on its join route come from nodes near A's route, not near X; as in

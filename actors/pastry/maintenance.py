@@ -75,18 +75,18 @@ class LeafSetMaintenance:
         A timer set before a crash (an old incarnation) is void after the recovery."""
         m = msgs_of(batch)
         nodes = self.nodes
-        li = nodes.local_of(ctx, batch)
+        li = np.ascontiguousarray(nodes.local_of(ctx, batch), np.int64)
         if self._keepalive_round(ctx, m, li, True):
             return
         # some leaf was silent too long: presume the silent ones failed, then the round
-        current = m[KaTimer.incarnation] == nodes.incarnation[li]
-        m, li = take_rows(m, current), li[current]
-        t = m["time"]
-        leaf = nodes.leaves.members[li].astype(np.int64)
-        silent = (leaf >= 0) & (nodes.leaves.heard[li] < (t - self.timeout_us)[:, None])
-        r, c = np.nonzero(silent)
-        ctx.count("pastry_presumed_failed", len(r))
-        self.repair.presume_failed(ctx, li[r], leaf[r, c], t[r])
+        repair = self.repair
+        per_leaf = nodes.table.rows * nodes.table.width    # (any slot holding one asks)
+        room = len(m) * nodes.leaves.members.shape[1] * per_leaf
+        lost, = ctx.send_compiled(
+            room, 0, handler_kernels.presume_silent_leaves, m, li, nodes.incarnation,
+            self.timeout_us, *repair.presume_inputs(), per_leaf, msg_types.ROW_REQ,
+            repair.counts, zeroed=False)
+        repair.repaired(ctx, lost)
         self._keepalive_round(ctx, m, li, False)
 
     def _keepalive_round(self, ctx, m, li, check_silent: bool) -> bool:

@@ -11,20 +11,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.kernels import unique_first
-
 from . import handler_kernels
 from . import types as msg_types
 from .messages import msgs_of
 
 
 def count_repairs(ctx, counts) -> None:
-    """The counters ``handler_kernels.on_row_reply`` and ``ask_rows`` added to
-    (``counts``, int64[N_RUN_COUNTS]) to the shard's, then zeroed."""
+    """The counters ``handler_kernels.on_row_reply``, ``ask_rows`` and
+    ``presume_silent_leaves`` added to (``counts``, int64[N_RUN_COUNTS]) to the shard's,
+    then zeroed."""
     if counts[handler_kernels.N_ROW_REPLY_RUNS]:   # (counted when an entry came, even 0)
         ctx.count("pastry_row_repairs", int(counts[handler_kernels.N_ROW_REPAIRS]))
     if counts[handler_kernels.N_ROW_REQUESTS]:
         ctx.count("pastry_row_requests", int(counts[handler_kernels.N_ROW_REQUESTS]))
+    if counts[handler_kernels.N_PRESUMED_FAILED]:
+        ctx.count("pastry_presumed_failed", int(counts[handler_kernels.N_PRESUMED_FAILED]))
     counts[:] = 0
 
 
@@ -32,44 +33,40 @@ class TableRepair:
     def __init__(self, nodes):
         """``nodes`` :class:`~.nodes.PastryNodes` (tables, failed memory, application)."""
         self.nodes = nodes
+        # what the compiled presumptions count (``count_repairs`` hands them on)
+        self.counts = np.zeros(handler_kernels.N_RUN_COUNTS, np.int64)
 
     def presume_failed(self, ctx, li, dead_ids, t) -> None:
         """Local nodes ``li`` presume ``dead_ids`` failed at times ``t``: tables are cleaned,
-        emptied routing-table slots are refilled by ROW_REQ, ``new_leafs`` fires."""
-        li = np.asarray(li, np.int64)
-        dead_ids = np.asarray(dead_ids, np.int64)
-        t = np.asarray(t, np.int64)
-        # one presumption per (node, dead id); already-known deaths are not repeated
-        key = li * (1 << 32) + dead_ids
-        _, first = unique_first(key)
-        first.sort()
-        li, dead_ids, t = li[first], dead_ids[first], t[first]
-        known = self.nodes.failed.knows(li, dead_ids)
-        li, dead_ids, t = li[~known], dead_ids[~known], t[~known]
-        if not len(li):
-            return
-        in_leaf = self.nodes.leaves.contains(li, dead_ids)
-        r, rr, cc = self.nodes.table.slots_holding(li, dead_ids)
-        self.nodes.remember_failed(li, dead_ids)
-        if len(r):
-            self._ask_row(ctx, li[r], rr, cc, np.zeros(len(r), np.int64), t[r])
-        if in_leaf.any():
-            self.nodes.app.new_leafs(ctx, np.unique(li[in_leaf]))
-
-    def _ask_row(self, ctx, li, row, col, attempt, t) -> None:
-        """ROW_REQ for slot (row, col) of nodes ``li`` to their ``attempt``-th helper: the
-        live entries of the same row (other columns), then of the next rows, in order (one
-        compiled call, ``handler_kernels.ask_rows``)."""
+        emptied routing-table slots are refilled by ROW_REQ, ``new_leafs`` fires (one
+        compiled call, ``handler_kernels.presume_failed``)."""
         li = np.ascontiguousarray(li, np.int64)
         if not len(li):
             return
-        requests, = ctx.send_compiled(
-            len(li), 0, handler_kernels.ask_rows, li, np.ascontiguousarray(row, np.int64),
-            np.ascontiguousarray(col, np.int64), np.ascontiguousarray(attempt, np.int64),
-            np.ascontiguousarray(t, np.int64), self.nodes.table.entries, self.nodes.global_ids,
-            msg_types.ROW_REQ)
-        if requests:
-            ctx.count("pastry_row_requests", int(requests))
+        nodes = self.nodes
+        table = nodes.table
+        room = len(li) * table.rows * table.width    # (any slot holding a dead id asks)
+        lost, = ctx.send_compiled(
+            room, 0, handler_kernels.presume_failed, li,
+            np.ascontiguousarray(dead_ids, np.int64), np.ascontiguousarray(t, np.int64),
+            *self.presume_inputs(), room, msg_types.ROW_REQ, self.counts, zeroed=False)
+        self.repaired(ctx, lost)
+
+    def presume_inputs(self) -> tuple:
+        """The state ``handler_kernels.presume_failed`` changes, in its argument order
+        (rt, members, heard, failed, failed_next, nbr, nbr_known, global_ids, half)."""
+        nodes = self.nodes
+        _, known = nodes.nbrs.key_cache()
+        return (nodes.table.entries, nodes.leaves.members, nodes.leaves.heard,
+                nodes.failed.ids, nodes.failed.next_slot, nodes.nbrs.members, known,
+                nodes.global_ids, nodes.leaves.half)
+
+    def repaired(self, ctx, lost) -> None:
+        """After presumed failures: their counters, ``new_leafs`` for the nodes ``lost``
+        whose leaf set lost a member."""
+        count_repairs(ctx, self.counts)
+        if len(lost):
+            self.nodes.app.new_leafs(ctx, lost)
 
     def on_row_req(self, ctx, batch) -> None:
         """ROW_REQ: the asker is alive; answer with my entry of the slot (row, column) (one
