@@ -284,6 +284,42 @@ def row_helpers(rt, li, row, col, attempt, max_attempts) -> np.ndarray:
     return np.where(still, flat[np.arange(len(li)), np.argmax(hit, axis=1)], -1)
 
 
+def presume_failed(rt, leaf, heard, failed, failed_next, nbr, li, dead):
+    """Nodes ``li`` presume ``dead`` failed, in place on the state arrays: one presumption
+    per (node, dead id), its first, none of a death the node knows; into the failed memory
+    (every presumption of a node at the slot its memory was at before the call: the last
+    one written stays), out of the leaf set (each side then sorted stably on "is a hole",
+    the keep-alive clocks along), the neighbourhood set and the routing table. Returns
+    (the presumptions kept as (node, dead) index arrays, the (i, row, col) of the table
+    slots that held their dead ids, the nodes whose leaf set lost a member, sorted)."""
+    key = li * (1 << 32) + dead
+    _, first = np.unique(key, return_index=True)
+    first.sort()
+    li, dead = li[first], dead[first]
+    keep = ~(failed[li] == dead[:, None]).any(axis=1)
+    li, dead = li[keep], dead[keep]
+    in_leaf = (leaf[li] == dead[:, None]).any(axis=1)
+    slots = np.nonzero(rt[li] == dead[:, None, None])
+    cols = failed_next[li] % failed.shape[1]
+    failed[li, cols] = dead
+    np.add.at(failed_next, li, 1)
+    r, c = np.nonzero(leaf[li] == dead[:, None])
+    leaf[li[r], c] = -1
+    half = leaf.shape[1] // 2
+    ul = np.unique(li)
+    for side in (slice(0, half), slice(half, leaf.shape[1])):
+        part = leaf[ul, side]
+        o = np.argsort(part < 0, axis=1, kind="stable")
+        leaf[ul, side] = np.take_along_axis(part, o, axis=1)
+        heard[ul, side] = np.take_along_axis(heard[ul, side], o, axis=1)
+    r, c = np.nonzero(nbr[li] == dead[:, None])
+    nbr[li[r], c] = -1
+    flat = rt.reshape(len(rt), -1)
+    r, c = np.nonzero(flat[li] == dead[:, None])
+    flat[li[r], c] = -1
+    return (li, dead), slots, np.unique(li[in_leaf])
+
+
 # ---- hop acknowledgements (kernels.hop_identity, acked_pending) -------------------------
 def hop_hash(src, dst, origin, type_, hops, key_hi, key_lo) -> np.ndarray:
     """64-bit identity of a routed hop: h = 0, then per field h = (h ^ field) * MIX,

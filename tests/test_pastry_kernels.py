@@ -429,6 +429,81 @@ def test_ask_rows_sends_each_empty_slot_to_its_next_helper():
         assert np.array_equal(sent["sent"], t[asks]) and (sent["type"] == ROW_REQ).all()
 
 
+def test_presume_failed_kernel_equals_the_numpy_presumption(holey_state):
+    """handler_kernels.presume_failed against the numpy rule (reference_pastry): repeated
+    and already-known deaths, several at one node, leaves, neighbours and table slots
+    emptied, each leaf side closed up with its clocks, the failed memory's slots, and a
+    ROW_REQ from every emptied slot to its first helper, in (presumption, row, column)
+    order; declined, with nothing changed, when the room is short."""
+    from reference_pastry import presume_failed, row_helpers
+
+    from actors.pastry import handler_kernels as hk
+    from actors.pastry.messages import MSG_DTYPE
+    from actors.pastry.types import ROW_REQ
+
+    rng = np.random.default_rng(11)
+    hr, rdist, lan = np.zeros(N, np.int32), np.zeros((1, 1), np.int32), np.int64(0)
+    global_ids = np.arange(N, dtype=np.int64)
+    seen = np.zeros(3, np.int64)    # requests sent, leaf sets that lost a member, known deaths
+    for trial in range(60):
+        st = holey_state
+        rt, leaf, nbr = st.rt.copy(), st.leaf.copy(), st.nbr.copy()
+        heard = rng.integers(0, 10**6, leaf.shape).astype(np.int64)
+        failed = np.where(rng.random((N, 4)) < 0.3, rng.integers(0, N, (N, 4)), -1)
+        failed = failed.astype(np.int32)
+        failed_next = rng.integers(0, 9, N).astype(np.int64)
+        n = int(rng.integers(1, 25))
+        li = rng.integers(0, 8, n).astype(np.int64)     # few nodes: several deaths at one
+        # dead ids from the nodes' own leaves, tables and failed memory, and strangers
+        pick = np.stack([leaf[li, rng.integers(0, leaf.shape[1], n)],
+                         rt[li, rng.integers(0, rt.shape[1], n),
+                            rng.integers(0, rt.shape[2], n)],
+                         failed[li, rng.integers(0, 4, n)],
+                         rng.integers(0, N, n)], axis=1)
+        dead = pick[np.arange(n), rng.integers(0, 4, n)].astype(np.int64)
+        dead = np.where(dead < 0, rng.integers(0, N, n), dead)
+        if trial % 5 == 0:
+            li, dead = np.r_[li, li[:3]], np.r_[dead, dead[:3]]       # repeats
+        t = rng.integers(0, 10**6, len(li)).astype(np.int64)
+        want = [a.copy() for a in (rt, leaf, heard, failed, failed_next, nbr)]
+        (kept_li, _), slots, lost_want = presume_failed(*want, li, dead)
+        got = [a.copy() for a in (rt, leaf, heard, failed, failed_next, nbr)]
+        known = np.ones(N, np.bool_)
+        counts = np.zeros(hk.N_RUN_COUNTS, np.int64)
+        room = len(li) * rt.shape[1] * rt.shape[2]
+        out = np.zeros(room, MSG_DTYPE)
+        lost, k, _ = hk.presume_failed(
+            li, dead, t, got[0], got[1], got[2], got[3], got[4], got[5], known, global_ids,
+            np.int64(leaf.shape[1] // 2), np.int64(room), np.int64(ROW_REQ), counts, out,
+            np.zeros(1, np.int32), np.int64(0), hr, rdist, lan)
+        for name, a, b in zip(("rt", "leaf", "heard", "failed", "next", "nbr"), got, want,
+                              strict=True):
+            assert np.array_equal(a, b), (trial, name)
+        assert np.array_equal(lost, lost_want)
+        i, row, col = slots
+        first = np.sort(np.unique(li * (1 << 32) + dead, return_index=True)[1])
+        keep_t = t[first][~(failed[li[first]] == dead[first][:, None]).any(axis=1)]
+        helper = row_helpers(want[0], kept_li[i], row, col, np.zeros(len(i), np.int64),
+                             hk.ROW_ATTEMPTS)
+        asks = helper >= 0
+        assert k == asks.sum() == counts[hk.N_ROW_REQUESTS]
+        assert np.array_equal(out["dst"][:k], helper[asks])
+        assert np.array_equal(out["src"][:k], kept_li[i][asks])
+        assert np.array_equal(out["sent"][:k], keep_t[i][asks])
+        assert (out["type"][:k] == ROW_REQ).all()
+        seen += np.array([k, len(lost), len(first) - len(kept_li)])
+        if len(i) > 1:   # short of room: declined, nothing changed
+            again = [a.copy() for a in (rt, leaf, heard, failed, failed_next, nbr)]
+            _, k, _ = hk.presume_failed(
+                li, dead, t, *again, known, global_ids, np.int64(leaf.shape[1] // 2),
+                np.int64(len(i) - 1), np.int64(ROW_REQ), counts, out,
+                np.zeros(1, np.int32), np.int64(0), hr, rdist, lan)
+            assert k == -1
+            for a, b in zip(again, (rt, leaf, heard, failed, failed_next, nbr), strict=True):
+                assert np.array_equal(a, b)
+    assert (seen > 0).all(), seen     # every case above came up
+
+
 def test_hops_due_equals_the_latest_timer_per_sender():
     """ACK_TIMER's due check: a pending hop is due when the latest timer row of its sender
     is at or past its deadline (the per-node numpy form it replaced), with repeated
