@@ -17,20 +17,11 @@ class FailedNodes:
         self.ids = np.full((n_local, memory), -1, np.int32)
         self.next_slot = np.zeros(n_local, np.int64)
 
-    def remember(self, li, dead_ids) -> None:
-        cols = self.next_slot[li] % self.ids.shape[1]
-        self.ids[li, cols] = dead_ids
-        np.add.at(self.next_slot, li, 1)
-
     def forget(self, li, senders) -> None:
         """Nodes ``li`` heard from ``senders`` directly: they are alive."""
         if len(li):
             kernels.forget_failed(self.ids, np.ascontiguousarray(li, np.int64),
                                   np.ascontiguousarray(senders, np.int64))
-
-    def knows(self, li, ids) -> np.ndarray:
-        """Whether node ``li[i]`` presumes ``ids[i]`` failed."""
-        return (self.ids[li] == np.asarray(ids)[:, None]).any(axis=1)
 
     def clear(self, li) -> None:
         self.ids[li] = -1

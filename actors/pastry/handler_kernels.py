@@ -914,29 +914,20 @@ def presume_failed(li, dead, t, rt, members, heard, failed, failed_next, nbr, nb
     mem = failed.shape[1]
     rows = rt.shape[1]
     width = rt.shape[2]
+    first_li = li[first]
+    first_dead = dead[first]
+    known = row_contains(failed, first_li, first_dead)
     pl = np.empty(len(first), np.int64)
     pd = np.empty(len(first), np.int64)
     pt = np.empty(len(first), np.int64)
     m = 0
     for q in range(len(first)):
-        i = first[q]
-        x = li[i]
-        known = False
-        for j in range(mem):
-            if failed[x, j] == dead[i]:
-                known = True
-                break
-        if not known:
-            pl[m] = x
-            pd[m] = dead[i]
-            pt[m] = t[i]
+        if not known[q]:
+            pl[m] = first_li[q]
+            pd[m] = first_dead[q]
+            pt[m] = t[first[q]]
             m += 1
-    in_leaf = np.zeros(m, np.bool_)
-    for i in range(m):
-        for c in range(members.shape[1]):
-            if members[pl[i], c] == pd[i]:
-                in_leaf[i] = True
-                break
+    in_leaf = row_contains(members, pl[:m], pd[:m])
     # the slots holding each dead id, in (presumption, row, column) order
     s_li = np.empty(max_requests, np.int64)
     s_row = np.empty(max_requests, np.int64)

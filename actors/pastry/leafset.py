@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernels
-
 
 class LeafSet:
     def __init__(self, members: np.ndarray):
@@ -29,24 +27,6 @@ class LeafSet:
     def sides(self):
         """The column slices of the smaller and the larger side."""
         return slice(0, self.half), slice(self.half, self.size)
-
-    def drop(self, li, dead_ids) -> None:
-        """Remove ``dead_ids[i]`` from the leaf set of node ``li[i]`` and close the holes
-        in each side (nearest first), moving the keep-alive clocks along."""
-        hit = self.members[li] == np.asarray(dead_ids)[:, None]
-        r, c = np.nonzero(hit)
-        self.members[li[r], c] = -1
-        ul = np.unique(li)
-        for side in self.sides():
-            part = self.members[ul, side]
-            o = np.argsort(part < 0, axis=1, kind="stable")
-            self.members[ul, side] = np.take_along_axis(part, o, axis=1)
-            self.heard[ul, side] = np.take_along_axis(self.heard[ul, side], o, axis=1)
-
-    def contains(self, li, ids) -> np.ndarray:
-        """Whether ``ids[i]`` is a member of node ``li[i]``'s leaf set."""
-        return kernels.row_contains(self.members, np.asarray(li, np.int64),
-                                    np.asarray(ids, np.int64))
 
     def replica_set(self, li, k: int) -> np.ndarray:
         """(len(li), k) ids: the k members nearest each node, alternating nearest smaller

@@ -34,13 +34,6 @@ class NeighbourhoodSet:
             self._known = np.zeros(len(self.members), bool)
         return self._keys, self._known
 
-    def drop(self, li, dead_ids) -> None:
-        """Remove ``dead_ids[i]`` from node ``li[i]``'s set (the hole stays until a merge)."""
-        r, c = np.nonzero(self.members[li] == np.asarray(dead_ids)[:, None])
-        self.members[li[r], c] = -1
-        if self._known is not None:
-            self._known[li[r]] = False
-
     def clear(self, li) -> None:
         self.members[li] = -1
         if self._known is not None:

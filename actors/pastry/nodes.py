@@ -130,16 +130,6 @@ class PastryNodes:
             ctx.count("pastry_probes", probes)
 
     # ---- forgetting of nodes --------------------------------------------------------
-    def remember_failed(self, li, dead_ids) -> None:
-        """Nodes ``li`` presume ``dead_ids`` failed: into the failed memory, out of all
-        tables."""
-        if not len(li):
-            return
-        self.failed.remember(li, dead_ids)
-        self.leaves.drop(li, dead_ids)
-        self.nbrs.drop(li, dead_ids)
-        self.table.drop(li, dead_ids)
-
     def heard_from(self, li, senders) -> None:
         """Nodes ``li`` got a message from ``senders`` directly: they are alive."""
         self.failed.forget(li, senders)

@@ -39,16 +39,6 @@ class RoutingTable:
         return kernels.insert_table(self.entries, li, global_ids[li], cand, ids_hi, ids_lo,
                                     self.b, hr, rdist, lan, failed_ids[li])
 
-    def slots_holding(self, li, ids):
-        """(i, row, column) of every slot of node ``li[i]`` holding ``ids[i]``."""
-        return np.nonzero(self.entries[li] == np.asarray(ids)[:, None, None])
-
-    def drop(self, li, dead_ids) -> None:
-        """Empty every slot of node ``li[i]`` holding ``dead_ids[i]``."""
-        flat = self.flat(li)
-        r, c = np.nonzero(flat == np.asarray(dead_ids)[:, None])
-        self.entries.reshape(len(self.entries), -1)[li[r], c] = -1
-
     def rows_for(self, li, my_ids, their_ids, ids_hi, ids_lo) -> np.ndarray:
         """Rows 0..min(spl(me, them), rows - 1) of each node's table as a matrix of
         rows * 2^b entries of its dtype (later rows -1): what a join route node sends the
