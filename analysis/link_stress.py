@@ -35,6 +35,7 @@ from analysis.stats import (
 
 NO_PATHS_NOTE = "not available: the topology has no physical paths (latency matrix only)"
 LOADS_SCHEMA = "topo int, traffic string, link bigint, stress bigint"
+LINK_KINDS = ["core", "lan_down", "lan_up"]   # link_stress.csv's kind, by code
 PRESENT = -1   # link id of the marker row "this traffic has rows" (topologies without paths)
 IP_MULTICAST, NAIVE_UNICAST = "ip_multicast", "naive_unicast"
 MULTICAST_PAIRS = "multicast pairs"   # (source, member) rows both baselines are made of
@@ -182,11 +183,11 @@ def link_stress_frame(loads: pd.DataFrame, meta: dict[int, dict]) -> pd.DataFram
     bases = np.array([meta[t]["lan_base"] for t in sorted(meta)], np.int64)
     base = bases[np.searchsorted(topos, topo)] if len(topo) else np.zeros(0, np.int64)
     link = real["link"].to_numpy(np.int64)
-    kind = np.where(link < base, "core", np.where((link - base) % 2 == 0, "lan_up",
-                                                  "lan_down"))
+    # the kind as codes into its names, not a column of millions of strings
+    code = np.where(link < base, 0, np.where((link - base) % 2 == 0, 2, 1)).astype(np.int8)
     return pd.DataFrame({"topo": topo,
                          "traffic": pd.Categorical(real["traffic"]), "link": link,
-                         "kind": pd.Categorical(kind),
+                         "kind": pd.Categorical.from_codes(code, LINK_KINDS),
                          "stress": real["stress"].to_numpy(np.int64)})
 
 
