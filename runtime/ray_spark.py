@@ -554,6 +554,7 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
         client = bool(ray.util.client.ray.is_connected())
     # the executor actors this session will create are the ones not listed now
     _state["executors_before"] = set(_executor_actor_states())
+    _state["spark_app"] = app_name   # (named before the start: a failed one leaves actors)
     try:
         # the driver JVM inherits fd 2: its Ray core worker's INFO lines go to Ray's logs
         with _stderr_to_file(_console_log_path()), _driver_jvm_beside_master():
@@ -568,7 +569,6 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
     _state["spark"] = spark
     _state["archives"] = archives
     _state["spark_ray"] = _ray_session()
-    _state["spark_app"] = app_name
     return spark
 
 
@@ -896,8 +896,15 @@ def stop_spark(release: bool = False, timeout_s: float = 60.0) -> None:
     session can start at once (after an executor was lost). raydp.stop_spark only asks
     the master actor to exit (its name stays taken until it has) and leaves a lost
     executor's actor restarting, holding its CPUs: the master is waited for (killed
-    after `timeout_s` s) and every executor actor not dead yet is killed."""
+    after `timeout_s` s) and every executor actor not dead yet is killed. With no
+    session, release still clears what a start that failed part-way left (its master
+    actor holds the name the next start needs)."""
     if _state["spark"] is None:
+        if release and "spark_app" in _state:
+            import raydp
+            with contextlib.suppress(Exception):   # (RayDP's half-made context, if any)
+                raydp.stop_spark()
+            _release_spark_actors(_state["spark_app"], timeout_s)
         return
     import raydp
     archives = _state.pop("archives", None)
@@ -916,7 +923,7 @@ def stop_spark(release: bool = False, timeout_s: float = 60.0) -> None:
         if code_dir is not None:
             shutil.rmtree(code_dir, ignore_errors=True)
         if release:
-            _release_spark_actors(_state.get("spark_app", "scribe-emu"), timeout_s)
+            _release_spark_actors(_state["spark_app"], timeout_s)
 
 
 def class_archives_pending() -> bool:

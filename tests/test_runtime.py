@@ -207,3 +207,30 @@ def test_new_jvms_are_lowered_while_spark_starts_beside_the_emulation(tmp_path):
             if p is not None:
                 p.kill()
                 p.wait()
+
+
+@pytest.mark.slow
+def test_release_after_a_start_that_failed_frees_the_masters_name():
+    """A Spark start that fails part-way (its driver's link broken under load) sets no
+    session, but its RayDP master actor keeps the name the next start needs: the lost
+    executor's retry (`stop_spark(release=True)`) still clears it."""
+    import ray
+
+    runtime.start_ray(None)
+    try:
+        @ray.remote(num_cpus=0)
+        class Stuck:     # a master that was asked nothing and does not exit by itself
+            def ping(self):
+                return 1
+
+        name = "scribe-emu-release-test"
+        master = Stuck.options(name=f"{name}_SPARK_MASTER").remote()
+        assert ray.get(master.ping.remote()) == 1
+        runtime._state.update(spark=None, spark_app=name,
+                              executors_before=set(runtime._executor_actor_states()))
+        runtime.stop_spark(release=True, timeout_s=1.0)
+        with pytest.raises(ValueError):
+            ray.get_actor(f"{name}_SPARK_MASTER")
+    finally:
+        runtime._state.pop("spark_app", None)
+        runtime.stop_ray()
