@@ -329,6 +329,23 @@ def _queue_job(name: str, job: BackgroundJob) -> BackgroundJob:
     return job
 
 
+def background_processes() -> set[int]:
+    """Pids of the session's background work still running -- its jobs' processes and
+    the kernel compile, with all they started (a job's own Ray cluster): separate runs,
+    which a test looking at the session's processes leaves out. O(processes)."""
+    import psutil
+    pids: set[int] = set()
+    for proc in [job._proc for job in _jobs.values()] + [_warm]:
+        if proc is None or proc.poll() is not None:
+            continue
+        pids.add(proc.pid)
+        try:
+            pids |= {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+        except psutil.NoSuchProcess:
+            pass
+    return pids
+
+
 def background(name: str, tmp_path_factory) -> BackgroundJob:
     """The session's job of ``name`` (queued now if it was not)."""
     if name in _jobs:
@@ -582,7 +599,6 @@ def reference_runs(ray_runtime, tmp_path_factory) -> dict:
     """{shards: run directory} of the session's reference run (tests/runs.py) on 2 shards
     and on 1, each end to end with its analysis. Shared: read them, never change them."""
     from runs import reference_config
-
     from scenarios import run_scenario
     wait_for_warm_kernels()
     base = tmp_path_factory.mktemp("reference")

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_cli import CLI
+
 from runs import (
     emulated_copy,
     log_differences,
@@ -37,8 +39,6 @@ from runs import (
     reference_config,
     result_differences,
 )
-from test_cli import CLI
-
 from scenarios import analysis_step, run_scenario
 from scenarios import run_dir as run_dir_mod
 from scenarios import runner as runner_mod
@@ -68,10 +68,14 @@ def no_analysis(monkeypatch):
 
 def run_processes() -> list[psutil.Process]:
     """This process, everything it started, and the processes of its Ray session (other
-    Ray clusters on the machine are not ours and are left out)."""
+    Ray clusters on the machine are not ours and are left out, as are the session's
+    background jobs running meanwhile: each is a run of its own, e.g. a simulated
+    cluster whose nodes listen on their node address)."""
     import ray
+    from conftest import background_processes
     me = psutil.Process()
-    procs = {p.pid: p for p in [me, *me.children(recursive=True)]}
+    others = background_processes()
+    procs = {p.pid: p for p in [me, *me.children(recursive=True)] if p.pid not in others}
     session_dir = ray._private.worker._global_node.get_session_dir_path()
     for p in psutil.process_iter(["cmdline"]):
         if any(session_dir in a for a in (p.info["cmdline"] or [])):
