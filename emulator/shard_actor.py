@@ -284,6 +284,12 @@ class ShardActor:
                 refs.append(p)
         return refs
 
+    def _take_answers(self) -> tuple[list, int]:
+        """(the Ray calls among the `want` answers since the last take, how many answers
+        there were); call under `_cond`. `want` sent the local-link ones itself."""
+        answers, self._answers = self._answers, []
+        return [p for p in answers if not isinstance(p, tuple)], len(answers)
+
     def abort(self, src, number) -> None:
         """Shard `src` failed in round `number`: this shard's round of that number stops
         waiting (also when the notice lands before that round starts here)."""
@@ -501,9 +507,9 @@ class ShardActor:
                 # a `want` may be answered from here on with these: every batch made
                 # before them has been pushed ahead of the answer
                 np.maximum(self._promise_now, promise, out=self._promise_now)
-                pushes += [p for p in self._answers if not isinstance(p, tuple)]
-                stats["promises"] += len(self._answers)
-                self._answers = []
+                refs, answered = self._take_answers()
+                pushes += refs
+                stats["promises"] += answered
                 if not (reached >= limit or leaving):
                     # ask the peers holding the least promise that push none unasked
                     ask = np.flatnonzero(running & (self._promise_in == least)
@@ -525,8 +531,7 @@ class ShardActor:
                 break
         t0 = time.perf_counter()
         with self._cond:
-            pushes += [p for p in self._answers if not isinstance(p, tuple)]
-            self._answers = []
+            pushes += self._take_answers()[0]
         ray.get(pushes)   # the driver must not start the next round before peers hold them
         for link in self._links.values():
             link.sync()
