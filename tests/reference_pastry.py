@@ -320,7 +320,7 @@ def presume_failed(rt, leaf, heard, failed, failed_next, nbr, li, dead):
     return (li, dead), slots, np.unique(li[in_leaf])
 
 
-# ---- hop acknowledgements (kernels.hop_identity, acked_pending) -------------------------
+# ---- hop acknowledgements (kernels.hop_key, acked_pending) -------------------------------
 def hop_hash(src, dst, origin, type_, hops, key_hi, key_lo) -> np.ndarray:
     """64-bit identity of a routed hop: h = 0, then per field h = (h ^ field) * MIX,
     h ^= h >> 29 (wrapping uint64)."""

@@ -369,10 +369,12 @@ def test_route_log_kernel_equals_the_numpy_columns():
 
 def test_hop_identity_and_ack_matching_kernels_equal_numpy():
     """A hop's 64-bit identity (every field width and sign the record has, keys with the
-    top bit set) and the multiset clearing of pending hops by acks, against the numpy
-    code they replaced."""
+    top bit set) as the sender keeps it (handler_kernels.expect_hops: with its deadline
+    and the record at its sending time), and the multiset clearing of pending hops by
+    acks, against the numpy code they replaced."""
     from reference_pastry import acked_pending, hop_hash
 
+    from actors.pastry.handler_kernels import expect_hops
     from actors.pastry.messages import MSG_DTYPE
 
     rng = np.random.default_rng(3)
@@ -382,10 +384,19 @@ def test_hop_identity_and_ack_matching_kernels_equal_numpy():
     m["type"], m["hops"] = rng.integers(10, 90, 500), rng.integers(0, 30, 500)
     m["key_hi"] = rng.integers(0, 2**63, 500).astype(np.uint64) * np.uint64(2) + np.uint64(1)
     m["key_lo"] = rng.integers(0, 2**63, 500).astype(np.uint64)
+    m["sent"] = rng.integers(0, 10**9, 500)
+    m["time"] = m["sent"] + rng.integers(0, 10**5, 500)
     cols = [m[f] for f in ("src", "dst", "origin", "type", "hops", "key_hi", "key_lo")]
-    assert np.array_equal(kernels.hop_identity(*cols), hop_hash(*cols))
-    wide = [c.astype(np.int64) for c in cols[:5]] + cols[5:]
-    assert np.array_equal(kernels.hop_identity(*wide), hop_hash(*cols))
+    pending, deadline = np.zeros(600, MSG_DTYPE), np.zeros(600, np.int64)
+    identity, count = np.zeros(600, np.uint64), np.array([7])
+    expect_hops(m, 1000, pending, deadline, identity, count)
+    assert count[0] == 507
+    assert np.array_equal(identity[7:507], hop_hash(*cols))
+    assert np.array_equal(deadline[7:507], m["sent"] + 2 * (m["time"] - m["sent"]) + 1000)
+    assert np.array_equal(pending["time"][7:507], m["sent"])
+    for f in MSG_DTYPE.names:
+        if f != "time":
+            assert np.array_equal(pending[f][7:507], m[f]), f
     for _ in range(200):   # repeated identities on both sides, acks with no pending copy
         identity = rng.integers(0, 6, int(rng.integers(0, 30))).astype(np.uint64)
         acks = rng.integers(0, 8, int(rng.integers(1, 10))).astype(np.uint64)

@@ -1126,6 +1126,96 @@ def on_hop_ack(m, li, failed, pending, deadline, identity, count):
 
 
 @numba.njit(cache=True)
+def acknowledge_hops(m, li, joined, out, pool, cursor, s_hr, s_rdist, s_lan):
+    """Routed messages ``m`` at their ``dst`` (local ``li``), with hop acknowledgements
+    (``Router.receive``): a node still (re)joining has no tables to route with, so it
+    stays silent -- its messages are dropped unanswered and their senders presume it
+    failed and route around it --, except its own (src == dst); every kept message that
+    came over a hop is acknowledged, a HOP_ACK back to its sender carrying the hop's
+    identity (origin, key, type, hops), in row order. Returns (the rows kept, in order;
+    rows written, cursor). O(n)."""
+    n = len(m)
+    keep = np.empty(n, np.int64)
+    nk = 0
+    w = 0
+    for i in range(n):
+        r = m[i]
+        if not (joined[li[i]] or r["src"] == r["dst"]):
+            continue
+        keep[nk] = i
+        nk += 1
+        if r["src"] != r["dst"]:
+            put_send(out, w, r["dst"], r["src"], HOP_ACK, r["time"], s_hr, s_rdist, s_lan)
+            out[w]["origin"] = r["origin"]
+            out[w]["key_hi"] = r["key_hi"]
+            out[w]["key_lo"] = r["key_lo"]
+            out[w][_ACKED_TYPE] = r["type"]
+            out[w][_ACKED_HOPS] = r["hops"]
+            w += 1
+    return keep[:nk], w, cursor
+
+
+@numba.njit(cache=True)
+def expect_hops(hops, slack_us, pending, deadline, identity, count):
+    """Routed hops just sent (records as sent: src = this node, dst = the next hop) wait
+    for their acknowledgements: each is appended to the pending hops as its sender holds
+    it (time = its sending time), with deadline = sent + 2 * latency + ``slack_us`` and
+    identity :func:`.kernels.hop_key`. The room (``len(pending) - count[0]`` rows) is the
+    caller's to ensure. O(hops)."""
+    n = count[0]
+    for i in range(len(hops)):
+        h = hops[i]
+        pending[n] = h
+        pending[n]["time"] = h["sent"]
+        deadline[n] = h["sent"] + 2 * (h["time"] - h["sent"]) + slack_us
+        identity[n] = hop_key(np.int64(h["src"]), np.int64(h["dst"]), np.int64(h["origin"]),
+                              np.int64(h["type"]), np.int64(h["hops"]), np.int64(h["key_hi"]),
+                              np.int64(h["key_lo"]))
+        n += 1
+    count[0] = n
+
+
+@numba.njit(cache=True)
+def _expect_run_hops(out, k0, k1, slack_us, pending, deadline, identity, count):
+    """After a run's sends ``out[k0:k1]``, with hop acknowledgements: its routed hops (mode
+    1; one block, as ``Router._send_hop`` sends a step's hops) wait for their
+    acknowledgements (:func:`expect_hops`) and their ACK_TIMERs follow the block, as
+    ``HopAcks.expect`` sets them right after the hops (the sends after the block move
+    on). Room: one row more per hop after ``k1``, and a pending row per hop (the
+    caller's). Returns the run's rows. O(rows)."""
+    a = k0
+    while a < k1 and out[a]["mode"] != 1:
+        a += 1
+    b = a
+    while b < k1 and out[b]["mode"] == 1:
+        b += 1
+    h = b - a
+    if h == 0:
+        return k1 - k0
+    for i in range(b, k1):
+        if out[i]["mode"] == 1:
+            raise ValueError("a run sent its routed hops in more than one block")
+    first = count[0]
+    expect_hops(out[a:b], slack_us, pending, deadline, identity, count)
+    for i in range(k1 - 1, b - 1, -1):
+        out[i + h] = out[i]
+    zero_rows(out, b, b + h)
+    for j in range(h):
+        _timer(out, b + j, out[a + j]["src"], deadline[first + j], ACK_TIMER)
+    return k1 - k0 + h
+
+
+@numba.njit(cache=True)
+def _kept_rows(mm, li, keep, scratch, scratch_li):
+    """Rows ``keep`` of a run and their local indices, copied to the front of
+    ``scratch`` / ``scratch_li`` (slices of the same types as the run's own)."""
+    for j in range(len(keep)):
+        scratch[j] = mm[keep[j]]
+        scratch_li[j] = li[keep[j]]
+    return scratch[0:len(keep)], scratch_li[0:len(keep)]
+
+
+@numba.njit(cache=True)
 def ack_timers_idle(m, pending, deadline, count):
     """Whether ACK_TIMERs ``m`` find none of the first ``count[0]`` pending hops due
     (:func:`.kernels.hops_due`): ``HopAcks.on_timer`` then does nothing, which is the
@@ -1153,8 +1243,10 @@ def ack_timers_idle(m, pending, deadline, count):
 RUN_TYPES = (JOIN_START, JOIN_REQ, JOIN, JOIN_ROWS, JOIN_LEAFS, JOIN_NBRS, ANNOUNCE, KEEPALIVE,
              KA_TIMER, LEAF_REQ, LEAF_REPLY, LEAF_REFRESH, LEAF_LOOKUP, ROWS_REQ, ROWS_REPLY,
              ROW_REQ, ROW_REPLY, HOP_ACK, ACK_TIMER)
-# the types that take the router's path instead when hop acknowledgements are on
-ACK_PATH_TYPES = (JOIN_REQ, JOIN, LEAF_REFRESH, LEAF_LOOKUP)
+# the types whose messages send a routed hop each, and with hop acknowledgements on, an
+# ACK_TIMER each for it; the routed ones (arriving over a hop) a HOP_ACK each as well
+HOP_SENDING_TYPES = (JOIN_REQ, JOIN, LEAF_REFRESH, LEAF_LOOKUP)
+ROUTED_RUN_TYPES = (JOIN, LEAF_LOOKUP)
 
 
 def joined_room(l: int, rows: int, width: int, nbrs: int, exchange_rows: int) -> int:
@@ -1162,13 +1254,15 @@ def joined_room(l: int, rows: int, width: int, nbrs: int, exchange_rows: int) ->
     return l + rows * width + nbrs + 3 + min(exchange_rows, rows) * width
 
 
-def run_room(l: int, rows: int, width: int, nbrs: int, joined_rows: int) -> dict:
+def run_room(l: int, rows: int, width: int, nbrs: int, joined_rows: int,
+             acks: bool = False) -> dict:
     """{type: (send rows, payload ids) per message} of :data:`RUN_TYPES`, for leaf sets of
     ``l``, routing tables of ``rows`` rows of ``width`` entries, neighbourhood sets of
     ``nbrs`` and ``joined_rows`` sends per node that joins (:func:`joined_room`: a join
-    piece may complete its node's join)."""
+    piece may complete its node's join); ``acks``: with hop acknowledgements (a timer per
+    hop sent, an acknowledgement per routed message that arrived)."""
     table = rows * width
-    return {JOIN_START: (1, 0), JOIN_REQ: (4, nbrs + table + l), JOIN: (3, table + l),
+    room = {JOIN_START: (1, 0), JOIN_REQ: (4, nbrs + table + l), JOIN: (3, table + l),
             ANNOUNCE: (2, l + 1), KEEPALIVE: (1, 0), KA_TIMER: (2 * l + 3, 0),
             LEAF_REQ: (1, l + 1),
             LEAF_REPLY: (l, 0),
@@ -1176,6 +1270,11 @@ def run_room(l: int, rows: int, width: int, nbrs: int, joined_rows: int) -> dict
             LEAF_REFRESH: (2, 0), JOIN_ROWS: (joined_rows, 0), JOIN_LEAFS: (joined_rows, 0),
             JOIN_NBRS: (joined_rows, 0), ROW_REQ: (1, 0), ROW_REPLY: (1, 0),
             HOP_ACK: (0, 0), ACK_TIMER: (0, 0)}
+    if acks:
+        for t in HOP_SENDING_TYPES:
+            per_row, per_id = room[t]
+            room[t] = (per_row + 1 + (t in ROUTED_RUN_TYPES), per_id)
+    return room
 
 
 @numba.njit(cache=True)
@@ -1210,12 +1309,15 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
     their sends one after the other: the same rows, state changes and sends as one call
     per run, without a Python handler, a kernel dispatch and a boxed result per run (a
     cell of the faithful bootstrap holds ~25 messages in ~5 runs, and that glue cost as
-    much as the work).
+    much as the work). With hop acknowledgements (``acks_off`` false) the routed runs
+    keep and acknowledge their messages first (:func:`acknowledge_hops`) and the hops a
+    run sends wait for theirs (:func:`_expect_run_hops`), as ``Router.receive`` and
+    ``Router._send_hop`` do.
 
     Stops before a run it declines, which the caller then hands to the type's handler:
-    one of :data:`ACK_PATH_TYPES` when ``acks_off`` is false (hop acknowledgements: the
-    router's path), a LEAF_REFRESH run that holds a table-maintenance tick, an ACK_TIMER run
-    that finds a hop lost, and runs
+    a run of :data:`HOP_SENDING_TYPES` with more messages than the pending hops have room
+    for (the handler's path grows them), a LEAF_REFRESH run that holds a
+    table-maintenance tick, an ACK_TIMER run that finds a hop lost, and runs
     :func:`on_join_start`, :func:`on_join`, :func:`on_leaf_refresh`,
     :func:`on_leaf_lookup` or :func:`presume_silent_leaves` do not take (nothing done).
     Returns (the first run not handled,
@@ -1235,7 +1337,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
     joined_flags, nbrs_got, rows_expected, rows_got, incarnation, keepalive_us, timeout_us, \
         refresh_us, refresh_until, refresh_rounds, table_us, exchange_rows, req_max_retries, \
         req_retry_us, failed_next = joins
-    pending, pending_deadline, pending_identity, pending_count = acks
+    pending, pending_deadline, pending_identity, pending_count, slack_us = acks
     changed_nodes = np.empty(len(m), np.int64)
     n_changed = 0
     probes = 0
@@ -1270,8 +1372,8 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
             if not ok:
                 break
         elif ty == JOIN_REQ:
-            if not acks_off:
-                break
+            if not acks_off and pending_count[0] + n > len(pending):
+                break   # (the handler's path makes the pending hops room)
             joiner = np.empty(n, np.int64)
             retries = np.empty(n, np.int64)
             for i in range(n):
@@ -1283,19 +1385,34 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
                 JOIN_REQ_64, JOIN_NBRS_64, JOIN_64, JOIN_ROWS_64, JOIN_LEAFS_64, out[k:], pool,
                 pos, s_hr, s_rdist, s_lan)
             log = _more_log(log, rows)
-        elif ty == JOIN:
             if not acks_off:
-                break
+                kk = _expect_run_hops(out, k, k + kk, slack_us, pending, pending_deadline,
+                                      pending_identity, pending_count)
+        elif ty == JOIN:
+            na = np.int64(0)
+            if not acks_off:
+                if pending_count[0] + n > len(pending):
+                    break   # (the handler's path makes the pending hops room)
+                keep, na, _ = acknowledge_hops(mm, li, joined_flags, out[k:], pool, pos, s_hr,
+                                               s_rdist, s_lan)
+                if len(keep) < n:
+                    mm, li = _kept_rows(mm, li, keep, np.empty(n, m.dtype),
+                                        np.empty(n, local.dtype))
+                    n = len(keep)
             joiner = np.empty(n, np.int64)
             for i in range(n):
                 joiner[i] = mm[i][_JOINER]
             ok, rows, kk, pos2 = on_join(
                 mm, li, joiner, rt, members, nbr, ids_hi, ids_lo, b, LEAF_LOOKUP_64, FIRST_OWN_64,
-                LAST_OWN_64, JOIN_ROWS_64, JOIN_LEAFS_64, out[k:], pool, pos, s_hr, s_rdist, s_lan)
+                LAST_OWN_64, JOIN_ROWS_64, JOIN_LEAFS_64, out[k + na:], pool, pos, s_hr, s_rdist,
+                s_lan)
             if not ok:
                 break
             pos = pos2
             log = _more_log(log, rows)
+            if not acks_off:
+                kk = na + _expect_run_hops(out, k + na, k + na + kk, slack_us, pending,
+                                           pending_deadline, pending_identity, pending_count)
         elif ty == JOIN_ROWS or ty == JOIN_LEAFS or ty == JOIN_NBRS:
             piece = PIECE_ROWS if ty == JOIN_ROWS else \
                 PIECE_LEAFS if ty == JOIN_LEAFS else PIECE_NBRS
@@ -1372,8 +1489,8 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
                 global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan, ANNOUNCE_64,
                 out[k:], pool, pos, s_hr, s_rdist, s_lan)
         elif ty == LEAF_REFRESH:   # (LeafSetMaintenance.on_leaf_refresh's compiled case)
-            if not acks_off:
-                break
+            if not acks_off and pending_count[0] + n > len(pending):
+                break   # (the handler's path makes the pending hops room)
             inc_col = np.empty(n, np.int64)
             done_col = np.empty(n, np.int64)
             tick = False
@@ -1390,17 +1507,31 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
             if not ok:
                 break
             pos = pos2
-        elif ty == LEAF_LOOKUP:
             if not acks_off:
-                break
+                kk = _expect_run_hops(out, k, k + kk, slack_us, pending, pending_deadline,
+                                      pending_identity, pending_count)
+        elif ty == LEAF_LOOKUP:
+            na = np.int64(0)
+            if not acks_off:
+                if pending_count[0] + n > len(pending):
+                    break   # (the handler's path makes the pending hops room)
+                keep, na, _ = acknowledge_hops(mm, li, joined_flags, out[k:], pool, pos, s_hr,
+                                               s_rdist, s_lan)
+                if len(keep) < n:
+                    mm, li = _kept_rows(mm, li, keep, np.empty(n, m.dtype),
+                                        np.empty(n, local.dtype))
+                    n = len(keep)
             ok, rows, p, uli, changed, kk, pos2 = on_leaf_lookup(
                 mm, li, rt, members, nbr, ids_hi, ids_lo, b, LEAF_LOOKUP_64, FIRST_OWN_64,
                 LAST_OWN_64, heard, failed, nbr_keys, nbr_known, global_ids, half, hr, rdist,
-                lan, LEAF_REPLY_64, out[k:], pool, pos, s_hr, s_rdist, s_lan)
+                lan, LEAF_REPLY_64, out[k + na:], pool, pos, s_hr, s_rdist, s_lan)
             if not ok:
                 break
             pos = pos2
             log = _more_log(log, rows)
+            if not acks_off:
+                kk = na + _expect_run_hops(out, k + na, k + na + kk, slack_us, pending,
+                                           pending_deadline, pending_identity, pending_count)
         elif ty == ROWS_REQ:
             asked = np.empty(n, np.int64)
             for i in range(n):

@@ -21,7 +21,6 @@ import numpy as np
 from . import handler_kernels, kernels
 from . import types as msg_types
 from .messages import MSG_DTYPE, msgs_of, take_rows
-from .types import HopAck
 
 _FIRST_ROOM = 64   # pending hops the arrays hold before they first grow
 _ROW = np.dtype((np.void, MSG_DTYPE.itemsize))
@@ -43,7 +42,7 @@ class HopAcks:
         self._count = np.zeros(1, np.int64)
         self._rows = np.zeros(_FIRST_ROOM, MSG_DTYPE)
         self._deadline = np.zeros(_FIRST_ROOM, np.int64)
-        self._identity = np.zeros(_FIRST_ROOM, np.uint64)   # each one's kernels.hop_identity
+        self._identity = np.zeros(_FIRST_ROOM, np.uint64)   # each one's kernels.hop_key
 
     @property
     def _n(self) -> int:
@@ -51,10 +50,11 @@ class HopAcks:
 
     def loop_inputs(self) -> tuple:
         """What ``handler_kernels.on_runs`` takes to handle HOP_ACK and ACK_TIMER runs as
-        :meth:`on_ack` and :meth:`on_timer` do: (pending rows, deadlines, identities, the
-        count of pending hops, int64[1]). Read at each call: growing replaces the
-        arrays."""
-        return self._rows, self._deadline, self._identity, self._count
+        :meth:`on_ack` and :meth:`on_timer` do, and to acknowledge and expect the hops of
+        the runs it routes as :meth:`receive` and :meth:`expect` do: (pending rows,
+        deadlines, identities, the count of pending hops (int64[1]), the slack). Read at
+        each call: growing replaces the arrays."""
+        return self._rows, self._deadline, self._identity, self._count, self.slack_us
 
     @property
     def pending(self) -> np.ndarray:
@@ -70,24 +70,17 @@ class HopAcks:
         return self._identity[:self._n]
 
     # ---- sending side ---------------------------------------------------------------
-    def expect(self, ctx, out, lat) -> None:
-        """Remember hops just sent (rows of ``out``: src = this node, dst = next hop)."""
-        if not self.enabled or not len(out):
+    def expect(self, ctx, hops) -> None:
+        """Remember routed hops just sent (records as sent: src = this node, dst = the next
+        hop) until acknowledged (``handler_kernels.expect_hops``), each with an ACK_TIMER
+        at its deadline, set right after the hops."""
+        if not self.enabled or not len(hops):
             return
-        dl = out["time"] + 2 * lat + self.slack_us
-        n, k = self._n, len(out)
+        n, k = self._n, len(hops)
         if n + k > len(self._rows):
             self._grow(n + k)
-        if out.dtype == MSG_DTYPE:   # whole records at once, not field by field
-            self._rows.view(_ROW)[n:n + k] = take_rows(out, slice(None)).view(_ROW)
-        else:
-            self._rows[n:n + k] = out
-        self._deadline[n:n + k] = dl
-        self._identity[n:n + k] = kernels.hop_identity(
-            out["src"], out["dst"], out["origin"], out["type"], out["hops"], out["key_hi"],
-            out["key_lo"])
-        self._count[0] = n + k
-        ctx.timer(out["src"], dl, msg_types.ACK_TIMER)
+        handler_kernels.expect_hops(hops, self.slack_us, *self.loop_inputs()[:4])
+        ctx.timer(hops["src"], self._deadline[n:n + k], msg_types.ACK_TIMER)
 
     def _grow(self, need: int) -> None:
         size = max(need, 2 * len(self._rows))
@@ -103,15 +96,14 @@ class HopAcks:
             self._keep(~np.isin(self.pending["src"], self.nodes.global_ids[li]))
 
     # ---- receiving side -------------------------------------------------------------
-    def acknowledge(self, ctx, m) -> None:
-        """Acknowledge routed messages that arrived over a hop (src != dst)."""
-        hop = m["src"] != m["dst"]
-        if hop.any():
-            a = take_rows(m, hop)
-            ctx.send(a["dst"], a["src"], msg_types.HOP_ACK, a["time"], origin=a["origin"],
-                     key_hi=a["key_hi"], key_lo=a["key_lo"],
-                     **HopAck.fields(acked_type=a["type"].astype(np.int64),
-                                     acked_hops=a["hops"].astype(np.int64)), mode=0)
+    def receive(self, ctx, m):
+        """Routed messages ``m`` that arrived at their ``dst``: those a node still
+        (re)joining got are dropped unanswered, the others that came over a hop
+        acknowledged (``handler_kernels.acknowledge_hops``). Returns the rows kept."""
+        li = np.asarray(self.nodes.local(ctx, m["dst"]), np.int64)
+        keep, = ctx.send_compiled(len(m), 0, handler_kernels.acknowledge_hops, m, li,
+                                  self.nodes.joined)
+        return m if len(keep) == len(m) else take_rows(m, keep)
 
     def on_ack(self, ctx, batch) -> None:
         """HOP_ACK: the sender is alive; clear the acknowledged pending hops (k acks with

@@ -816,19 +816,6 @@ def hop_key(src, dst, origin, type_, hops, key_hi, key_lo):
 
 
 @numba.njit(cache=True)
-def hop_identity(src, dst, origin, type_, hops, key_hi, key_lo):
-    """:func:`hop_key` of each row. O(n)."""
-    n = len(src)
-    out = np.empty(n, np.uint64)
-    for i in range(n):
-        # (each field as int64: one compile of hop_key)
-        out[i] = hop_key(np.int64(src[i]), np.int64(dst[i]), np.int64(origin[i]),
-                         np.int64(type_[i]), np.int64(hops[i]), np.int64(key_hi[i]),
-                         np.int64(key_lo[i]))
-    return out
-
-
-@numba.njit(cache=True)
 def hops_due(pending, deadline, m):
     """ACK_TIMER records ``m`` against the pending hops: hop i is due when a timer row of
     its sender has a time at or past its deadline (``deadline <= t_of[sender]``, t_of the

@@ -245,9 +245,9 @@ class Pastry:
         }
         # (handle() gives these types' batches to their handler without a look at the mode)
         assert not set(self._handlers) & msg_types.ROUTED_TYPES
-        # the types whose runs handle_runs takes in one compiled call (the lookups only where
-        # receive_lookups would take them: no hop acknowledgements), and each one's room;
-        # not those this configuration never sends (keep-alives; hop acks; the row
+        # the types whose runs handle_runs takes in one compiled call, and each one's room
+        # (with hop acknowledgements, the timers and acknowledgements of the hops); not
+        # those this configuration never sends (keep-alives; hop acks; the row
         # requests of a repair, which a presumed failure starts)
         keepalives = p["keepalive_us"] > 0
         sent = {msg_types.KEEPALIVE: keepalives, msg_types.KA_TIMER: keepalives,
@@ -255,14 +255,12 @@ class Pastry:
                 msg_types.ROW_REQ: keepalives or self.acks.enabled,
                 msg_types.ROW_REPLY: keepalives or self.acks.enabled}
         self.compiled_run_types = frozenset(
-            t for t in handler_kernels.RUN_TYPES
-            if (t not in handler_kernels.ACK_PATH_TYPES or not self.acks.enabled)
-            and sent.get(t, True))
+            t for t in handler_kernels.RUN_TYPES if sent.get(t, True))
         nodes = self.nodes
         self._joined_room = j.joined_room()
         self._run_room = handler_kernels.run_room(
             nodes.leaves.members.shape[1], nodes.table.rows, nodes.table.width,
-            nodes.nbrs.members.shape[1], self._joined_room)
+            nodes.nbrs.members.shape[1], self._joined_room, self.acks.enabled)
         # the rows per message of each type, for the kernel to zero its runs' rows itself
         self._run_rows = np.zeros(max(self._run_room) + 1, np.int64)
         for t, (per_row, _) in self._run_room.items():

@@ -66,11 +66,7 @@ class Router:
     def receive(self, ctx, routed, payload) -> None:
         """Routed messages that arrived at their ``dst``: acknowledge the hop, route on."""
         if self.acks.enabled:
-            # a node still (re)joining has no tables to route with: it stays silent, so
-            # the sender presumes it failed and routes around it
-            routed = take_rows(routed, self.nodes.joined[ctx.local(routed["dst"])]
-                               | (routed["src"] == routed["dst"]))
-            self.acks.acknowledge(ctx, routed)
+            routed = self.acks.receive(ctx, routed)
         if len(routed):
             self.step(ctx, routed, payload)  # routed is a copy
 
@@ -161,6 +157,6 @@ class Router:
             return
         hr, rdist, lan = self.nodes.latency_tables(ctx)
         hop = take_rows(out, slice(None))
-        lat = kernels.hop_on(out, hop, np.ascontiguousarray(nh, np.int64), hr, rdist, lan)
+        kernels.hop_on(out, hop, np.ascontiguousarray(nh, np.int64), hr, rdist, lan)
         ctx.send_batch(hop, timed=True)
-        self.acks.expect(ctx, out, lat)
+        self.acks.expect(ctx, hop)
