@@ -113,8 +113,9 @@ def test_new_leafs_refreshes_replicas_on_the_next_tick():
 
 
 def repair_run(shards):
-    """The failure scenario of the first test: every log row, counter and send count, and
-    each shard's final tree state."""
+    """The failure scenario of the first test, with a third multicast from the sources
+    that learnt their RP's address: every log row, counter and send count, and each
+    shard's final tree state."""
     w, table, creds, members, rp = start(shards)
     w.inject(multicast_requests(rp, np.arange(G), READY + 100_000, creds, seqno=1))
     w.run(until=READY + 1_000_000)
@@ -122,6 +123,8 @@ def repair_run(shards):
     w.fail(np.array(fwd + [int(rp[0])]))
     src = np.array([m[-1] for m in members])
     w.inject(multicast_requests(src, np.arange(G), READY + 2_000_000, creds, seqno=2))
+    # again: the sources now hold their RP's address (RP_ADDR) and send directly
+    w.inject(multicast_requests(src, np.arange(G), READY + 2_500_000, creds, seqno=3))
     w.run(until=READY + 3_000_000)
     w.dump()
     trees = [e.stack.app.tree.state() for e in w.emu.engines]
@@ -132,7 +135,7 @@ def repair_run(shards):
 @pytest.mark.parametrize("shards", [1, 3])
 def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch):
     """Scribe's whole compiled passes (handler_kernels: TICK, HEARTBEAT, REFRESH, DATA,
-    JOIN_ACK), several runs of a pass at a time (handler_kernels.on_runs) or one by one,
+    JOIN_ACK, MCAST sent directly, RP_ADDR), several runs of a pass at a time (handler_kernels.on_runs) or one by one,
     the compiled TICK step under the Python handler (TreeState.tick_plan) and the general
     numpy path
     send, log, count and leave in the tree state exactly the same, through failures,
@@ -140,7 +143,7 @@ def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch
     from actors.scribe.application import Scribe
     from actors.scribe.membership import TreeJoins
     from actors.scribe.tree import TreeState
-    from actors.scribe.types import DATA, HEARTBEAT, JOIN, JOIN_ACK, REFRESH, TICK
+    from actors.scribe.types import DATA, HEARTBEAT, JOIN, JOIN_ACK, MCAST, REFRESH, RP_ADDR, TICK
     from emulator.engine import ShardEngine
 
     outcomes, plans, stretches = [], [], []
@@ -190,13 +193,14 @@ def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch
     assert len(fast[4]) > 100
     # every whole pass ran, and TICK cells that declined (a parent silent, a child stale
     # or an RP's replicas to refresh) went through the Python handler
-    done = {t: [] for t in (TICK, HEARTBEAT, REFRESH, DATA, JOIN_ACK)}
+    done = {t: [] for t in (TICK, HEARTBEAT, REFRESH, DATA, JOIN_ACK, MCAST, RP_ADDR)}
     for t, ok in outcomes:
         if t in done:
             done[t].append(ok)
         else:   # a type without a whole pass
             assert not ok
-    assert all(sum(v) > 10 for v in done.values()), \
+    assert all(sum(done[t]) > 10 for t in (TICK, HEARTBEAT, REFRESH, DATA, JOIN_ACK)) \
+        and sum(done[MCAST]) > 5 and sum(done[RP_ADDR]) > 5, \
         {t: (sum(v), len(v)) for t, v in done.items()}
     # the JOIN path's passes ran, and declined where the general path is needed
     assert sum(joins["forward"]) > 10 and sum(joins["at_rp"]) > 10, \

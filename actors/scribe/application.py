@@ -215,6 +215,9 @@ class Scribe:
         if plain:
             self.compiled[DATA] = mc.data_compiled
             self.compiled[REFRESH] = r.refresh_compiled
+        if self.publishing is None:
+            self.compiled[MCAST] = mc.mcast_compiled
+            self.compiled[RP_ADDR] = mc.rp_addr_compiled
         if no_paths:
             self.compiled[HEARTBEAT] = r.heartbeat_compiled
         if plain and no_paths:
@@ -232,7 +235,8 @@ class Scribe:
         # the trees its node is in)
         self.compiled_run_types = frozenset(self.compiled)
         self._run_room = Room(_RUN_ROOM_MAX, {DATA: 4.0, TICK: 4.0, HEARTBEAT: 1.0,
-                                              REFRESH: 1.0, JOIN_ACK: 1.0})
+                                              REFRESH: 1.0, JOIN_ACK: 1.0, MCAST: 4.0,
+                                              RP_ADDR: 0.0})
 
     def variant_label(self) -> str:
         """Label of the delivery and tree_edge rows: the configured one, else what the
@@ -287,7 +291,9 @@ class Scribe:
                 room.asked(int(m["type"][bounds[done]]), need,
                            bounds[done + 1] - bounds[done])
             if no_state >= 0:   # (a DATA run was taken)
-                self.multicast.data_taken(ctx, m, no_state, looping, delivered)
+                self.multicast.data_counts(ctx, no_state, looping)
+            if len(delivered):
+                self.multicast.log_deliveries(ctx, delivered)
             if ticks_for < 0:
                 return done
             self.repair.start_ticks(ctx, m[bounds[ticks_for]:bounds[ticks_for + 1]])
@@ -308,7 +314,8 @@ class Scribe:
                 en["valid"], en["child"], en["refresh"], en["slot"], en["cred"],
                 keys["id_hi"], keys["id_lo"], self.rendezvous.stale, period,
                 rp.heartbeat_miss * period, rp.child_expiry_miss * period, DATA, TICK,
-                HEARTBEAT, REFRESH, LEAVE, REJOIN, sl["acl"], JOIN_ACK)
+                HEARTBEAT, REFRESH, LEAVE, REJOIN, sl["acl"], JOIN_ACK, MCAST, RP_ADDR,
+                sl["rp_cache"], sl["rp_cache_time"])
 
     def routed(self, ctx, m, here, next_hop) -> bool:
         """A routing step's messages at once (rows ``here`` delivered at this node, the

@@ -30,7 +30,7 @@ def take_runs(m, li, bounds, first, last, out, pool, cursor, state, factors, tab
     per run as ``receive_runs`` lends them, from record ``cursor[0]`` of ``out`` on (the
     engine's ``eng.out`` and ``eng.pool``, the two arrays rather than ``eng``: each array
     passed costs a reference count; the cursor advanced). A DATA run's deliveries (its
-    records) go to ``delivered`` and its counts to ``stats``; a run short of room, or one
+    records) and the MCAST runs' go to ``delivered`` and the DATA counts to ``stats``; a run short of room, or one
     whose nodes need timers, is noted in ``stats`` for :meth:`ScribeLoopPart.gathered`.
     Returns (the first run not taken, whether the pass must end here for timers).
     O(the handlers' work)."""
@@ -38,7 +38,7 @@ def take_runs(m, li, bounds, first, last, out, pool, cursor, state, factors, tab
     for q in range(first, last):
         rows += np.int64(factors[m[bounds[q]]["type"]] * (bounds[q + 1] - bounds[q]))
     k0 = cursor[0]
-    done, status, need, no_state, looping, rows_delivered, ticks_for, w, pos = on_runs(
+    done, status, need, no_state, looping, deliveries, ticks_for, w, pos = on_runs(
         m, li, bounds, first, last, state, out[k0:k0 + rows], pool, cursor[1], tables[0],
         tables[1], tables[2])
     cursor[0] = k0 + w
@@ -47,11 +47,11 @@ def take_runs(m, li, bounds, first, last, out, pool, cursor, state, factors, tab
         stats[DATA_TAKEN] = 1
         stats[NO_STATE] += no_state
         stats[HOP_LIMIT] += looping
-        n = stats[N_DELIVERED]
-        for i in rows_delivered:
-            delivered[n] = m[i]
-            n += 1
-        stats[N_DELIVERED] = n
+    n = stats[N_DELIVERED]
+    for i in range(len(deliveries)):
+        delivered[n] = deliveries[i]
+        n += 1
+    stats[N_DELIVERED] = n
     if status == MORE_ROOM:
         stats[SHORT_TYPE] = m[bounds[done]]["type"]
         stats[SHORT_NEED] = need
@@ -91,14 +91,15 @@ class ScribeLoopPart:
 
     def gathered(self, ctx, m, extra_rows: int) -> None:
         """What the call gathered (``m``: the pass it ended on), as ``receive_runs`` does it
-        after its call: the DATA counts and delivery rows, the room of a run that was
+        after its call: the DATA counts, the deliveries, the room of a run that was
         short, the first timers of the nodes that need them; room for ``extra_rows``
         deliveries if the loop asked for it."""
         sc, st = self.scribe, self.stats
         if st[DATA_TAKEN]:
-            n = int(st[N_DELIVERED])
-            sc.multicast.data_taken(ctx, self.delivered[:n].copy(), int(st[NO_STATE]),
-                                    int(st[HOP_LIMIT]), np.arange(n))
+            sc.multicast.data_counts(ctx, int(st[NO_STATE]), int(st[HOP_LIMIT]))
+        n = int(st[N_DELIVERED])
+        if n:
+            sc.multicast.log_deliveries(ctx, self.delivered[:n].copy())
         if st[SHORT_TYPE] >= 0:
             sc._run_room.asked(int(st[SHORT_TYPE]), int(st[SHORT_NEED]), int(st[SHORT_COUNT]))
         if st[TICKS_FROM] >= 0:

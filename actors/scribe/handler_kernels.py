@@ -37,7 +37,7 @@ from .kernels import (
     write_child,
 )
 from .keyindex import insert_key, key_value, ranges_where
-from .types import Data, Join, JoinAck, Refresh
+from .types import Data, Join, JoinAck, Mcast, Refresh, RpAddr
 
 # type-specific columns (compile-time constants inside the kernels)
 _PUBLISH = Data.publish_time
@@ -47,6 +47,10 @@ _CREDENTIAL = Refresh.credential
 _ACL = JoinAck.acl
 _PARENT_SEQ = JoinAck.parent_seq
 _JOIN_CREDENTIAL = Join.credential
+_MCAST_CREDENTIAL = Mcast.credential
+_MCAST_SEQNO = Mcast.seqno
+_MCAST_PUBLISH = Mcast.publish_time
+_RP = RpAddr.rp
 
 DECLINED, DONE, MORE_ROOM = 0, 1, 2
 
@@ -247,6 +251,109 @@ def on_data(m, li, six, eix, n_groups, max_hops, active, parent, member, last_he
         out[j][_SEQNO] = r[_SEQNO]
         out[j][_HOPS] = r[_HOPS] + 1
     return DONE, 0, no_state, looping, delivered, len(qi), cursor
+
+
+@numba.njit(cache=True)
+def on_mcast(m, li, mode, six, eix, n_groups, active, root, acl, member, last_seq, last_sent,
+             valid, child, key_hi, key_lo, mcast_type, data_type, rp_addr_type, out, pool,
+             cursor, s_hr, s_rdist, s_lan):
+    """MCASTs at their group's RP without the reliable layer (``Dissemination.
+    _mcast_at_rp``): sent to it directly (``mode`` 0: the source held its address) or
+    routed to it (``mode`` 1: the deliver upcall; the sources learn the RP's address, an
+    RP_ADDR to each other origin, sent first). Then the dissemination: ``last_seq``
+    raised to the seqno (from the values before the call, the last row of a slot written
+    last), a delivery for each member (returned as the records a DATA copy of it would
+    be: publish time, seqno and hops -- the MCAST's overlay hops -- in DATA's fields,
+    ``multicast.DELIVERY_FROM_DATA``), one DATA copy per child, one hop further
+    (``last_sent`` set to the row's time). Declines, writing nothing, where a row is not
+    an MCAST of ``mode`` for a node of this shard, a node is not the RP (an active root
+    slot: a stale cached address, which the handler routes on), a credential is not the
+    group's ACL (refused) or a child id is -1. Returns (status, need, deliveries, rows,
+    cursor). O(rows + children)."""
+    n = len(m)
+    s = np.empty(n, np.int64)
+    none = np.empty(0, m.dtype)
+    n_addr = 0
+    for i in range(n):
+        r = m[i]
+        if li[i] < 0 or r["mode"] != mode or r["type"] != mcast_type:
+            return DECLINED, 0, none, 0, cursor
+        v = key_value(six, np.int64(li[i]) * n_groups + np.int64(r["group"]))
+        if v < 0 or not (root[v] and active[v]) or r[_MCAST_CREDENTIAL] != acl[v]:
+            return DECLINED, 0, none, 0, cursor
+        s[i] = v
+        if mode == 1 and r["origin"] != r["dst"]:
+            n_addr += 1
+    qi, e = ranges_where(eix, s, valid)
+    for j in range(len(e)):
+        if child[e[j]] < 0:
+            return DECLINED, 0, none, 0, cursor
+    if n_addr + len(e) > len(out):
+        return MORE_ROOM, n_addr + len(e), none, 0, cursor
+    # the case holds: write
+    zero_rows(out, np.int64(0), n_addr + len(e))
+    w = 0
+    if n_addr:
+        for i in range(n):
+            r = m[i]
+            if r["origin"] != r["dst"]:
+                put_send(out, w, r["dst"], r["origin"], rp_addr_type, r["time"], s_hr,
+                         s_rdist, s_lan)
+                _put_group(out, w, r["group"], key_hi, key_lo)
+                out[w][_RP] = r["dst"]
+                w += 1
+    raised = np.empty(n, np.int64)
+    for i in range(n):
+        raised[i] = max(last_seq[s[i]], m[i][_MCAST_SEQNO])
+    n_mem = 0
+    for i in range(n):
+        last_seq[s[i]] = raised[i]
+        n_mem += member[s[i]]
+    deliveries = np.empty(n_mem, m.dtype)
+    k = 0
+    for i in range(n):
+        if member[s[i]]:
+            r = m[i]
+            deliveries[k] = r
+            deliveries[k][_PUBLISH] = r[_MCAST_PUBLISH]
+            deliveries[k][_SEQNO] = r[_MCAST_SEQNO]
+            deliveries[k][_HOPS] = r["hops"]
+            k += 1
+    for j in range(len(qi)):
+        last_sent[s[qi[j]]] = m[qi[j]]["time"]
+    for j in range(len(qi)):
+        r = m[qi[j]]
+        put_send(out, w, r["dst"], child[e[j]], data_type, r["time"], s_hr, s_rdist, s_lan)
+        _put_group(out, w, r["group"], key_hi, key_lo)
+        out[w]["origin"] = r["origin"]
+        out[w][_PUBLISH] = r[_MCAST_PUBLISH]
+        out[w][_SEQNO] = r[_MCAST_SEQNO]
+        out[w][_HOPS] = r["hops"] + 1
+        w += 1
+    return DONE, 0, deliveries, w, cursor
+
+
+@numba.njit(cache=True)
+def on_rp_addr(m, li, six, n_groups, rp_cache, rp_cache_time, rp_addr_type):
+    """RP_ADDR without the reliable layer (``Dissemination.on_rp_addr``): each source
+    caches its group's RP address and when it heard it (of rows of one slot, the last
+    written last). Declines, changing nothing, where a row is not a direct RP_ADDR for a
+    node of this shard or its node has no slot for the group (the handler makes one).
+    Sends nothing. Returns the status. O(rows)."""
+    n = len(m)
+    s = np.empty(n, np.int64)
+    for i in range(n):
+        r = m[i]
+        if li[i] < 0 or r["mode"] != 0 or r["type"] != rp_addr_type:
+            return DECLINED
+        v = key_value(six, np.int64(li[i]) * n_groups + np.int64(r["group"]))
+        if v < 0:
+            return DECLINED
+        s[i] = v
+    for i in range(n):
+        rp_cache[s[i]] = m[i][_RP]
+        rp_cache_time[s[i]] = m[i]["time"]
+    return DONE
 
 
 @numba.njit(cache=True)
@@ -538,12 +645,28 @@ def on_routed_joins(m, li, here, next_hop, six, n_groups, slot_size, eix, n_node
 
 
 @numba.njit(cache=True)
+def _more_records(a, b):
+    """Records ``a`` then ``b`` (one of them as it is when the other is empty)."""
+    if len(a) == 0:
+        return b
+    if len(b) == 0:
+        return a
+    out = np.empty(len(a) + len(b), a.dtype)
+    for i in range(len(a)):
+        out[i] = a[i]
+    for i in range(len(b)):
+        out[len(a) + i] = b[i]
+    return out
+
+
+@numba.njit(cache=True)
 def on_runs(m, local, bounds, first, last, state, out, pool, cursor, s_hr, s_rdist, s_lan):
     """Runs ``first..last-1`` of a cell pass (``m`` its records in dispatch order, ``local``
     each row's local index, run r = rows ``bounds[r]`` to ``bounds[r + 1]``, all of one
-    type: DATA, TICK, HEARTBEAT, REFRESH or JOIN_ACK) in one call, each by its kernel
-    above (:func:`on_data`, :func:`on_tick`, :func:`on_heartbeat`, :func:`on_refresh`,
-    :func:`on_join_ack`),
+    type: DATA, TICK, HEARTBEAT, REFRESH, JOIN_ACK, MCAST or RP_ADDR) in one call, each by
+    its kernel above (:func:`on_data`, :func:`on_tick`, :func:`on_heartbeat`,
+    :func:`on_refresh`, :func:`on_join_ack`, :func:`on_mcast` for those sent directly,
+    :func:`on_rp_addr`),
     their sends one after the other in ``out``: what ``Scribe.receive_compiled`` does run
     by run, in the same order. Stops at a run its kernel declines or lacks room for
     (nothing of it written: the caller hands it to the run-by-run path), and after a
@@ -551,21 +674,22 @@ def on_runs(m, local, bounds, first, last, state, out, pool, cursor, s_hr, s_rdi
     TICK timers, ``TreeRepair.start_ticks``, are the caller's, after that run's sends).
     Returns (first run not handled, its status -- DONE when none was refused --, the
     rows it asked for, the DATA run's no-state and hop-limit counts (-1: no DATA run
-    handled), the delivered rows of m, the run whose nodes need timers or -1, rows
-    written, cursor). ``state``: ``Scribe.runs_state`` (a tuple, taken apart here: a tuple
+    handled), the deliveries as DATA records, in run order, the run whose nodes need
+    timers or -1, rows written, cursor). ``state``: ``Scribe.runs_state`` (a tuple, taken apart here: a tuple
     spread into a call is copied first, a reference count more for each of its arrays).
     O(rows + children + sends)."""
     ticking, node_ids, six, eix, n_groups, n_nodes, max_hops, active, root, parent, member, \
         last_heard, last_seq, last_sent, slot_node, n_children, node_children, group, \
         join_cred, valid, child, refresh, e_slot, e_cred, key_hi, key_lo, stale, period, \
         silent_after, stale_after, data_type, tick_type, heartbeat_type, refresh_type, \
-        leave_type, rejoin_type, acl, join_ack_type = state
+        leave_type, rejoin_type, acl, join_ack_type, mcast_type, rp_addr_type, rp_cache, \
+        rp_cache_time = state
     w = 0
     status = DONE
     need = 0
     no_state = -1
     looping = 0
-    delivered = np.empty(0, np.int64)
+    delivered = np.empty(0, m.dtype)
     start_ticks = -1
     r = first
     while r < last:
@@ -581,7 +705,20 @@ def on_runs(m, local, bounds, first, last, state, out, pool, cursor, s_hr, s_rdi
                 s_hr, s_rdist, s_lan)
             if st == DONE:
                 no_state, looping = ns, lp
-                delivered = rows + s
+                data_rows = np.empty(len(rows), m.dtype)
+                for j in range(len(rows)):
+                    data_rows[j] = mr[rows[j]]
+                delivered = _more_records(delivered, data_rows)
+        elif ty == mcast_type:
+            st, nd, got, k, cursor = on_mcast(
+                mr, li, np.int64(0), six, eix, n_groups, active, root, acl, member, last_seq,
+                last_sent, valid, child, key_hi, key_lo, mcast_type, data_type, rp_addr_type,
+                o, pool, cursor, s_hr, s_rdist, s_lan)
+            if st == DONE:
+                delivered = _more_records(delivered, got)
+        elif ty == rp_addr_type:
+            st = on_rp_addr(mr, li, six, n_groups, rp_cache, rp_cache_time, rp_addr_type)
+            nd, k = 0, 0
         elif ty == tick_type:
             st, nd, k, cursor = on_tick(
                 mr, li, node_ids, six, eix, n_groups, active, root, parent, last_heard,

@@ -181,14 +181,45 @@ class Dissemination:
             keys["id_lo"], DATA)
         if res[0] != handler_kernels.DONE:
             return False
-        self.data_taken(ctx, m, *res[1:4])
+        self.data_counts(ctx, res[1], res[2])
+        if len(res[3]):
+            self.log_deliveries(ctx, take_rows(m, res[3]))
         return True
 
-    def data_taken(self, ctx, m, no_state: int, looping: int, delivered) -> None:
-        """After ``handler_kernels.on_data`` took DATA rows ``m``: its counts, and a
-        delivery row for each of ``delivered`` (rows of m)."""
+    def mcast_compiled(self, ctx, m) -> bool:
+        """MCASTs sent directly to their RP, without the reliable layer, in one compiled
+        pass (``handler_kernels.on_mcast``): as ``on_mcast_received``. False (nothing
+        done) when it declines (a stale cached address, a refused credential, ...)."""
+        t, keys = self.tree, self.groups.table
+        sl = t.slots
+        res = self.messenger.send_compiled(
+            ctx, 4 * len(m), handler_kernels.on_mcast, m,
+            ctx.local(m["dst"]).astype(np.int64), np.int64(0), t.slot_index.arrays,
+            t.entry_index.arrays, t.n_groups, sl["active"], sl["root"], sl["acl"],
+            sl["member"], sl["last_seq"], sl["last_sent"], t.entries["valid"],
+            t.entries["child"], keys["id_hi"], keys["id_lo"], MCAST, DATA, RP_ADDR)
+        if res[0] != handler_kernels.DONE:
+            return False
+        if len(res[1]):
+            self.log_deliveries(ctx, res[1])
+        return True
+
+    def rp_addr_compiled(self, ctx, m) -> bool:
+        """RP_ADDRs without the reliable layer in one compiled pass
+        (``handler_kernels.on_rp_addr``): as ``on_rp_addr``. False (nothing done) where a
+        source has no slot for the group."""
+        t, sl = self.tree, self.tree.slots
+        return handler_kernels.on_rp_addr(
+            m, ctx.local(m["dst"]).astype(np.int64), t.slot_index.arrays, t.n_groups,
+            sl["rp_cache"], sl["rp_cache_time"], RP_ADDR) == handler_kernels.DONE
+
+    def data_counts(self, ctx, no_state: int, looping: int) -> None:
+        """After ``handler_kernels.on_data`` took DATA rows: its counts."""
         ctx.count("scribe_data_no_state", no_state)
         ctx.count("scribe_data_hop_limit", looping)
-        if len(delivered):
-            ctx.log_records("delivery", take_rows(m, delivered), DELIVERY_FROM_DATA,
-                            (("variant", self.variant_of()),))
+
+    def log_deliveries(self, ctx, records) -> None:
+        """A delivery row for each of ``records`` (DATA records: a copy a member got, or
+        the one an MCAST delivered at its RP would be)."""
+        ctx.log_records("delivery", records, DELIVERY_FROM_DATA,
+                        (("variant", self.variant_of()),))
