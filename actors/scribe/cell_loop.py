@@ -29,8 +29,8 @@ def take_runs(m, li, bounds, first, last, out, pool, cursor, state, factors, tab
     (``state``: ``Scribe.runs_state``), lent ``int(factors[type] * messages)`` records
     per run as ``receive_runs`` lends them, from record ``cursor[0]`` of ``out`` on (the
     engine's ``eng.out`` and ``eng.pool``, the two arrays rather than ``eng``: each array
-    passed costs a reference count; the cursor advanced). A DATA run's deliveries (its
-    records) and the MCAST runs' go to ``delivered`` and the DATA counts to ``stats``; a run short of room, or one
+    passed costs a reference count; the cursor advanced). The deliveries of DATA and MCAST
+    runs go to ``delivered`` and the DATA counts to ``stats``; a run short of room, or one
     whose nodes need timers, is noted in ``stats`` for :meth:`ScribeLoopPart.gathered`.
     Returns (the first run not taken, whether the pass must end here for timers).
     O(the handlers' work)."""

@@ -675,8 +675,9 @@ def on_runs(m, local, bounds, first, last, state, out, pool, cursor, s_hr, s_rdi
     Returns (first run not handled, its status -- DONE when none was refused --, the
     rows it asked for, the DATA run's no-state and hop-limit counts (-1: no DATA run
     handled), the deliveries as DATA records, in run order, the run whose nodes need
-    timers or -1, rows written, cursor). ``state``: ``Scribe.runs_state`` (a tuple, taken apart here: a tuple
-    spread into a call is copied first, a reference count more for each of its arrays).
+    timers or -1, rows written, cursor). ``state``: ``Scribe.runs_state`` (a tuple, taken
+    apart here: a tuple spread into a call is copied first, a reference count more for
+    each of its arrays).
     O(rows + children + sends)."""
     ticking, node_ids, six, eix, n_groups, n_nodes, max_hops, active, root, parent, member, \
         last_heard, last_seq, last_sent, slot_node, n_children, node_children, group, \
