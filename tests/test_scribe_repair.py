@@ -137,8 +137,9 @@ def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch
     """Scribe's whole compiled passes (handler_kernels: TICK, HEARTBEAT, REFRESH, DATA,
     JOIN_ACK, MCAST sent directly, RP_ADDR), several runs of a pass at a time
     (handler_kernels.on_runs) or one by one, the compiled TICK step under the Python
-    handler (TreeState.tick_plan) and the general numpy path send, log, count and leave in the tree state exactly the same, through failures,
-    repairs, expiries and multicasts: every sent record byte for byte, pass by pass."""
+    handler (TreeState.tick_plan) and the general numpy path send, log, count and leave
+    in the tree state exactly the same, through failures, repairs, expiries and
+    multicasts: every sent record byte for byte, pass by pass."""
     from actors.scribe.application import Scribe
     from actors.scribe.membership import TreeJoins
     from actors.scribe.tree import TreeState
