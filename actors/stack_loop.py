@@ -7,6 +7,11 @@ then Scribe's (``actors.scribe.cell_loop.take_runs``), as ``Pastry.handle_runs``
 them on. Composed here, statically, so numba caches it (a handler passed as a value would
 be compiled again in every process).
 
+A run of Scribe's routed messages passing a node is the common API in compiled form
+(:func:`take_routed_run`): Pastry's routing step up to the upcalls, Scribe's deliver
+upcall where they arrive, the forward upcall, Pastry's hops -- for the types whose
+upcalls Scribe has compiled (``Scribe.routed_run_types``: MCAST).
+
 Between the two parts the pass's changed leaf sets mark Scribe's rendezvous points
 stale, which is what the ``new_leafs`` upcall does after Pastry's runs in the Python loop
 (``RendezvousPoints.mark_stale``): a TICK later in the same call must see it.
@@ -18,21 +23,96 @@ import numba
 import numpy as np
 
 from actors.pastry import cell_loop as pastry_loop
-from actors.pastry.handler_kernels import on_runs
+from actors.pastry.handler_kernels import on_runs, route_app_run, send_app_hops
+from actors.pastry.kernels import HERE_APP
 from actors.scribe import cell_loop as scribe_loop
+from actors.scribe.handler_kernels import DONE, MORE_ROOM, on_mcast_routed
 from emulator import window
 from emulator.kernels import TYPE_OFFSET
 
 
 @numba.njit(cache=True)
-def run_cells(end, eng, taken, app_type, rows_per, ints_per, pastry_args, scribe_args,
-              mark_stale, stale):
+def take_routed_run(m, li, out, pool, cursor, acks_off, learn, joined, acks, tables, state,
+                    factors, delivered, scribe_stats, route_log, pastry_stats):
+    """A run of MCASTs routed through this node, from send ``cursor[0]`` on (the cursor
+    advanced): Pastry's routing step up to the upcalls
+    (``pastry.handler_kernels.route_app_run``: the hops acknowledged, next hops, route
+    log rows), Scribe's deliver upcall for those at their RP
+    (``scribe.handler_kernels.on_mcast_routed``), the forward upcall (nothing for an
+    MCAST) and the hops of the others (``send_app_hops``), as ``Router.receive`` and
+    ``Router.step`` run them. The route log rows and deliveries go to the loop's buffers.
+    Lent ``int(factors[MCAST] * n)`` rows as ``take_runs`` lends a run; a run short of
+    them is noted in ``scribe_stats`` (the factor then grows). Returns whether the run was
+    taken (False: nothing done, the handlers' path takes it). O(the handlers' work)."""
+    n = len(m)
+    rows = np.int64(factors[m[0]["type"]] * n)
+    k0 = cursor[0]
+    o = out[k0:k0 + rows]
+    s_hr, s_rdist, s_lan = tables
+    ok, mk, lk, na, nxt, kind, log = route_app_run(m, li, acks_off, learn, joined, acks, o,
+                                                  pool, s_hr, s_rdist, s_lan)
+    if not ok:
+        return False
+    n_here = 0
+    n_on = 0
+    for i in range(len(mk)):
+        if kind[i] <= HERE_APP:
+            n_here += 1
+        elif nxt[i] >= 0:
+            n_on += 1
+    if na + 2 * n_on > rows:
+        _short(scribe_stats, m[0]["type"], na + 2 * n_on + n_here, n)
+        return False
+    here = np.empty(n_here, mk.dtype)
+    here_li = np.empty(n_here, lk.dtype)
+    j = 0
+    for i in range(len(mk)):
+        if kind[i] <= HERE_APP:
+            here[j] = mk[i]
+            here_li[j] = lk[i]
+            j += 1
+    kd = 0
+    pos = cursor[1]
+    got = np.empty(0, mk.dtype)
+    if n_here:
+        st, need, got, kd, pos = on_mcast_routed(here, here_li, state, o[na:rows - 2 * n_on],
+                                                 pool, pos, s_hr, s_rdist, s_lan)
+        if st == MORE_ROOM:
+            _short(scribe_stats, m[0]["type"], na + need + 2 * n_on, n)
+        if st != DONE:
+            return False
+    kh = send_app_hops(mk, nxt, kind, acks_off, acks, o, na + kd, s_hr, s_rdist, s_lan)
+    cursor[0] = k0 + na + kd + kh
+    cursor[1] = pos
+    q = pastry_stats[pastry_loop.N_ROUTE_LOG]
+    for i in range(len(log)):
+        route_log[q + i] = log[i]
+    pastry_stats[pastry_loop.N_ROUTE_LOG] = q + len(log)
+    q = scribe_stats[scribe_loop.N_DELIVERED]
+    for i in range(len(got)):
+        delivered[q + i] = got[i]
+    scribe_stats[scribe_loop.N_DELIVERED] = q + len(got)
+    return True
+
+
+@numba.njit(cache=True)
+def _short(stats, type_, need, count):
+    """A run lent too few rows: noted for ``ScribeLoopPart.gathered`` (its factor grows)."""
+    stats[scribe_loop.SHORT_TYPE] = type_
+    stats[scribe_loop.SHORT_NEED] = need
+    stats[scribe_loop.SHORT_COUNT] = count
+
+
+@numba.njit(cache=True)
+def run_cells(end, eng, taken, app_type, app_routed, rows_per, ints_per, pastry_args,
+              scribe_args, mark_stale, stale):
     """The cells before ``end``: each pass whose runs are all ``taken`` (``app_type``
     marks Scribe's, at ``code + TYPE_OFFSET``), Pastry's runs by its part, the nodes whose
-    leaf set changed marked in ``stale`` (if ``mark_stale``), then Scribe's runs by its
-    part. Returns (status, the pass handed back, its payload, whether it is in dispatch
-    order, the run declined, sends written, payload cursor). O(the handlers' work + cells
-    scanned)."""
+    leaf set changed marked in ``stale`` (if ``mark_stale``), then Scribe's runs: those
+    of direct messages by its part, a run of routed ones of a type ``app_routed`` marks
+    by :func:`take_routed_run`. Returns (status, the pass handed back, its payload,
+    whether it is in dispatch order, the run declined, sends written, payload cursor).
+    O(the handlers' work + cells scanned)."""
     # taken apart once: a call takes a reference to every array it is passed, and a tuple
     # spread into a call (``*args``) is first copied, a reference to each of its arrays
     # more (emulator/window.py)
@@ -77,12 +157,27 @@ def run_cells(end, eng, taken, app_type, rows_per, ints_per, pastry_args, scribe
             if mark_stale:
                 for x in nodes:
                     stale[x] = True
-        if split < n_runs:
-            done, stop = scribe_loop.take_runs(m, li, bounds, split, n_runs, out, pool, cursor,
+        r = split
+        while r < n_runs:
+            if m[bounds[r]]["mode"] == 1:   # a run of routed messages
+                if not app_routed[np.int64(m[bounds[r]]["type"]) + TYPE_OFFSET] \
+                        or not take_routed_run(m[bounds[r]:bounds[r + 1]],
+                                               li[bounds[r]:bounds[r + 1]], out, pool, cursor,
+                                               acks_off, learn, joins[0], acks, tables, state,
+                                               factors, delivered, scribe_stats, route_log,
+                                               pastry_stats):
+                    return window.PASS_PARTLY_DONE, m, payload, True, r, cursor[0], cursor[1]
+                r += 1
+                continue
+            e = r + 1   # a stretch of runs of direct messages
+            while e < n_runs and m[bounds[e]]["mode"] != 1:
+                e += 1
+            done, stop = scribe_loop.take_runs(m, li, bounds, r, e, out, pool, cursor,
                                                state, factors, s_tables, delivered,
                                                scribe_stats)
             if stop:
                 return window.PASS_PARTLY_DONE, m, payload, True, done, cursor[0], cursor[1]
+            r = e
         routed, in_cell = window.end_pass(
             cursor[0], cursor[1], c, out, pool, local_index, seq, n_nodes, sent_counts,
             new_types, log_messages, log, n_shards, node_shard, shard, outbox, outbox_shard,
@@ -99,6 +194,7 @@ class StackCellLoop:
         self.scribe = scribe_loop.ScribeLoopPart(scribe, dtype)
         self.taken = pastry_loop.taken_mask(self.pastry.types | self.scribe.types)
         self.app_type = pastry_loop.taken_mask(self.scribe.types)
+        self.app_routed = pastry_loop.taken_mask(scribe.routed_run_types)
         size = max(len(self.pastry.run_rows), max(self.scribe.types) + 1)
         self.rows_per = np.zeros(size, np.float64)
         self.rows_per[:len(self.pastry.run_rows)] = self.pastry.run_rows
@@ -109,7 +205,8 @@ class StackCellLoop:
 
     def __call__(self, ctx, end: int, eng):
         self.scribe.factors(self.rows_per)
-        res = run_cells(end, eng, self.taken, self.app_type, self.rows_per, self.ints_per,
+        res = run_cells(end, eng, self.taken, self.app_type, self.app_routed, self.rows_per,
+                        self.ints_per,
                         self.pastry.inputs(ctx), self.scribe.inputs(ctx, self.rows_per),
                         bool(self.rendezvous.k), self.rendezvous.stale)
         self._pass = res[1]

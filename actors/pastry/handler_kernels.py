@@ -1216,6 +1216,62 @@ def _kept_rows(mm, li, keep, scratch, scratch_li):
 
 
 @numba.njit(cache=True)
+def route_app_run(m, li, acks_off, learn, joined, acks, out, pool, s_hr, s_rdist, s_lan):
+    """A run of the application's routed messages at their nodes ``li``, up to its upcalls
+    (``Router.receive``, then ``Router.step``'s routing): with hop acknowledgements the
+    messages are kept and acknowledged first (:func:`acknowledge_hops`, HOP_ACKs from
+    ``out[0]`` on); then each one's next hop and kind (:func:`.kernels.route_step`) and the
+    route log rows of those delivered here. Changes no state. Returns (ok, the records
+    kept, their local indices, acknowledgements written, next hops, kinds, route log
+    rows); ok False, nothing written, where a row is not routed or not this shard's, or
+    (with acknowledgements) the pending hops lack room for a hop per message (the
+    router's path grows them). ``learn``: ``PastryNodes.learn_inputs``, ``joined``: each
+    node's joined flag, ``acks``: ``HopAcks.loop_inputs``. O(n routing steps)."""
+    rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, ids_hi, ids_lo, b, \
+        half, hr, rdist, lan = learn
+    pending, pending_deadline, pending_identity, pending_count, slack_us = acks
+    n = len(m)
+    no_log = np.empty(0, ROUTE_LOG_DTYPE)
+    no_next = np.empty(0, np.int64)
+    no_kind = np.empty(0, np.int8)
+    for i in range(n):
+        if m[i]["mode"] != 1 or li[i] < 0:
+            return False, m, li, np.int64(0), no_next, no_kind, no_log
+    na = np.int64(0)
+    if not acks_off:
+        if pending_count[0] + n > len(pending) or n > len(out):
+            return False, m, li, np.int64(0), no_next, no_kind, no_log
+        keep, na, _ = acknowledge_hops(m, li, joined, out, pool, np.int64(0), s_hr, s_rdist,
+                                       s_lan)
+        if len(keep) < n:
+            m, li = _kept_rows(m, li, keep, np.empty(n, m.dtype), np.empty(n, li.dtype))
+    nxt, kind, counts = route_step(m, li, rt, members, nbr, ids_hi, ids_lo, b,
+                                   LEAF_LOOKUP_64, FIRST_OWN_64, LAST_OWN_64)
+    log = np.empty(counts[HERE_OWN] + counts[HERE_APP], ROUTE_LOG_DTYPE)
+    route_log(m, kind, log)
+    return True, m, li, na, nxt, kind, log
+
+
+@numba.njit(cache=True)
+def send_app_hops(m, nxt, kind, acks_off, acks, out, k, s_hr, s_rdist, s_lan):
+    """The application's routed messages of :func:`route_app_run` that pass their node
+    (after the forward upcall, which left their next hops as they were) one hop on, from
+    send ``k`` of ``out`` (``Router._send_hop``), and with hop acknowledgements their
+    pending rows and ACK_TIMERs (:func:`_expect_run_hops`). Room: two rows a message.
+    Returns the rows written. O(n)."""
+    pending, pending_deadline, pending_identity, pending_count, slack_us = acks
+    k0 = k
+    for i in range(len(m)):
+        if kind[i] > HERE_APP and nxt[i] >= 0:
+            _hop_on(out, k, m[i], nxt[i], s_hr, s_rdist, s_lan)
+            k += 1
+    if acks_off:
+        return k - k0
+    return _expect_run_hops(out, k0, k, slack_us, pending, pending_deadline, pending_identity,
+                            pending_count)
+
+
+@numba.njit(cache=True)
 def ack_timers_idle(m, pending, deadline, count):
     """Whether ACK_TIMERs ``m`` find none of the first ``count[0]`` pending hops due
     (:func:`.kernels.hops_due`): ``HopAcks.on_timer`` then does nothing, which is the

@@ -234,6 +234,9 @@ class Scribe:
         # message of each type, raised when a run asks for more (a tick's sends depend on
         # the trees its node is in)
         self.compiled_run_types = frozenset(self.compiled)
+        # routed types a compiled loop may take through a node (its routing step, the
+        # deliver upcall compiled, a forward upcall that changes nothing)
+        self.routed_run_types = frozenset({MCAST} if MCAST in self.compiled else ())
         self._run_room = Room(_RUN_ROOM_MAX, {DATA: 4.0, TICK: 4.0, HEARTBEAT: 1.0,
                                               REFRESH: 1.0, JOIN_ACK: 1.0, MCAST: 4.0,
                                               RP_ADDR: 0.0})

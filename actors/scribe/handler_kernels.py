@@ -334,6 +334,26 @@ def on_mcast(m, li, mode, six, eix, n_groups, active, root, acl, member, last_se
 
 
 @numba.njit(cache=True)
+def on_mcast_routed(m, li, state, out, pool, cursor, s_hr, s_rdist, s_lan):
+    """MCASTs routed to their RP (the deliver upcall, ``Scribe.deliver``): :func:`on_mcast`
+    with mode 1 where every node is ticking (one that is not needs its first TICK timer,
+    ``TreeRepair.start_ticks``: the handler's path). ``state``: ``Scribe.runs_state``.
+    Returns as :func:`on_mcast`."""
+    ticking, node_ids, six, eix, n_groups, n_nodes, max_hops, active, root, parent, member, \
+        last_heard, last_seq, last_sent, slot_node, n_children, node_children, group, \
+        join_cred, valid, child, refresh, e_slot, e_cred, key_hi, key_lo, stale, period, \
+        silent_after, stale_after, data_type, tick_type, heartbeat_type, refresh_type, \
+        leave_type, rejoin_type, acl, join_ack_type, mcast_type, rp_addr_type, rp_cache, \
+        rp_cache_time = state
+    for i in range(len(m)):
+        if li[i] < 0 or not ticking[li[i]]:
+            return DECLINED, 0, np.empty(0, m.dtype), 0, cursor
+    return on_mcast(m, li, np.int64(1), six, eix, n_groups, active, root, acl, member,
+                    last_seq, last_sent, valid, child, key_hi, key_lo, mcast_type, data_type,
+                    rp_addr_type, out, pool, cursor, s_hr, s_rdist, s_lan)
+
+
+@numba.njit(cache=True)
 def on_rp_addr(m, li, six, n_groups, rp_cache, rp_cache_time, rp_addr_type):
     """RP_ADDR without the reliable layer (``Dissemination.on_rp_addr``): each source
     caches its group's RP address and when it heard it (of rows of one slot, the last
