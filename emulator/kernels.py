@@ -241,6 +241,22 @@ def unique_first(keys):
 
 
 @numba.njit(cache=True)
+def concat_rows(a, b):
+    """Records ``a`` then ``b`` (one of them as it is when the other is empty: a handler's
+    runs rarely both add rows). O(len(a) + len(b))."""
+    if len(a) == 0:
+        return b
+    if len(b) == 0:
+        return a
+    out = np.empty(len(a) + len(b), a.dtype)
+    for i in range(len(a)):
+        out[i] = a[i]
+    for i in range(len(b)):
+        out[len(a) + i] = b[i]
+    return out
+
+
+@numba.njit(cache=True)
 def sorted_distinct(a):
     """The distinct values of ``a``, sorted (``unique_first``'s keys, without the indices),
     in place: ``a`` is sorted and its distinct values moved to its front, which is

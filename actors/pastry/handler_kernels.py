@@ -20,6 +20,7 @@ import numba
 import numpy as np
 
 from emulator.kernels import (
+    concat_rows,
     pack_row,
     packed_size,
     put_send,
@@ -236,6 +237,15 @@ def on_rows_req(m, li, rows_asked, rt, reply_type, out, pool, cursor, s_hr, s_rd
 
 
 @numba.njit(cache=True)
+def _routed_here(m, li):
+    """Every record routed (mode 1) and for a node of this shard."""
+    for i in range(len(m)):
+        if m[i]["mode"] != 1 or li[i] < 0:
+            return False
+    return True
+
+
+@numba.njit(cache=True)
 def _hop_on(out, k, r, nh, s_hr, s_rdist, s_lan):
     """Send ``k``: routed record ``r`` (at r.dst) one hop on to ``nh``, as
     ``Router._send_hop`` sends it (``kernels.hop_on``: src = the node it is at, hops + 1,
@@ -266,9 +276,8 @@ def on_leaf_lookup(m, li, rt, members, nbr, ids_hi, ids_lo, b, lookup_type, own_
     no_log = np.empty(0, ROUTE_LOG_DTYPE)
     no_li = np.empty(0, np.int64)
     no_changed = np.empty(0, np.bool_)
-    for i in range(n):
-        if m[i]["mode"] != 1 or li[i] < 0:
-            return False, no_log, 0, no_li, no_changed, 0, cursor
+    if not _routed_here(m, li):
+        return False, no_log, 0, no_li, no_changed, 0, cursor
     nxt, kind, counts = route_step(m, li, rt, members, nbr, ids_hi, ids_lo, b, lookup_type,
                                    own_lo, own_hi)
     log = np.empty(counts[HERE_OWN] + counts[HERE_APP], ROUTE_LOG_DTYPE)
@@ -545,9 +554,8 @@ def on_join(m, li, joiner, rt, members, nbr, ids_hi, ids_lo, b, lookup_type, own
     route log rows, rows written, cursor); ok False -- nothing done -- when a record is
     not routed (mode 1) or not this shard's. Room: 3 rows and rows * 2^b + l ids per
     message. O(routing step + n * rows * 2^b)."""
-    for i in range(len(m)):
-        if m[i]["mode"] != 1 or li[i] < 0:
-            return False, np.empty(0, ROUTE_LOG_DTYPE), 0, cursor
+    if not _routed_here(m, li):
+        return False, np.empty(0, ROUTE_LOG_DTYPE), 0, cursor
     log, k, pos = _route_joins(m, li, joiner, rt, members, nbr, ids_hi, ids_lo, b,
                                lookup_type, own_lo, own_hi, rows_type, leafs_type, out,
                                np.int64(0), pool, cursor, s_hr, s_rdist, s_lan)
@@ -1206,13 +1214,21 @@ def _expect_run_hops(out, k0, k1, slack_us, pending, deadline, identity, count):
 
 
 @numba.njit(cache=True)
-def _kept_rows(mm, li, keep, scratch, scratch_li):
-    """Rows ``keep`` of a run and their local indices, copied to the front of
-    ``scratch`` / ``scratch_li`` (slices of the same types as the run's own)."""
+def _received(m, li, joined, out, pool, s_hr, s_rdist, s_lan):
+    """A routed run's messages kept and acknowledged (:func:`acknowledge_hops`, HOP_ACKs
+    from ``out[0]`` on): (the run itself when every one is kept, else the kept rows and
+    their local indices copied -- slices of the same types --, acknowledgements
+    written)."""
+    keep, na, _ = acknowledge_hops(m, li, joined, out, pool, np.int64(0), s_hr, s_rdist,
+                                   s_lan)
+    if len(keep) == len(m):
+        return m, li, na
+    kept = np.empty(len(m), m.dtype)
+    kept_li = np.empty(len(m), li.dtype)
     for j in range(len(keep)):
-        scratch[j] = mm[keep[j]]
-        scratch_li[j] = li[keep[j]]
-    return scratch[0:len(keep)], scratch_li[0:len(keep)]
+        kept[j] = m[keep[j]]
+        kept_li[j] = li[keep[j]]
+    return kept[0:len(keep)], kept_li[0:len(keep)], na
 
 
 @numba.njit(cache=True)
@@ -1234,17 +1250,13 @@ def route_app_run(m, li, acks_off, learn, joined, acks, out, pool, s_hr, s_rdist
     no_log = np.empty(0, ROUTE_LOG_DTYPE)
     no_next = np.empty(0, np.int64)
     no_kind = np.empty(0, np.int8)
-    for i in range(n):
-        if m[i]["mode"] != 1 or li[i] < 0:
-            return False, m, li, np.int64(0), no_next, no_kind, no_log
+    if not _routed_here(m, li):
+        return False, m, li, np.int64(0), no_next, no_kind, no_log
     na = np.int64(0)
     if not acks_off:
         if pending_count[0] + n > len(pending) or n > len(out):
             return False, m, li, np.int64(0), no_next, no_kind, no_log
-        keep, na, _ = acknowledge_hops(m, li, joined, out, pool, np.int64(0), s_hr, s_rdist,
-                                       s_lan)
-        if len(keep) < n:
-            m, li = _kept_rows(m, li, keep, np.empty(n, m.dtype), np.empty(n, li.dtype))
+        m, li, na = _received(m, li, joined, out, pool, s_hr, s_rdist, s_lan)
     nxt, kind, counts = route_step(m, li, rt, members, nbr, ids_hi, ids_lo, b,
                                    LEAF_LOOKUP_64, FIRST_OWN_64, LAST_OWN_64)
     log = np.empty(counts[HERE_OWN] + counts[HERE_APP], ROUTE_LOG_DTYPE)
@@ -1331,22 +1343,6 @@ def run_room(l: int, rows: int, width: int, nbrs: int, joined_rows: int,
             per_row, per_id = room[t]
             room[t] = (per_row + 1 + (t in ROUTED_RUN_TYPES), per_id)
     return room
-
-
-@numba.njit(cache=True)
-def _more_log(log, rows):
-    """The route log rows ``log`` then ``rows`` (one of them as it is when the other is
-    empty: a cell's runs rarely log twice)."""
-    if len(log) == 0:
-        return rows
-    if len(rows) == 0:
-        return log
-    out = np.empty(len(log) + len(rows), log.dtype)
-    for i in range(len(log)):
-        out[i] = log[i]
-    for i in range(len(rows)):
-        out[len(log) + i] = rows[i]
-    return out
 
 
 @numba.njit(cache=True)
@@ -1440,7 +1436,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
                 members, nbr, ids_hi, ids_lo, b, LEAF_LOOKUP_64, FIRST_OWN_64, LAST_OWN_64,
                 JOIN_REQ_64, JOIN_NBRS_64, JOIN_64, JOIN_ROWS_64, JOIN_LEAFS_64, out[k:], pool,
                 pos, s_hr, s_rdist, s_lan)
-            log = _more_log(log, rows)
+            log = concat_rows(log, rows)
             if not acks_off:
                 kk = _expect_run_hops(out, k, k + kk, slack_us, pending, pending_deadline,
                                       pending_identity, pending_count)
@@ -1449,12 +1445,9 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
             if not acks_off:
                 if pending_count[0] + n > len(pending):
                     break   # (the handler's path makes the pending hops room)
-                keep, na, _ = acknowledge_hops(mm, li, joined_flags, out[k:], pool, pos, s_hr,
-                                               s_rdist, s_lan)
-                if len(keep) < n:
-                    mm, li = _kept_rows(mm, li, keep, np.empty(n, m.dtype),
-                                        np.empty(n, local.dtype))
-                    n = len(keep)
+                mm, li, na = _received(mm, li, joined_flags, out[k:], pool, s_hr, s_rdist,
+                                       s_lan)
+                n = len(mm)
             joiner = np.empty(n, np.int64)
             for i in range(n):
                 joiner[i] = mm[i][_JOINER]
@@ -1465,7 +1458,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
             if not ok:
                 break
             pos = pos2
-            log = _more_log(log, rows)
+            log = concat_rows(log, rows)
             if not acks_off:
                 kk = na + _expect_run_hops(out, k + na, k + na + kk, slack_us, pending,
                                            pending_deadline, pending_identity, pending_count)
@@ -1571,12 +1564,9 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
             if not acks_off:
                 if pending_count[0] + n > len(pending):
                     break   # (the handler's path makes the pending hops room)
-                keep, na, _ = acknowledge_hops(mm, li, joined_flags, out[k:], pool, pos, s_hr,
-                                               s_rdist, s_lan)
-                if len(keep) < n:
-                    mm, li = _kept_rows(mm, li, keep, np.empty(n, m.dtype),
-                                        np.empty(n, local.dtype))
-                    n = len(keep)
+                mm, li, na = _received(mm, li, joined_flags, out[k:], pool, s_hr, s_rdist,
+                                       s_lan)
+                n = len(mm)
             ok, rows, p, uli, changed, kk, pos2 = on_leaf_lookup(
                 mm, li, rt, members, nbr, ids_hi, ids_lo, b, LEAF_LOOKUP_64, FIRST_OWN_64,
                 LAST_OWN_64, heard, failed, nbr_keys, nbr_known, global_ids, half, hr, rdist,
@@ -1584,7 +1574,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
             if not ok:
                 break
             pos = pos2
-            log = _more_log(log, rows)
+            log = concat_rows(log, rows)
             if not acks_off:
                 kk = na + _expect_run_hops(out, k + na, k + na + kk, slack_us, pending,
                                            pending_deadline, pending_identity, pending_count)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from emulator.kernels import put_send, unique_first, zero_rows
+from emulator.kernels import concat_rows, put_send, unique_first, zero_rows
 
 from .kernels import (
     heard_parent,
@@ -227,30 +227,56 @@ def on_data(m, li, six, eix, n_groups, max_hops, active, parent, member, last_he
     zero_rows(out, np.int64(0), len(e))
     for i in range(n):
         heard_parent(s[i], m[i]["src"], m[i]["time"], active, parent, last_heard)
+    publish = np.empty(nh, np.int64)
+    seqno = np.empty(nh, np.int64)
+    hops = np.empty(nh, np.int64)
+    for j in range(nh):
+        publish[j] = m[hit[j]][_PUBLISH]
+        seqno[j] = m[hit[j]][_SEQNO]
+        hops[j] = m[hit[j]][_HOPS]
+    mem, w = _disseminate(m, hit, hs, publish, seqno, hops, qi, e, last_seq, last_sent, member,
+                          child, key_hi, key_lo, data_type, out, np.int64(0), s_hr, s_rdist,
+                          s_lan)
+    return DONE, 0, no_state, looping, hit[mem], w, cursor
+
+
+@numba.njit(cache=True)
+def _disseminate(m, rows, slots, publish, seqno, hops, qi, e, last_seq, last_sent, member,
+                 child, key_hi, key_lo, data_type, out, w, s_hr, s_rdist, s_lan):
+    """Dissemination without the reliable layer (``Dissemination.disseminate``) of rows
+    ``rows`` of ``m`` at their slots ``slots`` (the message's publish time, seqno and
+    hops so far given per row): ``last_seq`` raised to the seqno (from the values before
+    the call, the last row of a slot written last), the rows whose slot is a member's
+    returned (positions into ``rows``: their deliveries), and one DATA copy per child
+    entry ``e[j]`` of row ``qi[j]`` (``ranges_where``), one tree hop further, from send
+    ``w`` on (``last_sent`` set to the row's time). Returns (member positions, the send
+    after the copies). O(rows + children)."""
+    nh = len(rows)
     raised = np.empty(nh, np.int64)
     for j in range(nh):
-        raised[j] = max(last_seq[hs[j]], m[hit[j]][_SEQNO])
+        raised[j] = max(last_seq[slots[j]], seqno[j])
     n_mem = 0
     for j in range(nh):
-        last_seq[hs[j]] = raised[j]
-        n_mem += member[hs[j]]
-    delivered = np.empty(n_mem, np.int64)
+        last_seq[slots[j]] = raised[j]
+        n_mem += member[slots[j]]
+    mem = np.empty(n_mem, np.int64)
     k = 0
     for j in range(nh):
-        if member[hs[j]]:
-            delivered[k] = hit[j]
+        if member[slots[j]]:
+            mem[k] = j
             k += 1
     for j in range(len(qi)):
-        last_sent[hs[qi[j]]] = m[hit[qi[j]]]["time"]
+        last_sent[slots[qi[j]]] = m[rows[qi[j]]]["time"]
     for j in range(len(qi)):
-        r = m[hit[qi[j]]]
-        put_send(out, j, r["dst"], child[e[j]], data_type, r["time"], s_hr, s_rdist, s_lan)
-        _put_group(out, j, r["group"], key_hi, key_lo)
-        out[j]["origin"] = r["origin"]
-        out[j][_PUBLISH] = r[_PUBLISH]
-        out[j][_SEQNO] = r[_SEQNO]
-        out[j][_HOPS] = r[_HOPS] + 1
-    return DONE, 0, no_state, looping, delivered, len(qi), cursor
+        r = m[rows[qi[j]]]
+        put_send(out, w, r["dst"], child[e[j]], data_type, r["time"], s_hr, s_rdist, s_lan)
+        _put_group(out, w, r["group"], key_hi, key_lo)
+        out[w]["origin"] = r["origin"]
+        out[w][_PUBLISH] = publish[qi[j]]
+        out[w][_SEQNO] = seqno[qi[j]]
+        out[w][_HOPS] = hops[qi[j]] + 1
+        w += 1
+    return mem, w
 
 
 @numba.njit(cache=True)
@@ -302,34 +328,24 @@ def on_mcast(m, li, mode, six, eix, n_groups, active, root, acl, member, last_se
                 _put_group(out, w, r["group"], key_hi, key_lo)
                 out[w][_RP] = r["dst"]
                 w += 1
-    raised = np.empty(n, np.int64)
+    rows = np.arange(n)
+    publish = np.empty(n, np.int64)
+    seqno = np.empty(n, np.int64)
+    hops = np.empty(n, np.int64)
     for i in range(n):
-        raised[i] = max(last_seq[s[i]], m[i][_MCAST_SEQNO])
-    n_mem = 0
-    for i in range(n):
-        last_seq[s[i]] = raised[i]
-        n_mem += member[s[i]]
-    deliveries = np.empty(n_mem, m.dtype)
-    k = 0
-    for i in range(n):
-        if member[s[i]]:
-            r = m[i]
-            deliveries[k] = r
-            deliveries[k][_PUBLISH] = r[_MCAST_PUBLISH]
-            deliveries[k][_SEQNO] = r[_MCAST_SEQNO]
-            deliveries[k][_HOPS] = r["hops"]
-            k += 1
-    for j in range(len(qi)):
-        last_sent[s[qi[j]]] = m[qi[j]]["time"]
-    for j in range(len(qi)):
-        r = m[qi[j]]
-        put_send(out, w, r["dst"], child[e[j]], data_type, r["time"], s_hr, s_rdist, s_lan)
-        _put_group(out, w, r["group"], key_hi, key_lo)
-        out[w]["origin"] = r["origin"]
-        out[w][_PUBLISH] = r[_MCAST_PUBLISH]
-        out[w][_SEQNO] = r[_MCAST_SEQNO]
-        out[w][_HOPS] = r["hops"] + 1
-        w += 1
+        publish[i] = m[i][_MCAST_PUBLISH]
+        seqno[i] = m[i][_MCAST_SEQNO]
+        hops[i] = m[i]["hops"]
+    mem, w = _disseminate(m, rows, s, publish, seqno, hops, qi, e, last_seq, last_sent, member,
+                          child, key_hi, key_lo, data_type, out, np.int64(w), s_hr, s_rdist,
+                          s_lan)
+    deliveries = np.empty(len(mem), m.dtype)
+    for k in range(len(mem)):   # as the DATA copy a member gets
+        i = mem[k]
+        deliveries[k] = m[i]
+        deliveries[k][_PUBLISH] = publish[i]
+        deliveries[k][_SEQNO] = seqno[i]
+        deliveries[k][_HOPS] = hops[i]
     return DONE, 0, deliveries, w, cursor
 
 
@@ -339,18 +355,22 @@ def on_mcast_routed(m, li, state, out, pool, cursor, s_hr, s_rdist, s_lan):
     with mode 1 where every node is ticking (one that is not needs its first TICK timer,
     ``TreeRepair.start_ticks``: the handler's path). ``state``: ``Scribe.runs_state``.
     Returns as :func:`on_mcast`."""
-    ticking, node_ids, six, eix, n_groups, n_nodes, max_hops, active, root, parent, member, \
-        last_heard, last_seq, last_sent, slot_node, n_children, node_children, group, \
-        join_cred, valid, child, refresh, e_slot, e_cred, key_hi, key_lo, stale, period, \
-        silent_after, stale_after, data_type, tick_type, heartbeat_type, refresh_type, \
-        leave_type, rejoin_type, acl, join_ack_type, mcast_type, rp_addr_type, rp_cache, \
-        rp_cache_time = state
+    ticking = state[_S_TICKING]
     for i in range(len(m)):
         if li[i] < 0 or not ticking[li[i]]:
             return DECLINED, 0, np.empty(0, m.dtype), 0, cursor
-    return on_mcast(m, li, np.int64(1), six, eix, n_groups, active, root, acl, member,
-                    last_seq, last_sent, valid, child, key_hi, key_lo, mcast_type, data_type,
-                    rp_addr_type, out, pool, cursor, s_hr, s_rdist, s_lan)
+    return on_mcast(m, li, np.int64(1), state[_S_SIX], state[_S_EIX], state[_S_N_GROUPS],
+                    state[_S_ACTIVE], state[_S_ROOT], state[_S_ACL], state[_S_MEMBER],
+                    state[_S_LAST_SEQ], state[_S_LAST_SENT], state[_S_VALID], state[_S_CHILD],
+                    state[_S_KEY_HI], state[_S_KEY_LO], state[_S_MCAST], state[_S_DATA],
+                    state[_S_RP_ADDR], out, pool, cursor, s_hr, s_rdist, s_lan)
+
+
+# the places in ``Scribe.runs_state`` (on_runs takes it apart whole) of what
+# on_mcast_routed reads
+_S_TICKING, _S_SIX, _S_EIX, _S_N_GROUPS, _S_ACTIVE, _S_ROOT, _S_MEMBER, _S_LAST_SEQ, \
+    _S_LAST_SENT, _S_VALID, _S_CHILD, _S_KEY_HI, _S_KEY_LO, _S_DATA, _S_ACL, _S_MCAST, \
+    _S_RP_ADDR = 0, 2, 3, 4, 7, 8, 10, 12, 13, 19, 20, 24, 25, 30, 36, 38, 39
 
 
 @numba.njit(cache=True)
@@ -665,21 +685,6 @@ def on_routed_joins(m, li, here, next_hop, six, n_groups, slot_size, eix, n_node
 
 
 @numba.njit(cache=True)
-def _more_records(a, b):
-    """Records ``a`` then ``b`` (one of them as it is when the other is empty)."""
-    if len(a) == 0:
-        return b
-    if len(b) == 0:
-        return a
-    out = np.empty(len(a) + len(b), a.dtype)
-    for i in range(len(a)):
-        out[i] = a[i]
-    for i in range(len(b)):
-        out[len(a) + i] = b[i]
-    return out
-
-
-@numba.njit(cache=True)
 def on_runs(m, local, bounds, first, last, state, out, pool, cursor, s_hr, s_rdist, s_lan):
     """Runs ``first..last-1`` of a cell pass (``m`` its records in dispatch order, ``local``
     each row's local index, run r = rows ``bounds[r]`` to ``bounds[r + 1]``, all of one
@@ -729,14 +734,14 @@ def on_runs(m, local, bounds, first, last, state, out, pool, cursor, s_hr, s_rdi
                 data_rows = np.empty(len(rows), m.dtype)
                 for j in range(len(rows)):
                     data_rows[j] = mr[rows[j]]
-                delivered = _more_records(delivered, data_rows)
+                delivered = concat_rows(delivered, data_rows)
         elif ty == mcast_type:
             st, nd, got, k, cursor = on_mcast(
                 mr, li, np.int64(0), six, eix, n_groups, active, root, acl, member, last_seq,
                 last_sent, valid, child, key_hi, key_lo, mcast_type, data_type, rp_addr_type,
                 o, pool, cursor, s_hr, s_rdist, s_lan)
             if st == DONE:
-                delivered = _more_records(delivered, got)
+                delivered = concat_rows(delivered, got)
         elif ty == rp_addr_type:
             st = on_rp_addr(mr, li, six, n_groups, rp_cache, rp_cache_time, rp_addr_type)
             nd, k = 0, 0
