@@ -68,6 +68,32 @@ def test_small_protocol_run_reproduces_the_reference_digest(shards, monkeypatch)
     assert d == REFERENCE[200]
 
 
+@pytest.mark.parametrize("shards", [1, 2])
+def test_handlers_one_by_one_reproduce_the_reference_digest(shards, monkeypatch):
+    """The same workload with every run given to its handler alone (no compiled cell
+    loop, no ``handle_runs``): the Python handlers, each around its kernels -- the hop
+    acknowledgements' (``HopAcks.receive``, ``expect``, ``on_ack``), a JOIN_REQ's with
+    acknowledgements --, give the digest the compiled loop gives."""
+    from actors.pastry.join import JoinProtocol
+    from actors.pastry.protocol import Pastry
+    from emulator.engine import ShardEngine
+
+    monkeypatch.setattr(ShardEngine, "_loop_takes_next", lambda self, loop, end: False)
+    monkeypatch.setattr(Pastry, "handle_runs", lambda self, ctx, m, p, l, b, t, first, last:
+                        first)
+    acked_requests = []
+    real = JoinProtocol.on_join_req
+
+    def on_join_req(self, ctx, batch):
+        acked_requests.append(self.router.acks.enabled)
+        return real(self, ctx, batch)
+    monkeypatch.setattr(JoinProtocol, "on_join_req", on_join_req)
+    emu, _ = run_workload(200, shards)
+    assert sum(e.python_events for e in emu.engines) == sum(e.events for e in emu.engines)
+    assert any(acked_requests)
+    assert digest(emu)[0] == REFERENCE[200]
+
+
 # the faithful-bootstrap workload (300 nodes, seed 5) on the handlers without their compiled
 # versions (handler_kernels.py; commit 47d9126): logs sorted (any shard count), and in the
 # order they were written, per shard count

@@ -609,13 +609,16 @@ def _route_joins(m, li, joiner, rt, members, nbr, ids_hi, ids_lo, b, lookup_type
 @numba.njit(cache=True)
 def on_join_req(m, li, joined, joiner_col, retries_col, max_retries, retry_us, rt, members,
                 nbr, ids_hi, ids_lo, b, lookup_type, own_lo, own_hi, req_type, nbrs_type,
-                join_type, rows_type, leafs_type, out, pool, cursor, s_hr, s_rdist, s_lan):
-    """JOIN_REQ at contact A, with no hop acknowledgements (``JoinProtocol.on_join_req``):
-    a contact not joined yet holds the request (a JOIN_REQ timer ``retry_us`` later,
-    retries + 1) while under ``max_retries``; the others send the joiner their
-    neighbourhood set (JOIN_NBRS) and route its JOIN from here (``Router.route``:
-    :func:`_route_joins` on the new JOIN records). Returns (route log rows, rows written,
-    cursor). Room: 4 rows and m + rows * 2^b + l ids per message."""
+                join_type, rows_type, leafs_type, acks_off, pending, deadline, identity, count,
+                slack_us, out, pool, cursor, s_hr, s_rdist, s_lan):
+    """JOIN_REQ at contact A (``JoinProtocol.on_join_req``): a contact not joined yet
+    holds the request (a JOIN_REQ timer ``retry_us`` later, retries + 1) while under
+    ``max_retries``; the others send the joiner their neighbourhood set (JOIN_NBRS) and
+    route its JOIN from here (``Router.route``: :func:`_route_joins` on the new JOIN
+    records); with hop acknowledgements (``acks_off`` false) the hops sent wait for theirs
+    (:func:`_expect_run_hops` on ``HopAcks.loop_inputs``, which have room for a hop per
+    message). Returns (route log rows, rows written, cursor). Room: 4 rows (5 with
+    acknowledgements) and m + rows * 2^b + l ids per message."""
     n = len(m)
     k = np.int64(0)     # (not a literal 0: a further compile of each callee)
     go = np.empty(n, np.int64)
@@ -653,9 +656,12 @@ def on_join_req(m, li, joined, joiner_col, retries_col, max_retries, retry_us, r
         joins[j]["mode"] = 1
         gli[j] = li[go[j]]
         gx[j] = x
-    return _route_joins(joins, gli, gx, rt, members, nbr, ids_hi, ids_lo, b, lookup_type,
-                        own_lo, own_hi, rows_type, leafs_type, out, k, pool, pos, s_hr,
-                        s_rdist, s_lan)
+    log, k, pos = _route_joins(joins, gli, gx, rt, members, nbr, ids_hi, ids_lo, b,
+                               lookup_type, own_lo, own_hi, rows_type, leafs_type, out, k, pool,
+                               pos, s_hr, s_rdist, s_lan)
+    if not acks_off:
+        k = _expect_run_hops(out, np.int64(0), k, slack_us, pending, deadline, identity, count)
+    return log, k, pos
 
 
 # the join pieces a joiner waits for (on_join_piece's ``piece``)
@@ -1434,12 +1440,10 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
             rows, kk, pos = on_join_req(
                 mm, li, joined_flags, joiner, retries, req_max_retries, req_retry_us, rt,
                 members, nbr, ids_hi, ids_lo, b, LEAF_LOOKUP_64, FIRST_OWN_64, LAST_OWN_64,
-                JOIN_REQ_64, JOIN_NBRS_64, JOIN_64, JOIN_ROWS_64, JOIN_LEAFS_64, out[k:], pool,
-                pos, s_hr, s_rdist, s_lan)
+                JOIN_REQ_64, JOIN_NBRS_64, JOIN_64, JOIN_ROWS_64, JOIN_LEAFS_64, acks_off,
+                pending, pending_deadline, pending_identity, pending_count, slack_us, out[k:],
+                pool, pos, s_hr, s_rdist, s_lan)
             log = concat_rows(log, rows)
-            if not acks_off:
-                kk = _expect_run_hops(out, k, k + kk, slack_us, pending, pending_deadline,
-                                      pending_identity, pending_count)
         elif ty == JOIN:
             na = np.int64(0)
             if not acks_off:

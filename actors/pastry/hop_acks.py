@@ -77,10 +77,15 @@ class HopAcks:
         if not self.enabled or not len(hops):
             return
         n, k = self._n, len(hops)
-        if n + k > len(self._rows):
-            self._grow(n + k)
+        self.make_room(k)
         handler_kernels.expect_hops(hops, self.slack_us, *self.loop_inputs()[:4])
         ctx.timer(hops["src"], self._deadline[n:n + k], msg_types.ACK_TIMER)
+
+    def make_room(self, k: int) -> None:
+        """Room for ``k`` more pending hops (a compiled handler that expects hops itself,
+        ``handler_kernels.expect_hops``, has no room to grow)."""
+        if self._n + k > len(self._rows):
+            self._grow(self._n + k)
 
     def _grow(self, need: int) -> None:
         size = max(need, 2 * len(self._rows))
@@ -110,7 +115,7 @@ class HopAcks:
         one identity clear its k earliest pending copies; ``handler_kernels.on_hop_ack``)."""
         m = msgs_of(batch)
         handler_kernels.on_hop_ack(m, np.asarray(self.nodes.local(ctx, m["dst"]), np.int64),
-                                   self.nodes.failed.ids, *self.loop_inputs())
+                                   self.nodes.failed.ids, *self.loop_inputs()[:4])
 
     def on_timer(self, ctx, batch):
         """ACK_TIMER: hops of these nodes past their deadline were lost. Their next hops

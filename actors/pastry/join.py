@@ -252,7 +252,7 @@ class JoinProtocol:
 
     def on_join_req(self, ctx, batch) -> None:
         """JOIN_REQ at contact A: send X (the joiner) the neighbourhood set, route X's
-        JOIN."""
+        JOIN (one compiled call, ``handler_kernels.on_join_req``)."""
         m = msgs_of(batch)
         nodes = self.nodes
         li = nodes.local_of(ctx, batch)
@@ -260,33 +260,21 @@ class JoinProtocol:
         # empty state and a JOIN delivered at A itself, so X's leaf set would never reach
         # its true neighbours (and short sides claim whole half rings: routing loops).
         # Hold the request until A has joined (retry timer, counting the retries).
-        if not self.router.acks.enabled:   # the whole handler in one compiled call
-            n, table = len(m), nodes.table
-            log, = ctx.send_compiled(
-                4 * n, n * (nodes.nbrs.members.shape[1] + table.rows * table.width
-                            + nodes.leaves.members.shape[1]),
-                handler_kernels.on_join_req, m, li, nodes.joined, m[JoinReq.joiner],
-                m[JoinReq.retries], JOIN_REQ_MAX_RETRIES, JOIN_REQ_RETRY_US, table.entries,
-                nodes.leaves.members, nodes.nbrs.members, nodes.ids_hi, nodes.ids_lo,
-                table.b, msg_types.LEAF_LOOKUP, msg_types.FIRST_OWN, msg_types.LAST_OWN,
-                msg_types.JOIN_REQ, msg_types.JOIN_NBRS, msg_types.JOIN, msg_types.JOIN_ROWS,
-                msg_types.JOIN_LEAFS)
-            if len(log):
-                ctx.log_records("route", log, ROUTE_LOG_COLUMNS)
-            return
-        wait = ~nodes.joined[li] & (m[JoinReq.retries] < JOIN_REQ_MAX_RETRIES)
-        if wait.any():
-            w = take_rows(m, wait)
-            ctx.timer(w["dst"], w["time"] + JOIN_REQ_RETRY_US, msg_types.JOIN_REQ,
-                      **JoinReq.fields(joiner=w[JoinReq.joiner],
-                                       retries=w[JoinReq.retries] + 1), mode=0)
-            m, li = take_rows(m, ~wait), li[~wait]
-            if not len(m):
-                return
-        a_nodes, x, t = m["dst"].astype(np.int64), m[JoinReq.joiner], m["time"]
-        send_rows(ctx, a_nodes, x, msg_types.JOIN_NBRS, t, nodes.nbrs.members[li])
-        self.router.route(ctx, a_nodes, nodes.ids_hi[x], nodes.ids_lo[x], msg_types.JOIN, t,
-                          origin=x, **Join.fields(joiner=x))
+        acks = self.router.acks
+        if acks.enabled:
+            acks.make_room(len(m))
+        n, table = len(m), nodes.table
+        log, = ctx.send_compiled(
+            (4 + acks.enabled) * n, n * (nodes.nbrs.members.shape[1] + table.rows * table.width
+                                         + nodes.leaves.members.shape[1]),
+            handler_kernels.on_join_req, m, li, nodes.joined, m[JoinReq.joiner],
+            m[JoinReq.retries], JOIN_REQ_MAX_RETRIES, JOIN_REQ_RETRY_US, table.entries,
+            nodes.leaves.members, nodes.nbrs.members, nodes.ids_hi, nodes.ids_lo,
+            table.b, msg_types.LEAF_LOOKUP, msg_types.FIRST_OWN, msg_types.LAST_OWN,
+            msg_types.JOIN_REQ, msg_types.JOIN_NBRS, msg_types.JOIN, msg_types.JOIN_ROWS,
+            msg_types.JOIN_LEAFS, not acks.enabled, *acks.loop_inputs())
+        if len(log):
+            ctx.log_records("route", log, ROUTE_LOG_COLUMNS)
 
     def _send_rows(self, ctx, m) -> None:
         """Each route node Y sends X (the JOIN's joiner) its rows 0..min(spl(Y, X),
