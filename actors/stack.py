@@ -20,11 +20,17 @@ class OverlayStack:
     """Composes the shard's Pastry nodes and their application: the engine's calls go to
     Pastry (which drives the application through the common API's upcalls and lifecycle
     calls), plus the queries scenarios make through ``emu.call(method, ...)`` (the engine
-    passes the shard context first). ``app`` None: Pastry alone."""
+    passes the shard context first). ``app`` None: Pastry alone.
 
-    def __init__(self, pastry_params: dict, app=None):
+    ``one_by_one``: the engine hands every run of a cell to ``handle``, to the handler of
+    its type (no compiled cell loop, no stretches of runs in ``handle_runs``). The same
+    results, slower; each handler kernel then compiles on its own, which lets
+    scenarios/warm.py compile them in a second process beside the composed loop."""
+
+    def __init__(self, pastry_params: dict, app=None, one_by_one: bool = False):
         self.app = app
         self.pastry = Pastry(app, dict(pastry_params))
+        self.one_by_one = bool(one_by_one)
         self._loop = None    # a compiled cell loop of the whole stack (ScribeStack's)
         # the engine calls handle once per run of a cell (or handle_runs for a stretch of
         # runs): straight to Pastry's
@@ -40,13 +46,15 @@ class OverlayStack:
 
     @property
     def compiled_run_types(self) -> frozenset:
-        return self.pastry.compiled_run_types
+        return frozenset() if self.one_by_one else self.pastry.compiled_run_types
 
     @property
     def run_cells(self):
         """The stack's compiled cell loop (emulator/window.py): Pastry's with its
         application's compiled runs where the stack composes them, else Pastry's; or
-        None."""
+        None (always None one by one)."""
+        if self.one_by_one:
+            return None
         return self._loop or self.pastry.run_cells
 
     def on_fail(self, ctx, local_idx):
@@ -84,29 +92,31 @@ class OverlayStack:
 class ScribeStack(OverlayStack):
     """The product's stack: Pastry with Scribe as its application."""
 
-    def __init__(self, pastry_params: dict, scribe_params: dict):
-        super().__init__(pastry_params, Scribe(dict(scribe_params)))
+    def __init__(self, pastry_params: dict, scribe_params: dict, one_by_one: bool = False):
+        super().__init__(pastry_params, Scribe(dict(scribe_params)), one_by_one)
         self.scribe = self.app
 
     def setup(self, ctx):
         super().setup(ctx)
-        if self.pastry.loop_part is not None and self.scribe.compiled_run_types:
+        if not self.one_by_one and self.pastry.loop_part is not None \
+                and self.scribe.compiled_run_types:
             self._loop = StackCellLoop(self.pastry, self.scribe, ctx.message_dtype)
 
 
-def make_stack(pastry_params: dict, scribe_params: dict) -> ScribeStack:
-    """A new stack: Pastry with Scribe as its application."""
-    return ScribeStack(pastry_params, scribe_params)
+def make_stack(pastry_params: dict, scribe_params: dict, one_by_one: bool = False) -> ScribeStack:
+    """A new stack: Pastry with Scribe as its application (``one_by_one``: see
+    :class:`OverlayStack`)."""
+    return ScribeStack(pastry_params, scribe_params, one_by_one)
 
 
-def stack_factory(pastry_params: dict, scribe_params: dict):
+def stack_factory(pastry_params: dict, scribe_params: dict, one_by_one: bool = False):
     """Picklable zero-argument factory for ``Emulator(stack_factory=...)``.
 
     Builds one stack here first so bad parameters fail in the caller, with the protocol's
     own message, instead of inside every shard actor.
     """
-    make_stack(pastry_params, scribe_params)
-    return functools.partial(make_stack, dict(pastry_params), dict(scribe_params))
+    make_stack(pastry_params, scribe_params, one_by_one)
+    return functools.partial(make_stack, dict(pastry_params), dict(scribe_params), one_by_one)
 
 
 def type_names() -> dict[int, str]:

@@ -24,17 +24,19 @@ from .run_dir import RunState, RunStopped
 CACHE_DIR = cache_dir()
 
 
-def run_topology(cfg, run_dir, t, state: RunState, events, progress) -> None:
+def run_topology(cfg, run_dir, t, state: RunState, events, progress,
+                 one_by_one: bool = False) -> None:
     """Every phase of topology t not yet completed. A shard whose process dies is replaced:
     the topology's shards are started again from the last completed phase's checkpoint and
-    the phase replayed (run.retries times), which gives the same results as no failure."""
+    the phase replayed (run.retries times), which gives the same results as no failure.
+    ``one_by_one``: the stacks hand every run to its own handler (actors/stack.py)."""
     from emulator import ShardLostError
 
     inputs = _prepare_topology(cfg, run_dir, t, state, progress)
     retries = int(cfg.run["retries"])
     for attempt in range(retries + 1):
         try:
-            _emulate_topology(cfg, run_dir, t, state, events, progress, inputs)
+            _emulate_topology(cfg, run_dir, t, state, events, progress, inputs, one_by_one)
             break
         except ShardLostError as e:
             done = state.completed(t)
@@ -111,7 +113,8 @@ def _node_shard(cfg: ScenarioConfig, topo) -> np.ndarray | None:
     return part
 
 
-def _start_emulator(cfg, t: int, inputs: _TopologyInputs, events, progress):
+def _start_emulator(cfg, t: int, inputs: _TopologyInputs, events, progress,
+                    one_by_one: bool = False):
     """The shard actors of topology t (the Emulator), logging in the run's layout."""
     from actors.messages import MESSAGE_LOG_FIELDS, MSG_DTYPE
     from actors.stack import stack_factory, type_names
@@ -120,7 +123,8 @@ def _start_emulator(cfg, t: int, inputs: _TopologyInputs, events, progress):
     seed_t = cfg.seed + t
     progress.status(f"topology {t + 1}/{cfg.topologies}: starting {cfg.shards} shard(s)")
     emu = Emulator(n_nodes=cfg.nodes, latency=inputs.latency,
-                   stack_factory=stack_factory(cfg.pastry_params(seed_t), cfg.scribe_params()),
+                   stack_factory=stack_factory(cfg.pastry_params(seed_t), cfg.scribe_params(),
+                                               one_by_one),
                    shards=cfg.shards, node_shard=_node_shard(cfg, inputs.topo), seed=seed_t,
                    shared=inputs.shared, run_dir=events.run_dir, topo_index=t,
                    type_names=type_names(), message_dtype=MSG_DTYPE,
@@ -132,12 +136,12 @@ def _start_emulator(cfg, t: int, inputs: _TopologyInputs, events, progress):
 
 
 def _emulate_topology(cfg, run_dir, t, state: RunState, events, progress,
-                      inputs: _TopologyInputs) -> None:
+                      inputs: _TopologyInputs, one_by_one: bool = False) -> None:
     """Start the shards of topology t, restore its last checkpoint and run the phases left."""
     done = state.completed(t)
     events.clean_incomplete(t, done, _phase_of_file)
     w0 = time.perf_counter()
-    emu = _start_emulator(cfg, t, inputs, events, progress)
+    emu = _start_emulator(cfg, t, inputs, events, progress, one_by_one)
     topo_run = TopologyRun(cfg, run_dir, t, cfg.seed + t, inputs.topo, inputs.plan, emu,
                             inputs.shared, events)
     state.add_time("emulator_setup", time.perf_counter() - w0)

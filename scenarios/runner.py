@@ -143,9 +143,10 @@ def auto_shards(cpus: int, nodes: int, protocol: bool = False) -> int:
     return max(1, min(int(cpus), int(nodes) // per))
 
 
-def emulate_only(cfg: ScenarioConfig, run_dir: Path) -> None:
+def emulate_only(cfg: ScenarioConfig, run_dir: Path, one_by_one: bool = False) -> None:
     """Topology 0 of `cfg` emulated into the new directory `run_dir` (its event logs and
-    state), on the Ray already started, without the analysis: scenarios/warm.py's run."""
+    state), on the Ray already started, without the analysis: scenarios/warm.py's runs
+    (``one_by_one``: every run through its own handler, actors/stack.py)."""
     run_dir = new_run_dir(cfg, run_dir)
     (run_dir / "config.toml").write_text(cfg.to_toml())
     handler = open_run_log(run_dir)
@@ -153,7 +154,7 @@ def emulate_only(cfg: ScenarioConfig, run_dir: Path) -> None:
         state = RunState(run_dir / "state.json")
         events = open_events(cfg, run_dir, state, resumed=False)
         with Progress(False, 1) as progress:
-            run_topology(cfg, run_dir, 0, state, events, progress)
+            run_topology(cfg, run_dir, 0, state, events, progress, one_by_one)
     finally:
         log.removeHandler(handler)
         handler.close()

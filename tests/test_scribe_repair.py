@@ -251,3 +251,31 @@ def same_outcome(other, ref) -> None:
         for part in ("slots", "entries"):
             for c, v in tree[part].items():
                 assert np.array_equal(v, tree_ref[part][c]), (part, c)
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_stack_one_by_one_gives_the_same_run(shards, monkeypatch):
+    """``make_stack(..., one_by_one=True)`` (scenarios/warm.py's second run: every run to
+    the handler of its type, no compiled cell loop, no ``handle_runs``) gives the
+    product's run exactly: logs, counters, sends and trees."""
+    import functools
+
+    import protocol_world
+
+    from actors.stack import make_stack
+    from emulator.local import LocalEmulator
+
+    ref = repair_run(shards)
+    engines = []
+    real_init = LocalEmulator.__init__
+
+    def init(self, *a, **k):
+        real_init(self, *a, **k)
+        engines.extend(self.engines)
+    monkeypatch.setattr(LocalEmulator, "__init__", init)
+    monkeypatch.setattr(protocol_world, "make_stack",
+                        functools.partial(make_stack, one_by_one=True))
+    one_by_one = repair_run(shards)
+    assert engines and all(e._loop is None and not e._run_types for e in engines)
+    assert sum(e.python_events for e in engines) == sum(e.events for e in engines) > 0
+    same_outcome(one_by_one, ref)
