@@ -43,12 +43,12 @@ STACK_GROUPS = 15
 STACK_CHURN_US = 3_000_000   # of churn: failures, repairs and multicasts all happen
 
 
-def warm_config(name: str, shards: int = WARM_SHARDS, sets=()) -> ScenarioConfig:
+def warm_config(name: str) -> ScenarioConfig:
     """Scenario `name` scaled down to the warm-up's size, one topology, every phase kept."""
-    cfg = load_scenario(name, topologies=1, sets=sets)
+    cfg = load_scenario(name, topologies=1)
     groups = min(WARM_GROUPS, cfg.groups)
     return load_scenario(name, nodes=min(WARM_NODES, cfg.nodes), groups=groups, topologies=1,
-                         shards=shards, sets=sets)
+                         shards=WARM_SHARDS)
 
 
 def stack_config() -> ScenarioConfig:
@@ -66,8 +66,8 @@ def warm_stack(tmp: Path) -> None:
 
     cfg = stack_config()
     with ThreadPoolExecutor(2) as pool:
-        runs = [pool.submit(runner.emulate_only, cfg, tmp / f"stack-{mode}", mode == "handlers")
-                for mode in ("loop", "handlers")]
+        runs = [pool.submit(runner.emulate_only, cfg, tmp / f"stack-{i}", one_by_one)
+                for i, one_by_one in enumerate((False, True))]
         for run in runs:
             run.result()
 
