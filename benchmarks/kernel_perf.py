@@ -60,15 +60,22 @@ def _functions(obj: bytes) -> dict[str, tuple[int, int]]:
 
 def write_perf_map(path: str | None = None) -> int:
     """Write perf's map of the kernels loaded so far; returns the functions named. numba
-    puts a kernel's code in one section, so the address of any exported function gives
-    the section's start."""
+    puts a kernel's code in one section, so the address of an exported function that no
+    other object defines gives the section's start."""
     rows = set()
-    for lib, obj in _LOADED:
-        funcs = _functions(obj)
+    objects = [(lib, _functions(obj)) for lib, obj in _LOADED]
+    # numba links a kernel's callees into its object, so a callee's name is defined in
+    # several objects, and the engine's address for it is one of them: only a name that
+    # one object alone defines locates that object
+    seen: dict[str, int] = {}
+    for _, funcs in objects:
+        for name in funcs:
+            seen[name] = seen.get(name, 0) + 1
+    for lib, funcs in objects:
         engine = lib._codegen._engine
         base = None
         for name, (offset, _) in funcs.items():
-            if engine.is_symbol_defined(name):
+            if seen[name] == 1 and engine.is_symbol_defined(name):
                 address = engine.get_function_address(name)
                 if address:
                     base = address - offset

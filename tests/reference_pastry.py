@@ -118,6 +118,22 @@ def select_leaves(self_ids, cand, ids_hi, ids_lo, half: int, exclude=None) -> np
     return out
 
 
+def leaf_changes(old, new, heard, now):
+    """After a leaf-set merge of rows ``old`` into ``new``: (changed bool[B], added
+    int32[B, l] -- members of ``new`` not in ``old``, else -1 --, keep-alive clocks
+    int64[B, l] that follow their nodes: a member's from its first slot in ``old``, a
+    newcomer's ``now``). O(B * l^2)."""
+    old, new = np.asarray(old), np.asarray(new)
+    match = new[:, :, None] == old[:, None, :]              # [B, l(new), l(old)]
+    found = match.any(axis=2)
+    src = match.argmax(axis=2)
+    rows = np.arange(len(new))[:, None]
+    clocks = np.where(found, np.asarray(heard)[rows, src],
+                      np.asarray(now, np.int64)[:, None]).astype(np.int64)
+    added = np.where(found, -1, new).astype(np.int32)
+    return (new != old).any(axis=1), added, clocks
+
+
 def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, latency) -> int:
     """Offer candidate nodes to routing tables; an entry changes when its slot is empty or
     the candidate is closer by delay (ties: smaller node id). ``latency(a, b)`` is called

@@ -64,29 +64,38 @@ def test_insert_table_kernel_equals_numpy(net, holey_state):
     li = rng.integers(0, N, 300)
     li[:50] = li[50:100]                          # several rows for one node
     cand = _cand(rng, 300, 12, li)
-    dead = np.full((300, 4), -1, np.int32)
+    no_failed = np.full((N, 4), -1, np.int32)
     a, b = holey_state.rt.copy(), holey_state.rt.copy()
     lat = RouterLat(net)
     p_ref = ref_pastry.insert_table(a, li, li, cand, net["node_ids_hi"], net["node_ids_lo"], 4, lat)
-    p_got = kernels.insert_table(b, li.astype(np.int64), li.astype(np.int64), cand,
+    p_got = kernels.insert_table(b, li.astype(np.int64), np.arange(N, dtype=np.int64), cand,
                                  net["node_ids_hi"], net["node_ids_lo"], 4, net["host_router"],
-                                 net["router_dist_us"], net["lan_us"], dead)
+                                 net["router_dist_us"], net["lan_us"], no_failed)
     assert p_got == p_ref > 0 and np.array_equal(a, b) and (a != holey_state.rt).any()
 
 
-def test_leaf_and_neighbour_selection_kernels_equal_numpy(net, holey_state):
+def test_leaf_and_neighbour_merges_into_empty_sets_equal_numpy_selection(net):
+    """Merged into empty sets (a neighbourhood set's row not known yet), candidates give
+    the leaf and neighbourhood sets that selecting from them gives: duplicates, -1, the
+    node itself and its failed ids left out."""
     rng = np.random.default_rng(4)
     me = rng.integers(0, N, 500).astype(np.int64)
     cand = _cand(rng, 500, 40, me)
     dead = np.where(rng.random((500, 8)) < 0.3, cand[:, 3:11], -1).astype(np.int32)
+    rows = np.arange(500, dtype=np.int64)       # node i of these 500 has global id me[i]
     ref = ref_pastry.select_leaves(me, cand, net["node_ids_hi"], net["node_ids_lo"], 8,
                                    exclude=dead)
-    got = kernels.select_leaves(me, cand, net["node_ids_hi"], net["node_ids_lo"], 8, dead)
-    assert np.array_equal(got, ref)
+    leaves = np.full((500, 16), -1, np.int32)
+    kernels.merge_leaf_sets(leaves, np.zeros((500, 16), np.int64), rows, cand,
+                            np.ones(500, np.int64), me, net["node_ids_hi"], net["node_ids_lo"],
+                            8, dead)
+    assert np.array_equal(leaves, ref)
     ref = ref_pastry.select_nearest(me, cand, 16, RouterLat(net), exclude=dead)
-    got = kernels.select_nearest(me, cand, 16, dead, net["host_router"],
-                                 net["router_dist_us"], net["lan_us"])
-    assert np.array_equal(got, ref)
+    nbrs = np.full((500, 16), -1, np.int32)
+    kernels.merge_nearest(nbrs, np.full((500, 16), -1, np.int64), np.zeros(500, np.bool_),
+                          rows, me, cand, dead, net["host_router"], net["router_dist_us"],
+                          net["lan_us"])
+    assert np.array_equal(nbrs, ref)
 
 
 def test_group_rows_kernel_equals_numpy():
@@ -189,8 +198,7 @@ def _merge_nearest(nbrs, li, cand, global_ids, lat, failed):
     then ``merge_nearest`` with the set's key cache."""
     uk, grouped, _ = group_rows(li, cand)
     keys, known = nbrs.key_cache()
-    kernels.merge_nearest(nbrs.members, keys, known, uk, global_ids[uk], grouped, failed[uk],
-                          *lat)
+    kernels.merge_nearest(nbrs.members, keys, known, uk, global_ids, grouped, failed, *lat)
 
 
 def test_neighbourhood_merges_with_kept_keys_equal_selection_from_scratch(net):
@@ -227,7 +235,8 @@ def test_neighbourhood_merges_with_kept_keys_equal_selection_from_scratch(net):
         _merge_nearest(nbrs, li, cand, me, lat, failed)
         uk, grouped, _ = group_rows(li, cand)
         both = np.concatenate([ref[uk].astype(np.int64), grouped], axis=1)
-        ref[uk] = kernels.select_nearest(me[uk], both, m, failed[uk], *lat)
+        ref[uk] = ref_pastry.select_nearest(me[uk], both, m, RouterLat(net),
+                                            exclude=failed[uk])
         assert np.array_equal(nbrs.members, ref)
 
 
@@ -271,12 +280,12 @@ def test_learn_in_one_kernel_equals_the_parts_one_after_the_other(net, holey_sta
             hit = failed[li] == senders[:, None]
             r, c = np.nonzero(hit)
             failed[li[r], c] = -1
-        probes = kernels.insert_table(rt, li, ids[li], cand, hi, lo, 4, *lat, failed[li])
+        probes = kernels.insert_table(rt, li, ids, cand, hi, lo, 4, *lat, failed)
         uk, grouped, tmax = group_rows(li, cand, t)
         old = members[uk]
-        new = kernels.select_leaves(ids[uk], np.concatenate([old, grouped], axis=1), hi, lo, 8,
-                                    failed[uk])
-        changed, added, clocks = kernels.leaf_changes(old, new, heard[uk], tmax)
+        new = ref_pastry.select_leaves(ids[uk], np.concatenate([old, grouped], axis=1), hi, lo,
+                                       8, exclude=failed[uk])
+        changed, added, clocks = ref_pastry.leaf_changes(old, new, heard[uk], tmax)
         if changed.any():
             heard[uk], members[uk] = clocks, new
         if nbrs:

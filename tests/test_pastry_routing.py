@@ -198,16 +198,21 @@ def test_tiny_rings_route_to_closest_with_short_sides(n):
             assert len(got) == n - 1
 
 
-def test_select_leaves_keeps_a_side_short_rather_than_wrapping():
+def test_leaf_merge_keeps_a_side_short_rather_than_wrapping():
     """A node that knows only larger ids must not put far larger ids on its smaller side."""
-    from actors.pastry.kernels import select_leaves
+    from actors.pastry.kernels import merge_leaf_sets
     from actors.pastry.synthetic import synthetic_network
     net = synthetic_network(400, 7, seed=4)
     hi, lo = net["node_ids_hi"], net["node_ids_lo"]
     o = I.sorted_order(hi, lo)
     me = o[100]
     cand = np.r_[o[95:100], o[101:140]][None, :]        # 5 smaller, 39 larger
-    out = select_leaves(np.array([me], np.int64), cand.astype(np.int64), hi, lo, 8,
-                        np.full((1, 0), -1, np.int32))
+    members = np.full((1, 16), -1, np.int32)             # a node with an empty leaf set
+    changed, added = merge_leaf_sets(members, np.zeros((1, 16), np.int64),
+                                     np.zeros(1, np.int64), cand.astype(np.int64),
+                                     np.ones(1, np.int64), np.array([me], np.int64), hi, lo,
+                                     8, np.full((1, 0), -1, np.int32))
+    out = members
+    assert changed[0] and np.array_equal(added, members)
     assert out[0, :5].tolist() == o[99:94:-1].tolist() and (out[0, 5:8] == -1).all()
     assert out[0, 8:].tolist() == o[101:109].tolist()

@@ -394,14 +394,7 @@ def on_rows_reply(m, payload, li, rt, failed, global_ids, ids_hi, ids_lo, b, hr,
     receiver's routing table only (probes; its failed ids left out). Sends nothing.
     Returns (probes, 0, cursor). O(n * 2^b)."""
     cand = sender_and_payload(m, payload)
-    n = len(li)
-    self_ids = np.empty(n, np.int64)
-    dead = np.empty((n, failed.shape[1]), failed.dtype)
-    for i in range(n):
-        self_ids[i] = global_ids[li[i]]
-        for e in range(failed.shape[1]):
-            dead[i, e] = failed[li[i], e]
-    probes = insert_table(rt, li, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan, dead)
+    probes = insert_table(rt, li, global_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan, failed)
     return probes, 0, cursor
 
 
@@ -1093,8 +1086,8 @@ def on_row_reply(m, li, rt, failed, global_ids, ids_hi, ids_lo, b, hr, rdist, la
                 before[j] = rt[lil[i], row[i], col[i]]
                 j += 1
         gli = lil[got]
-        probes = insert_table(rt, gli, global_ids[gli], cand, ids_hi, ids_lo, b, hr, rdist,
-                              lan, failed[gli])
+        probes = insert_table(rt, gli, global_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan,
+                              failed)
         repairs = 0
         for j in range(n_got):
             i = got[j]

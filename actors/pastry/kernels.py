@@ -127,30 +127,25 @@ def side_farthest(members, x, lo, hi):
 
 
 @numba.njit(cache=True)
-def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan_us, dead):
+def insert_table(rt, local_idx, global_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan_us, failed):
     """Offer ``cand[i, :]`` to the routing table of local node ``local_idx[i]`` (global id
-    ``self_ids[i]``), leaving out the ids in ``dead[i]`` (-1: none); returns the probe
-    count: each
-    pair is judged against the table as it was before the call (empty slot, or closer by
-    delay, ties to the smaller id), and of the pairs better than that the nearest (ties:
-    smaller id) takes the slot. O(B * C)."""
+    ``global_ids[local_idx[i]]``), leaving out the ids of its row of ``failed`` (-1: none);
+    returns the probe count: each pair is judged against the table as it was before the
+    call (empty slot, or closer by delay, ties to the smaller id), and of the pairs better
+    than that the nearest (ties: smaller id) takes the slot. O(B * C)."""
     nb, nc = cand.shape
     rows = rt.shape[1]
-    # the better pairs of pass 1, one row each: (local node, row, column, candidate, its
-    # delay, the slot's entry before the call, the node's id); one buffer, not one per
-    # column (the call runs a few times a pass, and each array costs an allocation)
-    pend = np.empty((nb * nc, 7), np.int64)
     k = 0
     probes = 0
     for i in range(nb):  # pass 1: every pair against the table before the call
-        me = self_ids[i]
         li = local_idx[i]
-        any_dead = _any_excluded(dead, i)
+        me = np.int64(global_ids[li])
+        any_dead = _any_excluded(failed, li)
         for j in range(nc):
             c = cand[i, j]
             if c < 0 or c == me:
                 continue
-            if any_dead and _excluded(dead, i, c):
+            if any_dead and _excluded(failed, li, c):
                 continue
             r = _spl(ids_hi[me], ids_lo[me], ids_hi[c], ids_lo[c], b)
             if r >= rows:
@@ -167,6 +162,11 @@ def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, la
             else:
                 better = cur < 0
             if better:
+                if k == 0:
+                    # the better pairs, one row each: (local node, row, column, candidate,
+                    # its delay, the slot's entry before the call, the node's id); made at
+                    # the first one, as most calls have none (an array is an allocation)
+                    pend = np.empty((nb * nc, 7), np.int64)
                 pend[k, 0], pend[k, 1], pend[k, 2] = li, r, col
                 pend[k, 3], pend[k, 4], pend[k, 5], pend[k, 6] = c, d_new, cur, me
                 k += 1
@@ -184,67 +184,61 @@ def insert_table(rt, local_idx, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, la
 
 
 @numba.njit(cache=True)
-def select_leaves(self_ids, cand, ids_hi, ids_lo, half, exclude):
-    """Leaf sets from candidate rows: the ``half`` nearest smaller and ``half`` nearest
-    larger ids (int32[B, 2*half], nearest first, -1 padded):
-    -1 pads, duplicates, the node itself and ``exclude`` ids are ignored; a candidate is
-    on the smaller side iff its counter-clockwise distance is below half the ring.
-    O(B * C * half)."""
-    nb, nc = cand.shape
-    out = np.full((nb, 2 * half), -1, np.int32)
-    # each side's distances (hi, lo) nearest first: rows 0-1 the smaller side's, 2-3 the
-    # larger's (one scratch array: each costs an allocation)
-    dist = np.empty((4, half), np.uint64)
-    for i in range(nb):
-        me = self_ids[i]
-        s_hi, s_lo = ids_hi[me], ids_lo[me]
-        ns = 0
-        nl = 0
-        any_dead = _any_excluded(exclude, i)
-        # Candidates in any order: each side keeps its `half` smallest distances, and an id
-        # has one distance per side, so a duplicate meets its twin at its own position (a
-        # twin pushed out by nearer ids stays out too); the result is that of the sorted,
-        # de-duplicated candidates.
-        for j in range(nc):
-            c = np.int64(cand[i, j])
-            if c < 0 or c == me:
-                continue
-            if any_dead and _excluded(exclude, i, c):
-                continue
-            down, dh, dl = on_smaller_side(s_hi, s_lo, ids_hi[c], ids_lo[c])
-            if down:
-                # insert into the small side, sorted by (dh, dl); distinct ids, no ties
-                pos = ns
-                while pos > 0 and _less(dh, dl, dist[0, pos - 1], dist[1, pos - 1]):
-                    pos -= 1
-                if pos > 0 and dist[0, pos - 1] == dh and dist[1, pos - 1] == dl:
-                    continue            # already there
-                if pos < half:
-                    last = ns if ns < half else half - 1
-                    for q in range(last, pos, -1):
-                        dist[0, q], dist[1, q] = dist[0, q - 1], dist[1, q - 1]
-                        out[i, q] = out[i, q - 1]
-                    dist[0, pos], dist[1, pos] = dh, dl
-                    out[i, pos] = c
-                    if ns < half:
-                        ns += 1
-            else:
-                uh, ul = _sub(ids_hi[c], ids_lo[c], s_hi, s_lo)  # c - self: going up
-                pos = nl
-                while pos > 0 and _less(uh, ul, dist[2, pos - 1], dist[3, pos - 1]):
-                    pos -= 1
-                if pos > 0 and dist[2, pos - 1] == uh and dist[3, pos - 1] == ul:
-                    continue            # already there
-                if pos < half:
-                    last = nl if nl < half else half - 1
-                    for q in range(last, pos, -1):
-                        dist[2, q], dist[3, q] = dist[2, q - 1], dist[3, q - 1]
-                        out[i, half + q] = out[i, half + q - 1]
-                    dist[2, pos], dist[3, pos] = uh, ul
-                    out[i, half + pos] = c
-                    if nl < half:
-                        nl += 1
-    return out
+def _select_row(out, i, dist, half, row, me, ids_hi, ids_lo, exclude, xr):
+    """Row i of ``out`` (-1 filled) becomes the leaf set of node ``me`` selected from the
+    ids of ``row``: the ``half`` nearest smaller ids in columns 0..half-1 and the ``half``
+    nearest larger in half.., nearest first (:func:`on_smaller_side`); -1, duplicates,
+    ``me`` itself and the ids of row ``xr`` of ``exclude`` are left out. ``dist``: scratch
+    (4, half) for each side's distances (hi, lo), rows 0-1 the smaller side's. One call per
+    row, the candidates in its loop: a call per candidate would take a reference to each
+    array it is passed. O(len(row) * half)."""
+    s_hi, s_lo = ids_hi[me], ids_lo[me]
+    ns = 0
+    nl = 0
+    any_dead = _any_excluded(exclude, xr)
+    # Candidates in any order: each side keeps its `half` smallest distances, and an id
+    # has one distance per side, so a duplicate meets its twin at its own position (a
+    # twin pushed out by nearer ids stays out too); the result is that of the sorted,
+    # de-duplicated candidates.
+    for j in range(len(row)):
+        c = np.int64(row[j])
+        if c < 0 or c == me:
+            continue
+        if any_dead and _excluded(exclude, xr, c):
+            continue
+        down, dh, dl = on_smaller_side(s_hi, s_lo, ids_hi[c], ids_lo[c])
+        if down:
+            # insert into the small side, sorted by (dh, dl); distinct ids, no ties
+            pos = ns
+            while pos > 0 and _less(dh, dl, dist[0, pos - 1], dist[1, pos - 1]):
+                pos -= 1
+            if pos > 0 and dist[0, pos - 1] == dh and dist[1, pos - 1] == dl:
+                continue            # already there
+            if pos < half:
+                last = ns if ns < half else half - 1
+                for q in range(last, pos, -1):
+                    dist[0, q], dist[1, q] = dist[0, q - 1], dist[1, q - 1]
+                    out[i, q] = out[i, q - 1]
+                dist[0, pos], dist[1, pos] = dh, dl
+                out[i, pos] = c
+                if ns < half:
+                    ns += 1
+        else:
+            uh, ul = _sub(ids_hi[c], ids_lo[c], s_hi, s_lo)  # c - self: going up
+            pos = nl
+            while pos > 0 and _less(uh, ul, dist[2, pos - 1], dist[3, pos - 1]):
+                pos -= 1
+            if pos > 0 and dist[2, pos - 1] == uh and dist[3, pos - 1] == ul:
+                continue            # already there
+            if pos < half:
+                last = nl if nl < half else half - 1
+                for q in range(last, pos, -1):
+                    dist[2, q], dist[3, q] = dist[2, q - 1], dist[3, q - 1]
+                    out[i, half + q] = out[i, half + q - 1]
+                dist[2, pos], dist[3, pos] = uh, ul
+                out[i, half + pos] = c
+                if nl < half:
+                    nl += 1
 
 
 @numba.njit(cache=True)
@@ -391,28 +385,6 @@ def next_hop(rt, leaf, nbr, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo,
 
 
 @numba.njit(cache=True)
-def select_nearest(self_ids, cand, m, exclude, hr, rdist, lan_us):
-    """The ``m`` candidates nearest by delay (ties: smaller id), nearest first, -1 padded
-    (int32[B, m]): -1 pads, duplicates, the node itself and
-    ``exclude`` ids are ignored. One sort of (delay, id) keys per row: O(B * C log C)."""
-    nb, nc = cand.shape
-    out = np.full((nb, m), -1, np.int32)
-    if m == 0 or nc == 0:
-        return out
-    keys = np.empty(nc, np.int64)
-    no_keys = np.empty(0, np.int64)
-    for i in range(nb):
-        k = 0
-        for j in range(nc):
-            key = _nearest_key(np.int64(cand[i, j]), self_ids[i], exclude, i, hr, rdist, lan_us)
-            if key >= 0:
-                keys[k] = key
-                k += 1
-        _write_nearest(np.sort(keys[:k]), out[i], no_keys)
-    return out
-
-
-@numba.njit(cache=True)
 def _nearest_key(c, me, exclude, i, hr, rdist, lan_us):
     """The sort key (delay << 31 | id; delays and ids are < 2^31) of candidate c for node
     me, or -1 for a candidate left out: -1, me itself, an id of ``exclude[i]``."""
@@ -438,32 +410,6 @@ def _write_nearest(srt, ids, keys):
             keys[got] = srt[q]
         got += 1
     return got
-
-
-@numba.njit(cache=True)
-def leaf_changes(old, new, heard, now):
-    """After a leaf-set merge: (changed bool[B], added int32[B, l] -- members of ``new``
-    not in ``old``, else -1 --, keep-alive clocks int64[B, l] that follow their nodes,
-    newcomers at ``now``). O(B * l^2)."""
-    nb, nl = new.shape
-    changed = np.zeros(nb, np.bool_)
-    added = np.full((nb, nl), -1, np.int32)
-    out = np.empty((nb, nl), np.int64)
-    for i in range(nb):
-        for j in range(nl):
-            if new[i, j] != old[i, j]:
-                changed[i] = True
-            src = -1
-            for q in range(nl):
-                if new[i, j] == old[i, q]:
-                    src = q
-                    break
-            if src < 0:
-                added[i, j] = new[i, j]
-                out[i, j] = now[i]
-            else:
-                out[i, j] = heard[i, src]
-    return changed, added, out
 
 
 @numba.njit(cache=True)
@@ -581,11 +527,13 @@ def random_known(leaf, rt, local_idx, u):
 
 
 @numba.njit(cache=True)
-def merge_nearest(members, keys, known, local_idx, self_ids, cand, exclude, hr, rdist, lan_us):
+def merge_nearest(members, keys, known, local_idx, global_ids, cand, failed, hr, rdist,
+                  lan_us):
     """Neighbourhood-set merge in place: row ``local_idx[i]`` of ``members`` becomes the m
     nearest by delay (ties: smaller id), nearest first, of its members and ``cand[i]``,
-    leaving out -1, the node itself and the ids of ``exclude[i]``: what
-    :func:`select_nearest` gives for the members and candidates side by side.
+    leaving out -1, the node itself (``global_ids[local_idx[i]]``) and the ids of its row
+    of ``failed``: the m nearest selected from the members and candidates side by side
+    (one sort of their keys).
 
     ``keys[r]`` holds the (delay << 31 | id) key of each member of row r, ascending, -1
     beyond them, where ``known[r]``: then no member needs its delay looked up again and
@@ -599,12 +547,12 @@ def merge_nearest(members, keys, known, local_idx, self_ids, cand, exclude, hr, 
     scratch = np.empty(m + nc, np.int64)
     for i in range(nb):
         row = local_idx[i]
-        me = self_ids[i]
+        me = np.int64(global_ids[row])
         if not known[row]:
             k = 0
             for j in range(m + nc):
                 c = np.int64(members[row, j]) if j < m else np.int64(cand[i, j - m])
-                key = _nearest_key(c, me, exclude, i, hr, rdist, lan_us)
+                key = _nearest_key(c, me, failed, row, hr, rdist, lan_us)
                 if key >= 0:
                     scratch[k] = key
                     k += 1
@@ -618,7 +566,8 @@ def merge_nearest(members, keys, known, local_idx, self_ids, cand, exclude, hr, 
         while cnt < m and keys[row, cnt] >= 0:
             cnt += 1
         for j in range(nc):
-            key = _nearest_key(np.int64(cand[i, j]), me, exclude, i, hr, rdist, lan_us)
+            key = _nearest_key(np.int64(cand[i, j]), me, failed, row, hr, rdist,
+                               lan_us)
             if key < 0:
                 continue
             c = key & 0x7FFFFFFF
@@ -641,36 +590,59 @@ def merge_nearest(members, keys, known, local_idx, self_ids, cand, exclude, hr, 
 
 
 @numba.njit(cache=True)
-def merge_leaf_sets(members, heard, local_idx, cand, now, self_ids, ids_hi, ids_lo, half,
+def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, ids_lo, half,
                     failed):
-    """The leaf-set merge of :func:`learn`, in place: rows ``local_idx`` (distinct) of
-    ``members`` become :func:`select_leaves` of their members and ``cand``, their keep-alive
-    clocks those of :func:`leaf_changes` -- every row when any changed, none otherwise, as
-    :func:`leaf_changes` gives them (an empty slot's clock can move; it is never read).
-    Returns (changed bool[B], added int32[B, l]). O(B * (l + C) * half)."""
+    """The leaf-set merge of :func:`learn`, in place: row ``local_idx[i]`` (distinct) of
+    ``members`` becomes the leaf set :func:`_select_row` selects from the row's members and
+    ``cand[i]``, the ids of the node's row of ``failed`` left out. Its keep-alive clocks
+    follow their nodes (a member's from its first slot in the old row), a newcomer's at
+    ``now[i]`` -- every row's when any row changed, none otherwise (an empty slot's clock
+    then takes the first empty slot's; it is never read). Returns (changed bool[B], added
+    int32[B, l]: the members of each new row not in its old one, else -1).
+    O(B * (l + C) * half + B * l^2)."""
     nb = len(local_idx)
     nl = members.shape[1]
     nc = cand.shape[1]
-    both = np.empty((nb, nl + nc), np.int64)   # the old members, then the candidates
-    was_heard = np.empty((nb, nl), np.int64)
-    excl = np.empty((nb, failed.shape[1]), failed.dtype)
+    new = np.full((nb, nl), -1, np.int32)
+    dist = np.empty((4, half), np.uint64)
+    both = np.empty(nl + nc, np.int64)     # a row's old members, then its candidates
+    changed = np.zeros(nb, np.bool_)
+    added = np.full((nb, nl), -1, np.int32)
+    any_changed = False
     for i in range(nb):
         r = local_idx[i]
         for j in range(nl):
-            both[i, j] = members[r, j]
-            was_heard[i, j] = heard[r, j]
+            both[j] = members[r, j]
         for j in range(nc):
-            both[i, nl + j] = cand[i, j]
-        for e in range(failed.shape[1]):
-            excl[i, e] = failed[r, e]
-    new = select_leaves(self_ids, both, ids_hi, ids_lo, half, excl)
-    changed, added, clocks = leaf_changes(both[:, :nl], new, was_heard, now)
-    if changed.any():
+            both[nl + j] = cand[i, j]
+        _select_row(new, i, dist, half, both, np.int64(global_ids[r]), ids_hi, ids_lo, failed,
+                    r)
+        for j in range(nl):
+            x = new[i, j]
+            if x != members[r, j]:
+                changed[i] = True
+                any_changed = True
+            known = False
+            for q in range(nl):
+                if members[r, q] == x:
+                    known = True
+                    break
+            if not known:
+                added[i, j] = x
+    if any_changed:
+        clocks = np.empty(nl, np.int64)
         for i in range(nb):
             r = local_idx[i]
+            for j in range(nl):     # from the old row, before it is written
+                src = -1
+                for q in range(nl):
+                    if members[r, q] == new[i, j]:
+                        src = q
+                        break
+                clocks[j] = now[i] if src < 0 else heard[r, src]
             for j in range(nl):
                 members[r, j] = new[i, j]
-                heard[r, j] = clocks[i, j]
+                heard[r, j] = clocks[j]
     return changed, added
 
 
@@ -887,30 +859,18 @@ def learn(rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, li, 
     ``now`` of each one's rows int64[U]). O(B * C * (memory + half + M) + B log B)."""
     if forget:
         forget_failed(failed, li, senders)
-    ne = failed.shape[1]
-    self_ids = np.empty(len(li), np.int64)
-    dead = np.empty((len(li), ne), failed.dtype)
-    for i in range(len(li)):
-        self_ids[i] = global_ids[li[i]]
-        for e in range(ne):
-            dead[i, e] = failed[li[i], e]
-    probes = insert_table(rt, li, self_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan_us, dead)
+    probes = insert_table(rt, li, global_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan_us, failed)
     if _increasing(li):
         # rows of distinct nodes, in order (most calls: one row): grouping would return
         # them as they are, so they are used as they are (no copies to allocate)
-        uli, grouped, tmax, u_ids, u_dead = li, cand, now, self_ids, dead
+        uli, grouped, tmax = li, cand, now
     else:
         uli, grouped, tmax = group_rows(li, cand, now, True)
-        u_ids = np.empty(len(uli), np.int64)
-        u_dead = np.empty((len(uli), ne), failed.dtype)
-        for i in range(len(uli)):
-            u_ids[i] = global_ids[uli[i]]
-            for e in range(ne):
-                u_dead[i, e] = failed[uli[i], e]
-    changed, added = merge_leaf_sets(members, heard, uli, grouped, tmax, u_ids, ids_hi,
+    changed, added = merge_leaf_sets(members, heard, uli, grouped, tmax, global_ids, ids_hi,
                                      ids_lo, half, failed)
     if nbrs:
-        merge_nearest(nbr, nbr_keys, nbr_known, uli, u_ids, grouped, u_dead, hr, rdist, lan_us)
+        merge_nearest(nbr, nbr_keys, nbr_known, uli, global_ids, grouped, failed, hr, rdist,
+                      lan_us)
     return probes, uli, changed, added, tmax
 
 

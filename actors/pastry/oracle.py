@@ -53,7 +53,7 @@ def _best_per_router(hosts: np.ndarray, router: np.ndarray):
 def _leaf_sets(order: np.ndarray, qpos: np.ndarray, l: int, ids_hi, ids_lo) -> np.ndarray:
     """Leaf sets of the nodes at sorted positions ``qpos``. O(len(qpos) * l).
 
-    Side rule (``kernels.on_smaller_side``, as ``kernels.select_leaves`` applies it): a
+    Side rule (``kernels.on_smaller_side``, as ``kernels.merge_leaf_sets`` applies it): a
     node is on the smaller side when its counter-clockwise distance is below half the
     ring, otherwise on the larger side; each side keeps its ``l/2`` nearest. On a ring of
     more than ~l nodes this is the plain l/2 predecessors and l/2 successors; on a tiny

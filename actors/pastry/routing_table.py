@@ -36,8 +36,8 @@ class RoutingTable:
         li = np.ascontiguousarray(li, np.int64)
         cand = np.ascontiguousarray(cand, np.int64)
         hr, rdist, lan = latency_tables
-        return kernels.insert_table(self.entries, li, global_ids[li], cand, ids_hi, ids_lo,
-                                    self.b, hr, rdist, lan, failed_ids[li])
+        return kernels.insert_table(self.entries, li, global_ids, cand, ids_hi, ids_lo,
+                                    self.b, hr, rdist, lan, failed_ids)
 
     def rows_for(self, li, my_ids, their_ids, ids_hi, ids_lo) -> np.ndarray:
         """Rows 0..min(spl(me, them), rows - 1) of each node's table as a matrix of
