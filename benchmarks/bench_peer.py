@@ -5,8 +5,10 @@ join by the protocol (arrivals over 10 s), ts5050, 10 groups of 1,000 subscriber
 multicast each. Here: the same as a scenario (written to ``<out>/bench_peer.toml``), run by
 the scenario runner's own per-topology code on Ray with the scenarios' automatic shard count
 (one shard for 10,000 nodes; ``--shards K`` to choose), without the Spark
-analysis (not part of the comparison). Prints the emulation time of each phase, the
-table-quality check's time and the message counts, and writes them to ``<out>/bench.json``.
+analysis (not part of the comparison). Prints the emulation time of each phase and the
+share of its messages that Python handlers took (passes the compiled cell loop handed
+back), the table-quality check's time and the message counts, and writes them to
+``<out>/bench.json``.
 
 ``--rate R``: arrivals per second instead (the faithful bootstrap's sparse traffic at 10/s:
 a few messages a cell over half a million cells).
@@ -112,7 +114,9 @@ def main() -> None:
     for ph, st in out["phases"].items():
         print(f"{ph:10s} emulation {st['emulation_s']:8.2f} s  wall {st['wall_s']:8.2f} s  "
               f"messages {st['messages']:>10,}  windows {st['windows']:>6,}  "
-              f"{st['messages'] / max(st['emulation_s'], 1e-9):>9,.0f} msg/s")
+              f"{st['messages'] / max(st['emulation_s'], 1e-9):>9,.0f} msg/s  "
+              f"{100 * st.get('python_messages', 0) / max(st['messages'], 1):5.1f} % by "
+              f"Python handlers")
     print(f"table-quality check {out['quality_check_s']} s; total {out['total_s']} s")
     if a.json:
         from report import write_record
@@ -122,7 +126,9 @@ def main() -> None:
                    "quality_check_s": out["quality_check_s"], "total_s": out["total_s"],
                    "shards": out["shards"],
                    **{f"{p}_emulation_s": st["emulation_s"] for p, st in ph.items()},
-                   **{f"{p}_messages": st["messages"] for p, st in ph.items()}}
+                   **{f"{p}_messages": st["messages"] for p, st in ph.items()},
+                   **{f"{p}_python_share": st.get("python_messages", 0) / max(st["messages"], 1)
+                      for p, st in ph.items()}}
         write_record(a.json, "bench_peer (FreePastry's workload)",
                      {k: v for k, v in figures.items() if v is not None})
 

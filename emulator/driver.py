@@ -493,6 +493,7 @@ class Emulator:
         stats = {"rounds": rounds, "rounds_ended_early": tally.early, "windows": tally.windows,
                  "left_bounded": tally.bounded,
                  "shard_calls": calls, "messages": tally.events,
+                 "python_messages": tally.python_events,
                  "promise_pushes": tally.promises, "promise_wants": tally.wants,
                  "virtual_us": self.now, "wall_s": wall,
                  **{key: total.tolist() for key, total in per_shard.items()},
@@ -503,7 +504,7 @@ class Emulator:
         prev = self._phase_stats.get(phase)
         if prev:
             for key in ("rounds", "rounds_ended_early", "left_bounded", "windows",
-                        "shard_calls", "messages",
+                        "shard_calls", "messages", "python_messages",
                         "promise_pushes", "promise_wants", "wall_s", "sync_s",
                         "driver_s", "driver_cpu_s", "round_us_total"):
                 stats[key] += prev.get(key, 0)

@@ -223,6 +223,7 @@ class ShardEngine:
                                f"processed every cell before {self.done_until} us")
         d = self.delta_us
         events = 0
+        python_before = self.python_events
         loop = self._loop
         while True:
             if loop is not None and not self._python_cells \
@@ -258,7 +259,8 @@ class ShardEngine:
         self.busy_s += busy
         self.cpu_s += cpu
         return (min(self.queue.next_time(), out_min), out,
-                {"events": events, "busy_s": busy, "cpu_s": cpu, "done_until": self.done_until})
+                {"events": events, "python_events": self.python_events - python_before,
+                 "busy_s": busy, "cpu_s": cpu, "done_until": self.done_until})
 
     def _cell(self, cell: int, due: Batch | None = None, declined: int = -1) -> int:
         """Process ``cell`` pass after pass (a pass's zero-delay self-messages make

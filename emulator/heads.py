@@ -24,6 +24,7 @@ HEAD_DTYPE = np.dtype([
     ("reached", np.int64),       # the grid point before which every cell is processed
     ("left", np.int64),          # 1: the shard left the round before its limit
     ("events", np.int64),
+    ("python_events", np.int64),  # of those, in passes the Python loop dispatched
     ("windows", np.int64),
     ("promises", np.int64),      # bare promises pushed
     ("wants", np.int64),         # promises asked for
@@ -44,8 +45,8 @@ def head(shard: int, next_event: int, stats: dict) -> tuple[bytes, bytes, bytes]
     rec["shard"] = shard
     rec["next"] = next_event
     rec["left"] = int(stats["left"])
-    for key in ("done_until", "reached", "events", "windows", "promises", "wants",
-                "busy_s", "cpu_s", "wait_s"):
+    for key in ("done_until", "reached", "events", "python_events", "windows", "promises",
+                "wants", "busy_s", "cpu_s", "wait_s"):
         rec[key] = stats[key]
     sent = np.array(list(stats["sent_min"].items()), np.int64).reshape(-1, SENT_WIDTH)
     pushed = np.array(stats["pushed"], np.int64).reshape(-1, PUSHED_WIDTH)
@@ -81,7 +82,7 @@ class RoundTally:
         self.next_at = next_at
         self.per_shard = {key: np.zeros(len(next_at)) for key in PER_SHARD_TIMES}
         self.done_until = 0
-        self.events = self.promises = self.wants = self.windows = 0
+        self.events = self.python_events = self.promises = self.wants = self.windows = 0
         self.early = self.bounded = 0      # rounds some shard left early; shards bounded
 
     def add(self, joined) -> bool:
@@ -97,6 +98,7 @@ class RoundTally:
             self.done_until = max(self.done_until, int(fixed["done_until"].max()))
             self.windows += int(fixed["windows"].max())
         self.events += int(fixed["events"].sum())
+        self.python_events += int(fixed["python_events"].sum())
         self.promises += int(fixed["promises"].sum())
         self.wants += int(fixed["wants"].sum())
         for key, total in self.per_shard.items():

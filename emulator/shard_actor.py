@@ -447,7 +447,8 @@ class ShardActor:
                 self._promise_now[:] = 0
             # what the driver knows already bounds what each peer can still send
             np.maximum(self._promise_in, _plus(earliest, self._look_in), out=self._promise_in)
-        stats = {"events": 0, "busy_s": 0.0, "cpu_s": 0.0, "wait_s": 0.0, "windows": 0,
+        stats = {"events": 0, "python_events": 0, "busy_s": 0.0, "cpu_s": 0.0, "wait_s": 0.0,
+                 "windows": 0,
                  "done_until": engine.done_until, "left": False, "promises": 0, "wants": 0}
         pushes, sent_min, pushed = [], {}, []
         pending = list(injected)
@@ -473,7 +474,7 @@ class ShardActor:
                 _, outs, st = engine.advance(end, phase, pending)
                 pending = []
                 stats["windows"] += 1
-                for key in ("events", "busy_s", "cpu_s"):
+                for key in ("events", "python_events", "busy_s", "cpu_s"):
                     stats[key] += st[key]
                 stats["done_until"] = st["done_until"]
                 news = news or st["events"] > 0

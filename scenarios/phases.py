@@ -278,13 +278,19 @@ def complete_phase(topo_run: TopologyRun, phase: str, state: RunState, done: lis
     state.d.setdefault("phase_end", {})[str(topo_run.t)] = topo_run.phase_end
     state.save()
     rate = stats.get("messages", 0) / max(stats.get("wall_s", 0.0), 1e-9)
-    log.info("topology %d phase %s: %d messages, %d windows in %d driver rounds, "
-             "virtual %d us, %.2f s emulation (%.0f msg/s; shard CPU %s s), %.2f s with "
-             "dump/flush/checkpoint",
-             topo_run.t, phase, stats.get("messages", 0), stats.get("windows", 0),
-             stats.get("rounds", 0),
+    log.info("topology %d phase %s: %d messages (%.1f %% by Python handlers), %d windows in "
+             "%d driver rounds, virtual %d us, %.2f s emulation (%.0f msg/s; shard CPU %s s), "
+             "%.2f s with dump/flush/checkpoint",
+             topo_run.t, phase, stats.get("messages", 0), 100 * _python_share(stats),
+             stats.get("windows", 0), stats.get("rounds", 0),
              stats.get("virtual_us", emu.now), stats.get("wall_s", 0.0), rate,
              " + ".join(f"{c:.2f}" for c in stats.get("cpu_s", [])) or "-", wall)
+
+
+def _python_share(stats: dict) -> float:
+    """The share of a phase's messages that Python handlers took (passes the compiled cell
+    loop handed back); 0 for none."""
+    return stats.get("python_messages", 0) / max(stats.get("messages", 0), 1)
 
 
 def _record_phase(state: RunState, topo_run: TopologyRun, phase: str, stats: dict,
@@ -294,6 +300,7 @@ def _record_phase(state: RunState, topo_run: TopologyRun, phase: str, stats: dic
     ph = state.d["phases"].setdefault(phase, {"messages": 0, "windows": 0,
                                               "wall_s": 0.0, "emulation_s": 0.0})
     ph["messages"] += int(stats.get("messages", 0))
+    ph["python_messages"] = ph.get("python_messages", 0) + int(stats.get("python_messages", 0))
     ph["windows"] += int(stats.get("windows", 0))
     ph["wall_s"] = round(ph["wall_s"] + wall, 3)
     ph["emulation_s"] = round(ph["emulation_s"] + float(stats.get("wall_s", 0.0)), 3)

@@ -82,7 +82,8 @@ def _heads(rows):
     """Joined heads (emulator/heads.py) of (shard, next, left, reached, pushed) rows."""
     return heads.read(heads.join(
         [heads.head(k, nxt, {"left": left, "reached": reached, "pushed": pushed,
-                             "sent_min": {}, "done_until": 0, "events": 0, "windows": 1,
+                             "sent_min": {}, "done_until": 0, "events": 0,
+                             "python_events": 0, "windows": 1,
                              "promises": 0, "wants": 0, "busy_s": 0.0, "cpu_s": 0.0,
                              "wait_s": 0.0})
          for k, nxt, left, reached, pushed in rows]))
@@ -110,16 +111,17 @@ def test_heads_of_a_subtree_join_in_any_order_and_keep_every_field():
     # a relay joins its children's heads as they come back; the driver reads them by shard
     a = heads.head(3, 500, {"left": True, "reached": 40, "pushed": [(1, 2, 3)],
                             "sent_min": {0: 700, 2: 650}, "done_until": 38, "events": 12,
-                            "windows": 4, "promises": 5, "wants": 1, "busy_s": 0.25,
+                            "python_events": 3, "windows": 4, "promises": 5, "wants": 1, "busy_s": 0.25,
                             "cpu_s": 0.125, "wait_s": 2.5})
     b = heads.head(0, NEVER, {"left": False, "reached": 100, "pushed": [],
-                              "sent_min": {}, "done_until": 98, "events": 0, "windows": 1,
-                              "promises": 0, "wants": 0, "busy_s": 0.0, "cpu_s": 0.0,
+                              "sent_min": {}, "done_until": 98, "events": 0,
+                              "python_events": 0, "windows": 1, "promises": 0, "wants": 0, "busy_s": 0.0, "cpu_s": 0.0,
                               "wait_s": 0.0})
     fixed, sent, pushed = heads.read(heads.join([heads.join([b]), a]))
     assert fixed["shard"].tolist() == [0, 3] and fixed["next"].tolist() == [NEVER, 500]
     assert fixed["left"].tolist() == [0, 1] and fixed["reached"].tolist() == [100, 40]
     assert fixed["events"].sum() == 12 and fixed["wait_s"].tolist() == [0.0, 2.5]
+    assert fixed["python_events"].tolist() == [0, 3]
     assert sorted(map(tuple, sent.tolist())) == [(0, 700), (2, 650)]
     assert pushed.tolist() == [[1, 2, 3]]
 
@@ -130,7 +132,7 @@ def test_a_round_tally_keeps_next_events_and_the_phase_totals():
     nxt = np.array([NEVER, NEVER, 300], np.int64)
     tally = heads.RoundTally(nxt)
     stats = {"left": False, "reached": 100, "pushed": [], "done_until": 98, "events": 7,
-             "windows": 3, "promises": 2, "wants": 1, "busy_s": 0.5, "cpu_s": 0.25,
+             "python_events": 2, "windows": 3, "promises": 2, "wants": 1, "busy_s": 0.5, "cpu_s": 0.25,
              "wait_s": 0.125}
     r1 = heads.join([heads.head(0, 150, {**stats, "sent_min": {1: 120}}),
                      heads.head(1, 400, {**stats, "sent_min": {0: 130}, "windows": 5})])
@@ -144,6 +146,7 @@ def test_a_round_tally_keeps_next_events_and_the_phase_totals():
     assert nxt.tolist() == [130, 140, 600]
     # windows: the busiest shard of each round (5, then 3)
     assert (tally.events, tally.windows, tally.promises, tally.wants) == (28, 8, 8, 4)
+    assert tally.python_events == 8
     assert (tally.done_until, tally.early, tally.bounded) == (198, 1, 1)
     assert tally.per_shard["busy_s"].tolist() == [0.5, 1.0, 0.5]
     assert tally.per_shard["wait_s"].tolist() == [0.125, 0.25, 0.125]
