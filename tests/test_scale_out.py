@@ -111,12 +111,12 @@ def test_heads_of_a_subtree_join_in_any_order_and_keep_every_field():
     # a relay joins its children's heads as they come back; the driver reads them by shard
     a = heads.head(3, 500, {"left": True, "reached": 40, "pushed": [(1, 2, 3)],
                             "sent_min": {0: 700, 2: 650}, "done_until": 38, "events": 12,
-                            "python_events": 3, "windows": 4, "promises": 5, "wants": 1, "busy_s": 0.25,
-                            "cpu_s": 0.125, "wait_s": 2.5})
+                            "python_events": 3, "windows": 4, "promises": 5, "wants": 1,
+                            "busy_s": 0.25, "cpu_s": 0.125, "wait_s": 2.5})
     b = heads.head(0, NEVER, {"left": False, "reached": 100, "pushed": [],
                               "sent_min": {}, "done_until": 98, "events": 0,
-                              "python_events": 0, "windows": 1, "promises": 0, "wants": 0, "busy_s": 0.0, "cpu_s": 0.0,
-                              "wait_s": 0.0})
+                              "python_events": 0, "windows": 1, "promises": 0, "wants": 0,
+                              "busy_s": 0.0, "cpu_s": 0.0, "wait_s": 0.0})
     fixed, sent, pushed = heads.read(heads.join([heads.join([b]), a]))
     assert fixed["shard"].tolist() == [0, 3] and fixed["next"].tolist() == [NEVER, 500]
     assert fixed["left"].tolist() == [0, 1] and fixed["reached"].tolist() == [100, 40]
@@ -132,8 +132,8 @@ def test_a_round_tally_keeps_next_events_and_the_phase_totals():
     nxt = np.array([NEVER, NEVER, 300], np.int64)
     tally = heads.RoundTally(nxt)
     stats = {"left": False, "reached": 100, "pushed": [], "done_until": 98, "events": 7,
-             "python_events": 2, "windows": 3, "promises": 2, "wants": 1, "busy_s": 0.5, "cpu_s": 0.25,
-             "wait_s": 0.125}
+             "python_events": 2, "windows": 3, "promises": 2, "wants": 1, "busy_s": 0.5,
+             "cpu_s": 0.25, "wait_s": 0.125}
     r1 = heads.join([heads.head(0, 150, {**stats, "sent_min": {1: 120}}),
                      heads.head(1, 400, {**stats, "sent_min": {0: 130}, "windows": 5})])
     assert heads.count(r1) == 2 and not tally.add(r1)

@@ -227,56 +227,82 @@ def on_data(m, li, six, eix, n_groups, max_hops, active, parent, member, last_he
     zero_rows(out, np.int64(0), len(e))
     for i in range(n):
         heard_parent(s[i], m[i]["src"], m[i]["time"], active, parent, last_heard)
-    publish = np.empty(nh, np.int64)
-    seqno = np.empty(nh, np.int64)
-    hops = np.empty(nh, np.int64)
-    for j in range(nh):
-        publish[j] = m[hit[j]][_PUBLISH]
-        seqno[j] = m[hit[j]][_SEQNO]
-        hops[j] = m[hit[j]][_HOPS]
-    mem, w = _disseminate(m, hit, hs, publish, seqno, hops, qi, e, last_seq, last_sent, member,
-                          child, key_hi, key_lo, data_type, out, np.int64(0), s_hr, s_rdist,
-                          s_lan)
+    nodes, group, origin, time, publish, seqno, hops = _data_rows(m, hit)
+    mem, w = disseminate_rows(hs, nodes, group, origin, time, publish, seqno, hops, qi, e,
+                              np.bool_(True), last_seq, last_sent, member, child, key_hi,
+                              key_lo, data_type, out, np.int64(0), s_hr, s_rdist, s_lan)
     return DONE, 0, no_state, looping, hit[mem], w, cursor
 
 
 @numba.njit(cache=True)
-def _disseminate(m, rows, slots, publish, seqno, hops, qi, e, last_seq, last_sent, member,
-                 child, key_hi, key_lo, data_type, out, w, s_hr, s_rdist, s_lan):
-    """Dissemination without the reliable layer (``Dissemination.disseminate``) of rows
-    ``rows`` of ``m`` at their slots ``slots`` (the message's publish time, seqno and
-    hops so far given per row): ``last_seq`` raised to the seqno (from the values before
-    the call, the last row of a slot written last), the rows whose slot is a member's
-    returned (positions into ``rows``: their deliveries), and one DATA copy per child
-    entry ``e[j]`` of row ``qi[j]`` (``ranges_where``), one tree hop further, from send
-    ``w`` on (``last_sent`` set to the row's time). Returns (member positions, the send
-    after the copies). O(rows + children)."""
-    nh = len(rows)
-    raised = np.empty(nh, np.int64)
-    for j in range(nh):
-        raised[j] = max(last_seq[slots[j]], seqno[j])
+def _data_rows(m, rows):
+    """Rows ``rows`` of DATA records ``m`` as the columns :func:`disseminate_rows` takes
+    (int64 each): node (dst), group, origin, time, publish time, seqno, tree hops. O(rows)."""
+    n = len(rows)
+    cols = np.empty((7, n), np.int64)
+    for j in range(n):
+        r = m[rows[j]]
+        cols[0, j], cols[1, j], cols[2, j], cols[3, j] = r["dst"], r["group"], r["origin"], \
+            r["time"]
+        cols[4, j], cols[5, j], cols[6, j] = r[_PUBLISH], r[_SEQNO], r[_HOPS]
+    return cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6]
+
+
+@numba.njit(cache=True)
+def disseminate_rows(slots, nodes, group, origin, time, publish, seqno, hops, qi, e, numbered,
+                     last_seq, last_sent, member, child, key_hi, key_lo, data_type, out, w,
+                     s_hr, s_rdist, s_lan):
+    """Dissemination (``Dissemination.disseminate``) of one message per row at its tree
+    slot ``slots[j]``: its node, group, origin, time here, publish time, seqno and tree
+    hops so far. ``numbered`` (without the reliable layer, which numbers and releases
+    itself): ``last_seq`` raised to the seqno (from the values before the call, the last
+    row of a slot written last) and the rows whose slot is a member's returned (their
+    deliveries). Then the forwarding step: one DATA copy per child entry ``e[j]`` of row
+    ``qi[j]`` (``ranges_where`` / ``TreeState.children_of``: by row, then child), one tree
+    hop further, from send ``w`` on, and ``last_sent`` set to the row's time (the copies
+    are heartbeats). Returns (member rows, the send after the copies). O(rows +
+    children)."""
+    nh = len(slots)
     n_mem = 0
-    for j in range(nh):
-        last_seq[slots[j]] = raised[j]
-        n_mem += member[slots[j]]
+    if numbered:
+        raised = np.empty(nh, np.int64)
+        for j in range(nh):
+            raised[j] = max(last_seq[slots[j]], seqno[j])
+        for j in range(nh):
+            last_seq[slots[j]] = raised[j]
+            n_mem += member[slots[j]]
     mem = np.empty(n_mem, np.int64)
     k = 0
-    for j in range(nh):
+    for j in range(nh if numbered else 0):
         if member[slots[j]]:
             mem[k] = j
             k += 1
     for j in range(len(qi)):
-        last_sent[slots[qi[j]]] = m[rows[qi[j]]]["time"]
+        last_sent[slots[qi[j]]] = time[qi[j]]
     for j in range(len(qi)):
-        r = m[rows[qi[j]]]
-        put_send(out, w, r["dst"], child[e[j]], data_type, r["time"], s_hr, s_rdist, s_lan)
-        _put_group(out, w, r["group"], key_hi, key_lo)
-        out[w]["origin"] = r["origin"]
-        out[w][_PUBLISH] = publish[qi[j]]
-        out[w][_SEQNO] = seqno[qi[j]]
-        out[w][_HOPS] = hops[qi[j]] + 1
+        i = qi[j]
+        put_send(out, w, nodes[i], child[e[j]], data_type, time[i], s_hr, s_rdist, s_lan)
+        _put_group(out, w, group[i], key_hi, key_lo)
+        out[w]["origin"] = origin[i]
+        out[w][_PUBLISH] = publish[i]
+        out[w][_SEQNO] = seqno[i]
+        out[w][_HOPS] = hops[i] + 1
         w += 1
     return mem, w
+
+
+@numba.njit(cache=True)
+def disseminate_sends(slots, nodes, group, origin, time, publish, seqno, hops, qi, e, numbered,
+                      last_seq, last_sent, member, child, key_hi, key_lo, data_type, out, pool,
+                      cursor, s_hr, s_rdist, s_lan):
+    """:func:`disseminate_rows` as a handler's pass (``ctx.send_compiled``: ``out`` lends
+    one record per child entry, not zeroed). Returns (member rows, sends, cursor).
+    O(rows + children)."""
+    zero_rows(out, np.int64(0), len(e))
+    mem, w = disseminate_rows(slots, nodes, group, origin, time, publish, seqno, hops, qi, e,
+                              numbered, last_seq, last_sent, member, child, key_hi, key_lo,
+                              data_type, out, np.int64(0), s_hr, s_rdist, s_lan)
+    return mem, w, cursor
 
 
 @numba.njit(cache=True)
@@ -328,17 +354,16 @@ def on_mcast(m, li, mode, six, eix, n_groups, active, root, acl, member, last_se
                 _put_group(out, w, r["group"], key_hi, key_lo)
                 out[w][_RP] = r["dst"]
                 w += 1
-    rows = np.arange(n)
-    publish = np.empty(n, np.int64)
-    seqno = np.empty(n, np.int64)
-    hops = np.empty(n, np.int64)
+    cols = np.empty((7, n), np.int64)
     for i in range(n):
-        publish[i] = m[i][_MCAST_PUBLISH]
-        seqno[i] = m[i][_MCAST_SEQNO]
-        hops[i] = m[i]["hops"]
-    mem, w = _disseminate(m, rows, s, publish, seqno, hops, qi, e, last_seq, last_sent, member,
-                          child, key_hi, key_lo, data_type, out, np.int64(w), s_hr, s_rdist,
-                          s_lan)
+        r = m[i]
+        cols[0, i], cols[1, i], cols[2, i], cols[3, i] = r["dst"], r["group"], r["origin"], \
+            r["time"]
+        cols[4, i], cols[5, i], cols[6, i] = r[_MCAST_PUBLISH], r[_MCAST_SEQNO], r["hops"]
+    publish, seqno, hops = cols[4], cols[5], cols[6]
+    mem, w = disseminate_rows(s, cols[0], cols[1], cols[2], cols[3], publish, seqno, hops, qi,
+                              e, np.bool_(True), last_seq, last_sent, member, child, key_hi,
+                              key_lo, data_type, out, np.int64(w), s_hr, s_rdist, s_lan)
     deliveries = np.empty(len(mem), m.dtype)
     for k in range(len(mem)):   # as the DATA copy a member gets
         i = mem[k]

@@ -130,15 +130,11 @@ class Dissemination:
         if self.ordered is not None:
             self.ordered.disseminate(ctx, s, nodes, group, source, publish, seqno, hops, now)
             return
-        sl = self.tree.slots
-        sl["last_seq"][s] = np.maximum(sl["last_seq"][s], seqno)
-        mem = sl["member"][s]
-        n = int(mem.sum())
-        if n:
+        mem = send_data_to_children(self.tree, self.messenger, ctx, s, nodes, group, source,
+                                    publish, seqno, hops, now, numbered=True)
+        if len(mem):
             self._log_delivery(ctx, group[mem], nodes[mem], source[mem], publish[mem],
                                now[mem], hops[mem], seqno[mem])
-        send_data_to_children(self.tree, self.messenger, ctx, s, nodes, group, source, publish,
-                              seqno, hops, now)
 
     def _log_delivery(self, ctx, group, member, source, publish, now, hops, seqno) -> None:
         """One ``delivery`` row per member that got a message."""

@@ -16,9 +16,9 @@ import numpy as np
 
 from emulator.kernels import unique_first
 
-from . import kernels
+from . import handler_kernels, kernels
 from .keyindex import KeyIndex
-from .types import DATA, Data, Join
+from .types import DATA, Join
 
 _SLOT_COLS = {
     "node": ("i4", -1),        # local index of the node
@@ -282,14 +282,23 @@ def _pairs(local_idx, groups) -> tuple[np.ndarray, np.ndarray]:
 
 
 def send_data_to_children(tree: TreeState, messenger, ctx, s, nodes, group, source, publish,
-                          seqno, hops, now) -> None:
-    """The forwarding step of dissemination: each slot of ``s`` (rows: its node, group and
-    message) sends one DATA copy to every child, and remembers when it last sent (the
-    copies count as heartbeats). O(children of the slots)."""
+                          seqno, hops, now, numbered: bool = False) -> np.ndarray:
+    """Dissemination at tree slots ``s`` (rows: its node, group and message), compiled
+    (``handler_kernels.disseminate_rows``, the rule's one implementation): each slot sends
+    one DATA copy to every child, and remembers when it last sent (the copies count as
+    heartbeats). ``numbered`` (without the reliable layer): each slot's ``last_seq`` is
+    raised to the seqno first, and the rows whose slot is a member's are returned (their
+    deliveries); else none. O(rows + children of the slots)."""
     qi, e = tree.children_of(s)
-    if len(e):
-        tree.slots["last_sent"][s[qi]] = now[qi]
-        messenger.send(ctx, nodes[qi], tree.entries["child"][e], DATA, now[qi], group[qi],
-                       origin=source[qi],
-                       **Data.fields(publish_time=publish[qi], seqno=seqno[qi],
-                                     total_hops=hops[qi] + 1))
+    sl, keys = tree.slots, messenger.groups.table
+    i64 = _int64s
+    return messenger.run_compiled(
+        ctx, len(e), handler_kernels.disseminate_sends, i64(s), i64(nodes), i64(group),
+        i64(source), i64(now), i64(publish), i64(seqno), i64(hops), i64(qi), i64(e),
+        np.bool_(numbered), sl["last_seq"], sl["last_sent"], sl["member"],
+        tree.entries["child"], keys["id_hi"], keys["id_lo"], DATA)[0]
+
+
+def _int64s(a) -> np.ndarray:
+    """``a`` as a contiguous int64 array (the kernels' one signature)."""
+    return np.ascontiguousarray(a, np.int64)
