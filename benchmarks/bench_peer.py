@@ -6,9 +6,9 @@ multicast each. Here: the same as a scenario (written to ``<out>/bench_peer.toml
 the scenario runner's own per-topology code on Ray with the scenarios' automatic shard count
 (one shard for 10,000 nodes; ``--shards K`` to choose), without the Spark
 analysis (not part of the comparison). Prints the emulation time of each phase and the
-share of its messages that Python handlers took (passes the compiled cell loop handed
-back), the table-quality check's time and the message counts, and writes them to
-``<out>/bench.json``.
+share of its messages in passes the Python loop dispatched (the compiled cell loop handed
+them back, or left them to it), the table-quality check's time and the message counts, and
+writes them to ``<out>/bench.json``.
 
 ``--rate R``: arrivals per second instead (the faithful bootstrap's sparse traffic at 10/s:
 a few messages a cell over half a million cells).
@@ -115,8 +115,8 @@ def main() -> None:
         print(f"{ph:10s} emulation {st['emulation_s']:8.2f} s  wall {st['wall_s']:8.2f} s  "
               f"messages {st['messages']:>10,}  windows {st['windows']:>6,}  "
               f"{st['messages'] / max(st['emulation_s'], 1e-9):>9,.0f} msg/s  "
-              f"{100 * st.get('python_messages', 0) / max(st['messages'], 1):5.1f} % by "
-              f"Python handlers")
+              f"{100 * st.get('python_messages', 0) / max(st['messages'], 1):5.1f} % by the "
+              f"Python loop")
     print(f"table-quality check {out['quality_check_s']} s; total {out['total_s']} s")
     if a.json:
         from report import write_record

@@ -278,7 +278,7 @@ def complete_phase(topo_run: TopologyRun, phase: str, state: RunState, done: lis
     state.d.setdefault("phase_end", {})[str(topo_run.t)] = topo_run.phase_end
     state.save()
     rate = stats.get("messages", 0) / max(stats.get("wall_s", 0.0), 1e-9)
-    log.info("topology %d phase %s: %d messages (%.1f %% by Python handlers), %d windows in "
+    log.info("topology %d phase %s: %d messages (%.1f %% by the Python loop), %d windows in "
              "%d driver rounds, virtual %d us, %.2f s emulation (%.0f msg/s; shard CPU %s s), "
              "%.2f s with dump/flush/checkpoint",
              topo_run.t, phase, stats.get("messages", 0), 100 * _python_share(stats),
@@ -288,8 +288,8 @@ def complete_phase(topo_run: TopologyRun, phase: str, state: RunState, done: lis
 
 
 def _python_share(stats: dict) -> float:
-    """The share of a phase's messages that Python handlers took (passes the compiled cell
-    loop handed back); 0 for none."""
+    """The share of a phase's messages in passes the Python loop dispatched (the compiled
+    cell loop handed them back, or left them to it); 0 for none."""
     return stats.get("python_messages", 0) / max(stats.get("messages", 0), 1)
 
 
