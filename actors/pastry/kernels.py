@@ -207,37 +207,27 @@ def _select_row(out, i, dist, half, row, me, ids_hi, ids_lo, exclude, xr):
         if any_dead and _excluded(exclude, xr, c):
             continue
         down, dh, dl = on_smaller_side(s_hi, s_lo, ids_hi[c], ids_lo[c])
-        if down:
-            # insert into the small side, sorted by (dh, dl); distinct ids, no ties
-            pos = ns
-            while pos > 0 and _less(dh, dl, dist[0, pos - 1], dist[1, pos - 1]):
-                pos -= 1
-            if pos > 0 and dist[0, pos - 1] == dh and dist[1, pos - 1] == dl:
-                continue            # already there
-            if pos < half:
-                last = ns if ns < half else half - 1
-                for q in range(last, pos, -1):
-                    dist[0, q], dist[1, q] = dist[0, q - 1], dist[1, q - 1]
-                    out[i, q] = out[i, q - 1]
-                dist[0, pos], dist[1, pos] = dh, dl
-                out[i, pos] = c
-                if ns < half:
+        if not down:
+            dh, dl = _sub(ids_hi[c], ids_lo[c], s_hi, s_lo)  # c - self: going up
+        # its side: distance rows r, r + 1 of dist, columns col.. of out, n members so far;
+        # kept sorted by (dh, dl), distinct ids, no ties
+        r, col, n = (0, 0, ns) if down else (2, half, nl)
+        pos = n
+        while pos > 0 and _less(dh, dl, dist[r, pos - 1], dist[r + 1, pos - 1]):
+            pos -= 1
+        if pos > 0 and dist[r, pos - 1] == dh and dist[r + 1, pos - 1] == dl:
+            continue                # already there
+        if pos < half:
+            last = n if n < half else half - 1
+            for q in range(last, pos, -1):
+                dist[r, q], dist[r + 1, q] = dist[r, q - 1], dist[r + 1, q - 1]
+                out[i, col + q] = out[i, col + q - 1]
+            dist[r, pos], dist[r + 1, pos] = dh, dl
+            out[i, col + pos] = c
+            if n < half:
+                if down:
                     ns += 1
-        else:
-            uh, ul = _sub(ids_hi[c], ids_lo[c], s_hi, s_lo)  # c - self: going up
-            pos = nl
-            while pos > 0 and _less(uh, ul, dist[2, pos - 1], dist[3, pos - 1]):
-                pos -= 1
-            if pos > 0 and dist[2, pos - 1] == uh and dist[3, pos - 1] == ul:
-                continue            # already there
-            if pos < half:
-                last = nl if nl < half else half - 1
-                for q in range(last, pos, -1):
-                    dist[2, q], dist[3, q] = dist[2, q - 1], dist[3, q - 1]
-                    out[i, half + q] = out[i, half + q - 1]
-                dist[2, pos], dist[3, pos] = uh, ul
-                out[i, half + pos] = c
-                if nl < half:
+                else:
                     nl += 1
 
 
