@@ -49,7 +49,7 @@ INJECT_SEQ_BASE = -(1 << 62)  # injected stimuli sort before protocol messages o
 # one window can hold when a sparse stretch is followed by a dense one (the display waits
 # for the window's end): 51.2 s of virtual time at the default 200 ms. A round trip costs
 # ~2 ms on one machine: in the faithful bootstrap at 10 arrivals/s on one shard a 3.2 s
-# window holds ~15 ms of work, a 51.2 s one ~200 ms. Windows never change results (cells
+# window holds ~15 ms of work, a 51.2 s one ~130 ms. Windows never change results (cells
 # are global), so neither does the cap.
 CAP_GROW_BELOW_S = 0.2
 CAP_SHRINK_ABOVE_S = 1.0

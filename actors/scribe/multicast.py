@@ -15,7 +15,7 @@ from . import handler_kernels
 from .groups import GroupDirectory
 from .publishing import ReliablePublishing
 from .reliable import OrderedDelivery
-from .tree import TreeState, send_data_to_children
+from .tree import TreeState, disseminate_at_slots
 from .types import DATA, MCAST, RP_ADDR, Data, Mcast, McastReq, RpAddr
 from .wire import Messenger, take_rows
 
@@ -130,8 +130,8 @@ class Dissemination:
         if self.ordered is not None:
             self.ordered.disseminate(ctx, s, nodes, group, source, publish, seqno, hops, now)
             return
-        mem = send_data_to_children(self.tree, self.messenger, ctx, s, nodes, group, source,
-                                    publish, seqno, hops, now, numbered=True)
+        mem = disseminate_at_slots(self.tree, self.messenger, ctx, s, nodes, group, source,
+                                   publish, seqno, hops, now, numbered=True)
         if len(mem):
             self._log_delivery(ctx, group[mem], nodes[mem], source[mem], publish[mem],
                                now[mem], hops[mem], seqno[mem])

@@ -23,7 +23,7 @@ import numpy as np
 from emulator.kernels import unique_first
 
 from .keyindex import KeyIndex
-from .tree import TreeState, send_data_to_children
+from .tree import TreeState, disseminate_at_slots
 from .types import DATA, JOIN, Data
 from .wire import Messenger
 
@@ -139,8 +139,8 @@ class OrderedDelivery:
             return
         ring.put(s, seqno, publish, source, hops)
         # forwardHandler: each new message goes on to every child once, in seqno order
-        send_data_to_children(self.tree, self.messenger, ctx, s, nodes, group, source, publish,
-                              seqno, hops, now)
+        disseminate_at_slots(self.tree, self.messenger, ctx, s, nodes, group, source, publish,
+                             seqno, hops, now)
         touched, first = unique_first(s)
         last = np.r_[first[1:], len(s)] - 1
         # rows are sorted by (slot, seqno): a slot's last row holds its newest seqno

@@ -281,8 +281,8 @@ def _pairs(local_idx, groups) -> tuple[np.ndarray, np.ndarray]:
     return li.reshape(-1), g.reshape(-1)
 
 
-def send_data_to_children(tree: TreeState, messenger, ctx, s, nodes, group, source, publish,
-                          seqno, hops, now, numbered: bool = False) -> np.ndarray:
+def disseminate_at_slots(tree: TreeState, messenger, ctx, s, nodes, group, source, publish,
+                         seqno, hops, now, numbered: bool = False) -> np.ndarray:
     """Dissemination at tree slots ``s`` (rows: its node, group and message), compiled
     (``handler_kernels.disseminate_rows``, the rule's one implementation): each slot sends
     one DATA copy to every child, and remembers when it last sent (the copies count as
