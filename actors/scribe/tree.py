@@ -12,6 +12,8 @@ revived when the same key comes back.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from emulator.kernels import unique_first
@@ -290,15 +292,12 @@ def disseminate_at_slots(tree: TreeState, messenger, ctx, s, nodes, group, sourc
     raised to the seqno first, and the rows whose slot is a member's are returned (their
     deliveries); else none. O(rows + children of the slots)."""
     qi, e = tree.children_of(s)
+    if not numbered and not len(e):
+        return np.empty(0, np.int64)     # no copy to send, no state to change
     sl, keys = tree.slots, messenger.groups.table
-    i64 = _int64s
+    i64 = functools.partial(np.ascontiguousarray, dtype=np.int64)   # (one kernel signature)
     return messenger.run_compiled(
         ctx, len(e), handler_kernels.disseminate_sends, i64(s), i64(nodes), i64(group),
         i64(source), i64(now), i64(publish), i64(seqno), i64(hops), i64(qi), i64(e),
         np.bool_(numbered), sl["last_seq"], sl["last_sent"], sl["member"],
         tree.entries["child"], keys["id_hi"], keys["id_lo"], DATA)[0]
-
-
-def _int64s(a) -> np.ndarray:
-    """``a`` as a contiguous int64 array (the kernels' one signature)."""
-    return np.ascontiguousarray(a, np.int64)
