@@ -10,7 +10,8 @@ be compiled again in every process).
 A run of Scribe's routed messages passing a node is the common API in compiled form
 (:func:`take_routed_run`): Pastry's routing step up to the upcalls, Scribe's deliver
 upcall where they arrive, the forward upcall, Pastry's hops -- for the types whose
-upcalls Scribe has compiled (``Scribe.routed_run_types``: MCAST).
+upcalls Scribe has compiled (``Scribe.routed_run_types``: MCAST, and JOIN where its
+path is compiled).
 
 Between the two parts the pass's changed leaf sets mark Scribe's rendezvous points
 stale, which is what the ``new_leafs`` upcall does after Pastry's runs in the Python loop
@@ -26,26 +27,27 @@ from actors.pastry import cell_loop as pastry_loop
 from actors.pastry.handler_kernels import on_runs, route_app_run, send_app_hops
 from actors.pastry.kernels import HERE_APP
 from actors.scribe import cell_loop as scribe_loop
-from actors.scribe.handler_kernels import DONE, MORE_ROOM, on_mcast_routed
+from actors.scribe.handler_kernels import DONE, MORE_ROOM, on_routed_run
 from emulator import window
 from emulator.kernels import TYPE_OFFSET
 
 
 @numba.njit(cache=True)
 def take_routed_run(m, li, out, pool, cursor, acks_off, learn, joined, acks, tables, state,
-                    factors, delivered, scribe_stats, route_log, pastry_stats):
-    """A run of MCASTs routed through this node, from send ``cursor[0]`` on (the cursor
-    advanced): Pastry's routing step up to the upcalls
+                    factors, delivered, scribe_stats, tree_sizes, route_log, pastry_stats):
+    """A run of MCASTs or JOINs routed through this node, from send ``cursor[0]`` on (the
+    cursor advanced): Pastry's routing step up to the upcalls
     (``pastry.handler_kernels.route_app_run``: the hops acknowledged, next hops, route
-    log rows), Scribe's deliver upcall for those at their RP
-    (``scribe.handler_kernels.on_mcast_routed``), the forward upcall (nothing for an
-    MCAST) and the hops of the others (``send_app_hops``), as ``Router.receive`` and
+    log rows), Scribe's deliver and forward upcalls (``scribe.handler_kernels.
+    on_routed_run``; a JOIN run advances the tree's index sizes ``tree_sizes``), then
+    the hops of those that go on (``send_app_hops``), as ``Router.receive`` and
     ``Router.step`` run them. The route log rows and deliveries go to the loop's buffers.
-    Lent ``int(factors[MCAST] * n)`` rows as ``take_runs`` lends a run; a run short of
+    Lent ``int(factors[type] * n)`` rows as ``take_runs`` lends a run; a run short of
     them is noted in ``scribe_stats`` (the factor then grows). Returns whether the run was
     taken (False: nothing done, the handlers' path takes it). O(the handlers' work)."""
     n = len(m)
-    rows = np.int64(factors[m[0]["type"]] * n)
+    type_ = m[0]["type"]
+    rows = np.int64(factors[type_] * n)
     k0 = cursor[0]
     o = out[k0:k0 + rows]
     s_hr, s_rdist, s_lan = tables
@@ -53,34 +55,25 @@ def take_routed_run(m, li, out, pool, cursor, acks_off, learn, joined, acks, tab
                                                   pool, s_hr, s_rdist, s_lan)
     if not ok:
         return False
+    here = np.empty(len(mk), np.bool_)
     n_here = 0
     n_on = 0
     for i in range(len(mk)):
-        if kind[i] <= HERE_APP:
+        here[i] = kind[i] <= HERE_APP
+        if here[i]:
             n_here += 1
         elif nxt[i] >= 0:
             n_on += 1
     if na + 2 * n_on > rows:
-        _short(scribe_stats, m[0]["type"], na + 2 * n_on + n_here, n)
+        _short(scribe_stats, type_, na + 2 * n_on + n_here, n)
         return False
-    here = np.empty(n_here, mk.dtype)
-    here_li = np.empty(n_here, lk.dtype)
-    j = 0
-    for i in range(len(mk)):
-        if kind[i] <= HERE_APP:
-            here[j] = mk[i]
-            here_li[j] = lk[i]
-            j += 1
-    kd = 0
-    pos = cursor[1]
-    got = np.empty(0, mk.dtype)
-    if n_here:
-        st, need, got, kd, pos = on_mcast_routed(here, here_li, state, o[na:rows - 2 * n_on],
-                                                 pool, pos, s_hr, s_rdist, s_lan)
-        if st == MORE_ROOM:
-            _short(scribe_stats, m[0]["type"], na + need + 2 * n_on, n)
-        if st != DONE:
-            return False
+    st, need, got, kd, pos = on_routed_run(mk, lk, here, nxt, state, tree_sizes,
+                                           o[na:rows - 2 * n_on], pool, cursor[1], s_hr,
+                                           s_rdist, s_lan)
+    if st == MORE_ROOM:
+        _short(scribe_stats, type_, na + need + 2 * n_on, n)
+    if st != DONE:
+        return False
     kh = send_app_hops(mk, nxt, kind, acks_off, acks, o, na + kd, s_hr, s_rdist, s_lan)
     cursor[0] = k0 + na + kd + kh
     cursor[1] = pos
@@ -122,7 +115,7 @@ def run_cells(end, eng, taken, app_type, app_routed, rows_per, ints_per, pastry_
     (acks_off, learn, joins, acks, seed, draws, run_rows, joined_room, run_counts, tables,
      route_log, changed_mask, changed, pastry_stats, runs_taken) = pastry_args
     s_hr, s_rdist, s_lan = tables
-    state, factors, s_tables, delivered, scribe_stats = scribe_args
+    state, factors, s_tables, delivered, scribe_stats, tree_sizes = scribe_args
     sizes = window.buffer_sizes(out, pool, log, outbox, outbox_pay)
     # typed values, not literals: a literal argument is a further compile of the callee
     cell = np.int64(0)
@@ -164,8 +157,8 @@ def run_cells(end, eng, taken, app_type, app_routed, rows_per, ints_per, pastry_
                         or not take_routed_run(m[bounds[r]:bounds[r + 1]],
                                                li[bounds[r]:bounds[r + 1]], out, pool, cursor,
                                                acks_off, learn, joins[0], acks, tables, state,
-                                               factors, delivered, scribe_stats, route_log,
-                                               pastry_stats):
+                                               factors, delivered, scribe_stats, tree_sizes,
+                                               route_log, pastry_stats):
                     return window.PASS_PARTLY_DONE, m, payload, True, r, cursor[0], cursor[1]
                 r += 1
                 continue

@@ -318,3 +318,27 @@ def protocol_message(src, dst, type_code: int, at, **fields) -> np.ndarray:
     for name, value in fields.items():
         msg[name] = value
     return msg
+
+
+def run_without_loop(monkeypatch, run):
+    """``run()`` with the stacks' compiled cell loops off from here on (every pass through
+    the engine's Python loop and its flush)."""
+    monkeypatch.setattr(OverlayStack, "run_cells", property(lambda self: None))
+    return run()
+
+
+def same_outcome(other, ref) -> None:
+    """Two runs' outcomes (logs, counters, sends per type, tree states, ...) agree:
+    counters, sends per type, every log column (values and types) and every node's tree
+    state."""
+    logs, counts, sent, trees = other[:4]
+    assert counts == ref[1] and sent == ref[2]
+    for name, cols in logs.items():
+        assert cols.keys() == ref[0][name].keys(), name
+        for c, v in cols.items():
+            assert np.array_equal(v, ref[0][name][c]), (name, c)
+            assert v.dtype == ref[0][name][c].dtype, (name, c)
+    for tree, tree_ref in zip(trees, ref[3], strict=True):
+        for part in ("slots", "entries"):
+            for c, v in tree[part].items():
+                assert np.array_equal(v, tree_ref[part][c]), (part, c)

@@ -227,19 +227,24 @@ class Scribe:
         # the JOIN path's compiled passes: also without a tree shaper and lazy growth
         self.joins_compiled = plain and no_paths and self.bottleneck is None \
             and not self.params["lazy_growth"]
-        # a routing step's deliver and forward upcalls in one pass: also without tree
-        # repair, whose first TICK timers go between the two upcalls' sends
-        self.routed_compiled = self.joins_compiled and not r.period
+        # a routing step's deliver and forward upcalls in one pass (with tree repair, each
+        # upcall's first TICK timers after its sends, in the same pass)
+        self.routed_compiled = self.joins_compiled
+        self.joins.timer_inputs = r.timer_inputs
         # the same, several runs of a pass in one call (receive_runs); rows lent per
         # message of each type, raised when a run asks for more (a tick's sends depend on
         # the trees its node is in)
         self.compiled_run_types = frozenset(self.compiled)
-        # routed types a compiled loop may take through a node (its routing step, the
-        # deliver upcall compiled, a forward upcall that changes nothing)
-        self.routed_run_types = frozenset({MCAST} if MCAST in self.compiled else ())
+        # routed types a compiled loop may take through a node (its routing step, then
+        # the deliver and forward upcalls compiled: MCAST's forward changes nothing)
+        self.routed_run_types = frozenset(
+            ({MCAST} if MCAST in self.compiled else set())
+            | ({JOIN} if self.routed_compiled else set()))
+        # (a routed run's room includes Pastry's: a HOP_ACK per message, a hop and its
+        # ACK_TIMER per message passing; a JOIN's JOIN_ACK and first TICK timer besides)
         self._run_room = Room(_RUN_ROOM_MAX, {DATA: 4.0, TICK: 4.0, HEARTBEAT: 1.0,
                                               REFRESH: 1.0, JOIN_ACK: 1.0, MCAST: 4.0,
-                                              RP_ADDR: 0.0})
+                                              RP_ADDR: 0.0, JOIN: 5.0})
 
     def variant_label(self) -> str:
         """Label of the delivery and tree_edge rows: the configured one, else what the
@@ -304,9 +309,10 @@ class Scribe:
         return r
 
     def runs_state(self, ctx) -> tuple:
-        """``handler_kernels.on_runs``'s arguments between ``last`` and ``out``: the trees,
-        keys, timers and type codes its kernels work on (read at each call: the tree's
-        arrays are replaced when it grows, and by a restore)."""
+        """``handler_kernels.on_runs``'s arguments between ``last`` and ``out`` (and
+        ``on_mcast_routed``'s, ``on_join_routed``'s): the trees, keys, timers and type
+        codes its kernels work on (read at each call: the tree's arrays are replaced when
+        it grows, and by a restore)."""
         t, keys, rp = self.tree, self.groups.table, self.repair
         sl, en = t.slots, t.entries
         period = rp.period or 0   # (no TICK runs without heartbeats)
@@ -318,7 +324,7 @@ class Scribe:
                 keys["id_hi"], keys["id_lo"], self.rendezvous.stale, period,
                 rp.heartbeat_miss * period, rp.child_expiry_miss * period, DATA, TICK,
                 HEARTBEAT, REFRESH, LEAVE, REJOIN, sl["acl"], JOIN_ACK, MCAST, RP_ADDR,
-                sl["rp_cache"], sl["rp_cache_time"])
+                sl["rp_cache"], sl["rp_cache_time"], JOIN)
 
     def routed(self, ctx, m, here, next_hop) -> bool:
         """A routing step's messages at once (rows ``here`` delivered at this node, the
@@ -332,7 +338,6 @@ class Scribe:
         m = msgs_of(batch)
         if self.joins_compiled and len(m) and m["type"][0] == JOIN \
                 and self.joins.at_rp_compiled(ctx, m):
-            self.repair.start_ticks(ctx, m)
             return
         self._dispatch(ctx, m, self.on_deliver)
 
@@ -341,9 +346,9 @@ class Scribe:
         m = msgs_of(batch)
         next_hop = np.asarray(next_hop).copy()
         is_join = (m["type"] == JOIN) & (m["src"] != m["dst"])  # not the origin's own call
-        if is_join.any():
-            if not (self.joins_compiled and self.joins.forward_compiled(ctx, m, next_hop)):
-                self.joins.forward(ctx, m, np.flatnonzero(is_join), next_hop)
+        if is_join.any() and not (self.joins_compiled
+                                  and self.joins.forward_compiled(ctx, m, next_hop)):
+            self.joins.forward(ctx, m, np.flatnonzero(is_join), next_hop)
             if not self.params["lazy_growth"]:  # a lazy JOIN makes no new forwarders
                 self.repair.start_ticks(ctx, m[is_join])
         return batch, next_hop

@@ -67,9 +67,12 @@ class ScribeLoopPart:
 
     def __init__(self, scribe, dtype: np.dtype):
         self.scribe = scribe
-        self.types = frozenset(int(t) for t in scribe.compiled_run_types)
+        self.types = frozenset(int(t) for t in scribe.compiled_run_types
+                               | scribe.routed_run_types)
         self.delivered = np.zeros(1024, dtype)
         self.stats = np.zeros(N_STATS, np.int64)
+        # the tree's slot and entry index sizes, which a routed JOIN run advances
+        self.tree_sizes = np.zeros(2, np.int64)
 
     def factors(self, rows_per: np.ndarray) -> None:
         """The records lent per message of each of its types (``Scribe._run_room``), in
@@ -83,18 +86,23 @@ class ScribeLoopPart:
         self.stats[:] = 0
         self.stats[SHORT_TYPE] = -1
         self.stats[TICKS_FROM] = -1
+        t = self.scribe.tree
+        self.tree_sizes[0] = t.slot_index.size
+        self.tree_sizes[1] = t.entry_index.size
         return (self.scribe.runs_state(ctx), rows_per, ctx.latency_tables(), self.delivered,
-                self.stats)
+                self.stats, self.tree_sizes)
 
     def free_rows(self) -> int:
         return len(self.delivered) - int(self.stats[N_DELIVERED])
 
     def gathered(self, ctx, m, extra_rows: int) -> None:
         """What the call gathered (``m``: the pass it ended on), as ``receive_runs`` does it
-        after its call: the DATA counts, the deliveries, the room of a run that was
-        short, the first timers of the nodes that need them; room for ``extra_rows``
-        deliveries if the loop asked for it."""
+        after its call: the DATA counts, the deliveries, the room of a run that was short,
+        the first timers of the nodes that need them; and the tree indexes' sizes that
+        routed JOIN runs reached; room for ``extra_rows`` deliveries if the loop asked for
+        it."""
         sc, st = self.scribe, self.stats
+        sc.tree.inserted(self.tree_sizes[0], self.tree_sizes[1])
         if st[DATA_TAKEN]:
             sc.multicast.data_counts(ctx, int(st[NO_STATE]), int(st[HOP_LIMIT]))
         n = int(st[N_DELIVERED])

@@ -36,7 +36,7 @@ from .kernels import (
     tick_slots,
     write_child,
 )
-from .keyindex import insert_key, key_value, ranges_where
+from .keyindex import any_within, has_room, insert_key, key_value, ranges_where
 from .types import Data, Join, JoinAck, Mcast, Refresh, RpAddr
 
 # type-specific columns (compile-time constants inside the kernels)
@@ -391,11 +391,33 @@ def on_mcast_routed(m, li, state, out, pool, cursor, s_hr, s_rdist, s_lan):
                     state[_S_RP_ADDR], out, pool, cursor, s_hr, s_rdist, s_lan)
 
 
+@numba.njit(cache=True)
+def on_routed_run(m, li, here, next_hop, state, tree_sizes, out, pool, cursor, s_hr, s_rdist,
+                  s_lan):
+    """A routing step's deliver and forward upcalls for a run of one of
+    ``Scribe.routed_run_types`` inside a compiled cell loop (rows ``here`` at their RP, the
+    others passing towards ``next_hop``): JOINs by :func:`on_join_routed` (``tree_sizes``
+    advanced), MCASTs by :func:`on_mcast_routed` for those here (an MCAST's forward upcall
+    changes nothing). ``state``: ``Scribe.runs_state``. Returns (status, need, the
+    deliveries, rows written, cursor)."""
+    if m[0]["type"] == state[_S_JOIN]:
+        st, need, w, cursor = on_join_routed(m, li, here, next_hop, state, tree_sizes, out,
+                                             pool, cursor, s_hr, s_rdist, s_lan)
+        return st, need, np.empty(0, m.dtype), w, cursor
+    sel = np.flatnonzero(here)
+    if len(sel) == 0:
+        return DONE, 0, np.empty(0, m.dtype), 0, cursor
+    return on_mcast_routed(m[sel], li[sel], state, out, pool, cursor, s_hr, s_rdist, s_lan)
+
+
 # the places in ``Scribe.runs_state`` (on_runs takes it apart whole) of what
-# on_mcast_routed reads
-_S_TICKING, _S_SIX, _S_EIX, _S_N_GROUPS, _S_ACTIVE, _S_ROOT, _S_MEMBER, _S_LAST_SEQ, \
-    _S_LAST_SENT, _S_VALID, _S_CHILD, _S_KEY_HI, _S_KEY_LO, _S_DATA, _S_ACL, _S_MCAST, \
-    _S_RP_ADDR = 0, 2, 3, 4, 7, 8, 10, 12, 13, 19, 20, 24, 25, 30, 36, 38, 39
+# on_mcast_routed and on_join_routed read
+_S_TICKING, _S_NODE_IDS, _S_SIX, _S_EIX, _S_N_GROUPS, _S_N_NODES, _S_ACTIVE, _S_ROOT, \
+    _S_PARENT, _S_MEMBER, _S_LAST_SEQ, _S_LAST_SENT, _S_SLOT_NODE, _S_N_CHILDREN, \
+    _S_NODE_CHILDREN, _S_GROUP, _S_JOIN_CRED, _S_VALID, _S_CHILD, _S_REFRESH, _S_E_SLOT, \
+    _S_E_CRED, _S_KEY_HI, _S_KEY_LO, _S_PERIOD, _S_DATA, _S_TICK, _S_ACL, _S_JOIN_ACK, \
+    _S_MCAST, _S_RP_ADDR, _S_JOIN = (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17, 18,
+                                     19, 20, 21, 22, 23, 24, 25, 27, 30, 31, 36, 37, 38, 39, 42)
 
 
 @numba.njit(cache=True)
@@ -659,8 +681,8 @@ def _at_rp_write(m, s, eix, n_nodes, entry_size, active, acl, last_seq, slot_nod
 def on_routed_joins(m, li, here, next_hop, six, n_groups, slot_size, eix, n_nodes,
                     entry_size, slot_node, slot_group, active, root, parent, acl, join_cred,
                     last_seq, n_children, node_children, valid, e_slot, e_child, e_cred,
-                    e_refresh, key_hi, key_lo, join_type, join_ack_type,
-                    out, pool, cursor, s_hr, s_rdist, s_lan):
+                    e_refresh, key_hi, key_lo, ticking, node_ids, period, join_type,
+                    join_ack_type, tick_type, out, pool, cursor, s_hr, s_rdist, s_lan):
     """The JOIN path's compiled pass, without the reliable layer, root paths, a tree shaper
     and lazy growth: the rows of ``here`` are delivered at their RP (``Scribe.deliver``),
     the others pass their node (``Scribe.forward``), their sends in that order. One
@@ -676,16 +698,21 @@ def on_routed_joins(m, li, here, next_hop, six, n_groups, slot_size, eix, n_node
     JOIN_ACK (row order); a slot that was not on the tree before the call becomes a
     forwarder at its first such row (active, no parent, the JOIN's credential), and that
     row's JOIN goes on as y's own (origin y, hops and path time 0); every other JOIN row
-    stops here (``next_hop`` -1).
+    stops here (``next_hop`` -1). With tree repair (``period`` > 0) each upcall's nodes
+    that now hold tree state get their first TICK timer after its JOIN_ACKs
+    (:func:`first_ticks`, as ``TreeRepair.start_ticks`` after each upcall).
 
     Both parts are checked before either writes (they touch different slots: a node
     routes every message for a key the same way). The call declines, before writing
     anything, where a row is not for a node of this shard, where a delivered row is not a
-    JOIN for the group's root with a known ACL token equal to its credential, or where a
+    JOIN for the group's root with a known ACL token equal to its credential, where a
     passing JOIN meets a node that knows the ACL and the credential is wrong (a refusal,
-    a replica's take-over: the general path handles those). The caller has made room for
-    a slot and an entry per row (``TreeState.make_room``). Returns (status, need, the slot
-    and entry indexes' new sizes, rows written, cursor). O(q log q)."""
+    a replica's take-over: the general path handles those), or where the tree lacks room
+    for a slot per passing row and a child entry per row (``TreeState.make_room``, which
+    the general path calls). Returns (status, need, the slot and entry indexes' new sizes,
+    rows written, cursor). O(q log q)."""
+    if not _tree_room(li, here, six, slot_size, eix, entry_size, active, valid):
+        return DECLINED, 0, slot_size, entry_size, 0, cursor
     st, s, n_remote = _at_rp_check(m, li, here, six, n_groups, root, acl, join_type)
     if st != DONE:
         return st, 0, slot_size, entry_size, 0, cursor
@@ -694,6 +721,9 @@ def on_routed_joins(m, li, here, next_hop, six, n_groups, slot_size, eix, n_node
     if st != DONE:
         return st, 0, slot_size, entry_size, 0, cursor
     need = n_remote + n_ok
+    if period > 0:   # (at most a timer per row whose node is not ticking)
+        for i in range(len(m)):
+            need += li[i] >= 0 and not ticking[li[i]]
     if need > len(out):
         return MORE_ROOM, need, slot_size, entry_size, 0, cursor
     zero_rows(out, np.int64(0), need)
@@ -701,12 +731,98 @@ def on_routed_joins(m, li, here, next_hop, six, n_groups, slot_size, eix, n_node
                                  slot_node, n_children, node_children, valid, e_slot, e_child,
                                  e_cred, e_refresh, key_hi, key_lo, join_ack_type, out, np.int64(0),
                                  s_hr, s_rdist, s_lan)
+    if period > 0:
+        w = first_ticks(m, li, here, ticking, six, active, node_ids, period, tick_type, out, w,
+                        s_hr, s_rdist, s_lan)
     slot_size, entry_size, w = _forward_write(
         m, li, next_hop, is_join, was, ok, six, n_groups, slot_size, eix, n_nodes, entry_size,
         slot_node, slot_group, active, parent, acl, join_cred, last_seq, n_children,
         node_children, valid, e_slot, e_child, e_cred, e_refresh, key_hi, key_lo,
         join_ack_type, out, w, s_hr, s_rdist, s_lan)
+    if period > 0:
+        w = first_ticks(m, li, is_join, ticking, six, active, node_ids, period, tick_type, out,
+                        w, s_hr, s_rdist, s_lan)
     return DONE, 0, slot_size, entry_size, w, cursor
+
+
+@numba.njit(cache=True)
+def _tree_room(li, here, six, slot_size, eix, entry_size, active, valid):
+    """Whether the tree takes :func:`on_routed_joins`' inserts without growing: a slot per
+    passing row, a child entry per row, every row's node a prefix of the slot index."""
+    n = len(li)
+    n_passing = 0
+    top = 0
+    for i in range(n):
+        n_passing += not here[i]
+        top = max(top, li[i] + 1)
+    return has_room(six, slot_size, n_passing, top) \
+        and slot_size + n_passing <= len(active) \
+        and has_room(eix, entry_size, n, slot_size + n_passing) \
+        and entry_size + n <= len(valid)
+
+
+@numba.njit(cache=True)
+def first_ticks(m, li, sel, ticking, six, active, node_ids, period, tick_type, out, w,
+                s_hr, s_rdist, s_lan):
+    """``TreeRepair.start_ticks`` for the rows ``sel`` of ``m`` (local indexes ``li``):
+    their nodes that are not ticking and hold an active slot start ticking, with a TICK
+    timer one ``period`` after the latest of their rows' times, in local-index order,
+    from row w of ``out`` on (zeroed). Returns the next row. O(q log q)."""
+    n = len(m)
+    cand = np.empty(n, np.int64)
+    k = 0
+    for i in range(n):
+        if sel[i] and not ticking[li[i]]:
+            cand[k] = li[i]
+            k += 1
+    if k == 0:
+        return w
+    nodes = np.unique(cand[:k])
+    now = np.full(len(nodes), np.iinfo(np.int64).min, np.int64)
+    for i in range(n):
+        if sel[i] and not ticking[li[i]]:
+            q = np.searchsorted(nodes, li[i])
+            now[q] = max(now[q], m[i]["time"])
+    for q in range(len(nodes)):
+        x = nodes[q]
+        if any_within(six, x, active):
+            ticking[x] = True
+            g = node_ids[x]
+            put_send(out, w, g, g, tick_type, now[q] + period, s_hr, s_rdist, s_lan)
+            w += 1
+    return w
+
+
+@numba.njit(cache=True)
+def start_ticks(m, li, ticking, six, active, node_ids, period, tick_type, out, pool, cursor,
+                s_hr, s_rdist, s_lan):
+    """:func:`first_ticks` for every row of ``m`` (``TreeRepair.start_ticks``), lent a
+    zeroed row per row. Returns (DONE, 0, rows written, cursor)."""
+    w = first_ticks(m, li, np.ones(len(m), np.bool_), ticking, six, active, node_ids, period,
+                    tick_type, out, np.int64(0), s_hr, s_rdist, s_lan)
+    return DONE, 0, w, cursor
+
+
+@numba.njit(cache=True)
+def on_join_routed(m, li, here, next_hop, state, sizes, out, pool, cursor, s_hr, s_rdist,
+                   s_lan):
+    """JOINs at a routing step (rows ``here`` at their RP, the others passing towards
+    ``next_hop``) inside a compiled cell loop: :func:`on_routed_joins` on
+    ``Scribe.runs_state`` with the tree indexes' sizes in ``sizes`` (slots, entries;
+    advanced). Returns (status, need, rows written, cursor)."""
+    st, need, s_size, e_size, w, cursor = on_routed_joins(
+        m, li, here, next_hop, state[_S_SIX], state[_S_N_GROUPS], sizes[0], state[_S_EIX],
+        state[_S_N_NODES], sizes[1], state[_S_SLOT_NODE], state[_S_GROUP], state[_S_ACTIVE],
+        state[_S_ROOT], state[_S_PARENT], state[_S_ACL], state[_S_JOIN_CRED],
+        state[_S_LAST_SEQ], state[_S_N_CHILDREN], state[_S_NODE_CHILDREN], state[_S_VALID],
+        state[_S_E_SLOT], state[_S_CHILD], state[_S_E_CRED], state[_S_REFRESH],
+        state[_S_KEY_HI], state[_S_KEY_LO], state[_S_TICKING], state[_S_NODE_IDS],
+        state[_S_PERIOD], state[_S_JOIN], state[_S_JOIN_ACK], state[_S_TICK], out, pool,
+        cursor, s_hr, s_rdist, s_lan)
+    if st == DONE:
+        sizes[0] = s_size
+        sizes[1] = e_size
+    return st, need, w, cursor
 
 
 @numba.njit(cache=True)
@@ -734,7 +850,7 @@ def on_runs(m, local, bounds, first, last, state, out, pool, cursor, s_hr, s_rdi
         join_cred, valid, child, refresh, e_slot, e_cred, key_hi, key_lo, stale, period, \
         silent_after, stale_after, data_type, tick_type, heartbeat_type, refresh_type, \
         leave_type, rejoin_type, acl, join_ack_type, mcast_type, rp_addr_type, rp_cache, \
-        rp_cache_time = state
+        rp_cache_time, _ = state
     w = 0
     status = DONE
     need = 0

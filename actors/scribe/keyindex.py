@@ -202,6 +202,31 @@ def insert_key(ix, width, size, k):
 
 
 @numba.njit(cache=True)
+def has_room(ix, size, more, prefixes):
+    """Whether the arrays ix of an index with a width (`KeyIndex.arrays`, ``size`` keys)
+    take ``more`` keys by
+    :func:`insert_key` without growing, their prefixes below ``prefixes``: what
+    `KeyIndex.make_room` would leave unchanged. O(1)."""
+    hkeys, head, nxt, key_of = ix[0], ix[2], ix[3], ix[4]
+    n = size + more
+    return 2 * n <= len(hkeys) and n <= len(key_of) and n <= len(nxt) \
+        and prefixes <= len(head)
+
+
+@numba.njit(cache=True)
+def any_within(ix, p, keep):
+    """Whether prefix ``p`` has a value v with keep[v] (`ranges_where` for one prefix,
+    stopping at the first). O(the prefix's chain)."""
+    head, nxt = ix[2], ix[3]
+    cur = head[p] if 0 <= p < len(head) else -1
+    while cur >= 0:
+        if keep[cur]:
+            return True
+        cur = nxt[cur]
+    return False
+
+
+@numba.njit(cache=True)
 def _insert(hkeys, hvals, key_of, head, nxt, width, size, q, vals, new):
     """Look up or add every key of q (in order); returns the new size. The caller has
     made room (`KeyIndex._reserve`)."""

@@ -27,6 +27,7 @@ from .types import (
     JOIN_REFUSE,
     LEAVE,
     REJOIN,
+    TICK,
     BnJoin,
     Join,
     JoinAck,
@@ -119,6 +120,8 @@ class TreeJoins:
         self.lazy_growth = lazy_growth
         self.bound = bound
         self.on_take_over = None   # (ctx, slots, nodes, now) after an RP take-over
+        # (ctx) -> the first TICK timers' inputs (``TreeRepair.timer_inputs``)
+        self.timer_inputs = None
 
     # ---- JOIN at the member and on the way -------------------------------------------
     def on_join_req(self, ctx, m) -> None:
@@ -268,19 +271,21 @@ class TreeJoins:
     def _joins_compiled(self, ctx, m, here, next_hop, new_slots) -> bool:
         """``handler_kernels.on_routed_joins`` over JOIN rows ``m``: those of mask ``here``
         at their RP, the others passing their node towards ``next_hop`` (changed in place),
-        after room for ``new_slots`` slots and a child entry per row. False (nothing done)
-        when it declines."""
+        after room for ``new_slots`` slots and a child entry per row; with tree repair,
+        the first TICK timers of each upcall's nodes (``TreeRepair.start_ticks``) in the
+        same call. False (nothing done) when it declines."""
         t = self.tree
         t.make_room(new_slots, len(m))
         sl, en, keys = t.slots, t.entries, self.messenger.groups.table
         status, s_size, e_size = self.messenger.send_compiled(
-            ctx, len(m), handler_kernels.on_routed_joins, m, ctx.local(m["dst"]), here,
-            next_hop, t.slot_index.arrays, t.n_groups, t.slot_index.size,
+            ctx, len(m), handler_kernels.on_routed_joins, m,
+            ctx.local(m["dst"]).astype(np.int64),   # (the compiled loop's li type)
+            here, next_hop, t.slot_index.arrays, t.n_groups, t.slot_index.size,
             t.entry_index.arrays, t.n_nodes, t.entry_index.size, sl["node"], sl["group"],
             sl["active"], sl["root"], sl["parent"], sl["acl"], sl["join_cred"],
             sl["last_seq"], sl["n_children"], t.node_children, en["valid"], en["slot"],
-            en["child"], en["cred"], en["refresh"], keys["id_hi"], keys["id_lo"], JOIN,
-            JOIN_ACK)
+            en["child"], en["cred"], en["refresh"], keys["id_hi"], keys["id_lo"],
+            *self.timer_inputs(ctx), JOIN, JOIN_ACK, TICK)
         if status != handler_kernels.DONE:
             return False
         t.inserted(s_size, e_size)

@@ -66,18 +66,15 @@ class TreeRepair:
         # in one compiled call (Messenger.local's checked int64 copy only when not)
         if kernels.all_set(self.ticking, ctx.local(m["dst"])):
             return
-        li = self.messenger.local(ctx, m["dst"])
-        cand = ~self.ticking[li]
-        nodes, inv = np.unique(li[cand], return_inverse=True)
-        now = np.full(len(nodes), np.iinfo(np.int64).min, np.int64)
-        np.maximum.at(now, inv, m["time"][cand])
-        qi, _ = self.tree.slots_of_nodes(nodes)
-        has = np.zeros(len(nodes), bool)
-        has[qi] = True
-        nodes, now = nodes[has], now[has]
-        if len(nodes):
-            self.ticking[nodes] = True
-            ctx.timer(np.asarray(ctx.nodes)[nodes], now + period, TICK)
+        self.messenger.send_compiled(
+            ctx, len(m), handler_kernels.start_ticks, m, self.messenger.local(ctx, m["dst"]),
+            self.ticking, self.tree.slot_index.arrays, self.tree.slots["active"],
+            np.asarray(ctx.nodes), period, TICK)
+
+    def timer_inputs(self, ctx) -> tuple:
+        """What ``handler_kernels.on_routed_joins`` takes for the first TICK timers: the
+        ticking flags, the nodes' global ids, the period (0: no tree repair)."""
+        return self.ticking, np.asarray(ctx.nodes), self.period or 0
 
     def forget_nodes(self, local_idx) -> None:
         """Crashed nodes: their timers are gone with them."""
