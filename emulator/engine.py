@@ -229,11 +229,11 @@ class ShardEngine:
             if loop is not None and not self._python_cells \
                     and self._loop_takes_next(loop, end):
                 # the stack's compiled loop, up to a pass it hands back
-                due, declined = self._run_loop(loop, end)
-                events += int(self._buffers.counts[window.N_EVENTS])
+                due, declined, popped, cells = self._run_loop(loop, end)
+                events += popped
                 if due is None:
                     break
-                self._pace_loop(int(self._buffers.counts[window.N_CELLS]))
+                self._pace_loop(cells)
                 events += self._cell(self.now // d, due, declined)
                 continue
             cell = self.queue.next_cell()
@@ -303,30 +303,38 @@ class ShardEngine:
         return window.cell_taken(end, q._meta, q._heap_t, q._heap_s, q._head, q._next,
                                  q._rows, q.delta, loop.taken)
 
-    def _run_loop(self, loop, end: int) -> tuple[Batch | None, int]:
+    def _run_loop(self, loop, end: int) -> tuple[Batch | None, int, int, int]:
         """Run the stack's compiled cell loop (``stack.run_cells``; emulator/window.py)
         until the window's end or a pass it hands back, and move what it gathered to the
-        engine's logs, outboxes and counters. Returns (the handed-back pass, the run the
-        stack declined in it, -1 if none), or (None, -1) at the window's end."""
+        engine's logs, outboxes and counters (and call it again where it stopped for
+        that, its buffers half full). Returns (the handed-back pass, the run the stack
+        declined in it, -1 if none; or None, -1 at the window's end), the messages popped
+        and the cells begun."""
         buffers = self._buffers
         c = buffers.counts
-        c[:] = 0
-        c[window.NOW] = self.now
-        c[window.DONE_UNTIL] = self.done_until
-        status, m, payload, ordered, done, k, pos = loop(
-            self.ctx, end, window.engine_arrays(self, buffers))
-        self.cells += int(c[window.N_CELLS])
-        self.now = int(c[window.NOW])
-        self.done_until = int(c[window.DONE_UNTIL])
-        self._cell_end = int(c[window.CELL_END])
-        self._take_loop_buffers(buffers)
-        if status in (window.PASS_PARTLY_DONE, window.PASS_UNROUTED):
-            # the sends of the runs the loop handled are in the send buffer: the stack's
-            # own sends after them (gathered) come next, as in the Python loop
-            self.sends.written(k, pos)
-        loop.gathered(self.ctx, int(c[window.ROOM_EXTRA]))
+        popped = cells = 0
+        while True:
+            c[:] = 0
+            c[window.NOW] = self.now
+            c[window.DONE_UNTIL] = self.done_until
+            status, m, payload, ordered, done, k, pos = loop(
+                self.ctx, end, window.engine_arrays(self, buffers))
+            self.cells += int(c[window.N_CELLS])
+            popped += int(c[window.N_EVENTS])
+            cells += int(c[window.N_CELLS])
+            self.now = int(c[window.NOW])
+            self.done_until = int(c[window.DONE_UNTIL])
+            self._cell_end = int(c[window.CELL_END])
+            self._take_loop_buffers(buffers)
+            if status in (window.PASS_PARTLY_DONE, window.PASS_UNROUTED):
+                # the sends of the runs the loop handled are in the send buffer: the
+                # stack's own sends after them (gathered) come next, as in the Python loop
+                self.sends.written(k, pos)
+            loop.gathered(self.ctx, int(c[window.ROOM_EXTRA]))
+            if status != window.BUFFERS_HALF_FULL:
+                break
         if status == window.WINDOW_DONE:
-            return None, -1
+            return None, -1, popped, cells
         due = Batch(m, payload) if len(payload) else Batch(m)
         if status == window.CELL_HANDED_BACK:
             if c[window.ROOM_ROWS] or c[window.ROOM_INTS]:   # room for the next such pass
@@ -336,12 +344,12 @@ class ShardEngine:
                 buffers.grow(rows, ints)
             if not ordered:
                 due = due.take(dispatch_order(m))
-            return due, -1
+            return due, -1, popped, cells
         if status == window.PASS_UNROUTED:
             self._flush()   # raises the stamping's error
             raise RuntimeError(f"shard {self.shard_id}: the compiled loop refused sends "
                                "the engine's stamping takes")
-        return due, int(done)
+        return due, int(done), popped, cells
 
     def _take_loop_buffers(self, buffers) -> None:
         """What a compiled loop call gathered, to the engine's logs, outboxes and

@@ -40,6 +40,7 @@ WINDOW_DONE = 0      # every cell before the window's end is processed
 CELL_HANDED_BACK = 1  # a popped pass the loop does not take: the engine processes it
 PASS_PARTLY_DONE = 2  # a popped pass of which the handlers took runs 0..done-1
 PASS_UNROUTED = 3    # sends the stamping refused (a bad source or destination)
+BUFFERS_HALF_FULL = 4  # before a new cell: the engine takes the buffers' rows, calls again
 
 # counters of a loop call (``LoopBuffers.counts``)
 N_CELLS, N_EVENTS, NOW, DONE_UNTIL, LATE, N_LOG, N_OUT, N_OUT_PAY, N_NEW_TYPES, \
@@ -60,7 +61,7 @@ class LoopBuffers:
     its counters. Sized for at least ``rows`` records and ``ints`` payload ints; a loop
     hands back a pass whose bound would not fit, and :meth:`grow` makes room."""
 
-    def __init__(self, dtype: np.dtype, rows: int = 4096, ints: int = 16384):
+    def __init__(self, dtype: np.dtype, rows: int = 16384, ints: int = 65536):
         self.dtype = dtype
         self.counts = np.zeros(N_COUNTS, np.int64)
         # (one place per type code: no call can overflow it)
@@ -173,16 +174,23 @@ def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_
     (``meta``, ``pay``) and the loop's buffers (their lengths: ``sizes``,
     :func:`buffer_sizes`; else the room asked is noted in ``c`` for the engine, which
     grows them before it processes the pass), and ``extra_rows`` rows a message of the
-    stack's own buffers fit the ``extra_room`` free. Returns (status: WINDOW_DONE,
-    CELL_HANDED_BACK or -1 for a pass to take, the cell, the pass, its payload, whether it
-    is in dispatch order, the start of every run of a type then len(pass), each row's
-    local index). O(k log k) for a pass of k, + cells scanned."""
+    stack's own buffers fit the ``extra_room`` free. A new cell is not begun while the
+    loop's log or outbox is more than half full: the engine empties them and calls again
+    (a pass that does not fit would be handed back whole, to the slower Python loop).
+    Returns (status: WINDOW_DONE, BUFFERS_HALF_FULL, CELL_HANDED_BACK or -1 for a pass to
+    take, the cell, the pass, its payload, whether it is in dispatch order, the start of
+    every run of a type then len(pass), each row's local index). O(k log k) for a pass of
+    k, + cells scanned."""
     d = delta
+    n_out, n_pool, n_log, n_outbox, n_outbox_pay = sizes
     if not in_cell:
         cell = next_pending(meta, heap_t, head, nxt, rows, d, np.bool_(False))
         if cell == NEVER or cell * d >= end:
             return WINDOW_DONE, cell, np.empty(0, rows.dtype), np.empty(0, np.int32), \
                 True, np.zeros(1, np.int64), np.empty(0, np.int64)
+        if 2 * c[N_LOG] > n_log or 2 * c[N_OUT] > n_outbox or 2 * c[N_OUT_PAY] > n_outbox_pay:
+            return BUFFERS_HALF_FULL, cell, np.empty(0, rows.dtype), \
+                np.empty(0, np.int32), True, np.zeros(1, np.int64), np.empty(0, np.int64)
         c[NOW] = cell * d
         c[CELL_END] = cell * d + d
         c[N_CELLS] += 1
@@ -214,7 +222,6 @@ def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_
             n = bounds[r + 1] - bounds[r]
             n_rows += np.int64(rows_per[t] * n)
             n_ints += ints_per[t] * n
-    n_out, n_pool, n_log, n_outbox, n_outbox_pay = sizes
     if ok and (n_rows > n_out or n_ints > n_pool or n_rows > meta[1]
                or meta[2] + n_ints > len(pay) or c[N_LOG] + n_rows > n_log
                or c[N_OUT] + n_rows > n_outbox or c[N_OUT_PAY] + n_ints > n_outbox_pay):

@@ -68,6 +68,33 @@ def test_small_protocol_run_reproduces_the_reference_digest(shards, monkeypatch)
     assert d == REFERENCE[200]
 
 
+def test_loop_with_small_buffers_reproduces_the_reference_digest(monkeypatch):
+    """The compiled loop's buffers (hop log, outbox) small and never grown: it stops
+    before a new cell while they are half full and the engine empties them and calls it
+    again (``window.BUFFERS_HALF_FULL``), and a pass too large for them goes to the Python
+    loop; the digest is the same. (One shard: its windows are long enough to fill them.)"""
+    from emulator import window
+    from emulator.engine import ShardEngine
+
+    calls = {"loop": 0, "engine": 0}
+    real_take, real_run = ShardEngine._take_loop_buffers, ShardEngine._run_loop
+
+    def take(self, buffers):   # once per loop call
+        calls["loop"] += 1
+        return real_take(self, buffers)
+
+    def run_loop(self, loop, end):   # once per the engine's call, which repeats a paused one
+        calls["engine"] += 1
+        return real_run(self, loop, end)
+    monkeypatch.setattr(ShardEngine, "_take_loop_buffers", take)
+    monkeypatch.setattr(ShardEngine, "_run_loop", run_loop)
+    monkeypatch.setattr(window.LoopBuffers.__init__, "__defaults__", (256, 1024))
+    monkeypatch.setattr(window.LoopBuffers, "grow", lambda self, rows, ints: None)
+    emu, _ = run_workload(200, 1)
+    assert calls["loop"] - calls["engine"] > 100, calls
+    assert digest(emu)[0] == REFERENCE[200]
+
+
 @pytest.mark.parametrize("shards", [1, 2])
 def test_handlers_one_by_one_reproduce_the_reference_digest(shards, monkeypatch):
     """The same workload with every run given to its handler alone (no compiled cell

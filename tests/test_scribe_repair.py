@@ -259,3 +259,4 @@ def test_stack_one_by_one_gives_the_same_run(shards, monkeypatch):
     assert engines and all(e._loop is None and not e._run_types for e in engines)
     assert sum(e.python_events for e in engines) == sum(e.events for e in engines) > 0
     same_outcome(one_by_one, ref)
+
