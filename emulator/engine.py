@@ -284,13 +284,15 @@ class ShardEngine:
         return events
 
     def _pace_loop(self, cells: int) -> None:
-        """After a loop call that handed a pass back having started ``cells`` cells: a
-        call costs tens of microseconds of arguments, more than the Python loop spends on
-        one cell of sparse application traffic, so after a call that took at most one
-        cell the next cells go to the Python loop -- 1, 2, 4, ... up to 32 of them while
-        that repeats; a call that took more starts over. (Either loop gives the same
-        results; this only picks the cheaper one.)"""
-        if cells <= 2:   # (the cell handed back is one of them)
+        """After a loop call that handed a pass back having begun ``cells`` cells: a call
+        costs tens of microseconds of arguments, more than the Python loop spends on one
+        cell of sparse application traffic, so after a call that handed back the first
+        cell it began (it took none) the next cells go to the Python loop -- 1, 2, 4, ...
+        up to 32 of them while that repeats; a call that took a cell starts over. (A call
+        that took one is worth its cost: a dense cell the Python loop would take costs it
+        hundreds of microseconds. Either loop gives the same results; this only picks the
+        cheaper one.)"""
+        if cells <= 1:
             self._python_backoff = min(2 * self._python_backoff or 1, 32)
             self._python_cells = self._python_backoff
         else:
