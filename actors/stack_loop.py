@@ -194,7 +194,6 @@ class StackCellLoop:
         self.ints_per = np.zeros(size, np.int64)
         self.ints_per[:len(self.pastry.run_ints)] = self.pastry.run_ints
         self.rendezvous = scribe.rendezvous
-        self._pass = None
 
     def __call__(self, ctx, end: int, eng):
         self.scribe.factors(self.rows_per)
@@ -202,13 +201,11 @@ class StackCellLoop:
                         self.ints_per,
                         self.pastry.inputs(ctx), self.scribe.inputs(ctx, self.rows_per),
                         bool(self.rendezvous.k), self.rendezvous.stale)
-        self._pass = res[1]
         return res
 
     def gathered(self, ctx, extra_rows: int) -> None:
         self.pastry.gathered(ctx, extra_rows)
-        self.scribe.gathered(ctx, self._pass, extra_rows)
-        self._pass = None
+        self.scribe.gathered(ctx, extra_rows)
 
     @property
     def runs_taken(self) -> np.ndarray:

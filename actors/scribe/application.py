@@ -279,34 +279,25 @@ class Scribe:
     def receive_runs(self, ctx, m, payload, local, bounds, first, last) -> int:
         """Runs ``first..last-1`` of a cell pass (types of :attr:`compiled_run_types`, to
         live nodes) in one compiled call (``handler_kernels.on_runs``): what
-        :meth:`receive_compiled` does run by run, the same sends in the same order, the
-        same counts and delivery rows. After a run whose nodes need their first TICK
-        (``start_ticks``, here, after that run's sends) the call goes on with the next.
-        Returns the first run not taken: one the kernel declined or lacked room for (the
-        overlay gives it to ``receive_compiled``, which asks again with the room
-        needed); the room lent per message of its type grows to that."""
+        :meth:`receive_compiled` does run by run, the same sends in the same order (each
+        run's first TICK timers, ``start_ticks``, after its sends), the same counts and
+        delivery rows. Returns the first run not taken: one the kernel declined or lacked
+        room for (the overlay gives it to ``receive_compiled``, which asks again with the
+        room needed); the room lent per message of its type grows to that."""
         room = self._run_room
-        state = self.runs_state(ctx)
-        r = first
-        while r < last:
-            rows = 0
-            for q in range(r, last):
-                rows += room.rows(int(m["type"][bounds[q]]), bounds[q + 1] - bounds[q])
-            done, status, need, no_state, looping, delivered, ticks_for = \
-                self.messenger.run_compiled(ctx, rows, handler_kernels.on_runs, m, local,
-                                            bounds, r, last, state)
-            if status == handler_kernels.MORE_ROOM:
-                room.asked(int(m["type"][bounds[done]]), need,
-                           bounds[done + 1] - bounds[done])
-            if no_state >= 0:   # (a DATA run was taken)
-                self.multicast.data_counts(ctx, no_state, looping)
-            if len(delivered):
-                self.multicast.log_deliveries(ctx, delivered)
-            if ticks_for < 0:
-                return done
-            self.repair.start_ticks(ctx, m[bounds[ticks_for]:bounds[ticks_for + 1]])
-            r = done
-        return r
+        rows = 0
+        for q in range(first, last):
+            rows += room.rows(int(m["type"][bounds[q]]), bounds[q + 1] - bounds[q])
+        done, status, need, no_state, looping, delivered = self.messenger.run_compiled(
+            ctx, rows, handler_kernels.on_runs, m, local, bounds, first, last,
+            self.runs_state(ctx))
+        if status == handler_kernels.MORE_ROOM:
+            room.asked(int(m["type"][bounds[done]]), need, bounds[done + 1] - bounds[done])
+        if no_state >= 0:   # (a DATA run was taken)
+            self.multicast.data_counts(ctx, no_state, looping)
+        if len(delivered):
+            self.multicast.log_deliveries(ctx, delivered)
+        return done
 
     def runs_state(self, ctx) -> tuple:
         """``handler_kernels.on_runs``'s arguments between ``last`` and ``out`` (and

@@ -2,10 +2,9 @@
 
 :func:`take_runs` is what ``Scribe.receive_runs`` does with a pass's runs of its compiled
 types, inside the loop: :func:`handler_kernels.on_runs` with the same room lent per run
-type, the DATA runs' deliveries and counts gathered. What needs Python -- a run short of
-room (the room factor then grows), a run whose nodes need their first TICK timer
-(``TreeRepair.start_ticks``) -- ends the loop's pass there, and the engine goes on in
-Python after :meth:`ScribeLoopPart.gathered` did that.
+type, the DATA runs' deliveries and counts gathered. A run short of room ends the loop's
+pass there (the room factor grows), and the engine goes on in Python after
+:meth:`ScribeLoopPart.gathered` did that.
 """
 
 from __future__ import annotations
@@ -16,10 +15,9 @@ import numpy as np
 from .handler_kernels import DONE, MORE_ROOM, on_runs
 
 # what a loop call gathers for Scribe (``stats``): deliveries, whether a DATA run was
-# taken and its counts, a run short of room (its type, the rows it needs, its messages),
-# and a run whose nodes need timers (its rows of the pass)
+# taken and its counts, a run short of room (its type, the rows it needs, its messages)
 N_DELIVERED, DATA_TAKEN, NO_STATE, HOP_LIMIT, SHORT_TYPE, SHORT_NEED, SHORT_COUNT, \
-    TICKS_FROM, TICKS_TO, N_STATS = range(10)
+    N_STATS = range(8)
 
 
 @numba.njit(cache=True)
@@ -30,15 +28,14 @@ def take_runs(m, li, bounds, first, last, out, pool, cursor, state, factors, tab
     per run as ``receive_runs`` lends them, from record ``cursor[0]`` of ``out`` on (the
     engine's ``eng.out`` and ``eng.pool``, the two arrays rather than ``eng``: each array
     passed costs a reference count; the cursor advanced). The deliveries of DATA and MCAST
-    runs go to ``delivered`` and the DATA counts to ``stats``; a run short of room, or one
-    whose nodes need timers, is noted in ``stats`` for :meth:`ScribeLoopPart.gathered`.
-    Returns (the first run not taken, whether the pass must end here for timers).
-    O(the handlers' work)."""
+    runs go to ``delivered`` and the DATA counts to ``stats``; a run short of room is
+    noted in ``stats`` for :meth:`ScribeLoopPart.gathered`. Returns (the first run not
+    taken, whether the pass ends there). O(the handlers' work)."""
     rows = 0
     for q in range(first, last):
         rows += np.int64(factors[m[bounds[q]]["type"]] * (bounds[q + 1] - bounds[q]))
     k0 = cursor[0]
-    done, status, need, no_state, looping, deliveries, ticks_for, w, pos = on_runs(
+    done, status, need, no_state, looping, deliveries, w, pos = on_runs(
         m, li, bounds, first, last, state, out[k0:k0 + rows], pool, cursor[1], tables[0],
         tables[1], tables[2])
     cursor[0] = k0 + w
@@ -56,10 +53,7 @@ def take_runs(m, li, bounds, first, last, out, pool, cursor, state, factors, tab
         stats[SHORT_TYPE] = m[bounds[done]]["type"]
         stats[SHORT_NEED] = need
         stats[SHORT_COUNT] = bounds[done + 1] - bounds[done]
-    if ticks_for >= 0:
-        stats[TICKS_FROM] = bounds[ticks_for]
-        stats[TICKS_TO] = bounds[ticks_for + 1]
-    return done, ticks_for >= 0 or status != DONE
+    return done, status != DONE
 
 
 class ScribeLoopPart:
@@ -85,7 +79,6 @@ class ScribeLoopPart:
         """:func:`take_runs`'s arguments after the cursor."""
         self.stats[:] = 0
         self.stats[SHORT_TYPE] = -1
-        self.stats[TICKS_FROM] = -1
         t = self.scribe.tree
         self.tree_sizes[0] = t.slot_index.size
         self.tree_sizes[1] = t.entry_index.size
@@ -95,12 +88,11 @@ class ScribeLoopPart:
     def free_rows(self) -> int:
         return len(self.delivered) - int(self.stats[N_DELIVERED])
 
-    def gathered(self, ctx, m, extra_rows: int) -> None:
-        """What the call gathered (``m``: the pass it ended on), as ``receive_runs`` does it
-        after its call: the DATA counts, the deliveries, the room of a run that was short,
-        the first timers of the nodes that need them; and the tree indexes' sizes that
-        routed JOIN runs reached; room for ``extra_rows`` deliveries if the loop asked for
-        it."""
+    def gathered(self, ctx, extra_rows: int) -> None:
+        """What the call gathered, as ``receive_runs`` does it after its call: the DATA
+        counts, the deliveries, the room of a run that was short; and the tree indexes'
+        sizes that routed JOIN runs reached; room for ``extra_rows`` deliveries if the
+        loop asked for it."""
         sc, st = self.scribe, self.stats
         sc.tree.inserted(self.tree_sizes[0], self.tree_sizes[1])
         if st[DATA_TAKEN]:
@@ -110,8 +102,6 @@ class ScribeLoopPart:
             sc.multicast.log_deliveries(ctx, self.delivered[:n].copy())
         if st[SHORT_TYPE] >= 0:
             sc._run_room.asked(int(st[SHORT_TYPE]), int(st[SHORT_NEED]), int(st[SHORT_COUNT]))
-        if st[TICKS_FROM] >= 0:
-            sc.repair.start_ticks(ctx, m[int(st[TICKS_FROM]):int(st[TICKS_TO])])
         if extra_rows > len(self.delivered):
             self.delivered = np.zeros(2 * extra_rows, self.delivered.dtype)
 

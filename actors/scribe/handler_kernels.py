@@ -377,18 +377,32 @@ def on_mcast(m, li, mode, six, eix, n_groups, active, root, acl, member, last_se
 @numba.njit(cache=True)
 def on_mcast_routed(m, li, state, out, pool, cursor, s_hr, s_rdist, s_lan):
     """MCASTs routed to their RP (the deliver upcall, ``Scribe.deliver``): :func:`on_mcast`
-    with mode 1 where every node is ticking (one that is not needs its first TICK timer,
-    ``TreeRepair.start_ticks``: the handler's path). ``state``: ``Scribe.runs_state``.
-    Returns as :func:`on_mcast`."""
-    ticking = state[_S_TICKING]
+    with mode 1, then with tree repair the first TICK timers of the nodes that now hold
+    tree state (:func:`first_ticks`, ``TreeRepair.start_ticks`` after the handler).
+    ``state``: ``Scribe.runs_state``. Returns as :func:`on_mcast`."""
+    ticking, period = state[_S_TICKING], state[_S_PERIOD]
+    n_new = 0
     for i in range(len(m)):
-        if li[i] < 0 or not ticking[li[i]]:
+        if li[i] < 0:
             return DECLINED, 0, np.empty(0, m.dtype), 0, cursor
-    return on_mcast(m, li, np.int64(1), state[_S_SIX], state[_S_EIX], state[_S_N_GROUPS],
-                    state[_S_ACTIVE], state[_S_ROOT], state[_S_ACL], state[_S_MEMBER],
-                    state[_S_LAST_SEQ], state[_S_LAST_SENT], state[_S_VALID], state[_S_CHILD],
-                    state[_S_KEY_HI], state[_S_KEY_LO], state[_S_MCAST], state[_S_DATA],
-                    state[_S_RP_ADDR], out, pool, cursor, s_hr, s_rdist, s_lan)
+        n_new += period > 0 and not ticking[li[i]]
+    if len(out) < n_new:
+        return MORE_ROOM, n_new + len(m), np.empty(0, m.dtype), 0, cursor
+    six, active = state[_S_SIX], state[_S_ACTIVE]
+    st, need, got, k, cursor = on_mcast(
+        m, li, np.int64(1), six, state[_S_EIX], state[_S_N_GROUPS], active, state[_S_ROOT],
+        state[_S_ACL], state[_S_MEMBER], state[_S_LAST_SEQ], state[_S_LAST_SENT],
+        state[_S_VALID], state[_S_CHILD], state[_S_KEY_HI], state[_S_KEY_LO], state[_S_MCAST],
+        state[_S_DATA], state[_S_RP_ADDR], out[:len(out) - n_new], pool, cursor, s_hr,
+        s_rdist, s_lan)
+    if st != DONE:
+        return st, need + n_new, got, k, cursor
+    if n_new:
+        zero_rows(out, k, k + n_new)
+        k = first_ticks(m, li, np.ones(len(m), np.bool_), ticking, six, active,
+                        state[_S_NODE_IDS], period, state[_S_TICK], out, k, s_hr, s_rdist,
+                        s_lan)
+    return DONE, 0, got, k, cursor
 
 
 @numba.njit(cache=True)
@@ -834,14 +848,14 @@ def on_runs(m, local, bounds, first, last, state, out, pool, cursor, s_hr, s_rdi
     :func:`on_refresh`, :func:`on_join_ack`, :func:`on_mcast` for those sent directly,
     :func:`on_rp_addr`),
     their sends one after the other in ``out``: what ``Scribe.receive_compiled`` does run
-    by run, in the same order. Stops at a run its kernel declines or lacks room for
-    (nothing of it written: the caller hands it to the run-by-run path), and after a
-    DATA, HEARTBEAT, REFRESH or JOIN_ACK run whose nodes are not all ticking (their first
-    TICK timers, ``TreeRepair.start_ticks``, are the caller's, after that run's sends).
-    Returns (first run not handled, its status -- DONE when none was refused --, the
-    rows it asked for, the DATA run's no-state and hop-limit counts (-1: no DATA run
-    handled), the deliveries as DATA records, in run order, the run whose nodes need
-    timers or -1, rows written, cursor). ``state``: ``Scribe.runs_state`` (a tuple, taken
+    by run, in the same order, each run's sends followed, with tree repair, by the first
+    TICK timers of its nodes that now hold tree state (:func:`first_ticks`, as
+    ``TreeRepair.start_ticks`` after every run but a TICK run). Stops at a run its kernel
+    declines or lacks room for (nothing of it written: the caller hands it to the
+    run-by-run path). Returns (first run not handled, its status -- DONE when none was
+    refused --, the rows it asked for, the DATA run's no-state and hop-limit counts (-1:
+    no DATA run handled), the deliveries as DATA records, in run order, rows written,
+    cursor). ``state``: ``Scribe.runs_state`` (a tuple, taken
     apart here: a tuple spread into a call is copied first, a reference count more for
     each of its arrays).
     O(rows + children + sends)."""
@@ -857,14 +871,22 @@ def on_runs(m, local, bounds, first, last, state, out, pool, cursor, s_hr, s_rdi
     no_state = -1
     looping = 0
     delivered = np.empty(0, m.dtype)
-    start_ticks = -1
     r = first
     while r < last:
         s, e = bounds[r], bounds[r + 1]
         mr = m[s:e]
         li = local[s:e]
         ty = mr[0]["type"]
-        o = out[w:]
+        # room after the run's sends for its nodes' first TICK timers (a tick leaves every
+        # node with tree state ticking)
+        n_new = 0
+        if period > 0 and ty != tick_type:
+            for i in range(len(li)):
+                n_new += not ticking[li[i]]
+        if len(out) - w < n_new:
+            status, need = MORE_ROOM, n_new + len(mr)
+            break
+        o = out[w:len(out) - n_new]
         if ty == data_type:
             st, nd, ns, lp, rows, k, cursor = on_data(
                 mr, li, six, eix, n_groups, max_hops, active, parent, member, last_heard,
@@ -908,15 +930,12 @@ def on_runs(m, local, bounds, first, last, state, out, pool, cursor, s_hr, s_rdi
         else:
             st, nd, k = DECLINED, 0, 0
         if st != DONE:
-            status, need = st, nd
+            status, need = st, nd + n_new
             break
         w += k
         r += 1
-        if ty != tick_type:   # (a tick leaves every node with tree state ticking)
-            for i in range(len(li)):
-                if not ticking[li[i]]:
-                    start_ticks = r - 1
-                    break
-            if start_ticks >= 0:
-                break
-    return r, status, need, no_state, looping, delivered, start_ticks, w, cursor
+        if n_new:
+            zero_rows(out, w, w + n_new)
+            w = first_ticks(mr, li, np.ones(len(mr), np.bool_), ticking, six, active, node_ids,
+                            period, tick_type, out, w, s_hr, s_rdist, s_lan)
+    return r, status, need, no_state, looping, delivered, w, cursor
