@@ -388,6 +388,86 @@ def on_leaf_refresh(m, li, incarnation, inc_col, done_col, ids_hi, ids_lo, membe
 
 
 @numba.njit(cache=True)
+def _all_know_someone(m, li, incarnation, members, rt):
+    """Whether every LEAF_REFRESH of ``m`` of its node's current incarnation has a node
+    that knows somebody (leaf set or table): its lookup's randomized first hop exists
+    (:func:`on_leaf_refresh` declines otherwise). O(n * (l + rows * 2^b))."""
+    for i in range(len(m)):
+        x = li[i]
+        if m[i][_INCARNATION] != incarnation[x]:
+            continue
+        known = False
+        for j in range(members.shape[1]):
+            if members[x, j] >= 0:
+                known = True
+                break
+        if not known:
+            for r in range(rt.shape[1]):
+                for d in range(rt.shape[2]):
+                    if rt[x, r, d] >= 0:
+                        known = True
+                        break
+                if known:
+                    break
+        if not known:
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def table_ticks(m, li, sel, rt, seed, draws, global_ids, incarnation, rows_req_type,
+                refresh_type, table_us, until, out, k, s_hr, s_rdist, s_lan):
+    """Routing-table maintenance ticks: the rows ``sel`` of LEAF_REFRESH timers ``m``
+    (``table_tick`` 1, their node's current incarnation; ``LeafSetMaintenance.
+    maintain_table``). Each node asks one entry of each non-empty row r of its table,
+    drawn uniformly with its next random draw, for its row r (ROWS_REQ; ticks in row
+    order, rows ascending), then each node's next tick ``table_us`` later while that is
+    <= ``until`` (``schedule_table_maintenance``). From row k of out on (zeroed); returns
+    the next row. Room: rows + 1 per tick. O(n * rows * 2^b)."""
+    nrows, width = rt.shape[1], rt.shape[2]
+    for i in range(len(m)):
+        if not sel[i]:
+            continue
+        x = li[i]
+        me = global_ids[x]
+        for r in range(nrows):
+            count = 0
+            for d in range(width):
+                count += rt[x, r, d] >= 0
+            if count == 0:
+                continue
+            pick = np.int64(np.floor(node_draw(seed, me, draws[x]) * count))
+            draws[x] += 1
+            seen = 0
+            for d in range(width):
+                if rt[x, r, d] >= 0:
+                    if seen == pick:
+                        put_send(out, k, me, rt[x, r, d], rows_req_type, m[i]["time"], s_hr,
+                                 s_rdist, s_lan)
+                        out[k][_ROW_ASKED] = r
+                        k += 1
+                        break
+                    seen += 1
+    for i in range(len(m)):
+        if sel[i] and m[i]["time"] + table_us <= until:
+            k = _timer(out, k, global_ids[li[i]], m[i]["time"] + table_us, refresh_type)
+            out[k - 1][_TABLE_TICK] = 1
+            out[k - 1][_INCARNATION] = incarnation[li[i]]
+    return k
+
+
+@numba.njit(cache=True)
+def on_table_ticks(m, li, rt, seed, draws, global_ids, incarnation, rows_req_type,
+                   refresh_type, table_us, until, out, pool, cursor, s_hr, s_rdist, s_lan):
+    """:func:`table_ticks` for every row of ``m`` (``maintain_table``'s call), lent
+    zeroed rows. Returns (rows written, cursor)."""
+    k = table_ticks(m, li, np.ones(len(m), np.bool_), rt, seed, draws, global_ids,
+                    incarnation, rows_req_type, refresh_type, table_us, until, out,
+                    np.int64(0), s_hr, s_rdist, s_lan)
+    return k, cursor
+
+
+@numba.njit(cache=True)
 def on_rows_reply(m, payload, li, rt, failed, global_ids, ids_hi, ids_lo, b, hr, rdist, lan,
                   out, pool, cursor, s_hr, s_rdist, s_lan):
     """ROWS_REPLY (``JoinProtocol.on_rows_reply``): the row and its sender offered to the
@@ -1334,7 +1414,9 @@ def run_room(l: int, rows: int, width: int, nbrs: int, joined_rows: int,
             LEAF_REQ: (1, l + 1),
             LEAF_REPLY: (l, 0),
             LEAF_LOOKUP: (1, l + 1), ROWS_REQ: (1, width), ROWS_REPLY: (0, 0),
-            LEAF_REFRESH: (2, 0), JOIN_ROWS: (joined_rows, 0), JOIN_LEAFS: (joined_rows, 0),
+            # (a lookup and its next timer, or a table tick: a ROWS_REQ per row, its next)
+            LEAF_REFRESH: (max(2, rows + 1), 0), JOIN_ROWS: (joined_rows, 0),
+            JOIN_LEAFS: (joined_rows, 0),
             JOIN_NBRS: (joined_rows, 0), ROW_REQ: (1, 0), ROW_REPLY: (1, 0),
             HOP_ACK: (0, 0), ACK_TIMER: (0, 0)}
     if acks:
@@ -1410,7 +1492,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
         p = 0
         uli = no_uli
         changed = no_changed
-        if ty != JOIN_ROWS and ty != JOIN_LEAFS and ty != JOIN_NBRS:
+        if ty != JOIN_ROWS and ty != JOIN_LEAFS and ty != JOIN_NBRS and ty != LEAF_REFRESH:
             zero_rows(out, k, k + n * run_rows[ty])
         if ty == JOIN_START:
             contact = np.empty(n, np.int64)
@@ -1534,25 +1616,43 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
                 mm, payload, li, rt, members, heard, failed, nbr, nbr_keys, nbr_known,
                 global_ids, ids_hi, ids_lo, b, half, hr, rdist, lan, ANNOUNCE_64,
                 out[k:], pool, pos, s_hr, s_rdist, s_lan)
-        elif ty == LEAF_REFRESH:   # (LeafSetMaintenance.on_leaf_refresh's compiled case)
+        elif ty == LEAF_REFRESH:   # (LeafSetMaintenance.on_leaf_refresh)
             if not acks_off and pending_count[0] + n > len(pending):
                 break   # (the handler's path makes the pending hops room)
-            inc_col = np.empty(n, np.int64)
-            done_col = np.empty(n, np.int64)
-            tick = False
+            # the table-maintenance ticks first, then the own-id lookups of the others
+            tick = np.zeros(n, np.bool_)
+            n_tick = 0
+            n_asked = 0
             for i in range(n):
-                tick = tick or mm[i][_TABLE_TICK] != 0
-                inc_col[i] = mm[i][_INCARNATION]
-                done_col[i] = mm[i][_LOOKUPS_DONE]
-            if tick:
-                break
-            ok, kk, pos2 = on_leaf_refresh(
-                mm, li, incarnation, inc_col, done_col, ids_hi, ids_lo, members, rt, seed,
+                if mm[i][_TABLE_TICK] == 1 and mm[i][_INCARNATION] == incarnation[li[i]]:
+                    tick[i] = True
+                    n_tick += 1
+                    for row in range(rt.shape[1]):
+                        for d in range(rt.shape[2]):
+                            if rt[li[i], row, d] >= 0:
+                                n_asked += 1
+                                break
+            look = np.flatnonzero(~tick)
+            lm = mm[look] if n_tick else mm
+            lli = li[look] if n_tick else li
+            if not _all_know_someone(lm, lli, incarnation, members, rt):
+                break   # (nothing done: the router's general path draws for them)
+            zero_rows(out, k, k + n_asked + n_tick + 2 * len(lm))
+            kt = k
+            if n_tick:
+                kt = table_ticks(mm, li, tick, rt, seed, draws, global_ids, incarnation,
+                                 ROWS_REQ_64, LEAF_REFRESH_64, table_us, refresh_until, out, k,
+                                 s_hr, s_rdist, s_lan)
+            inc_col = np.empty(len(lm), np.int64)
+            done_col = np.empty(len(lm), np.int64)
+            for i in range(len(lm)):
+                inc_col[i] = lm[i][_INCARNATION]
+                done_col[i] = lm[i][_LOOKUPS_DONE]
+            _, kk, pos = on_leaf_refresh(
+                lm, lli, incarnation, inc_col, done_col, ids_hi, ids_lo, members, rt, seed,
                 draws, global_ids, LEAF_LOOKUP_64, LEAF_REFRESH_64, refresh_us, refresh_until,
-                refresh_rounds, out[k:], pool, pos, s_hr, s_rdist, s_lan)
-            if not ok:
-                break
-            pos = pos2
+                refresh_rounds, out[kt:], pool, pos, s_hr, s_rdist, s_lan)
+            kk += kt - k
             if not acks_off:
                 kk = _expect_run_hops(out, k, k + kk, slack_us, pending, pending_deadline,
                                       pending_identity, pending_count)

@@ -27,7 +27,7 @@ from . import handler_kernels, kernels
 from . import types as msg_types
 from .messages import msgs_of, payload_of, send_rows, take_rows
 from .router import ROUTE_LOG_COLUMNS
-from .types import Announce, KaTimer, LeafRefresh, RowsReq
+from .types import Announce, KaTimer, LeafRefresh
 
 
 class LeafSetMaintenance:
@@ -236,20 +236,15 @@ class LeafSetMaintenance:
                                            incarnation=self.nodes.incarnation[li[go]]))
 
     def maintain_table(self, ctx, m) -> None:
-        """Table-maintenance ticks ``m`` (LEAF_REFRESH rows with table_tick = 1)."""
+        """Table-maintenance ticks ``m`` (LEAF_REFRESH rows with table_tick = 1, of their
+        node's current incarnation): ``handler_kernels.table_ticks``."""
         nodes = self.nodes
-        li = nodes.local(ctx, m["dst"])
-        rt = nodes.table.entries[li].astype(np.int64)          # [n, rows, 2^b]
-        valid = rt >= 0
-        count = valid.sum(axis=2)
-        r_node, r_row = np.nonzero(count > 0)
-        if len(r_node):
-            me = nodes.global_ids[li[r_node]]
-            pick = np.floor(ctx.random(me) * count[r_node, r_row]).astype(np.int64)
-            col = np.argmax(np.cumsum(valid[r_node, r_row], axis=1) > pick[:, None], axis=1)
-            ctx.send(me, rt[r_node, r_row, col], msg_types.ROWS_REQ, m["time"][r_node],
-                     **RowsReq.fields(row=r_row), mode=0)
-        self.schedule_table_maintenance(ctx, li, m["time"])
+        seed, draws = ctx.rng_state()
+        ctx.send_compiled(len(m) * (nodes.table.rows + 1), 0, handler_kernels.on_table_ticks,
+                          m, nodes.local(ctx, m["dst"]).astype(np.int64), nodes.table.entries,
+                          seed, draws, nodes.global_ids, nodes.incarnation,
+                          msg_types.ROWS_REQ, msg_types.LEAF_REFRESH,
+                          self.table_maintenance_us, self.refresh_until)
 
     def receive_lookups(self, ctx, batch) -> bool:
         """LEAF_LOOKUPs arriving at a node, with no hop acknowledgements: the routing step,
