@@ -27,7 +27,16 @@ from actors.pastry import cell_loop as pastry_loop
 from actors.pastry.handler_kernels import on_runs, route_app_run, send_app_hops
 from actors.pastry.kernels import HERE_APP
 from actors.scribe import cell_loop as scribe_loop
-from actors.scribe.handler_kernels import DONE, MORE_ROOM, on_routed_run
+from actors.scribe.handler_kernels import (
+    DONE,
+    MORE_ROOM,
+    first_ticks_of,
+    joins_accepted,
+    on_join_routed,
+    on_routed_run,
+    plan_join_requests,
+    write_join_requests,
+)
 from emulator import window
 from emulator.kernels import TYPE_OFFSET
 
@@ -89,6 +98,70 @@ def take_routed_run(m, li, out, pool, cursor, acks_off, learn, joined, acks, tab
 
 
 @numba.njit(cache=True)
+def take_join_request_run(m, li, out, pool, cursor, acks_off, learn, joined, acks, tables,
+                          state, factors, scribe_stats, tree_sizes, route_log, pastry_stats):
+    """A run of JOIN_REQs at their members, from send ``cursor[0]`` on (the cursor
+    advanced), as ``TreeJoins.on_join_req`` and the route of the JOINs it starts run them:
+    the requests' slots and members (``scribe.handler_kernels.write_join_requests``), each
+    starting JOIN's first routing step at its member (``route_app_run``, no hop to
+    acknowledge: the route log rows), its deliver and forward upcalls (``on_join_routed``:
+    a member that is the group's RP joins there), its hop (``send_app_hops``), then the
+    members' first TICK timers (``first_ticks``, ``TreeRepair.start_ticks``). Everything
+    that could decline is looked at before anything is written
+    (``plan_join_requests``, the RP's acceptance, the room). Lent
+    ``int(factors[JOIN_REQ] * n)`` rows. Returns whether the run was taken (False:
+    nothing done, the handlers' path takes it). O(the handlers' work)."""
+    n = len(m)
+    type_ = m[0]["type"]
+    rows = np.int64(factors[type_] * n)
+    k0 = cursor[0]
+    o = out[k0:k0 + rows]
+    s_hr, s_rdist, s_lan = tables
+    ok, _, keys, start, joins = plan_join_requests(m, li, state, tree_sizes)
+    if not ok:
+        return False
+    if len(start) == 0:   # (every request for a node already on the tree)
+        write_join_requests(m, li, state, tree_sizes, keys, start)
+        cursor[0] = k0 + first_ticks_of(m, li, state, o, np.int64(0), s_hr, s_rdist, s_lan)
+        return True
+    jli = np.empty(len(start), np.int64)
+    for j in range(len(start)):
+        jli[j] = li[start[j]]
+    ok, mk, lk, _, nxt, kind, log = route_app_run(joins, jli, np.bool_(True), learn, joined,
+                                                 acks, o, pool, s_hr, s_rdist, s_lan)
+    if not ok:
+        return False
+    here = np.empty(len(mk), np.bool_)
+    n_here = 0
+    n_on = 0
+    for i in range(len(mk)):
+        here[i] = kind[i] <= HERE_APP
+        n_here += here[i]
+        n_on += not here[i] and nxt[i] >= 0
+    if not joins_accepted(mk, lk, here, state, tree_sizes, n):
+        return False
+    need = len(mk) + 2 * n_on + n
+    if need > rows:
+        _short(scribe_stats, type_, need, n)
+        return False
+    write_join_requests(m, li, state, tree_sizes, keys, start)
+    q = pastry_stats[pastry_loop.N_ROUTE_LOG]
+    for i in range(len(log)):
+        route_log[q + i] = log[i]
+    pastry_stats[pastry_loop.N_ROUTE_LOG] = q + len(log)
+    pos = cursor[1]
+    st, _, kd, pos = on_join_routed(mk, lk, here, nxt, state, tree_sizes, o[:len(mk)], pool,
+                                    pos, s_hr, s_rdist, s_lan)
+    if st != DONE:
+        raise ValueError("a JOIN accepted before its request was written was declined")
+    kd += send_app_hops(mk, nxt, kind, acks_off, acks, o, kd, s_hr, s_rdist, s_lan)
+    kd = first_ticks_of(m, li, state, o, kd, s_hr, s_rdist, s_lan)
+    cursor[0] = k0 + kd
+    cursor[1] = pos
+    return True
+
+
+@numba.njit(cache=True)
 def _short(stats, type_, need, count):
     """A run lent too few rows: noted for ``ScribeLoopPart.gathered`` (its factor grows)."""
     stats[scribe_loop.SHORT_TYPE] = type_
@@ -97,8 +170,8 @@ def _short(stats, type_, need, count):
 
 
 @numba.njit(cache=True)
-def run_cells(end, eng, taken, app_type, app_routed, rows_per, ints_per, pastry_args,
-              scribe_args, mark_stale, stale):
+def run_cells(end, eng, taken, app_type, app_routed, app_requests, rows_per, ints_per,
+              pastry_args, scribe_args, mark_stale, stale):
     """The cells before ``end``: each pass whose runs are all ``taken`` (``app_type``
     marks Scribe's, at ``code + TYPE_OFFSET``), Pastry's runs by its part, the nodes whose
     leaf set changed marked in ``stale`` (if ``mark_stale``), then Scribe's runs: those
@@ -162,8 +235,17 @@ def run_cells(end, eng, taken, app_type, app_routed, rows_per, ints_per, pastry_
                     return window.PASS_PARTLY_DONE, m, payload, True, r, cursor[0], cursor[1]
                 r += 1
                 continue
+            if app_requests[np.int64(m[bounds[r]]["type"]) + TYPE_OFFSET]:
+                if not take_join_request_run(
+                        m[bounds[r]:bounds[r + 1]], li[bounds[r]:bounds[r + 1]], out, pool,
+                        cursor, acks_off, learn, joins[0], acks, tables, state, factors,
+                        scribe_stats, tree_sizes, route_log, pastry_stats):
+                    return window.PASS_PARTLY_DONE, m, payload, True, r, cursor[0], cursor[1]
+                r += 1
+                continue
             e = r + 1   # a stretch of runs of direct messages
-            while e < n_runs and m[bounds[e]]["mode"] != 1:
+            while e < n_runs and m[bounds[e]]["mode"] != 1 \
+                    and not app_requests[np.int64(m[bounds[e]]["type"]) + TYPE_OFFSET]:
                 e += 1
             done, stop = scribe_loop.take_runs(m, li, bounds, r, e, out, pool, cursor,
                                                state, factors, s_tables, delivered,
@@ -188,6 +270,7 @@ class StackCellLoop:
         self.taken = pastry_loop.taken_mask(self.pastry.types | self.scribe.types)
         self.app_type = pastry_loop.taken_mask(self.scribe.types)
         self.app_routed = pastry_loop.taken_mask(scribe.routed_run_types)
+        self.app_requests = pastry_loop.taken_mask(scribe.request_run_types)
         size = max(len(self.pastry.run_rows), max(self.scribe.types) + 1)
         self.rows_per = np.zeros(size, np.float64)
         self.rows_per[:len(self.pastry.run_rows)] = self.pastry.run_rows
@@ -197,8 +280,8 @@ class StackCellLoop:
 
     def __call__(self, ctx, end: int, eng):
         self.scribe.factors(self.rows_per)
-        res = run_cells(end, eng, self.taken, self.app_type, self.app_routed, self.rows_per,
-                        self.ints_per,
+        res = run_cells(end, eng, self.taken, self.app_type, self.app_routed,
+                        self.app_requests, self.rows_per, self.ints_per,
                         self.pastry.inputs(ctx), self.scribe.inputs(ctx, self.rows_per),
                         bool(self.rendezvous.k), self.rendezvous.stale)
         return res

@@ -240,11 +240,14 @@ class Scribe:
         self.routed_run_types = frozenset(
             ({MCAST} if MCAST in self.compiled else set())
             | ({JOIN} if self.routed_compiled else set()))
+        # requests whose handler routes (a JOIN_REQ's JOIN) a compiled loop may take: the
+        # request and the routing step at its node in one call
+        self.request_run_types = frozenset({JOIN_REQ} if self.routed_compiled else ())
         # (a routed run's room includes Pastry's: a HOP_ACK per message, a hop and its
         # ACK_TIMER per message passing; a JOIN's JOIN_ACK and first TICK timer besides)
         self._run_room = Room(_RUN_ROOM_MAX, {DATA: 4.0, TICK: 4.0, HEARTBEAT: 1.0,
                                               REFRESH: 1.0, JOIN_ACK: 1.0, MCAST: 4.0,
-                                              RP_ADDR: 0.0, JOIN: 5.0})
+                                              RP_ADDR: 0.0, JOIN: 5.0, JOIN_REQ: 4.0})
 
     def variant_label(self) -> str:
         """Label of the delivery and tree_edge rows: the configured one, else what the
@@ -315,7 +318,7 @@ class Scribe:
                 keys["id_hi"], keys["id_lo"], self.rendezvous.stale, period,
                 rp.heartbeat_miss * period, rp.child_expiry_miss * period, DATA, TICK,
                 HEARTBEAT, REFRESH, LEAVE, REJOIN, sl["acl"], JOIN_ACK, MCAST, RP_ADDR,
-                sl["rp_cache"], sl["rp_cache_time"], JOIN)
+                sl["rp_cache"], sl["rp_cache_time"], JOIN, sl["my_cred"])
 
     def routed(self, ctx, m, here, next_hop) -> bool:
         """A routing step's messages at once (rows ``here`` delivered at this node, the

@@ -62,7 +62,7 @@ class ScribeLoopPart:
     def __init__(self, scribe, dtype: np.dtype):
         self.scribe = scribe
         self.types = frozenset(int(t) for t in scribe.compiled_run_types
-                               | scribe.routed_run_types)
+                               | scribe.routed_run_types | scribe.request_run_types)
         self.delivered = np.zeros(1024, dtype)
         self.stats = np.zeros(N_STATS, np.int64)
         # the tree's slot and entry index sizes, which a routed JOIN run advances

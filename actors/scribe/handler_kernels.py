@@ -37,7 +37,7 @@ from .kernels import (
     write_child,
 )
 from .keyindex import any_within, has_room, insert_key, key_value, ranges_where
-from .types import Data, Join, JoinAck, Mcast, Refresh, RpAddr
+from .types import Data, Join, JoinAck, JoinReq, Mcast, Refresh, RpAddr
 
 # type-specific columns (compile-time constants inside the kernels)
 _PUBLISH = Data.publish_time
@@ -47,6 +47,8 @@ _CREDENTIAL = Refresh.credential
 _ACL = JoinAck.acl
 _PARENT_SEQ = JoinAck.parent_seq
 _JOIN_CREDENTIAL = Join.credential
+_JOIN_LAST_SEQ = Join.last_seq
+_REQ_CREDENTIAL = JoinReq.credential
 _MCAST_CREDENTIAL = Mcast.credential
 _MCAST_SEQNO = Mcast.seqno
 _MCAST_PUBLISH = Mcast.publish_time
@@ -424,14 +426,140 @@ def on_routed_run(m, li, here, next_hop, state, tree_sizes, out, pool, cursor, s
     return on_mcast_routed(m[sel], li[sel], state, out, pool, cursor, s_hr, s_rdist, s_lan)
 
 
+@numba.njit(cache=True)
+def plan_join_requests(m, li, state, tree_sizes):
+    """JOIN_REQs at their members (``TreeJoins.on_join_req``), looked at without writing:
+    declined (False) where a request meets an active slot whose known ACL token differs
+    from its credential (a refusal: the handler's path) or the tree lacks room for a
+    slot per request. Else (True, the slot of each row or -1 for a key not yet in the
+    index, each row's key, the rows whose request starts the node's JOIN -- the first
+    request for a (node, group) not on the tree --, and that JOIN per such row as
+    ``Router.route`` makes it at its origin: src = dst = origin = the member, the
+    group's key, the credential and the slot's last seqno, mode 1). O(q)."""
+    six, n_groups, active, acl = state[_S_SIX], state[_S_N_GROUPS], state[_S_ACTIVE], \
+        state[_S_ACL]
+    last_seq, key_hi, key_lo = state[_S_LAST_SEQ], state[_S_KEY_HI], state[_S_KEY_LO]
+    n = len(m)
+    s = np.empty(n, np.int64)
+    keys = np.empty(n, np.int64)
+    top = 0
+    for i in range(n):
+        if li[i] < 0:
+            return False, s, keys, np.empty(0, np.int64), np.empty(0, m.dtype)
+        keys[i] = np.int64(li[i]) * n_groups + np.int64(m[i]["group"])
+        v = key_value(six, keys[i])
+        s[i] = v
+        top = max(top, li[i] + 1)
+        if v >= 0 and active[v] and acl[v] >= 0 and m[i][_REQ_CREDENTIAL] != acl[v]:
+            return False, s, keys, np.empty(0, np.int64), np.empty(0, m.dtype)
+    if not has_room(six, tree_sizes[0], n, top) or tree_sizes[0] + n > len(active):
+        return False, s, keys, np.empty(0, np.int64), np.empty(0, m.dtype)
+    _, first = unique_first(keys)
+    start = np.empty(len(first), np.int64)
+    k = 0
+    for i in first:     # (in row order)
+        if s[i] < 0 or not active[s[i]]:
+            start[k] = i
+            k += 1
+    start = np.sort(start[:k])
+    joins = np.zeros(k, m.dtype)
+    for j in range(k):
+        r = m[start[j]]
+        g = r["group"]
+        o = joins[j]
+        o["src"] = r["dst"]
+        o["dst"] = r["dst"]
+        o["origin"] = r["dst"]
+        o["time"] = r["time"]
+        o["sent"] = r["time"]
+        o["type"] = state[_S_JOIN]
+        o["key_hi"] = key_hi[g]
+        o["key_lo"] = key_lo[g]
+        o["group"] = g
+        o["mode"] = 1
+        o[_JOIN_CREDENTIAL] = r[_REQ_CREDENTIAL]
+        o[_JOIN_LAST_SEQ] = last_seq[s[start[j]]] if s[start[j]] >= 0 else -1
+    return True, s, keys, start, joins
+
+
+@numba.njit(cache=True)
+def write_join_requests(m, li, state, tree_sizes, keys, start):
+    """The writes of :func:`plan_join_requests`' requests: every row's slot found or made
+    (row order), a member with its credential (the last row of a slot written last), and
+    the starting rows' slots on the tree as forwarders (``TreeJoins._activate``: no
+    parent, the JOIN's credential); ``tree_sizes`` advanced. O(q)."""
+    six, n_groups = state[_S_SIX], state[_S_N_GROUPS]
+    slot_node, slot_group, member, my_cred = state[_S_SLOT_NODE], state[_S_GROUP], \
+        state[_S_MEMBER], state[_S_MY_CRED]
+    active, parent, join_cred = state[_S_ACTIVE], state[_S_PARENT], state[_S_JOIN_CRED]
+    size = tree_sizes[0]
+    s = np.empty(len(m), np.int64)
+    for i in range(len(m)):
+        v, new, size = insert_key(six, n_groups, size, keys[i])
+        if new:
+            slot_node[v] = li[i]
+            slot_group[v] = m[i]["group"]
+        s[i] = v
+    tree_sizes[0] = size
+    for i in range(len(m)):
+        member[s[i]] = True
+        my_cred[s[i]] = m[i][_REQ_CREDENTIAL]
+    for i in start:
+        active[s[i]] = True
+        parent[s[i]] = -1
+        join_cred[s[i]] = m[i][_REQ_CREDENTIAL]
+
+
+@numba.njit(cache=True)
+def joins_accepted(m, li, here, state, tree_sizes, more_slots):
+    """Whether :func:`on_join_routed` would take JOINs ``m`` (rows ``here`` at their RP)
+    after ``more_slots`` further slots are made: the RP accepts the delivered ones, a
+    passing one meets no refusal, and the tree has room. Writes nothing. O(q)."""
+    six, eix, n_groups = state[_S_SIX], state[_S_EIX], state[_S_N_GROUPS]
+    active, valid = state[_S_ACTIVE], state[_S_VALID]
+    n = len(m)
+    slots = tree_sizes[0] + more_slots
+    n_passing = 0
+    top = 0
+    for i in range(n):
+        n_passing += not here[i]
+        top = max(top, li[i] + 1)
+    if not (has_room(six, slots, n_passing, top) and slots + n_passing <= len(active)
+            and has_room(eix, tree_sizes[1], n, slots + n_passing)
+            and tree_sizes[1] + n <= len(valid)):
+        return False
+    join_type, root, acl = state[_S_JOIN], state[_S_ROOT], state[_S_ACL]
+    st, _, _ = _at_rp_check(m, li, here, six, n_groups, root, acl, join_type)
+    if st != DONE:
+        return False
+    st, _, _, _, _ = _forward_check(m, li, ~here, six, n_groups, active, state[_S_PARENT],
+                                    acl, join_type)
+    return st == DONE
+
+
+@numba.njit(cache=True)
+def first_ticks_of(m, li, state, out, k, s_hr, s_rdist, s_lan):
+    """:func:`first_ticks` for every row of ``m`` (``TreeRepair.start_ticks`` after a
+    handler), from row k of out on (zeroed here; room: a row per row). Returns the next
+    row. O(q log q)."""
+    period = state[_S_PERIOD]
+    if period <= 0:
+        return k
+    zero_rows(out, k, k + len(m))
+    return first_ticks(m, li, np.ones(len(m), np.bool_), state[_S_TICKING], state[_S_SIX],
+                       state[_S_ACTIVE], state[_S_NODE_IDS], period, state[_S_TICK], out, k,
+                       s_hr, s_rdist, s_lan)
+
+
 # the places in ``Scribe.runs_state`` (on_runs takes it apart whole) of what
 # on_mcast_routed and on_join_routed read
 _S_TICKING, _S_NODE_IDS, _S_SIX, _S_EIX, _S_N_GROUPS, _S_N_NODES, _S_ACTIVE, _S_ROOT, \
     _S_PARENT, _S_MEMBER, _S_LAST_SEQ, _S_LAST_SENT, _S_SLOT_NODE, _S_N_CHILDREN, \
     _S_NODE_CHILDREN, _S_GROUP, _S_JOIN_CRED, _S_VALID, _S_CHILD, _S_REFRESH, _S_E_SLOT, \
     _S_E_CRED, _S_KEY_HI, _S_KEY_LO, _S_PERIOD, _S_DATA, _S_TICK, _S_ACL, _S_JOIN_ACK, \
-    _S_MCAST, _S_RP_ADDR, _S_JOIN = (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17, 18,
-                                     19, 20, 21, 22, 23, 24, 25, 27, 30, 31, 36, 37, 38, 39, 42)
+    _S_MCAST, _S_RP_ADDR, _S_JOIN, _S_MY_CRED = (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 12, 13, 14, 15,
+                                                 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 27,
+                                                 30, 31, 36, 37, 38, 39, 42, 43)
 
 
 @numba.njit(cache=True)
@@ -864,7 +992,7 @@ def on_runs(m, local, bounds, first, last, state, out, pool, cursor, s_hr, s_rdi
         join_cred, valid, child, refresh, e_slot, e_cred, key_hi, key_lo, stale, period, \
         silent_after, stale_after, data_type, tick_type, heartbeat_type, refresh_type, \
         leave_type, rejoin_type, acl, join_ack_type, mcast_type, rp_addr_type, rp_cache, \
-        rp_cache_time, _ = state
+        rp_cache_time, _, _ = state
     w = 0
     status = DONE
     need = 0
