@@ -124,9 +124,13 @@ def take_join_request_run(m, li, out, pool, cursor, acks_off, learn, joined, ack
         write_join_requests(m, li, state, tree_sizes, keys, start)
         cursor[0] = k0 + first_ticks_of(m, li, state, o, np.int64(0), s_hr, s_rdist, s_lan)
         return True
+    pending, pending_count = acks[0], acks[3]
+    if not acks_off and pending_count[0] + len(start) > len(pending):
+        return False   # (the handler's path makes the pending hops room)
     jli = np.empty(len(start), np.int64)
     for j in range(len(start)):
         jli[j] = li[start[j]]
+    # (no hop arrived: none to acknowledge)
     ok, mk, lk, _, nxt, kind, log = route_app_run(joins, jli, np.bool_(True), learn, joined,
                                                  acks, o, pool, s_hr, s_rdist, s_lan)
     if not ok:
