@@ -335,3 +335,29 @@ def test_join_path_compiled_passes_match_the_general_path(monkeypatch):
     assert len(general[4]) == len(fast[4])
     differ = [i for i, (a, b) in enumerate(zip(general[4], fast[4], strict=True)) if a != b]
     assert not differ, f"{len(differ)} passes' sends differ, the first is {differ[:1]}"
+
+
+def test_joins_with_hop_acks_in_the_loop_match_the_python_loop(monkeypatch):
+    """With hop acknowledgements (every routed hop waits for its ack in a pending row,
+    which the compiled loop finds room for or leaves to the handlers' path, which grows
+    them), the stack's compiled loop (JOIN_REQ and JOIN runs) and the Python loop give
+    the same run: logs, counters, sends and trees."""
+    table, creators, creds, members = make_groups(seed=13)
+
+    def run():
+        w = build(7, 1, table, creators, creds, members, pastry={"hop_ack": "on"})
+        w.inject(multicast_requests(w.rendezvous(G), np.arange(G), 9_000_000, creds))
+        w.run()
+        w.dump()
+        logs = {name: w.table(name) for name in ("delivery", "tree_edge", "route")}
+        trees = [e.stack.app.tree.state() for e in w.emu.engines]
+        return logs, w.counters, w.sent, trees, w
+
+    from actors.pastry.types import HOP_ACK
+
+    looped = run()
+    assert looped[2].get(HOP_ACK, 0) > 300, looped[2]
+    loop_python = sum(e.python_events for e in looped[4].emu.engines)
+    fast = run_without_loop(monkeypatch, run)
+    assert loop_python < 0.5 * sum(e.python_events for e in fast[4].emu.engines)
+    same_outcome(looped, fast)
