@@ -55,24 +55,12 @@ def take_routed_run(m, li, out, pool, cursor, acks_off, learn, joined, acks, tab
     them is noted in ``scribe_stats`` (the factor then grows). Returns whether the run was
     taken (False: nothing done, the handlers' path takes it). O(the handlers' work)."""
     n = len(m)
-    type_ = m[0]["type"]
-    rows = np.int64(factors[type_] * n)
-    k0 = cursor[0]
-    o = out[k0:k0 + rows]
+    type_, rows, k0, o = _lent(m, factors, out, cursor)
     s_hr, s_rdist, s_lan = tables
-    ok, mk, lk, na, nxt, kind, log = route_app_run(m, li, acks_off, learn, joined, acks, o,
-                                                  pool, s_hr, s_rdist, s_lan)
+    ok, mk, lk, na, nxt, kind, log, here, n_here, n_on = _routing_step(
+        m, li, acks_off, learn, joined, acks, o, pool, tables)
     if not ok:
         return False
-    here = np.empty(len(mk), np.bool_)
-    n_here = 0
-    n_on = 0
-    for i in range(len(mk)):
-        here[i] = kind[i] <= HERE_APP
-        if here[i]:
-            n_here += 1
-        elif nxt[i] >= 0:
-            n_on += 1
     if na + 2 * n_on > rows:
         _short(scribe_stats, type_, na + 2 * n_on + n_here, n)
         return False
@@ -86,10 +74,7 @@ def take_routed_run(m, li, out, pool, cursor, acks_off, learn, joined, acks, tab
     kh = send_app_hops(mk, nxt, kind, acks_off, acks, o, na + kd, s_hr, s_rdist, s_lan)
     cursor[0] = k0 + na + kd + kh
     cursor[1] = pos
-    q = pastry_stats[pastry_loop.N_ROUTE_LOG]
-    for i in range(len(log)):
-        route_log[q + i] = log[i]
-    pastry_stats[pastry_loop.N_ROUTE_LOG] = q + len(log)
+    _log_routes(log, route_log, pastry_stats)
     q = scribe_stats[scribe_loop.N_DELIVERED]
     for i in range(len(got)):
         delivered[q + i] = got[i]
@@ -112,10 +97,7 @@ def take_join_request_run(m, li, out, pool, cursor, acks_off, learn, joined, ack
     ``int(factors[JOIN_REQ] * n)`` rows. Returns whether the run was taken (False:
     nothing done, the handlers' path takes it). O(the handlers' work)."""
     n = len(m)
-    type_ = m[0]["type"]
-    rows = np.int64(factors[type_] * n)
-    k0 = cursor[0]
-    o = out[k0:k0 + rows]
+    type_, rows, k0, o = _lent(m, factors, out, cursor)
     s_hr, s_rdist, s_lan = tables
     ok, _, keys, start, joins = plan_join_requests(m, li, state, tree_sizes)
     if not ok:
@@ -131,17 +113,10 @@ def take_join_request_run(m, li, out, pool, cursor, acks_off, learn, joined, ack
     for j in range(len(start)):
         jli[j] = li[start[j]]
     # (no hop arrived: none to acknowledge)
-    ok, mk, lk, _, nxt, kind, log = route_app_run(joins, jli, np.bool_(True), learn, joined,
-                                                 acks, o, pool, s_hr, s_rdist, s_lan)
+    ok, mk, lk, _, nxt, kind, log, here, _, n_on = _routing_step(
+        joins, jli, np.bool_(True), learn, joined, acks, o, pool, tables)
     if not ok:
         return False
-    here = np.empty(len(mk), np.bool_)
-    n_here = 0
-    n_on = 0
-    for i in range(len(mk)):
-        here[i] = kind[i] <= HERE_APP
-        n_here += here[i]
-        n_on += not here[i] and nxt[i] >= 0
     if not joins_accepted(mk, lk, here, state, tree_sizes, n):
         return False
     need = len(mk) + 2 * n_on + n
@@ -149,10 +124,7 @@ def take_join_request_run(m, li, out, pool, cursor, acks_off, learn, joined, ack
         _short(scribe_stats, type_, need, n)
         return False
     write_join_requests(m, li, state, tree_sizes, keys, start)
-    q = pastry_stats[pastry_loop.N_ROUTE_LOG]
-    for i in range(len(log)):
-        route_log[q + i] = log[i]
-    pastry_stats[pastry_loop.N_ROUTE_LOG] = q + len(log)
+    _log_routes(log, route_log, pastry_stats)
     pos = cursor[1]
     st, _, kd, pos = on_join_routed(mk, lk, here, nxt, state, tree_sizes, o[:len(mk)], pool,
                                     pos, s_hr, s_rdist, s_lan)
@@ -163,6 +135,43 @@ def take_join_request_run(m, li, out, pool, cursor, acks_off, learn, joined, ack
     cursor[0] = k0 + kd
     cursor[1] = pos
     return True
+
+
+@numba.njit(cache=True)
+def _lent(m, factors, out, cursor):
+    """The rows a run of ``m`` is lent, as ``take_runs`` lends a run: (its type, how many,
+    where they start, the rows)."""
+    type_ = m[0]["type"]
+    rows = np.int64(factors[type_] * len(m))
+    k0 = cursor[0]
+    return type_, rows, k0, out[k0:k0 + rows]
+
+
+@numba.njit(cache=True)
+def _routing_step(m, li, acks_off, learn, joined, acks, out, pool, tables):
+    """``route_app_run`` on routed messages ``m`` at their nodes, and of the messages it
+    keeps: which are here (at their key's node), how many of them, and how many go on.
+    Returns route_app_run's results, then those three."""
+    s_hr, s_rdist, s_lan = tables
+    ok, mk, lk, na, nxt, kind, log = route_app_run(m, li, acks_off, learn, joined, acks, out,
+                                                  pool, s_hr, s_rdist, s_lan)
+    here = np.empty(len(mk), np.bool_)
+    n_here = 0
+    n_on = 0
+    for i in range(len(mk)):
+        here[i] = kind[i] <= HERE_APP
+        n_here += here[i]
+        n_on += not here[i] and nxt[i] >= 0
+    return ok, mk, lk, na, nxt, kind, log, here, n_here, n_on
+
+
+@numba.njit(cache=True)
+def _log_routes(log, route_log, pastry_stats):
+    """Route log rows ``log`` to the loop's buffer (Pastry's part gathers it)."""
+    q = pastry_stats[pastry_loop.N_ROUTE_LOG]
+    for i in range(len(log)):
+        route_log[q + i] = log[i]
+    pastry_stats[pastry_loop.N_ROUTE_LOG] = q + len(log)
 
 
 @numba.njit(cache=True)
