@@ -75,10 +75,7 @@ def take_routed_run(m, li, out, pool, cursor, acks_off, learn, joined, acks, tab
     cursor[0] = k0 + na + kd + kh
     cursor[1] = pos
     _log_routes(log, route_log, pastry_stats)
-    q = scribe_stats[scribe_loop.N_DELIVERED]
-    for i in range(len(got)):
-        delivered[q + i] = got[i]
-    scribe_stats[scribe_loop.N_DELIVERED] = q + len(got)
+    scribe_loop.gather_deliveries(got, delivered, scribe_stats)
     return True
 
 
@@ -103,6 +100,9 @@ def take_join_request_run(m, li, out, pool, cursor, acks_off, learn, joined, ack
     if not ok:
         return False
     if len(start) == 0:   # (every request for a node already on the tree)
+        if n > rows:
+            _short(scribe_stats, type_, n, n)
+            return False
         write_join_requests(m, li, state, tree_sizes, keys, start)
         cursor[0] = k0 + first_ticks_of(m, li, state, o, np.int64(0), s_hr, s_rdist, s_lan)
         return True
@@ -189,9 +189,10 @@ def run_cells(end, eng, taken, app_type, app_routed, app_requests, rows_per, int
     marks Scribe's, at ``code + TYPE_OFFSET``), Pastry's runs by its part, the nodes whose
     leaf set changed marked in ``stale`` (if ``mark_stale``), then Scribe's runs: those
     of direct messages by its part, a run of routed ones of a type ``app_routed`` marks
-    by :func:`take_routed_run`. Returns (status, the pass handed back, its payload,
-    whether it is in dispatch order, the run declined, sends written, payload cursor).
-    O(the handlers' work + cells scanned)."""
+    by :func:`take_routed_run`, a run of requests of a type ``app_requests`` marks (their
+    handler routes) by :func:`take_join_request_run`. Returns (status, the pass handed
+    back, its payload, whether it is in dispatch order, the run declined, sends written,
+    payload cursor). O(the handlers' work + cells scanned)."""
     # taken apart once: a call takes a reference to every array it is passed, and a tuple
     # spread into a call (``*args``) is first copied, a reference to each of its arrays
     # more (emulator/window.py)
@@ -293,11 +294,10 @@ class StackCellLoop:
 
     def __call__(self, ctx, end: int, eng):
         self.scribe.factors(self.rows_per)
-        res = run_cells(end, eng, self.taken, self.app_type, self.app_routed,
-                        self.app_requests, self.rows_per, self.ints_per,
-                        self.pastry.inputs(ctx), self.scribe.inputs(ctx, self.rows_per),
-                        bool(self.rendezvous.k), self.rendezvous.stale)
-        return res
+        return run_cells(end, eng, self.taken, self.app_type, self.app_routed,
+                         self.app_requests, self.rows_per, self.ints_per,
+                         self.pastry.inputs(ctx), self.scribe.inputs(ctx, self.rows_per),
+                         bool(self.rendezvous.k), self.rendezvous.stale)
 
     def gathered(self, ctx, extra_rows: int) -> None:
         self.pastry.gathered(ctx, extra_rows)

@@ -40,6 +40,7 @@ from .kernels import (
     hops_due,
     insert_table,
     keepalive_heard,
+    known_count,
     learn,
     newly_joined,
     random_known,
@@ -394,24 +395,22 @@ def _all_know_someone(m, li, incarnation, members, rt):
     (:func:`on_leaf_refresh` declines otherwise). O(n * (l + rows * 2^b))."""
     for i in range(len(m)):
         x = li[i]
-        if m[i][_INCARNATION] != incarnation[x]:
-            continue
-        known = False
-        for j in range(members.shape[1]):
-            if members[x, j] >= 0:
-                known = True
-                break
-        if not known:
-            for r in range(rt.shape[1]):
-                for d in range(rt.shape[2]):
-                    if rt[x, r, d] >= 0:
-                        known = True
-                        break
-                if known:
-                    break
-        if not known:
+        if m[i][_INCARNATION] == incarnation[x] and known_count(members, rt, x) == 0:
             return False
     return True
+
+
+@numba.njit(cache=True)
+def _rows_known(rt, x):
+    """How many rows of node ``x``'s routing table hold an entry (a table tick's
+    ROWS_REQs). O(rows * 2^b)."""
+    n = 0
+    for r in range(rt.shape[1]):
+        for d in range(rt.shape[2]):
+            if rt[x, r, d] >= 0:
+                n += 1
+                break
+    return n
 
 
 @numba.njit(cache=True)
@@ -1627,11 +1626,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
                 if mm[i][_TABLE_TICK] == 1 and mm[i][_INCARNATION] == incarnation[li[i]]:
                     tick[i] = True
                     n_tick += 1
-                    for row in range(rt.shape[1]):
-                        for d in range(rt.shape[2]):
-                            if rt[li[i], row, d] >= 0:
-                                n_asked += 1
-                                break
+                    n_asked += _rows_known(rt, li[i])
             look = np.flatnonzero(~tick)
             lm = mm[look] if n_tick else mm
             lli = li[look] if n_tick else li

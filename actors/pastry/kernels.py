@@ -472,6 +472,19 @@ def table_rows(rt, local_idx, my_ids, their_ids, ids_hi, ids_lo, b):
 
 
 @numba.njit(cache=True)
+def known_count(leaf, rt, li):
+    """How many non-empty entries node ``li``'s leaf set and routing table hold (the
+    nodes :func:`random_known` draws from). O(l + rows * 2^b)."""
+    count = 0
+    for j in range(leaf.shape[1]):
+        count += leaf[li, j] >= 0
+    for r in range(rt.shape[1]):
+        for d in range(rt.shape[2]):
+            count += rt[li, r, d] >= 0
+    return count
+
+
+@numba.njit(cache=True)
 def random_known(leaf, rt, local_idx, u):
     """Per node, the entry of its leaf set then routing table (in that order, row-major)
     at valid position floor(u * count) among the non-empty ones; -1 when it knows nobody
@@ -482,14 +495,7 @@ def random_known(leaf, rt, local_idx, u):
     out = np.full(n, -1, np.int64)
     for i in range(n):
         li = local_idx[i]
-        count = 0
-        for j in range(nl):
-            if leaf[li, j] >= 0:
-                count += 1
-        for r in range(nrows):
-            for d in range(width):
-                if rt[li, r, d] >= 0:
-                    count += 1
+        count = known_count(leaf, rt, li)
         if count == 0:
             continue
         pick = np.int64(np.floor(u[i] * count))

@@ -44,16 +44,22 @@ def take_runs(m, li, bounds, first, last, out, pool, cursor, state, factors, tab
         stats[DATA_TAKEN] = 1
         stats[NO_STATE] += no_state
         stats[HOP_LIMIT] += looping
-    n = stats[N_DELIVERED]
-    for i in range(len(deliveries)):
-        delivered[n] = deliveries[i]
-        n += 1
-    stats[N_DELIVERED] = n
+    gather_deliveries(deliveries, delivered, stats)
     if status == MORE_ROOM:
         stats[SHORT_TYPE] = m[bounds[done]]["type"]
         stats[SHORT_NEED] = need
         stats[SHORT_COUNT] = bounds[done + 1] - bounds[done]
     return done, status != DONE
+
+
+@numba.njit(cache=True)
+def gather_deliveries(got, delivered, stats):
+    """Delivery rows ``got`` to the loop's buffer (:meth:`ScribeLoopPart.gathered` logs
+    them)."""
+    n = stats[N_DELIVERED]
+    for i in range(len(got)):
+        delivered[n + i] = got[i]
+    stats[N_DELIVERED] = n + len(got)
 
 
 class ScribeLoopPart:

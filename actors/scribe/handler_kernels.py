@@ -383,11 +383,10 @@ def on_mcast_routed(m, li, state, out, pool, cursor, s_hr, s_rdist, s_lan):
     tree state (:func:`first_ticks`, ``TreeRepair.start_ticks`` after the handler).
     ``state``: ``Scribe.runs_state``. Returns as :func:`on_mcast`."""
     ticking, period = state[_S_TICKING], state[_S_PERIOD]
-    n_new = 0
     for i in range(len(m)):
         if li[i] < 0:
             return DECLINED, 0, np.empty(0, m.dtype), 0, cursor
-        n_new += period > 0 and not ticking[li[i]]
+    n_new = _tick_room(li, ticking, period)
     if len(out) < n_new:
         return MORE_ROOM, n_new + len(m), np.empty(0, m.dtype), 0, cursor
     six, active = state[_S_SIX], state[_S_ACTIVE]
@@ -399,11 +398,8 @@ def on_mcast_routed(m, li, state, out, pool, cursor, s_hr, s_rdist, s_lan):
         s_rdist, s_lan)
     if st != DONE:
         return st, need + n_new, got, k, cursor
-    if n_new:
-        zero_rows(out, k, k + n_new)
-        k = first_ticks(m, li, np.ones(len(m), np.bool_), ticking, six, active,
-                        state[_S_NODE_IDS], period, state[_S_TICK], out, k, s_hr, s_rdist,
-                        s_lan)
+    k = first_ticks_all(m, li, six, active, ticking, state[_S_NODE_IDS], period,
+                        state[_S_TICK], out, k, s_hr, s_rdist, s_lan)
     return DONE, 0, got, k, cursor
 
 
@@ -515,18 +511,9 @@ def joins_accepted(m, li, here, state, tree_sizes, more_slots):
     """Whether :func:`on_join_routed` would take JOINs ``m`` (rows ``here`` at their RP)
     after ``more_slots`` further slots are made: the RP accepts the delivered ones, a
     passing one meets no refusal, and the tree has room. Writes nothing. O(q)."""
-    six, eix, n_groups = state[_S_SIX], state[_S_EIX], state[_S_N_GROUPS]
-    active, valid = state[_S_ACTIVE], state[_S_VALID]
-    n = len(m)
-    slots = tree_sizes[0] + more_slots
-    n_passing = 0
-    top = 0
-    for i in range(n):
-        n_passing += not here[i]
-        top = max(top, li[i] + 1)
-    if not (has_room(six, slots, n_passing, top) and slots + n_passing <= len(active)
-            and has_room(eix, tree_sizes[1], n, slots + n_passing)
-            and tree_sizes[1] + n <= len(valid)):
+    six, n_groups, active = state[_S_SIX], state[_S_N_GROUPS], state[_S_ACTIVE]
+    if not _tree_room(li, here, six, tree_sizes[0] + more_slots, state[_S_EIX],
+                      tree_sizes[1], active, state[_S_VALID]):
         return False
     join_type, root, acl = state[_S_JOIN], state[_S_ROOT], state[_S_ACL]
     st, _, _ = _at_rp_check(m, li, here, six, n_groups, root, acl, join_type)
@@ -539,16 +526,10 @@ def joins_accepted(m, li, here, state, tree_sizes, more_slots):
 
 @numba.njit(cache=True)
 def first_ticks_of(m, li, state, out, k, s_hr, s_rdist, s_lan):
-    """:func:`first_ticks` for every row of ``m`` (``TreeRepair.start_ticks`` after a
-    handler), from row k of out on (zeroed here; room: a row per row). Returns the next
-    row. O(q log q)."""
-    period = state[_S_PERIOD]
-    if period <= 0:
-        return k
-    zero_rows(out, k, k + len(m))
-    return first_ticks(m, li, np.ones(len(m), np.bool_), state[_S_TICKING], state[_S_SIX],
-                       state[_S_ACTIVE], state[_S_NODE_IDS], period, state[_S_TICK], out, k,
-                       s_hr, s_rdist, s_lan)
+    """:func:`first_ticks_all` on ``Scribe.runs_state``. Returns the next row."""
+    return first_ticks_all(m, li, state[_S_SIX], state[_S_ACTIVE], state[_S_TICKING],
+                           state[_S_NODE_IDS], state[_S_PERIOD], state[_S_TICK], out, k,
+                           s_hr, s_rdist, s_lan)
 
 
 # the places in ``Scribe.runs_state`` (on_runs takes it apart whole) of what
@@ -863,9 +844,7 @@ def on_routed_joins(m, li, here, next_hop, six, n_groups, slot_size, eix, n_node
     if st != DONE:
         return st, 0, slot_size, entry_size, 0, cursor
     need = n_remote + n_ok
-    if period > 0:   # (at most a timer per row whose node is not ticking)
-        for i in range(len(m)):
-            need += li[i] >= 0 and not ticking[li[i]]
+    need += _tick_room(li, ticking, period)
     if need > len(out):
         return MORE_ROOM, need, slot_size, entry_size, 0, cursor
     zero_rows(out, np.int64(0), need)
@@ -936,12 +915,37 @@ def first_ticks(m, li, sel, ticking, six, active, node_ids, period, tick_type, o
 
 
 @numba.njit(cache=True)
-def start_ticks(m, li, ticking, six, active, node_ids, period, tick_type, out, pool, cursor,
+def _tick_room(li, ticking, period):
+    """Rows :func:`first_ticks` may write for nodes ``li``: one per row whose node is not
+    ticking, none without tree repair (``period`` 0). O(q)."""
+    n = 0
+    if period > 0:
+        for i in range(len(li)):
+            n += li[i] >= 0 and not ticking[li[i]]
+    return n
+
+
+@numba.njit(cache=True)
+def first_ticks_all(m, li, six, active, ticking, node_ids, period, tick_type, out, k, s_hr,
+                    s_rdist, s_lan):
+    """:func:`first_ticks` for every row of ``m`` (``TreeRepair.start_ticks`` after a
+    handler), from row k of out on, which it zeroes (room: :func:`_tick_room`). Returns
+    the next row. O(q log q)."""
+    n_new = _tick_room(li, ticking, period)
+    if n_new == 0:
+        return k
+    zero_rows(out, k, k + n_new)
+    return first_ticks(m, li, np.ones(len(m), np.bool_), ticking, six, active, node_ids,
+                       period, tick_type, out, k, s_hr, s_rdist, s_lan)
+
+
+@numba.njit(cache=True)
+def start_ticks(m, li, six, active, ticking, node_ids, period, tick_type, out, pool, cursor,
                 s_hr, s_rdist, s_lan):
-    """:func:`first_ticks` for every row of ``m`` (``TreeRepair.start_ticks``), lent a
-    zeroed row per row. Returns (DONE, 0, rows written, cursor)."""
-    w = first_ticks(m, li, np.ones(len(m), np.bool_), ticking, six, active, node_ids, period,
-                    tick_type, out, np.int64(0), s_hr, s_rdist, s_lan)
+    """:func:`first_ticks_all` as a handler's pass (``TreeRepair.start_ticks``). Returns
+    (DONE, 0, rows written, cursor)."""
+    w = first_ticks_all(m, li, six, active, ticking, node_ids, period, tick_type, out,
+                        np.int64(0), s_hr, s_rdist, s_lan)
     return DONE, 0, w, cursor
 
 
@@ -1007,10 +1011,7 @@ def on_runs(m, local, bounds, first, last, state, out, pool, cursor, s_hr, s_rdi
         ty = mr[0]["type"]
         # room after the run's sends for its nodes' first TICK timers (a tick leaves every
         # node with tree state ticking)
-        n_new = 0
-        if period > 0 and ty != tick_type:
-            for i in range(len(li)):
-                n_new += not ticking[li[i]]
+        n_new = _tick_room(li, ticking, period) if ty != tick_type else 0
         if len(out) - w < n_new:
             status, need = MORE_ROOM, n_new + len(mr)
             break
@@ -1063,7 +1064,6 @@ def on_runs(m, local, bounds, first, last, state, out, pool, cursor, s_hr, s_rdi
         w += k
         r += 1
         if n_new:
-            zero_rows(out, w, w + n_new)
-            w = first_ticks(mr, li, np.ones(len(mr), np.bool_), ticking, six, active, node_ids,
-                            period, tick_type, out, w, s_hr, s_rdist, s_lan)
+            w = first_ticks_all(mr, li, six, active, ticking, node_ids, period, tick_type, out,
+                                w, s_hr, s_rdist, s_lan)
     return r, status, need, no_state, looping, delivered, w, cursor

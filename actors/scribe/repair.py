@@ -68,12 +68,13 @@ class TreeRepair:
             return
         self.messenger.send_compiled(
             ctx, len(m), handler_kernels.start_ticks, m, self.messenger.local(ctx, m["dst"]),
-            self.ticking, self.tree.slot_index.arrays, self.tree.slots["active"],
-            np.asarray(ctx.nodes), period, TICK)
+            self.tree.slot_index.arrays, self.tree.slots["active"], *self.timer_inputs(ctx),
+            TICK)
 
     def timer_inputs(self, ctx) -> tuple:
-        """What ``handler_kernels.on_routed_joins`` takes for the first TICK timers: the
-        ticking flags, the nodes' global ids, the period (0: no tree repair)."""
+        """What the first TICK timers' kernels take after the tree (``handler_kernels.
+        start_ticks``, ``on_routed_joins``): the ticking flags, the nodes' global ids, the
+        period (0: no tree repair)."""
         return self.ticking, np.asarray(ctx.nodes), self.period or 0
 
     def forget_nodes(self, local_idx) -> None:
