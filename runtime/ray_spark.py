@@ -34,6 +34,12 @@ class RuntimeSetupError(RuntimeError):
 _OBJECT_STORE_FRACTION = 0.30
 _OBJECT_STORE_CAP = 8 * 1024**3      # more only helps when shards hold huge logs
 _OBJECT_STORE_FLOOR = 256 * 1024**2
+# The JVMs' heap caps (a scenario's `analysis.executor_memory` / `driver_memory` default to
+# them). A JVM grows its heap to the cap under garbage, so the cap is what it costs the
+# machine: the 1,000,000-node run's analysis took the same time with these as with 3 GB
+# each (BENCHMARKS.md), and Spark spills past the executor's.
+EXECUTOR_MEMORY = "1536m"
+DRIVER_MEMORY = "1g"
 
 
 def quiet_pyspark_warnings() -> None:
@@ -486,8 +492,8 @@ def spark_running() -> bool:
 
 
 def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
-                cores: int | None = None, memory: str = "3GB",
-                configs: dict[str, str] | None = None, driver_memory: str = "3g",
+                cores: int | None = None, memory: str = EXECUTOR_MEMORY,
+                configs: dict[str, str] | None = None, driver_memory: str = DRIVER_MEMORY,
                 class_archive: bool = True):
     """A SparkSession whose executors are Ray actors (RayDP); starts Ray if needed.
     ``executors``/``cores`` None: `spark_shape()` of the cluster. ``memory``: per executor;

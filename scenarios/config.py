@@ -20,6 +20,7 @@ from actors.params import type_problem, with_presets
 from actors.pastry.protocol import PARAMETERS as PASTRY_PARAMETERS
 from actors.scribe.application import PARAMETERS as SCRIBE_PARAMETERS
 from emulator.errors import first_line
+from runtime.ray_spark import DRIVER_MEMORY, EXECUTOR_MEMORY
 
 SCENARIO_DIR = Path(__file__).resolve().parent
 PROJECT_ROOT = SCENARIO_DIR.parent
@@ -139,9 +140,10 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                        "(pubsub: topics, subscribers, events; same CSV columns)"),
     },
     "analysis": {
-        "driver_memory": (str, "3g", _memory, "Spark driver memory, e.g. 3g (it collects "
-                          "every metrics table)"),
-        "executor_memory": (str, "3g", _memory, "memory of each Spark executor, e.g. 3g"),
+        "driver_memory": (str, DRIVER_MEMORY, _memory, "Spark driver memory, e.g. 3g (it "
+                          "collects every metrics table)"),
+        "executor_memory": (str, EXECUTOR_MEMORY, _memory,
+                            "memory of each Spark executor, e.g. 3g"),
         "warmup": (str, "auto", lambda v: v in WARMUP_MODES, "start Spark while the "
                    "emulation runs and warm it up on a six-node run, so the analysis starts "
                    "warm (one machine only; results do not change): auto (on iff the "

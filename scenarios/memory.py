@@ -18,8 +18,9 @@ import math
 from .config import ScenarioConfig, ScenarioError
 from .progress import log, warn
 
-# the fixed part: Ray's head processes and object store floor, the Spark driver (3 GB heap
-# cap, rarely all used) and executor, this driver process
+# the fixed part: Ray's head processes and object store floor, the Spark driver and
+# executor JVMs (their heap caps: runtime.ray_spark.DRIVER_MEMORY, EXECUTOR_MEMORY), this
+# driver process
 BASE_BYTES = 3 * 1024**3
 NODE_BYTES = 6 * 1024             # Pastry tables + Scribe state + engine queues, per node
 MEMBER_BYTES = 400                # per (group, member): tree entries, membership rows

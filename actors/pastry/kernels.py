@@ -614,10 +614,14 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, id
         _select_row(new, i, dist, half, both, np.int64(global_ids[r]), ids_hi, ids_lo, failed,
                     r)
         for j in range(nl):
-            x = new[i, j]
-            if x != members[r, j]:
+            if new[i, j] != members[r, j]:
                 changed[i] = True
                 any_changed = True
+                break
+        if not changed[i]:
+            continue    # (most merges: then nothing is added)
+        for j in range(nl):
+            x = new[i, j]
             known = False
             for q in range(nl):
                 if members[r, q] == x:
