@@ -58,6 +58,7 @@ import numpy as np
 import ray
 
 from . import heads as round_heads
+from . import heap
 from .engine import ShardEngine
 from .local_link import LinkClient, LinkClosed, LinkServer
 from .logs import with_topo
@@ -581,6 +582,7 @@ class ShardActor:
         """Take the buffered log rows: Parquet under the storage, and for the hand-off the
         tables (with `topo`) kept for `take_tables`. Returns (table, Arrow schema, rows) of
         each non-empty table, sorted by name."""
+        heap.trim()    # the phase's freed temporaries, before the logs take fresh memory
         tables = self.engine.take_logs()
         names = sorted(tables)
         if self.storage is not None and not self.handoff:

@@ -78,9 +78,8 @@ def _prepare_topology(cfg, run_dir: Path, t: int, state: RunState, progress) -> 
                        cfg.groups_cfg["exponent"], cfg.groups_cfg["size"])
     state.add_time("topology_build", time.perf_counter() - w0)
     lat = RouterLatency.from_topology(topo)
-    shared = {"node_ids_hi": ids_hi, "node_ids_lo": ids_lo, "host_router": lat.host_router,
-              "router_dist_us": lat.router_dist_us, "lan_us": int(lat.lan_us),
-              "groups": plan.table}
+    # (the delays reach the shards once, in the latency model: not again here)
+    shared = {"node_ids_hi": ids_hi, "node_ids_lo": ids_lo, "groups": plan.table}
     return _TopologyInputs(topo, plan, lat, shared)
 
 

@@ -146,7 +146,8 @@ def _overlay_quality(topo_run: TopologyRun) -> dict:
     # routing loops are counted (looping_routes), not raised
     shared = topo_run.shared
     q = table_quality(state, shared["node_ids_hi"], shared["node_ids_lo"],
-                      topo_run.topo.host_router, shared["router_dist_us"], topo_run.topo.lan_us,
+                      topo_run.topo.host_router, topo_run.topo.dist_matrix(),
+                      topo_run.topo.lan_us,
                       n_routes=min(2000, 10 * topo_run.cfg.nodes), seed=topo_run.seed_t)
     return {k: (float(v) if isinstance(v, (float, np.floating)) else v) for k, v in q.items()}
 

@@ -55,7 +55,8 @@ def _bootstrap(shards: int):
     world = World(net, lambda: OverlayStack(pp, None), shards=shards)
     run = phases.TopologyRun(
         cfg=cfg, run_dir=None, t=0, seed_t=SEED,
-        topo=types.SimpleNamespace(host_router=net["host_router"], lan_us=net["lan_us"]),
+        topo=types.SimpleNamespace(host_router=net["host_router"], lan_us=net["lan_us"],
+                                   dist_matrix=lambda: net["router_dist_us"]),
         plan=None, emu=_Driver(world), shared=net, events=None)
     arrivals = join_schedule(N, pp["join_rate_per_s"], 0, pp["seed"])
     planned_end = int(arrivals[-1]) + pp["join_settle_us"] + SETTLE_US

@@ -150,8 +150,8 @@ class JoinProtocol:
         times = join_schedule(ctx.n_nodes, self.join_rate_per_s, self.join_start_us,
                               self.seed)
         times = times + int(getattr(ctx, "delta_us", 0) or 0) + 1
-        contact = nearby_contacts(nodes.global_ids, times, self.join_settle_us,
-                                  ctx.shared("host_router"), ctx.shared("router_dist_us"),
+        hr, rdist, _ = nodes.latency_tables(ctx)
+        contact = nearby_contacts(nodes.global_ids, times, self.join_settle_us, hr, rdist,
                                   self.join_contact_fallback)
         ctx.timer(nodes.global_ids, times[nodes.global_ids], msg_types.JOIN_START,
                   **JoinStart.fields(contact=contact))

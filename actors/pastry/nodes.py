@@ -71,14 +71,7 @@ class PastryNodes:
         """(host_router, router_dist_us, lan_us) of the engine's latency model, for the
         kernels that probe delays (the model's arrays, or the same shared inputs)."""
         if self._latency_tables is None:
-            tables = getattr(ctx, "latency_tables", None)
-            if tables is not None:
-                hr, rdist, lan = tables()
-            else:  # a context without the engine's model: the shared inputs it came from
-                hr, rdist, lan = (ctx.shared("host_router"), ctx.shared("router_dist_us"),
-                                  ctx.shared("lan_us"))
-            self._latency_tables = (np.ascontiguousarray(hr, np.int32),
-                                    np.ascontiguousarray(rdist, np.int32), int(lan))
+            self._latency_tables = latency_inputs(ctx)
         return self._latency_tables
 
     # ---- learning of nodes ----------------------------------------------------------
@@ -153,3 +146,15 @@ class PastryNodes:
         self.nbrs.restore(d["nbrs"])
         self.failed.restore(d["failed"])
         self.joined, self.incarnation = d["joined"].copy(), d["incarnation"].copy()
+
+
+def latency_inputs(ctx):
+    """(host_router, router_dist_us, lan_us) of the engine's latency model (the context's
+    ``latency_tables``): the delays Pastry's proximity rules probe. A context without a
+    router-table model gives the shared inputs of those names instead."""
+    try:
+        hr, rdist, lan = ctx.latency_tables()
+    except AttributeError:   # no such context, or a model without router tables
+        hr, rdist, lan = (ctx.shared("host_router"), ctx.shared("router_dist_us"),
+                          ctx.shared("lan_us"))
+    return np.ascontiguousarray(hr, np.int32), np.ascontiguousarray(rdist, np.int32), int(lan)

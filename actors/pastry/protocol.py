@@ -36,7 +36,7 @@ from .hop_acks import HopAcks
 from .join import JoinProtocol
 from .maintenance import LeafSetMaintenance
 from .messages import make_batch, msgs_of, payload_of, take_rows
-from .nodes import PastryNodes
+from .nodes import PastryNodes, latency_inputs
 from .oracle import oracle_state
 from .router import ROUTE_LOG_COLUMNS, Router
 from .state import SIZES, PastryState
@@ -201,8 +201,8 @@ class Pastry:
     def _initial_tables(self, ctx, global_ids, ids_hi, ids_lo) -> PastryState:
         p = self.params
         if p["bootstrap"] == "oracle":
-            return oracle_state(global_ids, ids_hi, ids_lo, ctx.shared("host_router"),
-                                ctx.shared("router_dist_us"), ctx.shared("lan_us"), b=p["b"],
+            hr, rdist, lan = latency_inputs(ctx)
+            return oracle_state(global_ids, ids_hi, ids_lo, hr, rdist, lan, b=p["b"],
                                 l=p["l"], m=p["m"], n_nodes=ctx.n_nodes)
         return PastryState.empty(len(global_ids), ctx.n_nodes, p["b"], p["l"], p["m"])
 
