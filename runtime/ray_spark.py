@@ -36,9 +36,10 @@ _OBJECT_STORE_CAP = 8 * 1024**3      # more only helps when shards hold huge log
 _OBJECT_STORE_FLOOR = 256 * 1024**2
 # The JVMs' heap caps (a scenario's `analysis.executor_memory` / `driver_memory` default to
 # them). A JVM grows its heap to the cap under garbage, so the cap is what it costs the
-# machine: the 1,000,000-node run's analysis took the same time with these as with 3 GB
-# each (BENCHMARKS.md), and Spark spills past the executor's.
-EXECUTOR_MEMORY = "1536m"
+# machine. The 1,000,000-node run and the 10-topology paper run (1,000,000 node-topologies,
+# ~6 M link rows collected) were analysed as fast with these as with 3 GB each
+# (docs/analysis.md); Spark spills past the executor's.
+EXECUTOR_MEMORY = "1g"
 DRIVER_MEMORY = "1g"
 
 
