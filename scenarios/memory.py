@@ -2,13 +2,13 @@
 and the check that refuses a run that would not fit (`check_memory`).
 
 The figures are upper-end rates measured on the development machine (BENCHMARKS.md): the
-1,000,000-node `paper_zipf_1500` run (oracle, 2 shards) peaked at 6.8 GB (summed PSS of
-the run's processes) while emulating and 9.2 GB in the Spark analysis; the 100,000-node
-protocol run at 8.1 GB on the whole machine; a 25,000-node shard held 0.65-0.7 GB while
-emulating and 2.36 GB while writing an 11.7 M-row phase log. A run refused here would
-really not have fitted; a run admitted may still need swap-free headroom for the rest of
-the machine. Topologies run one after the other and the Spark analysis spills to disk, so
-neither multiplies the estimate.
+1,000,000-node `paper_zipf_1500` run (oracle, 2 shards) peaked at 7.7 GB of the machine
+while emulating (its shards writing the join's logs) and 7.2 GB in the Spark analysis; the
+100,000-node protocol run at 8.1 GB on the whole machine; a 25,000-node shard held
+0.65-0.7 GB while emulating and 2.36 GB while writing an 11.7 M-row phase log. A run
+refused here would really not have fitted; a run admitted may still need swap-free
+headroom for the rest of the machine. Topologies run one after the other and the Spark
+analysis spills to disk, so neither multiplies the estimate.
 """
 
 from __future__ import annotations
