@@ -176,12 +176,11 @@ def _run_sections(ctx: _Context) -> tuple[dict, dict[str, float]]:
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="analysis") as pool:
         pending = [(name, finish, {k: pool.submit(collect, df) for k, df in plan(ctx).items()})
                    for name, plan, finish in SECTIONS]
-        pending.reverse()
         while pending:
             # taken off the list: a future holds its table, which then goes with the
             # section once it is written (the driver holds no section's tables but those
             # collected and not written yet)
-            name, finish, futures = pending.pop()
+            name, finish, futures = pending.pop(0)
             t0 = time.perf_counter()
             results.update(finish(ctx, {k: futures.pop(k).result() for k in list(futures)}))
             timing[name] = time.perf_counter() - t0

@@ -1,7 +1,7 @@
 """Give the C heap's free pages back to the operating system.
 
-A shard's handlers and kernels allocate and free temporaries all phase long (numba's
-arrays, numpy's, the pass records). glibc's malloc keeps what is freed for reuse instead
+A shard's handlers and kernels allocate and free temporaries all phase long (the
+kernels' arrays, numpy's, the pass records). glibc's malloc keeps what is freed for reuse instead
 of returning it, and only the top of a heap can shrink: on the 1,000,000-node run a shard
 held 0.7 GB of freed heap at the end of its join phase (3.6 GB resident, 2.9 GB after
 :func:`trim`). Writing the phase's logs then takes fresh memory on top (Arrow and Parquet
