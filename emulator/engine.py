@@ -205,7 +205,7 @@ class ShardEngine:
     def accept(self, batches) -> None:
         for b in batches:
             if b is not None and len(b):
-                self.queue.push(b)
+                self.queue.defer(b)
 
     # ---- the window loop ------------------------------------------------------------
     def advance(self, end: int, phase: str, inbound) -> tuple[int, list[Batch], dict]:
@@ -215,6 +215,7 @@ class ShardEngine:
         self._flush()
         self.phase = phase
         self.accept(inbound)
+        self.queue.release(end)    # the compiled loop pops from the pools alone
         if self.queue.next_time() < self.done_until:
             # a window bound let this shard run past a message still on its way: results
             # would depend on the partition, so stop rather than process it late
@@ -539,7 +540,7 @@ class ShardEngine:
         else:
             self.stack = st["stack"]
         self.queue.clear()
-        self.queue.push(st["queue"])
+        self.queue.defer(st["queue"])
         self.alive[:] = st["alive"]
         self.seq[:] = st["seq"]
         self.draws[:] = st["draws"]

@@ -20,6 +20,10 @@ slot), which is cheaper per message than a 4-ary heap in one array. The queue's 
 a shard's time is measured by benchmarks/bench_pastry.py --protocol (a protocol
 bootstrap) and benchmarks/bench_protocol.py (per-message cost by batch size).
 
+A large batch handed over at once (a phase's stimuli: a million JOIN requests spread over a
+second) waits outside the pools, as it came, and moves in as its messages come due, so
+the pools hold what is due soon (``defer`` / ``release``).
+
 The queue returns the set of messages due; their order is the engine's business (it sorts
 a cell by its own total key), so neither the buckets' nor the heap's order reaches a
 result.
@@ -42,6 +46,8 @@ _FIRST_CAPACITY = 1024
 # any network delay, so only long timers go to the heap
 RING_CELLS = 8192
 _FEW = 512   # pushes of up to this many records copy them in the compiled call
+# a batch handed over with more records than this waits outside the pools until due (`defer`)
+_DEFER_ABOVE = 4096
 
 
 class EventQueue:
@@ -52,6 +58,10 @@ class EventQueue:
             raise ValueError(f"ring_cells must be a power of two, got {ring_cells}")
         self._head = np.full(int(ring_cells), -1, np.int64)   # first slot of each cell's list
         self._allocate(_FIRST_CAPACITY, _FIRST_CAPACITY)
+        # deferred batches, each [records, payload, time order or None, sorted times, rows
+        # already moved in], and the earliest time still waiting
+        self._deferred: list[list] = []
+        self._deferred_next = NEVER
 
     def _allocate(self, capacity: int, pay_capacity: int) -> None:
         self._rows = np.zeros(capacity, self.dtype)
@@ -68,7 +78,45 @@ class EventQueue:
         self._meta = np.array([0, capacity, 0, 0, 0, 0], np.int64)
 
     def __len__(self) -> int:
+        return self._in_pools() + sum(len(d[3]) - d[4] for d in self._deferred)
+
+    def _in_pools(self) -> int:
         return int(self._meta[_HEAP] + self._meta[_RING_N])
+
+    def defer(self, batch: Batch) -> None:
+        """Add messages in any order, as :meth:`push`; a large batch (stimuli for a whole
+        phase) is kept as it is, not copied, and its messages move into the pools as they
+        come due (:meth:`release`, and every pop), so the pools hold what is due soon
+        rather than growing to every stimulus. O(n log n) unless in time order already."""
+        if len(batch) <= _DEFER_ABOVE:
+            self.push(batch)
+            return
+        m = as_messages(batch.msgs, self.dtype)
+        t = m["time"]
+        order = None if bool((t[1:] >= t[:-1]).all()) else np.argsort(t, kind="stable")
+        times = np.ascontiguousarray(t if order is None else t[order])
+        self._deferred.append([m, batch.payload, order, times, 0])
+        self._deferred_next = min(self._deferred_next, int(times[0]))
+
+    def release(self, t: int) -> None:
+        """Move the deferred messages due before ``t`` into the pools; O(log n) per
+        deferred batch, plus the messages moved."""
+        if self._deferred_next >= t:
+            return
+        waiting, earliest = [], NEVER
+        for d in self._deferred:
+            m, payload, order, times, at = d
+            j = int(np.searchsorted(times, t))
+            if j > at:
+                # a writable copy of the rows due (the batch may be read-only shared memory)
+                rows = np.array(m[at:j]) if order is None else m[order[at:j]]
+                self.push_records(rows, payload,
+                                  int(rows["pay_len"].sum()) if len(payload) else 0)
+                d[4] = j
+            if j < len(times):
+                waiting.append(d)
+                earliest = min(earliest, int(times[j]))
+        self._deferred, self._deferred_next = waiting, earliest
 
     def push(self, batch: Batch) -> None:
         """Add messages in any order; O(n) in the ring, O(log H) each into the heap."""
@@ -135,13 +183,16 @@ class EventQueue:
     def next_time(self) -> int:
         """Earliest pending time (NEVER when empty); O(cells to the first busy one + its
         messages)."""
-        return int(next_pending(self._meta, self._heap_t, self._head, self._next, self._rows,
-                              self.delta, True))
+        return min(int(next_pending(self._meta, self._heap_t, self._head, self._next,
+                                    self._rows, self.delta, True)), self._deferred_next)
 
     def next_cell(self) -> int:
         """Cell of the earliest pending message (NEVER when empty)."""
-        return int(next_pending(self._meta, self._heap_t, self._head, self._next, self._rows,
-                              self.delta, False))
+        cell = int(next_pending(self._meta, self._heap_t, self._head, self._next, self._rows,
+                                self.delta, False))
+        if self._deferred_next != NEVER:
+            cell = min(cell, self._deferred_next // self.delta)
+        return cell
 
     def pop_cell(self, cell: int) -> Batch:
         """Remove and return every message due before the end of `cell`, in the engine's
@@ -153,6 +204,7 @@ class EventQueue:
         """Remove and return every message with time < t; O(k) for k popped from the ring
         (plus the ring cells before t), O(log H) each from the heap. ``ordered``: in
         dispatch order (O(k log k) more), else in no order of meaning."""
+        self.release(t)
         slots, payload, offsets = pop_slots(int(t), self._meta, self._free, self._heap_t,
                                        self._heap_s, self._poff, self._plen, self._pay,
                                        self._head, self._next, self._rows, self.delta,
@@ -172,18 +224,42 @@ class EventQueue:
     def snapshot(self) -> Batch:
         """All pending messages as one batch (for checkpoints), by (time, src, seq); the
         queue is unchanged."""
-        slots = np.sort(self._pending())
-        payload, offsets = _gather_payload(slots, self._poff, self._plen, self._pay)
-        b = self._batch(slots, payload, offsets)
+        waiting = [Batch(m, payload).take(np.arange(at, len(m)) if order is None
+                                          else order[at:])
+                   for m, payload, order, _, at in self._deferred]
+        b = Batch.concat([self._pools_batch(), *waiting], self.dtype)
         m = b.msgs
         return b.take(np.lexsort((m["seq"], m["src"], m["time"])))
+
+    def _pools_batch(self) -> Batch:
+        """The messages in the pools, in slot order."""
+        slots = np.sort(self._pending())
+        payload, offsets = _gather_payload(slots, self._poff, self._plen, self._pay)
+        return self._batch(slots, payload, offsets)
 
     def _pending(self) -> np.ndarray:
         """Every pending message's slot (heap first, then the ring's cells)."""
         return _pending_slots(self._meta, self._heap_s, self._head, self._next)
 
+    def compact(self) -> None:
+        """Shrink the pools to twice the pending messages (and payload) when a burst left
+        them more than four times that: a phase that injects its stimuli at once (a join's
+        requests) grows them for messages long gone. The pending messages move to the new
+        pools; the ring keeps its first cell, so no message moves to the heap. O(P + ring).
+        """
+        live, pay_live = self._in_pools(), int(self._meta[_PAY_LIVE])
+        capacity = max(_FIRST_CAPACITY, 2 * live)
+        pay_capacity = max(_FIRST_CAPACITY, 2 * pay_live)
+        if len(self._rows) <= 2 * capacity and len(self._pay) <= 2 * pay_capacity:
+            return
+        pending, base = self._pools_batch(), int(self._meta[_BASE])
+        self._allocate(capacity, pay_capacity)
+        self._meta[_BASE] = base
+        self.push(pending)
+
     def clear(self) -> None:
         """Drop every pending message; the pools keep their size."""
+        self._deferred, self._deferred_next = [], NEVER
         capacity = len(self._rows)
         self._free = np.arange(capacity - 1, -1, -1, dtype=np.int64)
         self._head[:] = -1

@@ -582,7 +582,10 @@ class ShardActor:
         """Take the buffered log rows: Parquet under the storage, and for the hand-off the
         tables (with `topo`) kept for `take_tables`. Returns (table, Arrow schema, rows) of
         each non-empty table, sorted by name."""
-        heap.trim()    # the phase's freed temporaries, before the logs take fresh memory
+        # the phase's freed temporaries and its burst's queue room go back to the system
+        # before the logs take fresh memory
+        self.engine.queue.compact()
+        heap.trim()
         tables = self.engine.take_logs()
         names = sorted(tables)
         if self.storage is not None and not self.handoff:

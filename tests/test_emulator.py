@@ -331,6 +331,72 @@ def test_queue_keeps_rows_and_payload_through_growth_and_packing(ring):
     assert sorted(q.pop_before(6).msgs["time"].tolist()) == [1, 5] and len(q) == 1
 
 
+@RINGS
+def test_compacted_queue_shrinks_and_pops_what_its_twin_pops(ring):
+    """After a burst is popped, compact() shrinks the pools to the pending messages and
+    every later pop (rows, payload, order) is the one of an uncompacted twin; messages of
+    the ring stay in the ring."""
+    rng = np.random.default_rng(3)
+    a, b = EventQueue(1000, ring_cells=ring), EventQueue(1000, ring_cells=ring)
+    n = 50_000
+    m = new_messages(n, time=rng.integers(0, 40_000, n), src=rng.integers(0, 9, n),
+                     seq=np.arange(n))
+    p = pack_rows(np.where(rng.random((n, 3)) < 0.5, rng.integers(0, 99, (n, 3)), -1))
+    m["pay_off"], m["pay_len"] = p["pay_off"], p["pay_len"]
+    for q in (a, b):
+        q.push(Batch(m.copy(), p["payload"]))
+        q.pop_before(39_000)
+    big = len(a._rows)
+    a.compact()
+    assert len(a) == len(b) > 0 and len(a._rows) < big // 4
+    assert int(a._meta[0]) == 0    # the ring kept its first cell: cell 39 is in it
+    a.compact()                    # already small: nothing to do
+    got, want = a.pop_cell(39), b.pop_cell(39)
+    assert len(got) and np.array_equal(got.msgs, want.msgs)
+    assert np.array_equal(got.payload, want.payload)
+    assert len(a) == len(b) == 0
+    a.compact()
+    assert len(a._rows) == 1024 and a.next_time() == NEVER
+
+
+@pytest.mark.parametrize("in_time_order", [True, False])
+def test_deferred_batch_pops_as_if_pushed(in_time_order):
+    """A large batch handed over with defer (read-only, as from the object store) waits
+    outside the pools and moves in as it comes due: next time and cell, length, snapshot
+    and every pop (rows, payload, order) are those of a twin that pushed it."""
+    rng = np.random.default_rng(8)
+    a, b = EventQueue(1000), EventQueue(1000)
+    n = 30_000
+    t = rng.integers(5_000, 900_000, n)
+    m = new_messages(n, time=np.sort(t) if in_time_order else t, src=rng.integers(0, 9, n),
+                     seq=np.arange(n))
+    p = pack_rows(np.where(rng.random((n, 3)) < 0.5, rng.integers(0, 99, (n, 3)), -1))
+    m["pay_off"], m["pay_len"] = p["pay_off"], p["pay_len"]
+    m.flags.writeable = False
+    payload = p["payload"].copy()
+    payload.flags.writeable = False
+    early = new_messages(3, time=[100, 2_500, 7_000], seq=[n, n + 1, n + 2])
+    a.defer(Batch(m, payload))
+    b.push(Batch(m.copy(), payload.copy()))
+    for q in (a, b):
+        q.defer(Batch(early.copy()))                 # small: straight into the pools
+    assert a._in_pools() == 3 and len(a) == len(b) == n + 3
+    snap_a, snap_b = a.snapshot(), b.snapshot()
+    assert np.array_equal(snap_a.msgs, snap_b.msgs)
+    assert np.array_equal(snap_a.payload, snap_b.payload)
+    now = 0
+    while b.next_time() != NEVER:
+        assert a.next_time() == b.next_time() and a.next_cell() == b.next_cell()
+        now = b.next_time() + int(rng.integers(0, 40_000))
+        a.release(now - 1_000)     # any earlier release changes nothing
+        got, want = a.pop_cell(now // 1000), b.pop_cell(now // 1000)
+        assert np.array_equal(got.msgs, want.msgs)
+        assert np.array_equal(got.payload, want.payload)
+        assert len(a) == len(b)
+        assert a._in_pools() <= n // 4    # only what came due moved in
+    assert a.next_time() == NEVER and len(a) == 0
+
+
 def test_node_streams_do_not_depend_on_batching():
     nodes = np.array([7, 7, 3, 7, 3])
     draws = np.array([0, 1, 0, 2, 1])
