@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+from emulator import heap
 from emulator.errors import first_line
 
 from .jvm_archive import SessionArchives, merge_options
@@ -539,7 +540,11 @@ def start_spark(app_name: str = "scribe-emu", executors: int | None = None,
         "spark.ui.showConsoleProgress": "false",
         "spark.pyspark.python": sys.executable,
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        # the Python workers' freed tables go back to the OS (emulator/heap.py), and so
+        # do those of this process, which collects every result
+        **{f"spark.executorEnv.{k}": v for k, v in heap.LARGE_BLOCK_ENV.items()},
     }
+    heap.map_large_blocks()
     if ray_is_local():
         # On an embedded Ray everything is on this host; elsewhere RayDP picks the node IP
         # so that executors on other machines can reach the driver.
