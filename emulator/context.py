@@ -157,8 +157,10 @@ class ShardContext:
     def latency_tables(self):
         """(host_router, router_dist_us, lan_us) behind :meth:`latency`, for compiled
         protocol kernels that compute delays themselves: lan + dist[r(a), r(b)] + lan,
-        0 for a == b."""
+        0 for a == b. None when the latency model is not one of router tables."""
         lat = self._e.latency
+        if not all(hasattr(lat, a) for a in ("host_router", "router_dist_us", "lan_us")):
+            return None
         return lat.host_router, lat.router_dist_us, lat.lan_us
 
     def random(self, nodes) -> np.ndarray:

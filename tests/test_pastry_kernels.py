@@ -592,3 +592,36 @@ def test_newly_joined_equals_unique_then_masks():
         out_li, out_t = kernels.newly_joined(li, t, joined, nbrs_got, expected, got_rows)
         assert np.array_equal(out_li, u[done]) and np.array_equal(out_t, t[first][done])
         assert np.array_equal(joined, ref_joined)
+
+
+def test_latency_inputs_take_the_models_router_tables_else_the_shared_inputs():
+    """Pastry's delays come from the engine's router-table model; a context whose model has
+    none (or a context without the query) gives the shared inputs; an error inside the
+    query is not taken for a missing model."""
+    from actors.pastry.nodes import latency_inputs
+
+    shared = {"host_router": [0, 1], "router_dist_us": [[0, 5], [5, 0]], "lan_us": 7}
+
+    class Ctx:
+        def __init__(self, tables):
+            self._tables = tables
+
+        def shared(self, name):
+            return shared[name]
+
+        def latency_tables(self):
+            if self._tables == "broken":
+                raise AttributeError("a bug inside the query")
+            return self._tables
+
+    class Bare:
+        shared = Ctx.shared
+
+    model = (np.array([1, 0]), np.array([[0, 9], [9, 0]]), 3)
+    hr, rdist, lan = latency_inputs(Ctx(model))
+    assert hr.tolist() == [1, 0] and rdist[0, 1] == 9 and lan == 3
+    for ctx in (Ctx(None), Bare()):
+        hr, rdist, lan = latency_inputs(ctx)
+        assert hr.dtype == np.int32 and hr.tolist() == [0, 1] and rdist[0, 1] == 5 and lan == 7
+    with pytest.raises(AttributeError, match="a bug inside"):
+        latency_inputs(Ctx("broken"))

@@ -152,9 +152,8 @@ def latency_inputs(ctx):
     """(host_router, router_dist_us, lan_us) of the engine's latency model (the context's
     ``latency_tables``): the delays Pastry's proximity rules probe. A context without a
     router-table model gives the shared inputs of those names instead."""
-    try:
-        hr, rdist, lan = ctx.latency_tables()
-    except AttributeError:   # no such context, or a model without router tables
-        hr, rdist, lan = (ctx.shared("host_router"), ctx.shared("router_dist_us"),
-                          ctx.shared("lan_us"))
+    tables = ctx.latency_tables() if hasattr(ctx, "latency_tables") else None
+    if tables is None:
+        tables = ctx.shared("host_router"), ctx.shared("router_dist_us"), ctx.shared("lan_us")
+    hr, rdist, lan = tables
     return np.ascontiguousarray(hr, np.int32), np.ascontiguousarray(rdist, np.int32), int(lan)
