@@ -241,5 +241,9 @@ def _arrow(v) -> pa.Array | pa.ChunkedArray:
     return pa.array(v)
 
 
+TOPO_FIELD = pa.field("topo", pa.int32())   # the topology seed index of every event table
+
+
 def with_topo(table: pa.Table, topo: int) -> pa.Table:
-    return table.append_column("topo", pa.array(np.full(table.num_rows, int(topo), np.int32)))
+    return table.append_column(TOPO_FIELD,
+                               pa.array(np.full(table.num_rows, int(topo), np.int32)))

@@ -61,7 +61,7 @@ from . import heads as round_heads
 from . import heap
 from .engine import ShardEngine
 from .local_link import LinkClient, LinkClosed, LinkServer
-from .logs import with_topo
+from .logs import TOPO_FIELD, with_topo
 from .queue import NEVER
 from .storage import ipc_bytes
 
@@ -587,18 +587,20 @@ class ShardActor:
         self.engine.queue.compact()
         heap.trim()
         tables = self.engine.take_logs()
-        names = sorted(tables)
-        if self.storage is not None and not self.handoff:
-            for name in names:
-                self.storage.write_parquet(tables[name], name, self.topo_index,
-                                           f"{phase_stem}-shard{self.engine.shard_id}")
         self._stash = []
         out = []
-        for name in names:
-            tbl = with_topo(tables[name], self.topo_index)
-            out.append((name, tbl.schema, tbl.num_rows))
+        for name in sorted(tables):
+            tbl = tables.pop(name)     # each table's memory goes once it is written
             if self.handoff:
+                tbl = with_topo(tbl, self.topo_index)
                 self._stash.append(ipc_bytes(tbl))
+                schema = tbl.schema
+            else:
+                if self.storage is not None:
+                    self.storage.write_parquet(tbl, name, self.topo_index,
+                                               f"{phase_stem}-shard{self.engine.shard_id}")
+                schema = tbl.schema.append(TOPO_FIELD)   # (the files' topo is their directory)
+            out.append((name, schema, tbl.num_rows))
         return out
 
     def take_tables(self):
