@@ -108,8 +108,10 @@ class EventQueue:
             m, payload, order, times, at = d
             j = int(np.searchsorted(times, t))
             if j > at:
-                # a writable copy of the rows due (the batch may be read-only shared memory)
                 rows = np.array(m[at:j]) if order is None else m[order[at:j]]
+                # as writable as the payload: the compiled push then has the signature of
+                # a push of the batch itself (read-only both when from the object store)
+                rows.flags.writeable = payload.flags.writeable
                 self.push_records(rows, payload,
                                   int(rows["pay_len"].sum()) if len(payload) else 0)
                 d[4] = j
