@@ -1,4 +1,5 @@
 """Give the C heap's free pages back to the operating system.
+
 A shard's handlers and kernels allocate and free temporaries all phase long (the
 kernels' arrays, numpy's, the pass records). glibc's malloc keeps what is freed for reuse instead
 of returning it, and only the top of a heap can shrink: on the 1,000,000-node run a shard
