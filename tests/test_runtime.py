@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from emulator import heap
 from runtime import ray_spark as runtime
 
 # these tests start and stop Ray and Spark themselves: after every test that shares the
@@ -114,6 +115,9 @@ def test_spark_on_ray_with_a_stale_link_hands_arrow_both_ways_and_writes_class_a
             # one partition per executor core, at least 2 (runtime.start_spark)
             assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
             assert spark.conf.get("spark.driver.host") == "127.0.0.1"
+            # the Python workers map large blocks on their own (emulator/heap.py)
+            assert spark.conf.get("spark.executorEnv.MALLOC_MMAP_THRESHOLD_") == \
+                str(heap.LARGE_BLOCK)
             n = 10_000
             tbl = pa.table({"group": pa.array([i % 7 for i in range(n)], pa.int32()),
                             "delay": pa.array(range(n), pa.int64())})
