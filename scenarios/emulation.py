@@ -78,7 +78,7 @@ def _prepare_topology(cfg, run_dir: Path, t: int, state: RunState, progress) -> 
                        cfg.groups_cfg["exponent"], cfg.groups_cfg["size"])
     state.add_time("topology_build", time.perf_counter() - w0)
     lat = RouterLatency.from_topology(topo)
-    # (the delays reach the shards once, in the latency model: not again here)
+    # the delays reach the shards in the latency model alone (one copy in the object store)
     shared = {"node_ids_hi": ids_hi, "node_ids_lo": ids_lo, "groups": plan.table}
     return _TopologyInputs(topo, plan, lat, shared)
 
