@@ -23,15 +23,17 @@ class OverlayStack:
     passes the shard context first). ``app`` None: Pastry alone.
 
     ``one_by_one``: the engine hands every run of a cell to ``handle``, to the handler of
-    its type (no compiled cell loop, no stretches of runs in ``handle_runs``). The same
-    results, slower; each handler kernel then compiles on its own, which lets
-    scenarios/warm.py compile them in a second process beside the composed loop."""
+    its type (no compiled cell loop, no stretches of runs in ``handle_runs``), and the
+    stack compiles its loop's application part ahead instead (:attr:`compile_ahead`).
+    The same results, slower; it lets scenarios/warm.py compile the loop's parts and the
+    handler kernels in a second process beside the one composing the loop."""
 
     def __init__(self, pastry_params: dict, app=None, one_by_one: bool = False):
         self.app = app
         self.pastry = Pastry(app, dict(pastry_params))
         self.one_by_one = bool(one_by_one)
         self._loop = None    # a compiled cell loop of the whole stack (ScribeStack's)
+        self._ahead = None   # the same, one by one: only its parts compiled ahead
         # the engine calls handle once per run of a cell (or handle_runs for a stretch of
         # runs): straight to Pastry's
         self.handle = self.pastry.handle
@@ -56,6 +58,12 @@ class OverlayStack:
         if self.one_by_one:
             return None
         return self._loop or self.pastry.run_cells
+
+    @property
+    def compile_ahead(self):
+        """One by one, the stack's loop's ``compile_ahead(ctx, eng)`` (the engine calls it
+        once, with its arrays, before any cell); else None."""
+        return self._ahead.compile_ahead if self._ahead is not None else None
 
     def on_fail(self, ctx, local_idx):
         self.pastry.on_fail(ctx, local_idx)
@@ -98,9 +106,12 @@ class ScribeStack(OverlayStack):
 
     def setup(self, ctx):
         super().setup(ctx)
-        if not self.one_by_one and self.pastry.loop_part is not None \
-                and self.scribe.compiled_run_types:
-            self._loop = StackCellLoop(self.pastry, self.scribe, ctx.message_dtype)
+        if self.pastry.loop_part is not None and self.scribe.compiled_run_types:
+            loop = StackCellLoop(self.pastry, self.scribe, ctx.message_dtype)
+            if self.one_by_one:
+                self._ahead = loop
+            else:
+                self._loop = loop
 
 
 def make_stack(pastry_params: dict, scribe_params: dict, one_by_one: bool = False) -> ScribeStack:

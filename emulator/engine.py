@@ -116,6 +116,11 @@ class ShardEngine:
         # a stack may run whole stretches of cells in one compiled call (emulator/window.py)
         self._loop = getattr(self.stack, "run_cells", None)
         self._buffers = window.LoopBuffers(self.message_dtype) if self._loop else None
+        # a stack may compile parts of its loop before any cell, for the arrays the loop
+        # would be given (scenarios/warm.py: two processes compile a loop's parts at once)
+        ahead = getattr(self.stack, "compile_ahead", None)
+        if ahead is not None:
+            ahead(self.ctx, window.engine_arrays(self, window.LoopBuffers(self.message_dtype)))
         self._python_cells = 0      # cells the Python loop takes before the compiled one again
         self._python_backoff = 0    # (_pace_loop)
         self._flush()

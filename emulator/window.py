@@ -320,6 +320,27 @@ def end_pass(k, pos, c, out, pool, local_index, seq, n_nodes, sent_counts, new_t
     return True, False
 
 
+def end_pass_types(eng: EngineArrays) -> tuple:
+    """The argument types of a loop's :func:`end_pass` call over the arrays ``eng`` (its
+    first two, the sends' and the payload's cursors, int64), for compiling it ahead of a
+    loop's first call (``end_pass.compile``). O(1)."""
+    t = numba.typeof
+    return (numba.types.int64, numba.types.int64, t(eng.counts), t(eng.out), t(eng.pool),
+            t(eng.local_index), t(eng.seq), t(eng.n_nodes), t(eng.sent_counts),
+            t(eng.new_types), t(eng.log_messages), t(eng.log), t(eng.n_shards),
+            t(eng.node_shard), t(eng.shard), t(eng.outbox), t(eng.outbox_shard),
+            t(eng.outbox_pay), t(eng.meta), t(eng.free), t(eng.heap_t), t(eng.heap_s),
+            t(eng.poff), t(eng.plen), t(eng.pay), t(eng.rows), t(eng.head), t(eng.nxt),
+            t(eng.delta))
+
+
+def pass_types(eng: EngineArrays) -> tuple:
+    """The types of a pass as :func:`begin_pass` returns it to a loop over ``eng``: its
+    records, and (the same type) its runs' bounds and its rows' local indices. O(1)."""
+    return (numba.types.Array(numba.from_dtype(eng.rows.dtype), 1, "C"),
+            numba.types.Array(numba.types.int64, 1, "C"))
+
+
 @numba.njit(cache=True)
 def _note_new_types(sent_counts, new_types, c, m):
     """The types of ``m`` counted for the first time by this stamping (their count is

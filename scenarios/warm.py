@@ -12,10 +12,13 @@ away. Nothing is analysed (Spark never starts) and nothing is kept but numba's c
 Compiling is numba's own work, one kernel after another in one process: the stack's
 compiled cell loop calls nearly every handler kernel, and compiling it compiles them all in
 turn (about 100 s of one core from an empty cache). So the stack's kernels compile first,
-on both cores: two scaled-down :data:`STACK_SCENARIO` runs at once, one shard each, one
-composing the handlers in the loop, the other handing every run to its own handler
-(``one_by_one``, actors/stack.py), which compiles the handler kernels meanwhile; the
-loop's compile then loads from the cache each kernel the other process has saved. The
+on both cores: two scaled-down :data:`STACK_SCENARIO` runs at once, one shard each. One
+composes the handlers in the loop, whose compile takes the engine's pass, then Pastry's
+part, then Scribe's part and the pass's end, then the loop's body. The other, with the
+stack ``one_by_one`` (actors/stack.py), compiles Scribe's part and the pass's end first,
+on their own, for the types the loop passes them (``StackCellLoop.compile_ahead``), then
+hands every run to its own handler, which compiles the handlers' entry points; the
+loop's compile loads from the cache each kernel the other process has saved. The
 scenarios asked for run after that, at two shards (cross-shard batches arrive read-only:
 their own signatures), compiling only what is left.
 """

@@ -34,3 +34,30 @@ def test_warm_runs_a_scenario_scaled_down_and_leaves_its_kernels_cached(warm_run
         folder = cache / Path(rel).parent
         assert list(folder.glob(f"{prefix}*.nbi")), (folder, prefix)
         assert list(folder.glob(f"{prefix}*.nbc")), (folder, prefix)
+
+
+def _signatures(folder: Path, prefix: str) -> list:
+    """The signatures numba's cache index holds for the kernel whose entries start with
+    ``prefix`` in ``folder`` (numba's index: its version, then (stamp, {(signature,
+    target), ...: data file})). O(its overloads)."""
+    import pickle
+    (index,) = folder.glob(f"{prefix}*.nbi")
+    with open(index, "rb") as f:
+        pickle.load(f)
+        _, overloads = pickle.loads(f.read())
+    return [key[0] for key in overloads]
+
+
+@pytest.mark.late
+def test_the_loops_parts_compiled_ahead_are_those_the_loop_calls(warm_run):
+    """The warm-up's second process compiles the stack loop's application part and the
+    pass's end ahead (``StackCellLoop.compile_ahead``) for the loop's process to load:
+    each has one signature in the cache, the one the composed loop looks up (the session
+    composed it first). A second one would be a compile the loop never uses."""
+    cache = Path(warm_run["cache"])
+    parts = (("actors", "stack_loop.take_routed_run-"),
+             ("actors", "stack_loop.take_join_request_run-"),
+             ("actors/scribe", "cell_loop.take_runs-"),
+             ("emulator", "window.end_pass-"))
+    for folder, prefix in parts:
+        assert len(_signatures(cache / folder, prefix)) == 1, prefix
