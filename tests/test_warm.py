@@ -52,8 +52,9 @@ def _signatures(folder: Path, prefix: str) -> list:
 def test_the_loops_parts_compiled_ahead_are_those_the_loop_calls(warm_run):
     """The warm-up's second process compiles the stack loop's application part and the
     pass's end ahead (``StackCellLoop.compile_ahead``) for the loop's process to load:
-    each has one signature in the cache, the one the composed loop looks up (the session
-    composed it first). A second one would be a compile the loop never uses."""
+    each has one signature in the cache, the one the composed loop looks up (whether the
+    session or the warm-up's first process composed it). A second one would be a compile
+    the loop never uses."""
     cache = Path(warm_run["cache"])
     parts = (("actors", "stack_loop.take_routed_run-"),
              ("actors", "stack_loop.take_join_request_run-"),
