@@ -33,10 +33,11 @@ from pathlib import Path
 from .config import ScenarioConfig, load_scenario
 
 # The scaled-down run: enough nodes and groups that every phase has work on every shard
-# (trees with forwarders, collapses, multicasts crossing shards), few enough that running
-# them costs a fraction of compiling.
+# (trees with forwarders, collapses, multicasts crossing shards) and that a shard's tree
+# indexes outgrow their first size (their rehash is a kernel too), few enough that
+# running them costs a fraction of compiling.
 WARM_NODES = 600
-WARM_GROUPS = 40
+WARM_GROUPS = 150
 WARM_SHARDS = 2
 # the scenario whose phases reach every handler of the stack: the join by the protocol,
 # keep-alives and hop acknowledgements, failures, tree repair, multicasts
