@@ -131,9 +131,9 @@ class BackgroundJob:
     """Subprocesses a session's tests will need, run in the background as soon as the
     kernel compile is done (so they load its kernels): such runs wait on Ray's and
     Spark's starts more than they compute, and the tests that start no Ray (run first, in
-    one process) leave a core for them. The jobs run in queue order, :data:`LANES` at a
-    time (:func:`background`): each starts Ray shard processes, and more runs' shards side
-    by side would wait for cores at every window. ``result()`` waits for the job. The processes
+    one process) leave a core for them. The jobs run one after another, in one thread
+    (:func:`background`): each starts Ray shard processes, and two runs' shards side by
+    side wait for cores at every window. ``result()`` waits for the job. The processes
     get the session's environment, taken at construction, not that of the test running
     meanwhile (a fast test points RAY_TMPDIR at a directory that must stay empty).
     Subclasses: ``work()``."""
@@ -299,36 +299,33 @@ BACKGROUND = {"quick_run": QuickRun, "cluster_child": ClusterChild,
               "ray_head": RayHeadChild, "warm_run": WarmRun}
 _jobs: dict[str, BackgroundJob] = {}
 _queue: list[BackgroundJob] = []
-# the threads that run the queue: two jobs at a time (a job mostly waits for Ray's and
-# Spark's starts, so two overlap well; more and their shards wait for cores)
-LANES = 2
-_runners: list[threading.Thread] = []
+_runner: threading.Thread | None = None
 _lock = threading.Lock()
 
 
 def _run_queue() -> None:
+    global _runner
     if _warm is not None:
         _warm.wait()
         _warm_times.setdefault("ended", time.monotonic())
     while True:
         with _lock:
             if not _queue:
-                _runners.remove(threading.current_thread())
+                _runner = None
                 return
             job = _queue.pop(0)
         job.run_now()
 
 
 def _queue_job(name: str, job: BackgroundJob) -> BackgroundJob:
-    """Queue ``job``, and start a thread that runs the queue if fewer than LANES are
-    running."""
+    """Queue ``job``, and start the thread that runs the queue if none is running."""
+    global _runner
     with _lock:
         _jobs[name] = job
         _queue.append(job)
-        if len(_runners) < LANES:
-            runner = threading.Thread(target=_run_queue, daemon=True)
-            _runners.append(runner)
-            runner.start()
+        if _runner is None:
+            _runner = threading.Thread(target=_run_queue, daemon=True)
+            _runner.start()
     return job
 
 
