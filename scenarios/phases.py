@@ -18,8 +18,11 @@ last checkpoint and continues with identical results.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -88,11 +91,32 @@ def _phase_bootstrap(topo_run: TopologyRun, progress) -> dict:
     arrivals = join_schedule(cfg.nodes, p["join_rate_per_s"], p.get("join_start_us", 0),
                              p["seed"])
     last = int(arrivals[-1]) + int(topo_run.emu.delta_us) + 1
-    # a node keeps refreshing its leaf set for join_settle_us after the last arrival
-    stats = _run_joins(topo_run, last + p["join_settle_us"], progress)
-    stats["quality"] = _overlay_quality(topo_run)
+    with _oracle_beside(topo_run, p) as oracle:
+        # a node keeps refreshing its leaf set for join_settle_us after the last arrival
+        stats = _run_joins(topo_run, last + p["join_settle_us"], progress)
+        stats["quality"] = _overlay_quality(topo_run, oracle)
     log.info("topology %d: protocol bootstrap table quality %s", topo_run.t, stats["quality"])
     return stats
+
+
+@contextlib.contextmanager
+def _oracle_beside(topo_run: TopologyRun, pastry_params: dict):
+    """A future of the oracle's exact PNS state, which the table-quality check compares the
+    joined overlay with, computed in a process of its own while the shards run the join: it
+    depends on the topology, the node ids and Pastry's b, l and m alone, and a protocol
+    bootstrap leaves a core free (one shard per machine up to 100,000 nodes on two cores).
+    The process ends with the context (a failed phase does not wait for it). O(the
+    oracle's computation), off the driver."""
+    from actors.pastry.oracle import oracle_state
+    shared, topo = topo_run.shared, topo_run.topo
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield pool.submit(oracle_state, np.arange(topo_run.cfg.nodes), shared["node_ids_hi"],
+                          shared["node_ids_lo"], topo.host_router, topo.dist_matrix(),
+                          topo.lan_us, b=pastry_params["b"], l=pastry_params["l"],
+                          m=pastry_params["m"])
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 # the bootstrap waits at most this many settle_us periods past its planned end for the
@@ -138,17 +162,24 @@ def _run_joins(topo_run: TopologyRun, last_stimulus: int, progress) -> dict:
     return stats
 
 
-def _overlay_quality(topo_run: TopologyRun) -> dict:
-    """Protocol tables vs the oracle's exact PNS state (SPEC 2)."""
+def _overlay_quality(topo_run: TopologyRun, oracle) -> dict:
+    """Protocol tables vs the oracle's exact PNS state (SPEC 2; ``oracle``: a future of
+    it, :func:`_oracle_beside`)."""
     from actors.pastry.quality import stack_states, table_quality
     parts = topo_run.emu.call("overlay_state")
     state = stack_states(parts, topo_run.cfg.nodes)
+    oracle = oracle.result()
+    if (oracle.b, oracle.l, oracle.nbr.shape[1]) != (state.b, state.l, state.nbr.shape[1]):
+        raise RuntimeError(f"the oracle was computed for b, l, m = {oracle.b}, {oracle.l}, "
+                           f"{oracle.nbr.shape[1]}, the shards run {state.b}, {state.l}, "
+                           f"{state.nbr.shape[1]}")
     # routing loops are counted (looping_routes), not raised
     shared = topo_run.shared
     q = table_quality(state, shared["node_ids_hi"], shared["node_ids_lo"],
                       topo_run.topo.host_router, topo_run.topo.dist_matrix(),
                       topo_run.topo.lan_us,
-                      n_routes=min(2000, 10 * topo_run.cfg.nodes), seed=topo_run.seed_t)
+                      n_routes=min(2000, 10 * topo_run.cfg.nodes), seed=topo_run.seed_t,
+                      oracle=oracle)
     return {k: (float(v) if isinstance(v, (float, np.floating)) else v) for k, v in q.items()}
 
 
