@@ -47,3 +47,35 @@ def test_route_paths_marks_loops_and_table_quality_counts_them():
     assert 0 < q["looping_routes"] < 1
     assert q["correct"] <= 1 - q["looping_routes"]
     assert np.isfinite(q["hops_mean"]) and np.isfinite(q["stretch_mean"])
+
+
+def test_the_oracle_computed_beside_the_join_is_the_one_computed_in_place():
+    """scenarios/phases.py has a process of its own compute the oracle the table-quality
+    check compares with while the shards run the join: the same state, array for array,
+    as computing it in the driver, and the check refuses an oracle made for other b, l
+    or m than the shards'."""
+    from types import SimpleNamespace
+
+    from actors.pastry.oracle import oracle_state
+    from actors.pastry.synthetic import synthetic_network
+    from scenarios.phases import _oracle_beside, _overlay_quality
+
+    n = 400
+    net = synthetic_network(n, 20, 3, span_us=60_000)
+    topo = SimpleNamespace(host_router=net["host_router"], lan_us=net["lan_us"],
+                           dist_matrix=lambda: net["router_dist_us"])
+    run = SimpleNamespace(cfg=SimpleNamespace(nodes=n), topo=topo, shared=net)
+    params = {"b": 4, "l": 8, "m": 16}
+    with _oracle_beside(run, params) as future:
+        got = future.result()
+    want = oracle_state(np.arange(n), net["node_ids_hi"], net["node_ids_lo"],
+                        net["host_router"], net["router_dist_us"], net["lan_us"], **params)
+    for name in ("rt", "leaf", "nbr"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
+    assert got.b == want.b
+
+    shards = SimpleNamespace(call=lambda method: [(np.arange(n), {
+        "rt": want.rt, "leaf": want.leaf[:, :4], "nbr": want.nbr, "b": 4})])
+    run.emu, run.seed_t = shards, 0
+    with pytest.raises(RuntimeError, match="b, l, m = 4, 8, 16"):
+        _overlay_quality(run, SimpleNamespace(result=lambda: got))
