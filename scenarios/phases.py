@@ -21,11 +21,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import multiprocessing
+import signal
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import numpy as np
+
+from emulator.errors import first_line
 
 from .churn import churn_schedule
 from .config import ScenarioConfig, ScenarioError
@@ -105,16 +110,28 @@ def _oracle_beside(topo_run: TopologyRun, pastry_params: dict):
     joined overlay with, computed in a process of its own while the shards run the join: it
     depends on the topology, the node ids and Pastry's b, l and m alone, and a protocol
     bootstrap leaves a core free (one shard per machine up to 100,000 nodes on two cores).
-    The process ends with the context (a failed phase does not wait for it). O(the
+    The process ignores Ctrl-C (the driver stops the run); when the context ends it is
+    told to go, and a computation still running when a phase failed ends by itself. O(the
     oracle's computation), off the driver."""
     from actors.pastry.oracle import oracle_state
     shared, topo = topo_run.shared, topo_run.topo
-    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=signal.signal,
+                               initargs=(signal.SIGINT, signal.SIG_IGN))
+    # the process is born ignoring Ctrl-C (a disposition the exec keeps and Python leaves
+    # as it is) where this thread may set it; the initializer covers the other threads
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
     try:
-        yield pool.submit(oracle_state, np.arange(topo_run.cfg.nodes), shared["node_ids_hi"],
-                          shared["node_ids_lo"], topo.host_router, topo.dist_matrix(),
-                          topo.lan_us, b=pastry_params["b"], l=pastry_params["l"],
-                          m=pastry_params["m"])
+        future = pool.submit(oracle_state, np.arange(topo_run.cfg.nodes),
+                             shared["node_ids_hi"], shared["node_ids_lo"], topo.host_router,
+                             topo.dist_matrix(), topo.lan_us, b=pastry_params["b"],
+                             l=pastry_params["l"], m=pastry_params["m"])
+    finally:
+        if main and previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    try:
+        yield future
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
@@ -164,12 +181,18 @@ def _run_joins(topo_run: TopologyRun, last_stimulus: int, progress) -> dict:
 
 def _overlay_quality(topo_run: TopologyRun, oracle) -> dict:
     """Protocol tables vs the oracle's exact PNS state (SPEC 2; ``oracle``: a future of
-    it, :func:`_oracle_beside`)."""
+    it, :func:`_oracle_beside`; computed here if its process was lost)."""
     from actors.pastry.quality import stack_states, table_quality
     parts = topo_run.emu.call("overlay_state")
     state = stack_states(parts, topo_run.cfg.nodes)
-    oracle = oracle.result()
-    if (oracle.b, oracle.l, oracle.nbr.shape[1]) != (state.b, state.l, state.nbr.shape[1]):
+    try:
+        oracle = oracle.result()
+    except BrokenProcessPool as e:
+        log.warning("topology %d: the oracle's process was lost (%s); computing it here",
+                    topo_run.t, first_line(e))
+        oracle = None
+    if oracle is not None and \
+            (oracle.b, oracle.l, oracle.nbr.shape[1]) != (state.b, state.l, state.nbr.shape[1]):
         raise RuntimeError(f"the oracle was computed for b, l, m = {oracle.b}, {oracle.l}, "
                            f"{oracle.nbr.shape[1]}, the shards run {state.b}, {state.l}, "
                            f"{state.nbr.shape[1]}")

@@ -52,8 +52,11 @@ def test_route_paths_marks_loops_and_table_quality_counts_them():
 def test_the_oracle_computed_beside_the_join_is_the_one_computed_in_place():
     """scenarios/phases.py has a process of its own compute the oracle the table-quality
     check compares with while the shards run the join: the same state, array for array,
-    as computing it in the driver, and the check refuses an oracle made for other b, l
-    or m than the shards'."""
+    as computing it in the driver, whatever Ctrl-C reaches that process; and the check
+    refuses an oracle made for other b, l or m than the shards'."""
+    import multiprocessing
+    import os
+    import signal
     from types import SimpleNamespace
 
     from actors.pastry.oracle import oracle_state
@@ -66,8 +69,10 @@ def test_the_oracle_computed_beside_the_join_is_the_one_computed_in_place():
                            dist_matrix=lambda: net["router_dist_us"])
     run = SimpleNamespace(cfg=SimpleNamespace(nodes=n), topo=topo, shared=net)
     params = {"b": 4, "l": 8, "m": 16}
-    with _oracle_beside(run, params) as future:
-        got = future.result()
+    with _oracle_beside(run, params) as oracle:
+        for child in multiprocessing.active_children():   # a Ctrl-C meant for the driver
+            os.kill(child.pid, signal.SIGINT)
+        got = oracle.result(timeout=120)
     want = oracle_state(np.arange(n), net["node_ids_hi"], net["node_ids_lo"],
                         net["host_router"], net["router_dist_us"], net["lan_us"], **params)
     for name in ("rt", "leaf", "nbr"):
