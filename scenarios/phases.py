@@ -18,19 +18,13 @@ last checkpoint and continues with identical results.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import multiprocessing
-import signal
-import threading
+import subprocess
+import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import numpy as np
-
-from emulator.errors import first_line
 
 from .churn import churn_schedule
 from .config import ScenarioConfig, ScenarioError
@@ -38,6 +32,8 @@ from .event_logs import RunEvents
 from .groups import GroupPlan, join_times
 from .progress import log
 from .run_dir import RunState
+
+_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclasses.dataclass
@@ -96,7 +92,7 @@ def _phase_bootstrap(topo_run: TopologyRun, progress) -> dict:
     arrivals = join_schedule(cfg.nodes, p["join_rate_per_s"], p.get("join_start_us", 0),
                              p["seed"])
     last = int(arrivals[-1]) + int(topo_run.emu.delta_us) + 1
-    with _oracle_beside(topo_run, p) as oracle:
+    with _OracleBeside(topo_run, p) as oracle:
         # a node keeps refreshing its leaf set for join_settle_us after the last arrival
         stats = _run_joins(topo_run, last + p["join_settle_us"], progress)
         stats["quality"] = _overlay_quality(topo_run, oracle)
@@ -104,36 +100,47 @@ def _phase_bootstrap(topo_run: TopologyRun, progress) -> dict:
     return stats
 
 
-@contextlib.contextmanager
-def _oracle_beside(topo_run: TopologyRun, pastry_params: dict):
-    """A future of the oracle's exact PNS state, which the table-quality check compares the
-    joined overlay with, computed in a process of its own while the shards run the join: it
-    depends on the topology, the node ids and Pastry's b, l and m alone, and a protocol
-    bootstrap leaves a core free (one shard per machine up to 100,000 nodes on two cores).
-    The process ignores Ctrl-C (the driver stops the run); when the context ends it is
-    told to go, and a computation still running when a phase failed ends by itself. O(the
-    oracle's computation), off the driver."""
-    from actors.pastry.oracle import oracle_state
-    shared, topo = topo_run.shared, topo_run.topo
-    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=signal.signal,
-                               initargs=(signal.SIGINT, signal.SIG_IGN))
-    # the process is born ignoring Ctrl-C (a disposition the exec keeps and Python leaves
-    # as it is) where this thread may set it; the initializer covers the other threads
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
-    try:
-        future = pool.submit(oracle_state, np.arange(topo_run.cfg.nodes),
-                             shared["node_ids_hi"], shared["node_ids_lo"], topo.host_router,
-                             topo.dist_matrix(), topo.lan_us, b=pastry_params["b"],
-                             l=pastry_params["l"], m=pastry_params["m"])
-    finally:
-        if main and previous is not None:
-            signal.signal(signal.SIGINT, previous)
-    try:
-        yield future
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+class _OracleBeside:
+    """The oracle's exact PNS state, which the table-quality check compares the joined
+    overlay with, computed by scenarios/oracle_job.py in a process of its own while the
+    shards run the join: it depends on the topology, the node ids and Pastry's b, l and m
+    alone, and a protocol bootstrap leaves a core free (one shard per machine up to
+    100,000 nodes on two cores). The process has a session of its own (a terminal's
+    Ctrl-C reaches the driver only) and is stopped when the context ends."""
+
+    def __init__(self, topo_run: TopologyRun, pastry_params: dict):
+        folder = topo_run.run_dir / "topology"
+        self.out = folder / f"oracle-{topo_run.t}.npz"
+        self.out.unlink(missing_ok=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "scenarios.oracle_job", str(folder / f"topo-{topo_run.t}.npz"),
+             str(topo_run.cfg.nodes), str(topo_run.seed_t), *(str(pastry_params[k])
+                                                             for k in ("b", "l", "m")),
+             str(self.out)],
+            cwd=_ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True)
+
+    def result(self):
+        """The state (a PastryState), or None if the process failed (its error logged).
+        Waits for the process."""
+        from actors.pastry.state import PastryState
+        _, err = self.proc.communicate()
+        if self.proc.returncode != 0 or not self.out.is_file():
+            lines = err.strip().splitlines()
+            log.warning("the oracle's process failed (exit %s): %s", self.proc.returncode,
+                        lines[-1] if lines else "no message")
+            return None
+        with np.load(self.out) as z:
+            return PastryState(rt=z["rt"], leaf=z["leaf"], nbr=z["nbr"], b=int(z["b"]))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+        self.out.unlink(missing_ok=True)
 
 
 # the bootstrap waits at most this many settle_us periods past its planned end for the
@@ -180,17 +187,12 @@ def _run_joins(topo_run: TopologyRun, last_stimulus: int, progress) -> dict:
 
 
 def _overlay_quality(topo_run: TopologyRun, oracle) -> dict:
-    """Protocol tables vs the oracle's exact PNS state (SPEC 2; ``oracle``: a future of
-    it, :func:`_oracle_beside`; computed here if its process was lost)."""
+    """Protocol tables vs the oracle's exact PNS state (SPEC 2; ``oracle``: its
+    :class:`_OracleBeside`; computed here if that process failed)."""
     from actors.pastry.quality import stack_states, table_quality
     parts = topo_run.emu.call("overlay_state")
     state = stack_states(parts, topo_run.cfg.nodes)
-    try:
-        oracle = oracle.result()
-    except BrokenProcessPool as e:
-        log.warning("topology %d: the oracle's process was lost (%s); computing it here",
-                    topo_run.t, first_line(e))
-        oracle = None
+    oracle = oracle.result()
     if oracle is not None and \
             (oracle.b, oracle.l, oracle.nbr.shape[1]) != (state.b, state.l, state.nbr.shape[1]):
         raise RuntimeError(f"the oracle was computed for b, l, m = {oracle.b}, {oracle.l}, "

@@ -49,38 +49,74 @@ def test_route_paths_marks_loops_and_table_quality_counts_them():
     assert np.isfinite(q["hops_mean"]) and np.isfinite(q["stretch_mean"])
 
 
-def test_the_oracle_computed_beside_the_join_is_the_one_computed_in_place():
-    """scenarios/phases.py has a process of its own compute the oracle the table-quality
-    check compares with while the shards run the join: the same state, array for array,
-    as computing it in the driver, whatever Ctrl-C reaches that process; and the check
-    refuses an oracle made for other b, l or m than the shards'."""
-    import multiprocessing
-    import os
-    import signal
+def _run_on_saved_topology(tmp_path, nodes: int):
+    """What scenarios/phases.py's oracle process reads of a run: its saved topology (a small
+    ts600 one), the node count, the seed and the run directory."""
     from types import SimpleNamespace
 
-    from actors.pastry.oracle import oracle_state
-    from actors.pastry.synthetic import synthetic_network
-    from scenarios.phases import _oracle_beside, _overlay_quality
+    from topologies import make_topology
 
-    n = 400
-    net = synthetic_network(n, 20, 3, span_us=60_000)
-    topo = SimpleNamespace(host_router=net["host_router"], lan_us=net["lan_us"],
-                           dist_matrix=lambda: net["router_dist_us"])
-    run = SimpleNamespace(cfg=SimpleNamespace(nodes=n), topo=topo, shared=net)
-    params = {"b": 4, "l": 8, "m": 16}
-    with _oracle_beside(run, params) as oracle:
-        for child in multiprocessing.active_children():   # a Ctrl-C meant for the driver
-            os.kill(child.pid, signal.SIGINT)
-        got = oracle.result(timeout=120)
-    want = oracle_state(np.arange(n), net["node_ids_hi"], net["node_ids_lo"],
-                        net["host_router"], net["router_dist_us"], net["lan_us"], **params)
+    topo = make_topology("ts600", 3, nodes)
+    (tmp_path / "topology").mkdir()
+    topo.save(tmp_path / "topology" / "topo-0.npz")
+    return SimpleNamespace(run_dir=tmp_path, t=0, seed_t=3, cfg=SimpleNamespace(nodes=nodes),
+                           topo=topo), topo
+
+
+def test_the_oracle_computed_beside_the_join_is_the_one_computed_in_place(tmp_path):
+    """scenarios/phases.py has a process of its own compute the oracle the table-quality
+    check compares with while the shards run the join (scenarios/oracle_job.py): the same
+    state, array for array, as computing it in the driver, from a process in a session of
+    its own (a terminal's Ctrl-C does not reach it), whose file goes with it."""
+    import os
+
+    from actors.pastry.ids import node_ids
+    from actors.pastry.oracle import oracle_state
+    from scenarios.phases import _OracleBeside
+
+    n, params = 400, {"b": 4, "l": 8, "m": 16}
+    run, topo = _run_on_saved_topology(tmp_path, n)
+    with _OracleBeside(run, params) as oracle:
+        assert os.getsid(oracle.proc.pid) != os.getsid(0)
+        got = oracle.result()
+        assert oracle.out.is_file()
+    assert not oracle.out.exists()
+    hi, lo = node_ids(n, 3)
+    want = oracle_state(np.arange(n), hi, lo, topo.host_router, topo.dist_matrix(), topo.lan_us,
+                        **params)
     for name in ("rt", "leaf", "nbr"):
         assert np.array_equal(getattr(got, name), getattr(want, name)), name
     assert got.b == want.b
 
-    shards = SimpleNamespace(call=lambda method: [(np.arange(n), {
-        "rt": want.rt, "leaf": want.leaf[:, :4], "nbr": want.nbr, "b": 4})])
-    run.emu, run.seed_t = shards, 0
+
+def test_the_quality_check_computes_the_oracle_itself_when_its_process_failed(tmp_path):
+    """No saved topology: the oracle's process fails, the check computes the oracle in the
+    driver and gives the figures of an oracle computed beside it; an oracle made for other
+    b, l or m than the shards' is refused."""
+    from types import SimpleNamespace
+
+    from actors.pastry.ids import node_ids
+    from actors.pastry.oracle import oracle_state
+    from scenarios.phases import _OracleBeside, _overlay_quality
+
+    n, params = 300, {"b": 4, "l": 8, "m": 16}
+    run, topo = _run_on_saved_topology(tmp_path, n)
+    hi, lo = node_ids(n, 3)
+    exact = oracle_state(np.arange(n), hi, lo, topo.host_router, topo.dist_matrix(),
+                         topo.lan_us, **params)
+    run.shared = {"node_ids_hi": hi, "node_ids_lo": lo}
+    run.emu = SimpleNamespace(call=lambda method: [(np.arange(n), {
+        "rt": exact.rt, "leaf": exact.leaf, "nbr": exact.nbr, "b": 4})])
+    with _OracleBeside(run, params) as oracle:
+        beside = _overlay_quality(run, oracle)
+    (tmp_path / "topology" / "topo-0.npz").unlink()
+    with _OracleBeside(run, params) as oracle:
+        assert oracle.result() is None
+        in_place = _overlay_quality(run, SimpleNamespace(result=lambda: None))
+    assert in_place == beside
+    assert beside["fraction_optimal"] == 1.0 and beside["leaf_sets_exact"] == 1.0
+
+    run.emu = SimpleNamespace(call=lambda method: [(np.arange(n), {
+        "rt": exact.rt, "leaf": exact.leaf[:, :4], "nbr": exact.nbr, "b": 4})])
     with pytest.raises(RuntimeError, match="b, l, m = 4, 8, 16"):
-        _overlay_quality(run, SimpleNamespace(result=lambda: got))
+        _overlay_quality(run, SimpleNamespace(result=lambda: exact))
