@@ -110,8 +110,7 @@ class _OracleBeside:
 
     def __init__(self, topo_run: TopologyRun, pastry_params: dict):
         folder = topo_run.run_dir / "topology"
-        self.out = folder / f"oracle-{topo_run.t}.npz"
-        self.out.unlink(missing_ok=True)
+        self.out = folder / f"oracle-{topo_run.t}.npz"     # (oracle_job.py's file)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "scenarios.oracle_job", str(folder / f"topo-{topo_run.t}.npz"),
              str(topo_run.cfg.nodes), str(topo_run.seed_t), *(str(pastry_params[k])
@@ -140,7 +139,8 @@ class _OracleBeside:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate()
-        self.out.unlink(missing_ok=True)
+        for path in (self.out, self.out.with_name(self.out.name + ".tmp.npz")):
+            path.unlink(missing_ok=True)     # (the job's file, or the one it was writing)
 
 
 # the bootstrap waits at most this many settle_us periods past its planned end for the
