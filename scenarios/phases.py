@@ -106,13 +106,21 @@ class _OracleBeside:
     shards run the join: it depends on the topology, the node ids and Pastry's b, l and m
     alone, and a protocol bootstrap leaves a core free (one shard per machine up to
     100,000 nodes on two cores). The process has a session of its own (a terminal's
-    Ctrl-C reaches the driver only) and is stopped when the context ends."""
+    Ctrl-C reaches the driver only) and is stopped when the context ends. Without a
+    saved topology (a run without a directory) there is no process: the check computes
+    the oracle itself."""
 
     def __init__(self, topo_run: TopologyRun, pastry_params: dict):
+        self.proc = None
+        if topo_run.run_dir is None:
+            return
         folder = topo_run.run_dir / "topology"
+        topology = folder / f"topo-{topo_run.t}.npz"
         self.out = folder / f"oracle-{topo_run.t}.npz"     # (oracle_job.py's file)
+        if not topology.is_file():
+            return
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "scenarios.oracle_job", str(folder / f"topo-{topo_run.t}.npz"),
+            [sys.executable, "-m", "scenarios.oracle_job", str(topology),
              str(topo_run.cfg.nodes), str(topo_run.seed_t), *(str(pastry_params[k])
                                                              for k in ("b", "l", "m")),
              str(self.out)],
@@ -120,9 +128,11 @@ class _OracleBeside:
             stderr=subprocess.PIPE, text=True)
 
     def result(self):
-        """The state (a PastryState), or None if the process failed (its error logged).
-        Waits for the process."""
+        """The state (a PastryState), or None if there is no process or it failed (its
+        error logged). Waits for the process."""
         from actors.pastry.state import PastryState
+        if self.proc is None:
+            return None
         _, err = self.proc.communicate()
         if self.proc.returncode != 0 or not self.out.is_file():
             lines = err.strip().splitlines()
@@ -136,6 +146,8 @@ class _OracleBeside:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.proc is None:
+            return
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate()

@@ -90,9 +90,10 @@ def test_the_oracle_computed_beside_the_join_is_the_one_computed_in_place(tmp_pa
 
 
 def test_the_quality_check_computes_the_oracle_itself_when_its_process_failed(tmp_path):
-    """No saved topology: the oracle's process fails, the check computes the oracle in the
-    driver and gives the figures of an oracle computed beside it; an oracle made for other
-    b, l or m than the shards' is refused."""
+    """The oracle's process fails (a broken topology file), or there is none (no run
+    directory): the check computes the oracle in the driver and gives the figures of an
+    oracle computed beside it; an oracle made for other b, l or m than the shards' is
+    refused."""
     from types import SimpleNamespace
 
     from actors.pastry.ids import node_ids
@@ -109,11 +110,15 @@ def test_the_quality_check_computes_the_oracle_itself_when_its_process_failed(tm
         "rt": exact.rt, "leaf": exact.leaf, "nbr": exact.nbr, "b": 4})])
     with _OracleBeside(run, params) as oracle:
         beside = _overlay_quality(run, oracle)
-    (tmp_path / "topology" / "topo-0.npz").unlink()
+    (tmp_path / "topology" / "topo-0.npz").write_bytes(b"not a topology")
     with _OracleBeside(run, params) as oracle:
-        assert oracle.result() is None
-        in_place = _overlay_quality(run, SimpleNamespace(result=lambda: None))
+        in_place = _overlay_quality(run, oracle)
+        assert oracle.proc.returncode != 0
     assert in_place == beside
+    run.run_dir = None      # no saved topology: no process
+    with _OracleBeside(run, params) as oracle:
+        assert oracle.proc is None
+        assert _overlay_quality(run, oracle) == beside
     assert beside["fraction_optimal"] == 1.0 and beside["leaf_sets_exact"] == 1.0
 
     run.emu = SimpleNamespace(call=lambda method: [(np.arange(n), {
