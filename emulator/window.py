@@ -28,6 +28,7 @@ array.
 from __future__ import annotations
 
 import collections
+import inspect
 
 import numba
 import numpy as np
@@ -321,17 +322,13 @@ def end_pass(k, pos, c, out, pool, local_index, seq, n_nodes, sent_counts, new_t
 
 
 def end_pass_types(eng: EngineArrays) -> tuple:
-    """The argument types of a loop's :func:`end_pass` call over the arrays ``eng`` (its
-    first two, the sends' and the payload's cursors, int64), for compiling it ahead of a
-    loop's first call (``end_pass.compile``). O(1)."""
-    t = numba.typeof
-    return (numba.types.int64, numba.types.int64, t(eng.counts), t(eng.out), t(eng.pool),
-            t(eng.local_index), t(eng.seq), t(eng.n_nodes), t(eng.sent_counts),
-            t(eng.new_types), t(eng.log_messages), t(eng.log), t(eng.n_shards),
-            t(eng.node_shard), t(eng.shard), t(eng.outbox), t(eng.outbox_shard),
-            t(eng.outbox_pay), t(eng.meta), t(eng.free), t(eng.heap_t), t(eng.heap_s),
-            t(eng.poff), t(eng.plen), t(eng.pay), t(eng.rows), t(eng.head), t(eng.nxt),
-            t(eng.delta))
+    """The argument types of a loop's :func:`end_pass` call over the arrays ``eng``, for
+    compiling it ahead of a loop's first call (``end_pass.compile``): its parameters are
+    ``eng``'s fields of their names (``c``: ``counts``) after the sends' and the payload's
+    cursors (int64). O(1)."""
+    names = list(inspect.signature(end_pass.py_func).parameters)[2:]
+    return (numba.types.int64, numba.types.int64,
+            *(numba.typeof(getattr(eng, "counts" if n == "c" else n)) for n in names))
 
 
 def pass_types(eng: EngineArrays) -> tuple:
