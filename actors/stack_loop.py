@@ -202,7 +202,7 @@ def run_cells(end, eng, taken, app_type, app_routed, app_requests, rows_per, int
     (acks_off, learn, joins, acks, seed, draws, run_rows, joined_room, run_counts, tables,
      route_log, changed_mask, changed, pastry_stats, runs_taken) = pastry_args
     s_hr, s_rdist, s_lan = tables
-    state, factors, s_tables, delivered, scribe_stats, tree_sizes = scribe_args
+    state, factors, s_tables, delivered, scribe_stats, tree_sizes, counts = scribe_args
     sizes = window.buffer_sizes(out, pool, log, outbox, outbox_pay)
     # typed values, not literals: a literal argument is a further compile of the callee
     cell = np.int64(0)
@@ -263,7 +263,7 @@ def run_cells(end, eng, taken, app_type, app_routed, app_requests, rows_per, int
                 e += 1
             done, stop = scribe_loop.take_runs(m, li, bounds, r, e, out, pool, cursor,
                                                state, factors, s_tables, delivered,
-                                               scribe_stats)
+                                               scribe_stats, tree_sizes, counts)
             if stop:
                 return window.PASS_PARTLY_DONE, m, payload, True, done, cursor[0], cursor[1]
             r = e
@@ -309,7 +309,7 @@ class StackCellLoop:
         their cache load)."""
         (acks_off, learn, joins, acks, _, _, _, _, _, tables, route_log, _, _, pastry_stats,
          _) = self.pastry.inputs(ctx)
-        state, factors, s_tables, delivered, scribe_stats, tree_sizes = \
+        state, factors, s_tables, delivered, scribe_stats, tree_sizes, counts = \
             self.scribe.inputs(ctx, self.rows_per)
         t = numba.typeof
         m, ints = window.pass_types(eng)    # a pass (a run of it: a slice, the same type)
@@ -322,7 +322,7 @@ class StackCellLoop:
                                        t(route_log), t(pastry_stats)))
         scribe_loop.take_runs.compile((m, ints, ints, i64, i64, t(eng.out), t(eng.pool), ints,
                                        t(state), t(factors), t(s_tables), t(delivered),
-                                       t(scribe_stats)))
+                                       t(scribe_stats), t(tree_sizes), t(counts)))
         window.end_pass.compile(window.end_pass_types(eng))
 
     def gathered(self, ctx, extra_rows: int) -> None:

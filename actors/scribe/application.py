@@ -29,7 +29,7 @@ import numpy as np
 
 from actors.params import Param, checked
 
-from . import handler_kernels
+from . import collapse_kernels, handler_kernels
 from .bottleneck import BottleneckRemover
 from .collapse import TreeCollapse
 from .groups import GroupDirectory
@@ -224,6 +224,11 @@ class Scribe:
             self.compiled[JOIN_ACK] = j.join_ack_compiled
         if plain and no_paths and self.publishing is None and r.period:
             self.compiled[TICK] = r.tick_compiled
+        # the collapse's kernels are its only implementation; in a pass of several runs
+        # without the reliable layer's hooks on a reset slot
+        self.compiled[ADOPT] = self.collapse.on_adopt
+        if plain:
+            self.compiled[COLLAPSE_WAVE] = self.collapse.on_collapse_wave
         # the JOIN path's compiled passes: also without a tree shaper and lazy growth
         self.joins_compiled = plain and no_paths and self.bottleneck is None \
             and not self.params["lazy_growth"]
@@ -247,7 +252,8 @@ class Scribe:
         # ACK_TIMER per message passing; a JOIN's JOIN_ACK and first TICK timer besides)
         self._run_room = Room(_RUN_ROOM_MAX, {DATA: 4.0, TICK: 4.0, HEARTBEAT: 1.0,
                                               REFRESH: 1.0, JOIN_ACK: 1.0, MCAST: 4.0,
-                                              RP_ADDR: 0.0, JOIN: 5.0, JOIN_REQ: 4.0})
+                                              RP_ADDR: 0.0, JOIN: 5.0, JOIN_REQ: 4.0,
+                                              COLLAPSE_WAVE: 2.0, ADOPT: 0.0})
 
     def variant_label(self) -> str:
         """Label of the delivery and tree_edge rows: the configured one, else what the
@@ -291,9 +297,14 @@ class Scribe:
         rows = 0
         for q in range(first, last):
             rows += room.rows(int(m["type"][bounds[q]]), bounds[q + 1] - bounds[q])
+        t = self.tree
+        sizes = np.array([t.slot_index.size, t.entry_index.size], np.int64)
+        counts = np.zeros(collapse_kernels.N_COUNTS, np.int64)
         done, status, need, no_state, looping, delivered = self.messenger.run_compiled(
             ctx, rows, handler_kernels.on_runs, m, local, bounds, first, last,
-            self.runs_state(ctx))
+            self.runs_state(ctx), sizes, counts)
+        t.inserted(sizes[0], sizes[1])
+        self.collapse.counted(ctx, counts)
         if status == handler_kernels.MORE_ROOM:
             room.asked(int(m["type"][bounds[done]]), need, bounds[done + 1] - bounds[done])
         if no_state >= 0:   # (a DATA run was taken)
@@ -318,7 +329,8 @@ class Scribe:
                 keys["id_hi"], keys["id_lo"], self.rendezvous.stale, period,
                 rp.heartbeat_miss * period, rp.child_expiry_miss * period, DATA, TICK,
                 HEARTBEAT, REFRESH, LEAVE, REJOIN, sl["acl"], JOIN_ACK, MCAST, RP_ADDR,
-                sl["rp_cache"], sl["rp_cache_time"], JOIN, sl["my_cred"])
+                sl["rp_cache"], sl["rp_cache_time"], JOIN, sl["my_cred"], t.reset_columns(),
+                COLLAPSE_WAVE, ADOPT)
 
     def routed(self, ctx, m, here, next_hop) -> bool:
         """A routing step's messages at once (rows ``here`` delivered at this node, the

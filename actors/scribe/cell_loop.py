@@ -12,6 +12,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from . import collapse_kernels
 from .handler_kernels import DONE, MORE_ROOM, on_runs
 
 # what a loop call gathers for Scribe (``stats``): deliveries, whether a DATA run was
@@ -22,7 +23,7 @@ N_DELIVERED, DATA_TAKEN, NO_STATE, HOP_LIMIT, SHORT_TYPE, SHORT_NEED, SHORT_COUN
 
 @numba.njit(cache=True)
 def take_runs(m, li, bounds, first, last, out, pool, cursor, state, factors, tables,
-              delivered, stats):
+              delivered, stats, tree_sizes, counts):
     """Runs ``first..last-1`` of a pass (live nodes) by :func:`handler_kernels.on_runs`
     (``state``: ``Scribe.runs_state``), lent ``int(factors[type] * messages)`` records
     per run as ``receive_runs`` lends them, from record ``cursor[0]`` of ``out`` on (the
@@ -30,14 +31,15 @@ def take_runs(m, li, bounds, first, last, out, pool, cursor, state, factors, tab
     passed costs a reference count; the cursor advanced). The deliveries of DATA and MCAST
     runs go to ``delivered`` and the DATA counts to ``stats``; a run short of room is
     noted in ``stats`` for :meth:`ScribeLoopPart.gathered`. Returns (the first run not
-    taken, whether the pass ends there). O(the handlers' work)."""
+    taken, whether the pass ends there). The tree indexes' sizes ``tree_sizes`` and the
+    collapse counts ``counts`` advance as ``on_runs`` advances them. O(the handlers' work)."""
     rows = 0
     for q in range(first, last):
         rows += np.int64(factors[m[bounds[q]]["type"]] * (bounds[q + 1] - bounds[q]))
     k0 = cursor[0]
     done, status, need, no_state, looping, deliveries, w, pos = on_runs(
-        m, li, bounds, first, last, state, out[k0:k0 + rows], pool, cursor[1], tables[0],
-        tables[1], tables[2])
+        m, li, bounds, first, last, state, tree_sizes, counts, out[k0:k0 + rows], pool,
+        cursor[1], tables[0], tables[1], tables[2])
     cursor[0] = k0 + w
     cursor[1] = pos
     if no_state >= 0:
@@ -73,6 +75,7 @@ class ScribeLoopPart:
         self.stats = np.zeros(N_STATS, np.int64)
         # the tree's slot and entry index sizes, which a routed JOIN run advances
         self.tree_sizes = np.zeros(2, np.int64)
+        self.counts = np.zeros(collapse_kernels.N_COUNTS, np.int64)
 
     def factors(self, rows_per: np.ndarray) -> None:
         """The records lent per message of each of its types (``Scribe._run_room``), in
@@ -85,22 +88,24 @@ class ScribeLoopPart:
         """:func:`take_runs`'s arguments after the cursor."""
         self.stats[:] = 0
         self.stats[SHORT_TYPE] = -1
+        self.counts[:] = 0
         t = self.scribe.tree
         self.tree_sizes[0] = t.slot_index.size
         self.tree_sizes[1] = t.entry_index.size
         return (self.scribe.runs_state(ctx), rows_per, ctx.latency_tables(), self.delivered,
-                self.stats, self.tree_sizes)
+                self.stats, self.tree_sizes, self.counts)
 
     def free_rows(self) -> int:
         return len(self.delivered) - int(self.stats[N_DELIVERED])
 
     def gathered(self, ctx, extra_rows: int) -> None:
         """What the call gathered, as ``receive_runs`` does it after its call: the DATA
-        counts, the deliveries, the room of a run that was short; and the tree indexes'
-        sizes that routed JOIN runs reached; room for ``extra_rows`` deliveries if the
-        loop asked for it."""
+        counts, the deliveries, the room of a run that was short; the tree indexes' sizes
+        that routed JOIN and ADOPT runs reached, the collapse counts; room for
+        ``extra_rows`` deliveries if the loop asked for it."""
         sc, st = self.scribe, self.stats
         sc.tree.inserted(self.tree_sizes[0], self.tree_sizes[1])
+        sc.collapse.counted(ctx, self.counts)
         if st[DATA_TAKEN]:
             sc.multicast.data_counts(ctx, int(st[NO_STATE]), int(st[HOP_LIMIT]))
         n = int(st[N_DELIVERED])

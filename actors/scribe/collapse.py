@@ -12,9 +12,10 @@ import numpy as np
 
 from emulator.kernels import unique_first
 
-from .tree import TreeState, first_in_run
-from .types import ADOPT, COLLAPSE_WAVE, Adopt, CollapseWave
-from .wire import Messenger
+from . import collapse_kernels
+from .tree import TreeState
+from .types import ADOPT, COLLAPSE_WAVE, CollapseWave
+from .wire import Messenger, ScribeError
 
 
 class TreeCollapse:
@@ -42,59 +43,50 @@ class TreeCollapse:
                             **CollapseWave.fields(ancestor=src[qi],
                                                   first_removed=np.full(len(qi), -1, np.int64)))
 
-    def on_collapse_wave(self, ctx, m) -> None:
-        """The wave carries the nearest kept ancestor A and the first removed node under
-        A (-1: none). A non-member forwarder with one child is removed and passes (A, first
-        removed) down; any other node re-attaches to A if nodes above it were removed, then
-        restarts the wave below itself. Chains of removable nodes collapse in one wave."""
-        self.collapsed = True
-        t, sl = self.tree, self.tree.slots
-        li = self.messenger.local(ctx, m["dst"])
-        s = t.find_active(li, m["group"])
-        hit = (s >= 0) & first_in_run(s)
-        ctx.count("scribe_collapse_no_state", int((s < 0).sum()))
-        sub, s = m[hit], s[hit]
-        removable = ~sl["member"][s] & ~sl["root"][s] & (sl["n_children"][s] == 1)
-        self._pass_wave_down(ctx, sub, s, removable)
-        ancestor, first_removed = sub[CollapseWave.ancestor], sub[CollapseWave.first_removed]
-        relink = ~removable & (first_removed >= 0)
-        sl["parent"][s[relink]] = ancestor[relink]
-        self.messenger.send(ctx, sub["dst"][relink], ancestor[relink], ADOPT,
-                            sub["time"][relink], sub["group"][relink],
-                            **Adopt.fields(replaced=first_removed[relink]))
-        srem = s[removable]
-        t.clear_children(srem)
-        t.reset(srem)
-        ctx.count("scribe_collapsed_nodes", int(removable.sum()))
+    def on_collapse_wave(self, ctx, m) -> bool:
+        """A cell of waves (``collapse_kernels.on_collapse_wave``): removed nodes pass the
+        wave to their only child, kept ones restart it below themselves and re-attach to
+        the nearest kept ancestor; the removed slots' state is forgotten
+        (``TreeState.reset``'s hooks called after the kernel's reset)."""
+        t, sl, keys = self.tree, self.tree.slots, self.messenger.groups.table
+        counts = np.zeros(collapse_kernels.N_COUNTS, np.int64)
+        status, removed = self.messenger.send_compiled(
+            ctx, len(m), collapse_kernels.on_collapse_wave, m, self.messenger.local(ctx, m["dst"]),
+            t.slot_index.arrays, t.entry_index.arrays, t.n_groups, sl["active"], sl["member"],
+            sl["root"], sl["parent"], sl["n_children"], t.node_children, sl["node"],
+            t.entries["valid"], t.entries["child"], t.reset_columns(), keys["id_hi"], keys["id_lo"],
+            COLLAPSE_WAVE, ADOPT, counts)
+        if status != collapse_kernels.DONE:
+            raise ScribeError("COLLAPSE_WAVE: a cell of other messages")
+        for forget in t.on_reset:
+            forget(removed)
+        self.counted(ctx, counts)
+        return True
 
-    def _pass_wave_down(self, ctx, sub, s, removable) -> None:
-        """Removed nodes hand (A, first removed) to their only child; kept nodes restart
-        the wave below them (A = themselves)."""
-        t = self.tree
-        qi, e = t.children_of(s)
-        child = t.entries["child"][e]
-        rem_row = removable[qi]
-        below = sub[CollapseWave.first_removed]
-        first_removed = np.where(below >= 0, below, sub["dst"])
-        r = qi[rem_row]
-        self.messenger.send(ctx, sub["dst"][r], child[rem_row], COLLAPSE_WAVE, sub["time"][r],
-                            sub["group"][r],
-                            **CollapseWave.fields(ancestor=sub[CollapseWave.ancestor][r],
-                                                  first_removed=first_removed[r]))
-        k = qi[~rem_row]
-        self.messenger.send(ctx, sub["dst"][k], child[~rem_row], COLLAPSE_WAVE, sub["time"][k],
-                            sub["group"][k],
-                            **CollapseWave.fields(ancestor=sub["dst"][k],
-                                                  first_removed=np.full(len(k), -1, np.int64)))
+    def on_adopt(self, ctx, m) -> bool:
+        """A cell of adoptions (``collapse_kernels.on_adopt``): a kept node replaces the
+        removed chain below the receiver as its child."""
+        t, sl, en = self.tree, self.tree.slots, self.tree.entries
+        t.make_room(0, len(m))
+        sizes = np.array([t.slot_index.size, t.entry_index.size], np.int64)
+        counts = np.zeros(collapse_kernels.N_COUNTS, np.int64)
+        status, = self.messenger.send_compiled(
+            ctx, 0, collapse_kernels.on_adopt, m, self.messenger.local(ctx, m["dst"]),
+            t.slot_index.arrays, t.entry_index.arrays, t.n_groups, t.n_nodes, sizes,
+            sl["active"], sl["node"], sl["n_children"], t.node_children, en["valid"],
+            en["slot"], en["child"], en["cred"], en["refresh"], ADOPT, counts)
+        if status != collapse_kernels.DONE:
+            raise ScribeError("ADOPT: a cell of other messages, or no room after make_room")
+        t.inserted(sizes[0], sizes[1])
+        self.counted(ctx, counts)
+        return True
 
-    def on_adopt(self, ctx, m) -> None:
-        """A kept node replaces the removed chain below this node as its child."""
-        t = self.tree
-        li = self.messenger.local(ctx, m["dst"])
-        s = t.find_active(li, m["group"])
-        hit = s >= 0
-        ctx.count("scribe_adopt_no_state", int((~hit).sum()))
-        sub, s = m[hit], s[hit]
-        t.remove_children(s, sub[Adopt.replaced].astype(np.int64))
-        cred = np.full(len(s), -1, np.int64)
-        t.add_children(s, sub["src"], cred, sub["time"])
+    def counted(self, ctx, counts) -> None:
+        """What the kernels counted (``collapse_kernels.N_COUNTS``), as counters; a shard
+        that took a wave labels its logs collapsed from then on."""
+        if counts[collapse_kernels.WAVES]:
+            self.collapsed = True
+            ctx.count("scribe_collapse_no_state", int(counts[collapse_kernels.WAVE_NO_STATE]))
+            ctx.count("scribe_collapsed_nodes", int(counts[collapse_kernels.COLLAPSED]))
+        if counts[collapse_kernels.ADOPTS]:
+            ctx.count("scribe_adopt_no_state", int(counts[collapse_kernels.ADOPT_NO_STATE]))

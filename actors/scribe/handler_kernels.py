@@ -27,7 +27,9 @@ import numpy as np
 
 from emulator.kernels import concat_rows, put_send, unique_first, zero_rows
 
+from .collapse_kernels import on_adopt, on_collapse_wave
 from .kernels import (
+    active_slot,
     heard_parent,
     mark_sent,
     start_clocks,
@@ -84,13 +86,6 @@ def _one_send_per_row(m, li, type_, out):
         return MORE_ROOM
     zero_rows(out, np.int64(0), len(m))
     return DONE
-
-
-@numba.njit(cache=True)
-def _active_slot(six, n_groups, active, local, g):
-    """The active slot of (local node, group g), else -1."""
-    v = key_value(six, np.int64(local) * n_groups + np.int64(g))
-    return np.int64(v) if v >= 0 and active[v] else np.int64(-1)
 
 
 @numba.njit(cache=True)
@@ -630,7 +625,7 @@ def on_heartbeat(m, li, six, n_groups, active, parent, last_heard, key_hi, key_l
     w = np.int64(0)
     for i in range(len(m)):
         r = m[i]
-        v = _active_slot(six, n_groups, active, li[i], r["group"])
+        v = active_slot(six, n_groups, active, li[i], r["group"])
         if heard_parent(v, r["src"], r["time"], active, parent, last_heard):
             continue
         if v < 0 or parent[v] >= 0:
@@ -654,7 +649,7 @@ def on_join_ack(m, li, six, n_groups, active, parent, last_heard, acl, key_hi, k
     w = np.int64(0)
     for i in range(len(m)):
         r = m[i]
-        v = _active_slot(six, n_groups, active, li[i], r["group"])
+        v = active_slot(six, n_groups, active, li[i], r["group"])
         if v >= 0:
             parent[v] = r["src"]
             last_heard[v] = r["time"]
@@ -703,7 +698,7 @@ def _forward_check(m, li, sel, six, n_groups, active, parent, acl, join_type):
         if li[i] < 0 or r["src"] < 0:
             return DECLINED, is_join, was, ok, 0
         is_join[i] = True
-        v = _active_slot(six, n_groups, active, np.int64(li[i]), r["group"])
+        v = active_slot(six, n_groups, active, np.int64(li[i]), r["group"])
         if v >= 0:
             if acl[v] >= 0 and r[_JOIN_CREDENTIAL] != acl[v]:
                 return DECLINED, is_join, was, ok, 0
@@ -972,13 +967,15 @@ def on_join_routed(m, li, here, next_hop, state, sizes, out, pool, cursor, s_hr,
 
 
 @numba.njit(cache=True)
-def on_runs(m, local, bounds, first, last, state, out, pool, cursor, s_hr, s_rdist, s_lan):
+def on_runs(m, local, bounds, first, last, state, sizes, counts, out, pool, cursor, s_hr,
+            s_rdist, s_lan):
     """Runs ``first..last-1`` of a cell pass (``m`` its records in dispatch order, ``local``
     each row's local index, run r = rows ``bounds[r]`` to ``bounds[r + 1]``, all of one
-    type: DATA, TICK, HEARTBEAT, REFRESH, JOIN_ACK, MCAST or RP_ADDR) in one call, each by
-    its kernel above (:func:`on_data`, :func:`on_tick`, :func:`on_heartbeat`,
+    type: DATA, TICK, HEARTBEAT, REFRESH, JOIN_ACK, MCAST, RP_ADDR, COLLAPSE_WAVE or ADOPT)
+    in one call, each by its kernel (:func:`on_data`, :func:`on_tick`, :func:`on_heartbeat`,
     :func:`on_refresh`, :func:`on_join_ack`, :func:`on_mcast` for those sent directly,
-    :func:`on_rp_addr`),
+    :func:`on_rp_addr`, ``collapse_kernels.on_collapse_wave`` and ``on_adopt``: the tree
+    indexes' sizes ``sizes`` advanced, the collapse counts in ``counts``),
     their sends one after the other in ``out``: what ``Scribe.receive_compiled`` does run
     by run, in the same order, each run's sends followed, with tree repair, by the first
     TICK timers of its nodes that now hold tree state (:func:`first_ticks`, as
@@ -996,7 +993,7 @@ def on_runs(m, local, bounds, first, last, state, out, pool, cursor, s_hr, s_rdi
         join_cred, valid, child, refresh, e_slot, e_cred, key_hi, key_lo, stale, period, \
         silent_after, stale_after, data_type, tick_type, heartbeat_type, refresh_type, \
         leave_type, rejoin_type, acl, join_ack_type, mcast_type, rp_addr_type, rp_cache, \
-        rp_cache_time, _, _ = state
+        rp_cache_time, _, _, reset_cols, collapse_wave_type, adopt_type = state
     w = 0
     status = DONE
     need = 0
@@ -1056,6 +1053,16 @@ def on_runs(m, local, bounds, first, last, state, out, pool, cursor, s_hr, s_rdi
             st, nd, k, cursor = on_join_ack(
                 mr, li, six, n_groups, active, parent, last_heard, acl, key_hi, key_lo,
                 join_ack_type, leave_type, o, pool, cursor, s_hr, s_rdist, s_lan)
+        elif ty == collapse_wave_type:
+            st, nd, _, k, cursor = on_collapse_wave(
+                mr, li, six, eix, n_groups, active, member, root, parent, n_children,
+                node_children, slot_node, valid, child, reset_cols, key_hi, key_lo,
+                collapse_wave_type, adopt_type, counts, o, pool, cursor, s_hr, s_rdist, s_lan)
+        elif ty == adopt_type:
+            st, nd, k, cursor = on_adopt(
+                mr, li, six, eix, n_groups, n_nodes, sizes, active, slot_node, n_children,
+                node_children, valid, e_slot, child, e_cred, refresh, adopt_type, counts, o,
+                pool, cursor, s_hr, s_rdist, s_lan)
         else:
             st, nd, k = DECLINED, 0, 0
         if st != DONE:

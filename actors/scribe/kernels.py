@@ -32,6 +32,14 @@ def find_slots(ix, local_idx, groups, n_groups, active, only_active):
 
 
 @numba.njit(cache=True)
+def active_slot(six, n_groups, active, local, g):
+    """The active slot of (local node, group g), else -1 (``find_slots`` for one pair,
+    only active). O(1) expected."""
+    v = key_value(six, np.int64(local) * n_groups + np.int64(g))
+    return np.int64(v) if v >= 0 and active[v] else np.int64(-1)
+
+
+@numba.njit(cache=True)
 def write_children(e, slots, children, creds, now, valid, e_slot, e_child, e_cred, e_refresh,
                    n_children, node_children, slot_node):
     """Child entries ``e`` (one per row, from the entry index) become (slot, child) with
@@ -214,3 +222,74 @@ def mark_sent(now_n, qi, s, ci, quiet, last_sent):
         if quiet[j]:
             r = ci[j]
             last_sent[s[r]] = now_n[qi[r]]
+
+
+@numba.njit(cache=True)
+def reset_slot(v, flags, small, wide):
+    """Slot v forgets the node's tree state (``TreeState.reset``): its ``flags`` columns
+    (``TreeState.reset_columns``) become False, its ``small`` and ``wide`` ones -1 (the
+    columns' defaults). O(columns)."""
+    for c in flags:
+        c[v] = False
+    for c in small:
+        c[v] = -1
+    for c in wide:
+        c[v] = -1
+
+
+@numba.njit(cache=True)
+def reset_slots(slots, flags, small, wide):
+    """:func:`reset_slot` for every slot of ``slots``. O(q)."""
+    for i in range(len(slots)):
+        reset_slot(np.int64(slots[i]), flags, small, wide)
+
+
+@numba.njit(cache=True)
+def clear_slot_children(v, eix, valid, n_children, node_children, slot_node):
+    """Slot v drops every child (its valid entries become invalid, its slot's and node's
+    child counts go down by as many). Returns how many it had. O(the slot's entries)."""
+    head, nxt = eix[2], eix[3]
+    cur = head[v] if v < len(head) else -1
+    k = 0
+    while cur >= 0:
+        if valid[cur]:
+            valid[cur] = False
+            k += 1
+        cur = nxt[cur]
+    n_children[v] -= k
+    node_children[slot_node[v]] -= k
+    return k
+
+
+@numba.njit(cache=True)
+def clear_children(slots, eix, valid, n_children, node_children, slot_node):
+    """:func:`clear_slot_children` for every slot of ``slots`` (a slot listed twice is
+    cleared once: the second finds no child). O(q + entries)."""
+    for i in range(len(slots)):
+        clear_slot_children(np.int64(slots[i]), eix, valid, n_children, node_children,
+                            slot_node)
+
+
+@numba.njit(cache=True)
+def remove_child(v, child, eix, n_nodes, valid, n_children, node_children, slot_node):
+    """The entry (slot v, child) becomes invalid if it is valid (the slot's and node's
+    child counts go down). Returns whether it removed something. O(1) expected."""
+    x = key_value(eix, np.int64(v) * n_nodes + np.int64(child))
+    if x < 0 or not valid[x]:
+        return False
+    valid[x] = False
+    n_children[v] -= 1
+    node_children[slot_node[v]] -= 1
+    return True
+
+
+@numba.njit(cache=True)
+def remove_children(slots, children, eix, n_nodes, valid, n_children, node_children,
+                    slot_node):
+    """:func:`remove_child` row by row (a pair repeated is removed once: its later rows
+    find it invalid). Returns the mask of rows that removed something. O(q)."""
+    hit = np.zeros(len(slots), np.bool_)
+    for i in range(len(slots)):
+        hit[i] = remove_child(np.int64(slots[i]), np.int64(children[i]), eix, n_nodes, valid,
+                              n_children, node_children, slot_node)
+    return hit

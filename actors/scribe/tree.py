@@ -48,6 +48,15 @@ _SLOT_COLS = {
                                # while later messages wait behind a gap)
 }
 
+# what a reset sets back to its default (False, -1): the node's position on the tree and
+# what it knew there
+_RESET_FLAGS = ("active", "member", "root", "synced")
+_RESET_SMALL = ("parent", "creator")
+_RESET_WIDE = ("acl", "my_cred", "join_cred", "last_seq", "top_seq", "last_heard", "last_sent")
+assert all(_SLOT_COLS[c] == ("?", False) for c in _RESET_FLAGS)
+assert all(_SLOT_COLS[c] == ("i4", -1) for c in _RESET_SMALL)
+assert all(_SLOT_COLS[c] == ("i8", -1) for c in _RESET_WIDE)
+
 _ENTRY_COLS = {
     "slot": ("i4", -1),
     "child": ("i4", -1),
@@ -141,14 +150,16 @@ class TreeState:
 
     def reset(self, slots):
         """Forget the node's tree state for these slots (the key keeps its slot)."""
-        sl = self.slots
-        for name in ("active", "member", "root", "synced"):
-            sl[name][slots] = False
-        for name in ("parent", "acl", "creator", "my_cred", "join_cred", "last_seq",
-                     "top_seq", "last_heard", "last_sent"):
-            sl[name][slots] = _SLOT_COLS[name][1]
+        kernels.reset_slots(np.ascontiguousarray(slots, np.int64), *self.reset_columns())
         for forget in self.on_reset:
             forget(slots)
+
+    def reset_columns(self) -> tuple:
+        """The columns a reset sets back (``kernels.reset_slot``): the flags (to False),
+        then the int32 and int64 ones (to -1), each group a tuple."""
+        sl = self.slots
+        return (tuple(sl[c] for c in _RESET_FLAGS), tuple(sl[c] for c in _RESET_SMALL),
+                tuple(sl[c] for c in _RESET_WIDE))
 
     def repair_join(self, slots, credential) -> dict:
         """faultHandler: the fields of these slots' repair JOIN (or BN_JOIN: the same
@@ -194,25 +205,14 @@ class TreeState:
                                       sl["n_children"], self.node_children, sl["node"])
 
     def remove_children(self, slots, children) -> np.ndarray:
-        """Remove (slot, child) entries; returns a mask of rows that removed something."""
-        keys = np.asarray(slots, np.int64) * self.n_nodes + np.asarray(children, np.int64)
-        e = self.entry_index.lookup(keys)
-        hit = e >= 0
-        hit[hit] = self.entries["valid"][e[hit]]
-        # a pair repeated in one batch is removed once
-        if hit.any():
-            _, first = unique_first(e[hit].astype(np.int64))   # (int64: first_in_run's)
-            keep = np.zeros(int(hit.sum()), bool)
-            keep[first] = True
-            idx = np.flatnonzero(hit)
-            hit[idx[~keep]] = False
-        eh = e[hit]
-        self.entries["valid"][eh] = False
-        if len(eh):
-            sl = slots[hit]
-            np.add.at(self.slots["n_children"], sl, -1)
-            np.add.at(self.node_children, self.slots["node"][sl], -1)
-        return hit
+        """Remove (slot, child) entries; returns a mask of rows that removed something (a
+        pair repeated is removed once). O(q)."""
+        sl = self.slots
+        return kernels.remove_children(np.ascontiguousarray(slots, np.int64),
+                                       np.ascontiguousarray(children, np.int64),
+                                       self.entry_index.arrays, self.n_nodes,
+                                       self.entries["valid"], sl["n_children"],
+                                       self.node_children, sl["node"])
 
     def children_of(self, slots) -> tuple[np.ndarray, np.ndarray]:
         """Valid child entries of the given slots: (row index into slots, entry id),
@@ -222,11 +222,10 @@ class TreeState:
     def clear_children(self, slots) -> tuple[np.ndarray, np.ndarray]:
         """Drop every child of the slots; returns the removed (row, entry) pairs."""
         qi, e = self.children_of(slots)
-        if len(e):
-            self.entries["valid"][e] = False
-            sl = np.asarray(slots)[qi]
-            np.add.at(self.slots["n_children"], sl, -1)
-            np.add.at(self.node_children, self.slots["node"][sl], -1)
+        sl = self.slots
+        kernels.clear_children(np.ascontiguousarray(slots, np.int64), self.entry_index.arrays,
+                               self.entries["valid"], sl["n_children"], self.node_children,
+                               sl["node"])
         return qi, e
 
     # ---- snapshots --------------------------------------------------------------
