@@ -272,6 +272,75 @@ def test_add_children_counts_each_new_pair_once_as_the_numpy_sequence_did():
     assert a["node_children"].sum() == a["slots"]["n_children"].sum() > 0
 
 
+def test_removals_and_resets_match_the_numpy_sequences():
+    """TreeState.remove_children, clear_children and reset (compiled, the rules' one home,
+    which the collapse kernels share) against the numpy they replaced: repeated pairs are
+    removed once, counts go down once per removed child, a reset sets back exactly the
+    position columns to their defaults and calls its hooks."""
+    from actors.scribe.tree import _SLOT_COLS, TreeState
+
+    def numpy_remove(t, slots, children):
+        keys = slots.astype(np.int64) * t.n_nodes + children.astype(np.int64)
+        e = t.entry_index.lookup(keys)
+        hit = e >= 0
+        hit[hit] = t.entries["valid"][e[hit]]
+        _, first = np.unique(e[hit], return_index=True)
+        keep = np.zeros(int(hit.sum()), bool)
+        keep[first] = True
+        hit[np.flatnonzero(hit)[~keep]] = False
+        t.entries["valid"][e[hit]] = False
+        np.add.at(t.slots["n_children"], slots[hit], -1)
+        np.add.at(t.node_children, t.slots["node"][slots[hit]], -1)
+        return hit
+
+    def numpy_clear(t, slots):
+        qi, e = t.children_of(slots)
+        t.entries["valid"][e] = False
+        np.add.at(t.slots["n_children"], slots[qi], -1)
+        np.add.at(t.node_children, t.slots["node"][slots[qi]], -1)
+
+    position = ("active", "member", "root", "synced", "parent", "acl", "creator", "my_cred",
+                "join_cred", "last_seq", "top_seq", "last_heard", "last_sent")
+
+    def numpy_reset(t, slots):
+        for c in position:
+            t.slots[c][slots] = _SLOT_COLS[c][1]
+
+    rng = np.random.default_rng(12)
+    trees = [TreeState(n_local=6, n_nodes=30, n_groups=3) for _ in range(2)]
+    forgotten = []
+    trees[0].on_reset.append(lambda s: forgotten.append(np.asarray(s).tolist()))
+    for t in trees:
+        t.get_or_make(np.repeat(np.arange(6), 3), np.tile(np.arange(3), 6))
+        for c in position + ("rp_cache", "rep_acl", "src_seq"):
+            t.slots[c][:18] = np.arange(18) % 2 == 0 if t.slots[c].dtype == bool \
+                else np.arange(18) + 7
+    for step in range(40):
+        n = int(rng.integers(1, 25))
+        slots = rng.integers(0, 18, n).astype(np.int64)
+        children = rng.integers(0, 30, n).astype(np.int64)
+        for t in trees:
+            t.add_children(slots, children, np.zeros(n, np.int64), np.full(n, step))
+        k = int(rng.integers(0, n + 1))
+        got = trees[0].remove_children(slots[:k], children[:k][::-1].copy())
+        want = numpy_remove(trees[1], slots[:k], children[:k][::-1].copy())
+        assert got.tolist() == want.tolist()
+        some = np.unique(rng.integers(0, 18, 3))
+        trees[0].clear_children(some)
+        numpy_clear(trees[1], some)
+        if step % 5 == 4:
+            trees[0].reset(some)
+            numpy_reset(trees[1], some)
+            assert forgotten[-1] == some.tolist()
+    a, b = trees[0].state(), trees[1].state()
+    for part in ("slots", "entries"):
+        for c, v in a[part].items():
+            assert np.array_equal(v, b[part][c]), (part, c)
+    assert a["node_children"].tolist() == b["node_children"].tolist()
+    assert (a["node_children"] >= 0).all() and a["slots"]["n_children"].sum() > 0
+    assert len(forgotten) == 8
+
+
 def test_join_path_compiled_passes_match_the_general_path(monkeypatch):
     """The JOIN path's compiled passes and the general path send, log and count the same
     and leave the same trees, on 3 shards, through joins, a late wave of joins (trees
