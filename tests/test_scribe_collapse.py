@@ -76,3 +76,37 @@ def test_collapse_handles_long_chains():
         # what is left besides members and the root are branch points
         for node in {c for _, c in got} - set(members[g].tolist()):
             assert fanout.get(node, 0) >= 2
+
+
+def test_collapse_in_the_compiled_loop_matches_the_python_loop(monkeypatch):
+    """The collapse's kernels through the stack's compiled loop (``on_runs``: COLLAPSE_WAVE
+    and ADOPT runs, the tree's entry index grown by ADOPTs) and through the handlers'
+    path (``TreeCollapse`` calling them one cell at a time) give the same run: logs,
+    counters, sends and trees, on two shards (waves and adoptions cross them)."""
+    from protocol_world import run_without_loop, same_outcome
+
+    from actors.scribe.types import ADOPT, COLLAPSE_WAVE
+
+    table, creators, creds, members = make_groups(seed=6)
+
+    def run():
+        w = build(23, 2, table, creators, creds, members)
+        before = sum(e.python_events for e in w.emu.engines)
+        w.inject(collapse_requests(np.arange(N), 3_000_000))
+        w.run()
+        python = sum(e.python_events for e in w.emu.engines) - before
+        w.dump()
+        logs = {name: w.table(name) for name in ("tree_edge", "route")}
+        trees = [e.stack.app.tree.state() for e in w.emu.engines]
+        return logs, w.counters, w.sent, trees, python
+
+    looped = run()
+    waves, adopts = looped[2].get(COLLAPSE_WAVE, 0), looped[2].get(ADOPT, 0)
+    assert waves > 50 and adopts > 5, looped[2]
+    assert looped[1]["scribe_collapsed_nodes"] > 0
+    fast = run_without_loop(monkeypatch, run)
+    # without the loop Python saw every message of the collapse (and the requests); with
+    # it the loop took most waves and adoptions (the sparsest cells go to Python anyway)
+    assert fast[4] >= waves + adopts
+    assert fast[4] - looped[4] > 0.8 * (waves + adopts)
+    same_outcome(looped, fast)
