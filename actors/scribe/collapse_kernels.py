@@ -21,6 +21,7 @@ import numpy as np
 
 from emulator.kernels import put_send, unique_first, zero_rows
 
+from .kernel_rows import DECLINED, DONE, MORE_ROOM, put_group
 from .kernels import active_slot, clear_slot_children, remove_child, reset_slot, write_child
 from .keyindex import has_room, insert_key
 from .types import Adopt, CollapseWave
@@ -28,8 +29,6 @@ from .types import Adopt, CollapseWave
 _ANCESTOR = CollapseWave.ancestor
 _FIRST_REMOVED = CollapseWave.first_removed
 _REPLACED = Adopt.replaced
-
-DECLINED, DONE, MORE_ROOM = 0, 1, 2
 
 # what a pass counts (``TreeCollapse.counted`` reports it): wave passes taken, wave rows
 # for a node without state for the group, nodes removed; adoption passes taken, their
@@ -41,10 +40,7 @@ WAVES, WAVE_NO_STATE, COLLAPSED, ADOPTS, ADOPT_NO_STATE, N_COUNTS = range(6)
 def _put(out, w, src, dst, type_, r, key_hi, key_lo, s_hr, s_rdist, s_lan):
     """Row w of out: a message of r's group from src to dst at r's time."""
     put_send(out, w, src, dst, type_, r["time"], s_hr, s_rdist, s_lan)
-    g = r["group"]
-    out[w]["group"] = g
-    out[w]["key_hi"] = key_hi[g]
-    out[w]["key_lo"] = key_lo[g]
+    put_group(out, w, r["group"], key_hi, key_lo)
 
 
 @numba.njit(cache=True)

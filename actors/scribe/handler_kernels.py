@@ -28,6 +28,7 @@ import numpy as np
 from emulator.kernels import concat_rows, put_send, unique_first, zero_rows
 
 from .collapse_kernels import on_adopt, on_collapse_wave
+from .kernel_rows import DECLINED, DONE, MORE_ROOM, put_group
 from .kernels import (
     active_slot,
     heard_parent,
@@ -56,8 +57,6 @@ _MCAST_SEQNO = Mcast.seqno
 _MCAST_PUBLISH = Mcast.publish_time
 _RP = RpAddr.rp
 
-DECLINED, DONE, MORE_ROOM = 0, 1, 2
-
 
 @numba.njit(cache=True)
 def _direct_rows(m, li, type_):
@@ -66,13 +65,6 @@ def _direct_rows(m, li, type_):
         if li[i] < 0 or m[i]["mode"] != 0 or m[i]["type"] != type_:
             return False
     return True
-
-
-@numba.njit(cache=True)
-def _put_group(out, k, g, key_hi, key_lo):
-    out[k]["group"] = g
-    out[k]["key_hi"] = key_hi[g]
-    out[k]["key_lo"] = key_lo[g]
 
 
 @numba.njit(cache=True)
@@ -92,7 +84,7 @@ def _one_send_per_row(m, li, type_, out):
 def _put_leave(out, w, r, leave_type, key_hi, key_lo, s_hr, s_rdist, s_lan):
     """Row w of out: a LEAVE from r's receiver back to its sender, for r's group."""
     put_send(out, w, r["dst"], r["src"], leave_type, r["time"], s_hr, s_rdist, s_lan)
-    _put_group(out, w, r["group"], key_hi, key_lo)
+    put_group(out, w, r["group"], key_hi, key_lo)
 
 
 @numba.njit(cache=True)
@@ -153,7 +145,7 @@ def on_tick(m, li, node_ids, six, eix, n_groups, active, root, parent, last_hear
         if not root[v] and parent[v] >= 0:
             put_send(out, w, node_ids[nodes[qi[r]]], parent[v], refresh_type, now_n[qi[r]],
                      s_hr, s_rdist, s_lan)
-            _put_group(out, w, group[v], key_hi, key_lo)
+            put_group(out, w, group[v], key_hi, key_lo)
             out[w][_CREDENTIAL] = join_cred[v]
             w += 1
     for j in range(len(e)):
@@ -161,7 +153,7 @@ def on_tick(m, li, node_ids, six, eix, n_groups, active, root, parent, last_hear
             r = ci[j]
             put_send(out, w, node_ids[nodes[qi[r]]], child[e[j]], heartbeat_type, now_n[qi[r]],
                      s_hr, s_rdist, s_lan)
-            _put_group(out, w, group[s[r]], key_hi, key_lo)
+            put_group(out, w, group[s[r]], key_hi, key_lo)
             w += 1
     mark_sent(now_n, qi, s, ci, quiet, last_sent)
     for q in range(k):
@@ -279,7 +271,7 @@ def disseminate_rows(slots, nodes, group, origin, time, publish, seqno, hops, qi
     for j in range(len(qi)):
         i = qi[j]
         put_send(out, w, nodes[i], child[e[j]], data_type, time[i], s_hr, s_rdist, s_lan)
-        _put_group(out, w, group[i], key_hi, key_lo)
+        put_group(out, w, group[i], key_hi, key_lo)
         out[w]["origin"] = origin[i]
         out[w][_PUBLISH] = publish[i]
         out[w][_SEQNO] = seqno[i]
@@ -348,7 +340,7 @@ def on_mcast(m, li, mode, six, eix, n_groups, active, root, acl, member, last_se
             if r["origin"] != r["dst"]:
                 put_send(out, w, r["dst"], r["origin"], rp_addr_type, r["time"], s_hr,
                          s_rdist, s_lan)
-                _put_group(out, w, r["group"], key_hi, key_lo)
+                put_group(out, w, r["group"], key_hi, key_lo)
                 out[w][_RP] = r["dst"]
                 w += 1
     cols = np.empty((7, n), np.int64)
@@ -605,7 +597,7 @@ def on_refresh(m, li, six, eix, n_groups, n_nodes, active, slot_node, n_children
             continue
         r = m[i]
         put_send(out, w, r["dst"], r["src"], rejoin_type, r["time"], s_hr, s_rdist, s_lan)
-        _put_group(out, w, r["group"], key_hi, key_lo)
+        put_group(out, w, r["group"], key_hi, key_lo)
         w += 1
     return DONE, 0, w, cursor
 
@@ -675,7 +667,7 @@ def _adopt(out, w, r, v, eix, n_nodes, e_size, valid, e_slot, e_child, e_cred, e
     write_child(np.int64(x), v, src, r[_JOIN_CREDENTIAL], r["time"], valid, e_slot, e_child, e_cred,
                 e_refresh, n_children, node_children, slot_node)
     put_send(out, w, r["dst"], src, join_ack_type, r["time"], s_hr, s_rdist, s_lan)
-    _put_group(out, w, r["group"], key_hi, key_lo)
+    put_group(out, w, r["group"], key_hi, key_lo)
     out[w][_ACL] = acl[v]
     out[w][_PARENT_SEQ] = last_seq[v]
     return e_size
