@@ -274,7 +274,7 @@ def test_add_children_counts_each_new_pair_once_as_the_numpy_sequence_did():
 
 def test_removals_and_resets_match_the_numpy_sequences():
     """TreeState.remove_children, clear_children and reset (compiled, the rules' one home,
-    which the collapse kernels share) against the numpy they replaced: repeated pairs are
+    which the collapse kernels share) against numpy references: repeated pairs are
     removed once, counts go down once per removed child, a reset sets back exactly the
     position columns to their defaults and calls its hooks."""
     from actors.scribe.tree import _SLOT_COLS, TreeState

@@ -21,7 +21,7 @@ import numpy as np
 
 from emulator.kernels import put_send, unique_first, zero_rows
 
-from .kernel_rows import DECLINED, DONE, MORE_ROOM, put_group
+from .kernel_rows import DECLINED, DONE, MORE_ROOM, direct_rows, put_group
 from .kernels import active_slot, clear_slot_children, remove_child, reset_slot, write_child
 from .keyindex import has_room, insert_key
 from .types import Adopt, CollapseWave
@@ -47,20 +47,19 @@ def _put(out, w, src, dst, type_, r, key_hi, key_lo, s_hr, s_rdist, s_lan):
 def on_collapse_wave(m, li, six, eix, n_groups, active, member, root, parent, n_children,
                      node_children, slot_node, valid, e_child, reset_cols, key_hi, key_lo,
                      wave_type, adopt_type, counts, out, pool, cursor, s_hr, s_rdist, s_lan):
-    """A cell of COLLAPSE_WAVEs (``li``: each row's local node, -1 for none here). The
-    first row of each active slot is taken (rows without one are counted); the others
-    change nothing. Sends, all at their row's time: the removed slots' waves to their
-    only child, in row order; the kept slots' new waves to each child, by row then child
-    id; the ADOPTs of kept slots below removed ones, in row order (their parent becomes A).
-    Then the removed slots lose their children and their state (``kernels.reset_slot``).
-    Declines (nothing written) unless every row is a direct COLLAPSE_WAVE. Returns
-    (status, need, the removed slots, rows written, cursor); ``counts`` advanced.
-    O(q log q + children)."""
+    """A cell of COLLAPSE_WAVEs (``li``: each row's local node). The first row of each
+    active slot is taken (rows without one are counted); the others change nothing.
+    Sends, all at their row's time: the removed slots' waves to their only child, in row
+    order; the kept slots' new waves to each child, by row then child id; the ADOPTs of
+    kept slots below removed ones, in row order (their parent becomes A). Then the
+    removed slots lose their children and their state (``kernels.reset_slot``). Declines
+    (nothing written) unless every row is a direct COLLAPSE_WAVE to a node of this shard
+    (``kernel_rows.direct_rows``). Returns (status, need, the removed slots, rows written,
+    cursor); ``counts`` advanced. O(q log q + children)."""
     n = len(m)
     none = np.empty(0, np.int64)
-    for i in range(n):
-        if m[i]["mode"] != 0 or m[i]["type"] != wave_type:
-            return DECLINED, 0, none, 0, cursor
+    if not direct_rows(m, li, wave_type):
+        return DECLINED, 0, none, 0, cursor
     s = np.empty(n, np.int64)
     no_state = 0
     for i in range(n):
@@ -138,18 +137,17 @@ def on_collapse_wave(m, li, six, eix, n_groups, active, member, root, parent, n_
 def on_adopt(m, li, six, eix, n_groups, n_nodes, sizes, active, slot_node, n_children,
              node_children, valid, e_slot, e_child, e_cred, e_refresh, adopt_type, counts,
              out, pool, cursor, s_hr, s_rdist, s_lan):
-    """A cell of ADOPTs (``li``: each row's local node, -1 for none here): at each row's
+    """A cell of ADOPTs (``li``: each row's local node): at each row's
     active slot (rows without one counted) the removed child it names is dropped, every
     row's first, then the sender becomes a child there (no credential, the row's time;
     an entry made where the pair has none, from index size ``sizes[1]`` on, advanced), as
     ``TreeState.remove_children`` then ``add_children`` on the whole cell. Declines
-    (nothing written) unless every row is a direct ADOPT, or where the entry index lacks
-    room for an entry per row (``TreeState.make_room``). Sends nothing. Returns (status,
-    need, rows written, cursor); ``counts`` advanced. O(q)."""
+    (nothing written) unless every row is a direct ADOPT to a node of this shard, or where
+    the entry index lacks room for an entry per row (``TreeState.make_room``). Sends
+    nothing. Returns (status, need, rows written, cursor); ``counts`` advanced. O(q)."""
     n = len(m)
-    for i in range(n):
-        if m[i]["mode"] != 0 or m[i]["type"] != adopt_type:
-            return DECLINED, 0, 0, cursor
+    if not direct_rows(m, li, adopt_type):
+        return DECLINED, 0, 0, cursor
     if not has_room(eix, sizes[1], n, sizes[0]) or sizes[1] + n > len(valid):
         return DECLINED, 0, 0, cursor
     s = np.empty(n, np.int64)

@@ -28,7 +28,7 @@ import numpy as np
 from emulator.kernels import concat_rows, put_send, unique_first, zero_rows
 
 from .collapse_kernels import on_adopt, on_collapse_wave
-from .kernel_rows import DECLINED, DONE, MORE_ROOM, put_group
+from .kernel_rows import DECLINED, DONE, MORE_ROOM, direct_rows, put_group
 from .kernels import (
     active_slot,
     heard_parent,
@@ -59,20 +59,11 @@ _RP = RpAddr.rp
 
 
 @numba.njit(cache=True)
-def _direct_rows(m, li, type_):
-    """Every row a direct message (mode 0) of ``type_`` to a node of this shard."""
-    for i in range(len(m)):
-        if li[i] < 0 or m[i]["mode"] != 0 or m[i]["type"] != type_:
-            return False
-    return True
-
-
-@numba.njit(cache=True)
 def _one_send_per_row(m, li, type_, out):
     """How a kernel that sends at most one message per row starts: DECLINED unless every
     row is a direct ``type_`` message for a node of this shard, MORE_ROOM if fewer rows
     were lent than there are messages, else DONE with those rows zeroed."""
-    if not _direct_rows(m, li, type_):
+    if not direct_rows(m, li, type_):
         return DECLINED
     if len(m) > len(out):
         return MORE_ROOM
@@ -103,7 +94,7 @@ def on_tick(m, li, node_ids, six, eix, n_groups, active, root, parent, last_hear
     slot that sends heartbeats; the nodes' replica marks are cleared. Rows: refreshes +
     heartbeats + timers. O(q log q + slots + children)."""
     n = len(m)
-    if not _direct_rows(m, li, tick_type):
+    if not direct_rows(m, li, tick_type):
         return DECLINED, 0, 0, cursor
     times = np.empty(n, np.int64)
     for i in range(n):
@@ -185,7 +176,7 @@ def on_data(m, li, six, eix, n_groups, max_hops, active, parent, member, last_he
     s = np.empty(n, np.int64)
     hit = np.empty(n, np.int64)
     none = np.empty(0, np.int64)
-    if not _direct_rows(m, li, data_type):
+    if not direct_rows(m, li, data_type):
         return DECLINED, 0, 0, 0, none, 0, cursor
     no_state = 0
     looping = 0
@@ -564,7 +555,7 @@ def on_refresh(m, li, six, eix, n_groups, n_nodes, active, slot_node, n_children
     row); a row whose node has no state for the group tells the child to join again
     (REJOIN). Rows: one per message at most. O(q)."""
     n = len(m)
-    if not _direct_rows(m, li, refresh_type):
+    if not direct_rows(m, li, refresh_type):
         return DECLINED, 0, 0, cursor
     s = np.empty(n, np.int64)
     e = np.empty(n, np.int64)

@@ -1,5 +1,6 @@
 """What Scribe's compiled handlers (``handler_kernels``, ``collapse_kernels``) share: the
-status each returns, and how one writes the group columns of a message it sends."""
+status each returns, the check of the messages they take, and how one writes the group
+columns of a message it sends."""
 
 from __future__ import annotations
 
@@ -17,3 +18,13 @@ def put_group(out, k, g, key_hi, key_lo):
     out[k]["group"] = g
     out[k]["key_hi"] = key_hi[g]
     out[k]["key_lo"] = key_lo[g]
+
+
+@numba.njit(cache=True)
+def direct_rows(m, li, type_):
+    """Every row a direct message (mode 0) of ``type_`` to a node of this shard (``li``:
+    each row's local node, -1 for none here)."""
+    for i in range(len(m)):
+        if li[i] < 0 or m[i]["mode"] != 0 or m[i]["type"] != type_:
+            return False
+    return True
