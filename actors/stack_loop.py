@@ -9,9 +9,10 @@ be compiled again in every process).
 
 A run of Scribe's routed messages passing a node is the common API in compiled form
 (:func:`take_routed_run`): Pastry's routing step up to the upcalls, Scribe's deliver
-upcall where they arrive, the forward upcall, Pastry's hops -- for the types whose
-upcalls Scribe has compiled (``Scribe.routed_run_types``: MCAST, and JOIN where its
-path is compiled).
+upcall where they arrive (given the overlay's replica sets of their nodes where it takes
+them: a CREATE's), the forward upcall, Pastry's hops -- for the types whose upcalls
+Scribe has compiled (``Scribe.routed_run_types``: CREATE, MCAST, and JOIN where its path
+is compiled).
 
 Between the two parts the pass's changed leaf sets mark Scribe's rendezvous points
 stale, which is what the ``new_leafs`` upcall does after Pastry's runs in the Python loop
@@ -26,6 +27,7 @@ import numpy as np
 from actors.pastry import cell_loop as pastry_loop
 from actors.pastry.handler_kernels import on_runs, route_app_run, send_app_hops
 from actors.pastry.kernels import HERE_APP
+from actors.pastry.leafset import replica_sets
 from actors.scribe import cell_loop as scribe_loop
 from actors.scribe.handler_kernels import (
     DONE,
@@ -35,6 +37,7 @@ from actors.scribe.handler_kernels import (
     on_join_routed,
     on_routed_run,
     plan_join_requests,
+    replicas_wanted,
     write_join_requests,
 )
 from emulator import window
@@ -64,7 +67,10 @@ def take_routed_run(m, li, out, pool, cursor, acks_off, learn, joined, acks, tab
     if na + 2 * n_on > rows:
         _short(scribe_stats, type_, na + 2 * n_on + n_here, n)
         return False
-    st, need, got, kd, pos = on_routed_run(mk, lk, here, nxt, state, tree_sizes,
+    # the overlay's replica sets where the deliver upcall takes them (the common API's
+    # ``replica_set``: Pastry's leaf sets)
+    replicas = replica_sets(learn[1], lk, replicas_wanted(type_, state))
+    st, need, got, kd, pos = on_routed_run(mk, lk, here, nxt, replicas, state, tree_sizes,
                                            o[na:rows - 2 * n_on], pool, cursor[1], s_hr,
                                            s_rdist, s_lan)
     if st == MORE_ROOM:

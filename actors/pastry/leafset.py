@@ -8,6 +8,7 @@ the member in that slot was last heard from; clocks move with their members.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 
@@ -29,16 +30,8 @@ class LeafSet:
         return slice(0, self.half), slice(self.half, self.size)
 
     def replica_set(self, li, k: int) -> np.ndarray:
-        """(len(li), k) ids: the k members nearest each node, alternating nearest smaller
-        and nearest larger (sides are ordered nearest first); -1 where fewer. O(len * l)."""
-        half = self.half
-        leaf = self.members[li]
-        out = np.full((len(li), k), -1, np.int32)
-        inter = np.stack([leaf[:, :half], leaf[:, half:]], axis=2).reshape(len(li), -1)
-        for row in range(len(li)):  # k and l are small; rows are the RPs of one request
-            got = inter[row][inter[row] >= 0][:k]
-            out[row, :len(got)] = got
-        return out
+        """(len(li), k) ids: the k members nearest each node (:func:`replica_sets`)."""
+        return replica_sets(self.members, np.ascontiguousarray(li, np.int64), np.int64(k))
 
     def clear(self, li) -> None:
         self.members[li] = -1
@@ -49,3 +42,23 @@ class LeafSet:
 
     def restore(self, d: dict) -> None:
         self.members, self.heard = d["members"].copy(), d["heard"].copy()
+
+
+@numba.njit(cache=True)
+def replica_sets(members, li, k):
+    """(len(li), k) ids: the k leaf-set members nearest each node ``li`` of ``members``
+    (``LeafSet.members``), alternating nearest smaller and nearest larger (sides are
+    ordered nearest first, empty places skipped); -1 where fewer. O(len(li) * l)."""
+    half = members.shape[1] // 2
+    out = np.full((len(li), k), -1, np.int32)
+    for r in range(len(li)):
+        row = members[li[r]]
+        c = 0
+        for j in range(half):
+            if c < k and row[j] >= 0:
+                out[r, c] = row[j]
+                c += 1
+            if c < k and row[half + j] >= 0:
+                out[r, c] = row[half + j]
+                c += 1
+    return out

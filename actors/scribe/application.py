@@ -227,6 +227,8 @@ class Scribe:
         # the collapse's kernels are its only implementation; in a pass of several runs
         # without the reliable layer's hooks on a reset slot
         self.compiled[ADOPT] = self.collapse.on_adopt
+        # so are the rendezvous points' (REPLICA here, CREATE where it is delivered)
+        self.compiled[REPLICA] = self.rendezvous.on_replica
         if plain:
             self.compiled[COLLAPSE_WAVE] = self.collapse.on_collapse_wave
         # the JOIN path's compiled passes: also without a tree shaper and lazy growth
@@ -243,7 +245,7 @@ class Scribe:
         # routed types a compiled loop may take through a node (its routing step, then
         # the deliver and forward upcalls compiled: MCAST's forward changes nothing)
         self.routed_run_types = frozenset(
-            ({MCAST} if MCAST in self.compiled else set())
+            {CREATE} | ({MCAST} if MCAST in self.compiled else set())
             | ({JOIN} if self.routed_compiled else set()))
         # requests whose handler routes (a JOIN_REQ's JOIN) a compiled loop may take: the
         # request and the routing step at its node in one call
@@ -253,7 +255,8 @@ class Scribe:
         self._run_room = Room(_RUN_ROOM_MAX, {DATA: 4.0, TICK: 4.0, HEARTBEAT: 1.0,
                                               REFRESH: 1.0, JOIN_ACK: 1.0, MCAST: 4.0,
                                               RP_ADDR: 0.0, JOIN: 5.0, JOIN_REQ: 4.0,
-                                              COLLAPSE_WAVE: 2.0, ADOPT: 0.0})
+                                              COLLAPSE_WAVE: 2.0, ADOPT: 0.0,
+                                              CREATE: 4.0, REPLICA: 0.0})
 
     def variant_label(self) -> str:
         """Label of the delivery and tree_edge rows: the configured one, else what the
@@ -330,7 +333,8 @@ class Scribe:
                 rp.heartbeat_miss * period, rp.child_expiry_miss * period, DATA, TICK,
                 HEARTBEAT, REFRESH, LEAVE, REJOIN, sl["acl"], JOIN_ACK, MCAST, RP_ADDR,
                 sl["rp_cache"], sl["rp_cache_time"], JOIN, sl["my_cred"], t.reset_columns(),
-                COLLAPSE_WAVE, ADOPT)
+                COLLAPSE_WAVE, ADOPT, sl["creator"], sl["rep_acl"], sl["rep_creator"], CREATE,
+                REPLICA, self.rendezvous.k)
 
     def routed(self, ctx, m, here, next_hop) -> bool:
         """A routing step's messages at once (rows ``here`` delivered at this node, the

@@ -14,6 +14,7 @@ import numpy as np
 
 from . import collapse_kernels
 from .handler_kernels import DONE, MORE_ROOM, on_runs
+from .types import CREATE
 
 # what a loop call gathers for Scribe (``stats``): deliveries, whether a DATA run was
 # taken and its counts, a run short of room (its type, the rows it needs, its messages)
@@ -100,9 +101,10 @@ class ScribeLoopPart:
 
     def gathered(self, ctx, extra_rows: int) -> None:
         """What the call gathered, as ``receive_runs`` does it after its call: the DATA
-        counts, the deliveries, the room of a run that was short; the tree indexes' sizes
-        that routed JOIN and ADOPT runs reached, the collapse counts; room for
-        ``extra_rows`` deliveries if the loop asked for it."""
+        counts, the deliveries and the groups created, the room of a run that was short;
+        the tree indexes' sizes that routed JOIN, CREATE, ADOPT and REPLICA runs reached,
+        the collapse counts; room for ``extra_rows`` deliveries if the loop asked for
+        it."""
         sc, st = self.scribe, self.stats
         sc.tree.inserted(self.tree_sizes[0], self.tree_sizes[1])
         sc.collapse.counted(ctx, self.counts)
@@ -110,7 +112,14 @@ class ScribeLoopPart:
             sc.multicast.data_counts(ctx, int(st[NO_STATE]), int(st[HOP_LIMIT]))
         n = int(st[N_DELIVERED])
         if n:
-            sc.multicast.log_deliveries(ctx, self.delivered[:n].copy())
+            rows = self.delivered[:n].copy()
+            made = rows["type"] == CREATE    # (the groups created at their RP)
+            if made.any():
+                sc.groups.log_created(ctx, rows["group"][made], rows["dst"][made],
+                                      rows["origin"][made])
+                rows = rows[~made]
+            if len(rows):
+                sc.multicast.log_deliveries(ctx, rows)
         if st[SHORT_TYPE] >= 0:
             sc._run_room.asked(int(st[SHORT_TYPE]), int(st[SHORT_NEED]), int(st[SHORT_COUNT]))
         if extra_rows > len(self.delivered):

@@ -40,6 +40,7 @@ from .kernels import (
     write_child,
 )
 from .keyindex import any_within, has_room, insert_key, key_value, ranges_where
+from .rendezvous_kernels import on_create, on_replica
 from .types import Data, Join, JoinAck, JoinReq, Mcast, Refresh, RpAddr
 
 # type-specific columns (compile-time constants inside the kernels)
@@ -382,14 +383,16 @@ def on_mcast_routed(m, li, state, out, pool, cursor, s_hr, s_rdist, s_lan):
 
 
 @numba.njit(cache=True)
-def on_routed_run(m, li, here, next_hop, state, tree_sizes, out, pool, cursor, s_hr, s_rdist,
-                  s_lan):
+def on_routed_run(m, li, here, next_hop, replicas, state, tree_sizes, out, pool, cursor, s_hr,
+                  s_rdist, s_lan):
     """A routing step's deliver and forward upcalls for a run of one of
     ``Scribe.routed_run_types`` inside a compiled cell loop (rows ``here`` at their RP, the
     others passing towards ``next_hop``): JOINs by :func:`on_join_routed` (``tree_sizes``
-    advanced), MCASTs by :func:`on_mcast_routed` for those here (an MCAST's forward upcall
-    changes nothing). ``state``: ``Scribe.runs_state``. Returns (status, need, the
-    deliveries, rows written, cursor)."""
+    advanced), CREATEs by :func:`on_create_routed` and MCASTs by :func:`on_mcast_routed`
+    for those here (their forward upcall changes nothing; ``replicas``: the replica set
+    of each row's node, :func:`replicas_wanted` of them). ``state``:
+    ``Scribe.runs_state``. Returns (status, need, the deliveries -- for CREATEs the
+    records of the groups created --, rows written, cursor)."""
     if m[0]["type"] == state[_S_JOIN]:
         st, need, w, cursor = on_join_routed(m, li, here, next_hop, state, tree_sizes, out,
                                              pool, cursor, s_hr, s_rdist, s_lan)
@@ -397,7 +400,46 @@ def on_routed_run(m, li, here, next_hop, state, tree_sizes, out, pool, cursor, s
     sel = np.flatnonzero(here)
     if len(sel) == 0:
         return DONE, 0, np.empty(0, m.dtype), 0, cursor
+    if m[0]["type"] == state[_S_CREATE]:
+        return on_create_routed(m[sel], li[sel], replicas[sel], state, tree_sizes, out, pool,
+                                cursor, s_hr, s_rdist, s_lan)
     return on_mcast_routed(m[sel], li[sel], state, out, pool, cursor, s_hr, s_rdist, s_lan)
+
+
+@numba.njit(cache=True)
+def replicas_wanted(type_, state):
+    """How many replicas of each node the deliver upcall of a routed run of ``type_``
+    takes (CREATE: ``RendezvousPoints.k``; the others none). ``state``:
+    ``Scribe.runs_state``."""
+    return state[_S_REPLICAS] if type_ == state[_S_CREATE] else 0
+
+
+@numba.njit(cache=True)
+def on_create_routed(m, li, replicas, state, tree_sizes, out, pool, cursor, s_hr, s_rdist,
+                     s_lan):
+    """CREATEs delivered at their RP (the deliver upcall, ``RendezvousPoints.on_create``):
+    ``rendezvous_kernels.on_create`` with the RPs' ``replicas``, declining where a row
+    would be refused, then with tree repair the first TICK timers of the nodes that now
+    hold tree state (:func:`first_ticks_all`, ``TreeRepair.start_ticks`` after the
+    handler). ``state``: ``Scribe.runs_state``. Returns (status, need, the records of the
+    groups created, rows written, cursor)."""
+    ticking, period = state[_S_TICKING], state[_S_PERIOD]
+    none = np.empty(0, m.dtype)
+    n_new = _tick_room(li, ticking, period)
+    if len(out) < n_new:
+        return MORE_ROOM, n_new + len(m), none, 0, cursor
+    six, active = state[_S_SIX], state[_S_ACTIVE]
+    refused = np.zeros(len(m), np.bool_)
+    st, need, k, cursor = on_create(
+        m, li, replicas, False, six, state[_S_N_GROUPS], tree_sizes, state[_S_SLOT_NODE],
+        state[_S_GROUP], active, state[_S_ROOT], state[_S_ACL], state[_S_CREATOR],
+        state[_S_KEY_HI], state[_S_KEY_LO], state[_S_REPLICA], refused,
+        out[:len(out) - n_new], pool, cursor, s_hr, s_rdist, s_lan)
+    if st != DONE:
+        return st, need + n_new, none, 0, cursor
+    k = first_ticks_all(m, li, six, active, ticking, state[_S_NODE_IDS], period,
+                        state[_S_TICK], out, k, s_hr, s_rdist, s_lan)
+    return DONE, 0, m.copy(), k, cursor
 
 
 @numba.njit(cache=True)
@@ -516,9 +558,9 @@ _S_TICKING, _S_NODE_IDS, _S_SIX, _S_EIX, _S_N_GROUPS, _S_N_NODES, _S_ACTIVE, _S_
     _S_PARENT, _S_MEMBER, _S_LAST_SEQ, _S_LAST_SENT, _S_SLOT_NODE, _S_N_CHILDREN, \
     _S_NODE_CHILDREN, _S_GROUP, _S_JOIN_CRED, _S_VALID, _S_CHILD, _S_REFRESH, _S_E_SLOT, \
     _S_E_CRED, _S_KEY_HI, _S_KEY_LO, _S_PERIOD, _S_DATA, _S_TICK, _S_ACL, _S_JOIN_ACK, \
-    _S_MCAST, _S_RP_ADDR, _S_JOIN, _S_MY_CRED = (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 12, 13, 14, 15,
-                                                 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 27,
-                                                 30, 31, 36, 37, 38, 39, 42, 43)
+    _S_MCAST, _S_RP_ADDR, _S_JOIN, _S_MY_CRED, _S_CREATOR, _S_CREATE, _S_REPLICA, \
+    _S_REPLICAS = (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
+                   23, 24, 25, 27, 30, 31, 36, 37, 38, 39, 42, 43, 47, 50, 51, 52)
 
 
 @numba.njit(cache=True)
@@ -954,11 +996,12 @@ def on_runs(m, local, bounds, first, last, state, sizes, counts, out, pool, curs
             s_rdist, s_lan):
     """Runs ``first..last-1`` of a cell pass (``m`` its records in dispatch order, ``local``
     each row's local index, run r = rows ``bounds[r]`` to ``bounds[r + 1]``, all of one
-    type: DATA, TICK, HEARTBEAT, REFRESH, JOIN_ACK, MCAST, RP_ADDR, COLLAPSE_WAVE or ADOPT)
-    in one call, each by its kernel (:func:`on_data`, :func:`on_tick`, :func:`on_heartbeat`,
-    :func:`on_refresh`, :func:`on_join_ack`, :func:`on_mcast` for those sent directly,
-    :func:`on_rp_addr`, ``collapse_kernels.on_collapse_wave`` and ``on_adopt``: the tree
-    indexes' sizes ``sizes`` advanced, the collapse counts in ``counts``),
+    type: DATA, TICK, HEARTBEAT, REFRESH, JOIN_ACK, MCAST, RP_ADDR, COLLAPSE_WAVE, ADOPT
+    or REPLICA) in one call, each by its kernel (:func:`on_data`, :func:`on_tick`,
+    :func:`on_heartbeat`, :func:`on_refresh`, :func:`on_join_ack`, :func:`on_mcast` for
+    those sent directly, :func:`on_rp_addr`, ``collapse_kernels.on_collapse_wave`` and
+    ``on_adopt``, ``rendezvous_kernels.on_replica``: the tree indexes' sizes ``sizes``
+    advanced, the collapse counts in ``counts``),
     their sends one after the other in ``out``: what ``Scribe.receive_compiled`` does run
     by run, in the same order, each run's sends followed, with tree repair, by the first
     TICK timers of its nodes that now hold tree state (:func:`first_ticks`, as
@@ -976,7 +1019,8 @@ def on_runs(m, local, bounds, first, last, state, sizes, counts, out, pool, curs
         join_cred, valid, child, refresh, e_slot, e_cred, key_hi, key_lo, stale, period, \
         silent_after, stale_after, data_type, tick_type, heartbeat_type, refresh_type, \
         leave_type, rejoin_type, acl, join_ack_type, mcast_type, rp_addr_type, rp_cache, \
-        rp_cache_time, _, _, reset_cols, collapse_wave_type, adopt_type = state
+        rp_cache_time, _, _, reset_cols, collapse_wave_type, adopt_type, _, rep_acl, \
+        rep_creator, _, replica_type, _ = state
     w = 0
     status = DONE
     need = 0
@@ -1046,6 +1090,10 @@ def on_runs(m, local, bounds, first, last, state, sizes, counts, out, pool, curs
                 mr, li, six, eix, n_groups, n_nodes, sizes, active, slot_node, n_children,
                 node_children, valid, e_slot, child, e_cred, refresh, adopt_type, counts, o,
                 pool, cursor, s_hr, s_rdist, s_lan)
+        elif ty == replica_type:
+            st, nd, k, cursor = on_replica(
+                mr, li, six, n_groups, sizes, slot_node, group, active, rep_acl, rep_creator,
+                replica_type, o, pool, cursor, s_hr, s_rdist, s_lan)
         else:
             st, nd, k = DECLINED, 0, 0
         if st != DONE:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import rendezvous_kernels
 from .groups import GroupDirectory
 from .rootpath import RootPathGuard
-from .tree import TreeState, first_in_run
-from .types import CREATE, REPLICA, Create, CreateReq, Replica
-from .wire import Messenger
+from .tree import TreeState
+from .types import CREATE, REPLICA, Create, CreateReq
+from .wire import Messenger, ScribeError
 
 
 class RendezvousPoints:
@@ -38,22 +39,36 @@ class RendezvousPoints:
                              **Create.fields(credential=m[CreateReq.credential]),
                              origin=m["dst"])
 
-    def on_create(self, ctx, m) -> None:
-        """CREATE at the RP: the first one makes the node the group's root (its credential
-        becomes the ACL); later ones are refused."""
-        t = self.tree
-        s = t.get_or_make(self.messenger.local(ctx, m["dst"]), m["group"])
-        had = t.slots["root"][s] & (t.slots["acl"][s] >= 0)
-        first = first_in_run(s) & ~had
-        dup = ~first
-        sf = s[first]
-        t.slots["active"][sf] = True
-        t.slots["root"][sf] = True
-        t.slots["acl"][sf] = m[Create.credential][first]
-        t.slots["creator"][sf] = m["origin"][first]
-        self.groups.log_created(ctx, m["group"][first], m["dst"][first], m["origin"][first])
-        self.groups.refuse(ctx, m["group"][dup], m["origin"][dup], "create", m["time"][dup])
-        self.replicate(ctx, sf, m["time"][first])
+    def on_create(self, ctx, m) -> bool:
+        """CREATE at the RP (``rendezvous_kernels.on_create``): the first one makes the
+        node the group's root (its credential becomes the ACL) and sends the record to the
+        RP's replicas; later ones are refused."""
+        t, sl, keys = self.tree, self.tree.slots, self.groups.table
+        li = self.messenger.local(ctx, m["dst"])
+        reps = self._replicas(ctx, m["dst"])
+        t.make_room(len(m), 0)
+        sizes = np.array([t.slot_index.size, t.entry_index.size], np.int64)
+        refused = np.zeros(len(m), bool)
+        status, = self.messenger.send_compiled(
+            ctx, int(np.count_nonzero(reps >= 0)), rendezvous_kernels.on_create, m, li, reps,
+            True, t.slot_index.arrays, t.n_groups, sizes, sl["node"], sl["group"],
+            sl["active"], sl["root"], sl["acl"], sl["creator"], keys["id_hi"], keys["id_lo"],
+            REPLICA, refused)
+        if status != rendezvous_kernels.DONE:
+            raise ScribeError("CREATE: a node of another shard, or no room after make_room")
+        t.inserted(sizes[0], sizes[1])
+        made = ~refused
+        self.groups.log_created(ctx, m["group"][made], m["dst"][made], m["origin"][made])
+        self.groups.refuse(ctx, m["group"][refused], m["origin"][refused], "create",
+                           m["time"][refused])
+        return True
+
+    def _replicas(self, ctx, nodes) -> np.ndarray:
+        """(len(nodes), k) replica set of each local node (k = 0: replication off)."""
+        if not self.k or not len(nodes):
+            return np.empty((len(nodes), 0), np.int32)
+        reps = np.asarray(self.messenger.replica_set(ctx, nodes, self.k), np.int32)
+        return np.ascontiguousarray(reps.reshape(len(nodes), -1))
 
     def targets(self, ctx, slots):
         """(rp, row, replica) per message from root slots to each of their k replicas (row
@@ -61,29 +76,39 @@ class RendezvousPoints:
         if not self.k or not len(slots):
             return None
         rp = np.asarray(ctx.nodes)[self.tree.slots["node"][slots]].astype(np.int64)
-        reps = np.asarray(self.messenger.replica_set(ctx, rp, self.k), np.int64)
-        reps = reps.reshape(len(rp), -1)
+        reps = self._replicas(ctx, rp)
         row, col = np.nonzero(reps >= 0)
-        return rp[row], row, reps[row, col]
+        return rp[row], row, reps[row, col].astype(np.int64)
 
     def replicate(self, ctx, slots, now) -> None:
-        """Send the RP record of root slots to the k nodes closest to the RP."""
-        tg = self.targets(ctx, slots)
-        if tg is None:
+        """Send the RP record of root slots to the k nodes closest to the RP
+        (``rendezvous_kernels.replicate``)."""
+        if not self.k or not len(slots):
             return
-        sl = self.tree.slots
-        src, row, dst = tg
-        s = slots[row]
-        self.messenger.send(ctx, src, dst, REPLICA, np.asarray(now)[row],
-                            sl["group"][s],
-                            **Replica.fields(acl=sl["acl"][s], creator=sl["creator"][s]))
+        sl, keys = self.tree.slots, self.groups.table
+        slots = np.ascontiguousarray(slots, np.int64)
+        rp = np.asarray(ctx.nodes)[sl["node"][slots]].astype(np.int64)
+        reps = self._replicas(ctx, rp)
+        status, = self.messenger.send_compiled(
+            ctx, int(np.count_nonzero(reps >= 0)), rendezvous_kernels.replicate, slots, rp,
+            reps, np.ascontiguousarray(np.broadcast_to(now, len(slots)), np.int64),
+            sl["group"], sl["acl"], sl["creator"], keys["id_hi"], keys["id_lo"], REPLICA)
+        if status != rendezvous_kernels.DONE:
+            raise ScribeError("REPLICA: the records' sends were not written")
 
-    def on_replica(self, ctx, m) -> None:
-        """Keep the RP record a REPLICA message carries."""
+    def on_replica(self, ctx, m) -> bool:
+        """Keep the RP record a REPLICA message carries (``rendezvous_kernels.on_replica``)."""
         t, sl = self.tree, self.tree.slots
-        s = t.get_or_make(self.messenger.local(ctx, m["dst"]), m["group"])
-        sl["rep_acl"][s] = m[Replica.acl]
-        sl["rep_creator"][s] = m[Replica.creator]
+        t.make_room(len(m), 0)
+        sizes = np.array([t.slot_index.size, t.entry_index.size], np.int64)
+        status, = self.messenger.send_compiled(
+            ctx, 0, rendezvous_kernels.on_replica, m, self.messenger.local(ctx, m["dst"]),
+            t.slot_index.arrays, t.n_groups, sizes, sl["node"], sl["group"], sl["active"],
+            sl["rep_acl"], sl["rep_creator"], REPLICA)
+        if status != rendezvous_kernels.DONE:
+            raise ScribeError("REPLICA: a cell of other messages, or no room after make_room")
+        t.inserted(sizes[0], sizes[1])
+        return True
 
     def mark_stale(self, local_idx) -> None:
         """Leaf sets changed: RPs among these nodes refresh their replicas at their next
