@@ -137,7 +137,7 @@ def repair_run(shards):
 @pytest.mark.parametrize("shards", [1, 3])
 def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch):
     """Scribe's whole compiled passes (handler_kernels: TICK, HEARTBEAT, REFRESH, DATA,
-    JOIN_ACK, MCAST sent directly, RP_ADDR), several runs of a pass at a time
+    JOIN_ACK, MCAST sent directly, RP_ADDR, REPLICA), several runs of a pass at a time
     (handler_kernels.on_runs) or one by one, the compiled TICK step under the Python
     handler (TreeState.tick_plan) and the general numpy path send, log, count and leave
     in the tree state exactly the same, through failures, repairs, expiries and
@@ -145,7 +145,17 @@ def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch
     from actors.scribe.application import Scribe
     from actors.scribe.membership import TreeJoins
     from actors.scribe.tree import TreeState
-    from actors.scribe.types import DATA, HEARTBEAT, JOIN, JOIN_ACK, MCAST, REFRESH, RP_ADDR, TICK
+    from actors.scribe.types import (
+        DATA,
+        HEARTBEAT,
+        JOIN,
+        JOIN_ACK,
+        MCAST,
+        REFRESH,
+        REPLICA,
+        RP_ADDR,
+        TICK,
+    )
     from emulator.engine import ShardEngine
 
     outcomes, plans, stretches = [], [], []
@@ -197,7 +207,8 @@ def test_compiled_tick_and_data_steps_match_the_general_path(shards, monkeypatch
     assert len(fast[4]) > 100
     # every whole pass ran, and TICK cells that declined (a parent silent, a child stale
     # or an RP's replicas to refresh) went through the Python handler
-    done = {t: [] for t in (TICK, HEARTBEAT, REFRESH, DATA, JOIN_ACK, MCAST, RP_ADDR)}
+    done = {t: [] for t in (TICK, HEARTBEAT, REFRESH, DATA, JOIN_ACK, MCAST, RP_ADDR,
+                            REPLICA)}
     for t, ok in outcomes:
         if t in done:
             done[t].append(ok)
