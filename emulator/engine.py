@@ -101,6 +101,7 @@ class ShardEngine:
         self.events = 0
         self.cells = 0
         self.python_events = 0     # of those, in passes the Python loop dispatched
+        self._python_counts = np.zeros(2 * kernels.TYPE_OFFSET, np.int64)   # by type
         # the end of the last cell processed: a message due before it would be late. (Not
         # the window's end: cells past the last event were never looked at, so the driver
         # may still inject there, whatever the window cap.)
@@ -279,6 +280,8 @@ class ShardEngine:
                 due = self.queue.pop_cell(cell)
                 events += len(due)
             self.python_events += len(due)
+            np.add.at(self._python_counts, due.msgs["type"].astype(np.int64)
+                      + kernels.TYPE_OFFSET, 1)
             self._due_in_cell = False
             self._dispatch(due, declined)
             self._flush()
@@ -494,6 +497,19 @@ class ShardEngine:
         for t, v in counts.items():
             self._lost_counts[int(t) + kernels.TYPE_OFFSET] = int(v)
 
+    @property
+    def python_by_type(self) -> dict[int, int]:
+        """Messages in passes the Python loop dispatched, per type code, in type order:
+        which handlers the compiled loop still hands back."""
+        return {int(t) - kernels.TYPE_OFFSET: int(self._python_counts[t])
+                for t in np.flatnonzero(self._python_counts)}
+
+    @python_by_type.setter
+    def python_by_type(self, counts: dict) -> None:
+        self._python_counts[:] = 0
+        for t, v in counts.items():
+            self._python_counts[int(t) + kernels.TYPE_OFFSET] = int(v)
+
     # ---- phase ends, logs, counters, checkpoints --------------------------------------
     def call(self, method: str, *args, phase: str | None = None):
         """stack.<method>(ctx, *args). `phase`: the phase its log rows belong to (a shard
@@ -519,6 +535,7 @@ class ShardEngine:
                 "busy_s": self.busy_s, "cpu_s": self.cpu_s,
                 "pending": len(self.queue),
                 "sent_by_type": dict(self.sent_by_type), "lost_by_type": dict(self.lost_by_type),
+                "python_by_type": self.python_by_type,
                 "counts": dict(self.counts), "alive": int(self.alive.sum())}
 
     def state(self) -> dict:
@@ -532,7 +549,8 @@ class ShardEngine:
                 "seq": self.seq.copy(), "draws": self.draws.copy(), "now": self.now,
                 "counts": dict(self.counts), "sent_by_type": dict(self.sent_by_type),
                 "lost_by_type": dict(self.lost_by_type), "events": self.events,
-                "cells": self.cells, "python_events": self.python_events, "phase": self.phase,
+                "cells": self.cells, "python_events": self.python_events,
+                "python_by_type": self.python_by_type, "phase": self.phase,
                 "done_until": self.done_until}
 
     def load_state(self, st: dict) -> None:
@@ -553,4 +571,5 @@ class ShardEngine:
         self.counts, self.events, self.cells = st["counts"], st["events"], st["cells"]
         self.done_until = st.get("done_until", 0)
         self.python_events = st.get("python_events", 0)
+        self.python_by_type = st.get("python_by_type", {})
         self.sent_by_type, self.lost_by_type = st["sent_by_type"], st["lost_by_type"]

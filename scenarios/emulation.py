@@ -175,7 +175,9 @@ def _record_counters(state: RunState, t: int, c: dict) -> None:
     state.d["counters"][str(t)] = {
         "messages_sent": c["messages_sent"], "lost_total": c["lost_total"],
         "counts": c["counts"], "delta_us": c["delta_us"], "lookahead_us": c["lookahead_us"],
-        "windows": c["windows"], "virtual_us": c["virtual_us"]}
+        "windows": c["windows"], "virtual_us": c["virtual_us"],
+        # which types the compiled cell loop handed to Python handlers, the whole run
+        "python_messages_by_type": c["python_by_type"]}
 
 
 def _phase_of_file(stem: str) -> str:

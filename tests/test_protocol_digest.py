@@ -63,6 +63,10 @@ def test_small_protocol_run_reproduces_the_reference_digest(shards, monkeypatch)
     assert taken.get(KEEPALIVE, 0) > 100, taken
     python = sum(e.python_events for e in emu.engines)
     assert 0.01 < python / sum(e.events for e in emu.engines) < 0.9
+    # the same messages by type: the keep-alives' timers among them
+    by_type = [e.counters()["python_by_type"] for e in emu.engines]
+    assert sum(sum(c.values()) for c in by_type) == python
+    assert sum(c.get(KEEPALIVE, 0) for c in by_type) > 0, by_type
     d, rows = digest(emu)
     assert rows["message"] > 50_000 and rows["counters"]["counts.pastry_rejoins"] > 0
     assert d == REFERENCE[200]
