@@ -579,6 +579,7 @@ class Emulator:
         sent: dict[str, int] = {}
         lost: dict[str, int] = {}
         python: dict[str, int] = {}
+        handed_back: dict[str, int] = {}
         counts: dict[str, int] = {}
         for c in per_shard:
             for t, v in c["sent_by_type"].items():
@@ -587,13 +588,16 @@ class Emulator:
                 lost[name(t, str(t))] = lost.get(name(t, str(t)), 0) + v
             for t, v in c.get("python_by_type", {}).items():
                 python[name(t, str(t))] = python.get(name(t, str(t)), 0) + v
+            for t, v in c.get("handed_back_by_type", {}).items():
+                handed_back[name(t, str(t))] = handed_back.get(name(t, str(t)), 0) + v
             for k, v in c["counts"].items():
                 counts[k] = counts.get(k, 0) + v
         return {"shards": self.shards, "delta_us": self.delta_us,
                 "lookahead_us": None if self.lookahead_us == NEVER else self.lookahead_us,
                 "windows": self._windows, "virtual_us": self.now,
                 "messages_sent": sent, "lost": lost, "lost_total": sum(lost.values()),
-                "python_by_type": python, "counts": counts, "phases": self._phase_stats,
+                "python_by_type": python, "handed_back_by_type": handed_back,
+                "counts": counts, "phases": self._phase_stats,
                 "per_shard": [{**{k: c[k] for k in ("shard", "nodes", "events", "python_events",
                                                     "cells", "busy_s", "cpu_s", "pending",
                                                     "alive")},

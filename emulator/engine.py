@@ -102,6 +102,8 @@ class ShardEngine:
         self.cells = 0
         self.python_events = 0     # of those, in passes the Python loop dispatched
         self._python_counts = np.zeros(2 * kernels.TYPE_OFFSET, np.int64)   # by type
+        # passes the compiled loop handed back, by the type of the run that stopped it
+        self._handed_back = np.zeros(2 * kernels.TYPE_OFFSET, np.int64)
         # the end of the last cell processed: a message due before it would be late. (Not
         # the window's end: cells past the last event were never looked at, so the driver
         # may still inject there, whatever the window cap.)
@@ -347,6 +349,8 @@ class ShardEngine:
         if status == window.WINDOW_DONE:
             return None, -1, popped, cells
         due = Batch(m, payload) if len(payload) else Batch(m)
+        self._count_handed_back(m, loop.taken, int(done)
+                                if status == window.PASS_PARTLY_DONE else -1)
         if status == window.CELL_HANDED_BACK:
             if c[window.ROOM_ROWS] or c[window.ROOM_INTS]:   # room for the next such pass
                 rows, ints = int(c[window.ROOM_ROWS]), int(c[window.ROOM_INTS])
@@ -361,6 +365,27 @@ class ShardEngine:
             raise RuntimeError(f"shard {self.shard_id}: the compiled loop refused sends "
                                "the engine's stamping takes")
         return due, int(done), popped, cells
+
+    def _count_handed_back(self, m, taken, declined: int) -> None:
+        """Note the type of the run that made the loop hand pass ``m`` back: the run it
+        declined, else the first of a type it does not take (none: the pass needed more
+        room than the loop had)."""
+        types = m["type"].astype(np.int64) + kernels.TYPE_OFFSET
+        if declined >= 0:
+            starts = np.flatnonzero(np.r_[True, types[1:] != types[:-1]])
+            cause = types[starts[declined]] if declined < len(starts) else -1
+        else:
+            other = np.flatnonzero(~taken[types])
+            cause = types[other[0]] if len(other) else -1
+        if cause >= 0:
+            self._handed_back[cause] += 1
+
+    @property
+    def handed_back_by_type(self) -> dict[int, int]:
+        """Passes the compiled loop handed back to the Python loop, per type code of the
+        run that stopped it (declined, or not taken), in type order."""
+        return {int(t) - kernels.TYPE_OFFSET: int(self._handed_back[t])
+                for t in np.flatnonzero(self._handed_back)}
 
     def _take_loop_buffers(self, buffers) -> None:
         """What a compiled loop call gathered, to the engine's logs, outboxes and
@@ -536,6 +561,7 @@ class ShardEngine:
                 "pending": len(self.queue),
                 "sent_by_type": dict(self.sent_by_type), "lost_by_type": dict(self.lost_by_type),
                 "python_by_type": self.python_by_type,
+                "handed_back_by_type": self.handed_back_by_type,
                 "counts": dict(self.counts), "alive": int(self.alive.sum())}
 
     def state(self) -> dict:

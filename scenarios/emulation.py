@@ -176,8 +176,10 @@ def _record_counters(state: RunState, t: int, c: dict) -> None:
         "messages_sent": c["messages_sent"], "lost_total": c["lost_total"],
         "counts": c["counts"], "delta_us": c["delta_us"], "lookahead_us": c["lookahead_us"],
         "windows": c["windows"], "virtual_us": c["virtual_us"],
-        # which types the compiled cell loop handed to Python handlers, the whole run
-        "python_messages_by_type": c["python_by_type"]}
+        # which types the compiled cell loop left to the Python loop, the whole run: the
+        # messages of its passes, and the passes by the type of the run that stopped it
+        "python_messages_by_type": c["python_by_type"],
+        "passes_handed_back_by_type": c["handed_back_by_type"]}
 
 
 def _phase_of_file(stem: str) -> str:

@@ -67,6 +67,8 @@ def test_small_protocol_run_reproduces_the_reference_digest(shards, monkeypatch)
     by_type = [e.counters()["python_by_type"] for e in emu.engines]
     assert sum(sum(c.values()) for c in by_type) == python
     assert sum(c.get(KEEPALIVE, 0) for c in by_type) > 0, by_type
+    # and the passes the loop handed back, by the type that stopped it
+    assert sum(sum(e.handed_back_by_type.values()) for e in emu.engines) > 0
     d, rows = digest(emu)
     assert rows["message"] > 50_000 and rows["counters"]["counts.pastry_rejoins"] > 0
     assert d == REFERENCE[200]
