@@ -29,7 +29,7 @@ import numpy as np
 
 from actors.params import Param, checked
 
-from . import collapse_kernels, handler_kernels
+from . import collapse_kernels, handler_kernels, handlers
 from .bottleneck import BottleneckRemover
 from .collapse import TreeCollapse
 from .groups import GroupDirectory
@@ -43,26 +43,17 @@ from .rootpath import RootPathGuard, RootPaths
 from .tree import TreeState
 from .types import (
     ADOPT,
-    BN_JOIN,
-    BN_SIBLING,
-    COLLAPSE_REQ,
     COLLAPSE_WAVE,
     CREATE,
-    CREATE_REQ,
     DATA,
     HEARTBEAT,
     JOIN,
     JOIN_ACK,
-    JOIN_REFUSE,
-    JOIN_REQ,
     LEAVE,
-    LEAVE_REQ,
     MCAST,
-    MCAST_REQ,
     REFRESH,
     REJOIN,
     REPLICA,
-    REPLICA_DATA,
     RP_ADDR,
     TICK,
     TYPE_NAMES,
@@ -190,73 +181,35 @@ class Scribe:
         self._make_dispatch_tables()
 
     def _make_dispatch_tables(self) -> None:
-        j, mc, r = self.joins, self.multicast, self.repair
-        self.on_receive = {
-            CREATE_REQ: self.rendezvous.on_create_req, JOIN_REQ: j.on_join_req,
-            LEAVE_REQ: self.leaves.on_leave_req, MCAST_REQ: mc.on_mcast_req,
-            COLLAPSE_REQ: self.collapse.on_collapse_req,
-            JOIN_ACK: j.on_join_ack, JOIN_REFUSE: j.on_join_refuse, LEAVE: self.leaves.on_leave,
-            REJOIN: j.on_rejoin, MCAST: mc.on_mcast_received, RP_ADDR: mc.on_rp_addr,
-            DATA: mc.on_data, COLLAPSE_WAVE: self.collapse.on_collapse_wave,
-            ADOPT: self.collapse.on_adopt, BN_JOIN: j.on_bn_join,
-            TICK: r.on_tick, HEARTBEAT: r.on_heartbeat, REFRESH: r.on_refresh,
-            REPLICA: self.rendezvous.on_replica,
-        }
-        if self.bottleneck is not None:
-            self.on_receive[BN_SIBLING] = self.bottleneck.on_bn_sibling
-        if self.publishing is not None:
-            self.on_receive[REPLICA_DATA] = self.publishing.on_replica_data
-        self.on_deliver = {CREATE: self.rendezvous.on_create, JOIN: j.on_join_at_rp,
-                           MCAST: mc.on_mcast_delivered}
-        # whole compiled passes (handler_kernels) where their case is the configured one:
-        # no reliable layer (numbering, buffers), no root paths (payloads)
+        """The message types' handlers, compiled passes and loop runs, from their
+        declaration (handlers.py) and this configuration."""
         plain, no_paths = self.ordered is None, self.guard.paths is None
-        self.compiled = {}
-        if plain:
-            self.compiled[DATA] = mc.data_compiled
-            self.compiled[REFRESH] = r.refresh_compiled
-        if self.publishing is None:
-            self.compiled[MCAST] = mc.mcast_compiled
-            self.compiled[RP_ADDR] = mc.rp_addr_compiled
-        if no_paths:
-            self.compiled[HEARTBEAT] = r.heartbeat_compiled
-        if plain and no_paths:
-            self.compiled[JOIN_ACK] = j.join_ack_compiled
-        if plain and no_paths and self.publishing is None and r.period:
-            self.compiled[TICK] = r.tick_compiled
-        # the collapse's kernels are its only implementation; in a pass of several runs
-        # without the reliable layer's hooks on a reset slot
-        self.compiled[ADOPT] = self.collapse.on_adopt
-        # so are the rendezvous points' (REPLICA here, CREATE where it is delivered)
-        self.compiled[REPLICA] = self.rendezvous.on_replica
-        if plain:
-            self.compiled[COLLAPSE_WAVE] = self.collapse.on_collapse_wave
         # the JOIN path's compiled passes: also without a tree shaper and lazy growth
         self.joins_compiled = plain and no_paths and self.bottleneck is None \
             and not self.params["lazy_growth"]
         # a routing step's deliver and forward upcalls in one pass (with tree repair, each
         # upcall's first TICK timers after its sends, in the same pass)
         self.routed_compiled = self.joins_compiled
-        self.joins.timer_inputs = r.timer_inputs
-        # the same, several runs of a pass in one call (receive_runs); rows lent per
-        # message of each type, raised when a run asks for more (a tick's sends depend on
-        # the trees its node is in)
+        self.joins.timer_inputs = self.repair.timer_inputs
+        t = handlers.tables(
+            {"rendezvous": self.rendezvous, "joins": self.joins, "leaves": self.leaves,
+             "multicast": self.multicast, "publishing": self.publishing,
+             "repair": self.repair, "collapse": self.collapse, "bottleneck": self.bottleneck},
+            {handlers.PLAIN: plain, handlers.NO_PATHS: no_paths,
+             handlers.NO_PUBLISHING: self.publishing is None,
+             handlers.REPAIR: bool(self.repair.period),
+             handlers.JOIN_PATH: self.joins_compiled})
+        self.on_receive, self.on_deliver, self.compiled = t.on_receive, t.on_deliver, t.compiled
+        # the compiled passes' types, several runs of a pass in one call (receive_runs)
         self.compiled_run_types = frozenset(self.compiled)
         # routed types a compiled loop may take through a node (its routing step, then
-        # the deliver and forward upcalls compiled: MCAST's forward changes nothing)
-        self.routed_run_types = frozenset(
-            {CREATE} | ({MCAST} if MCAST in self.compiled else set())
-            | ({JOIN} if self.routed_compiled else set()))
-        # requests whose handler routes (a JOIN_REQ's JOIN) a compiled loop may take: the
-        # request and the routing step at its node in one call
-        self.request_run_types = frozenset({JOIN_REQ} if self.routed_compiled else ())
-        # (a routed run's room includes Pastry's: a HOP_ACK per message, a hop and its
-        # ACK_TIMER per message passing; a JOIN's JOIN_ACK and first TICK timer besides)
-        self._run_room = Room(_RUN_ROOM_MAX, {DATA: 4.0, TICK: 4.0, HEARTBEAT: 1.0,
-                                              REFRESH: 1.0, JOIN_ACK: 1.0, MCAST: 4.0,
-                                              RP_ADDR: 0.0, JOIN: 5.0, JOIN_REQ: 4.0,
-                                              COLLAPSE_WAVE: 2.0, ADOPT: 0.0,
-                                              CREATE: 4.0, REPLICA: 0.0})
+        # the deliver and forward upcalls compiled), and requests whose handler routes (a
+        # JOIN_REQ's JOIN) it may take with the routing step at their node
+        self.routed_run_types = t.routed_run_types
+        self.request_run_types = t.request_run_types
+        # rows lent per message of each type, raised when a run asks for more (a tick's
+        # sends depend on the trees its node is in)
+        self._run_room = Room(_RUN_ROOM_MAX, t.room)
 
     def variant_label(self) -> str:
         """Label of the delivery and tree_edge rows: the configured one, else what the
