@@ -599,6 +599,7 @@ def reference_runs(ray_runtime, tmp_path_factory) -> dict:
     """{shards: run directory} of the session's reference run (tests/runs.py) on 2 shards
     and on 1, each end to end with its analysis. Shared: read them, never change them."""
     from runs import reference_config
+
     from scenarios import run_scenario
     wait_for_warm_kernels()
     base = tmp_path_factory.mktemp("reference")

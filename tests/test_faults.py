@@ -30,8 +30,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_cli import CLI
-
 from runs import (
     emulated_copy,
     log_differences,
@@ -39,6 +37,8 @@ from runs import (
     reference_config,
     result_differences,
 )
+from test_cli import CLI
+
 from scenarios import analysis_step, run_scenario
 from scenarios import run_dir as run_dir_mod
 from scenarios import runner as runner_mod
