@@ -55,3 +55,22 @@ def test_tables_follow_the_configuration(on):
     assert (DATA in t.compiled) == on and (MCAST in t.routed_run_types) == on
     assert (JOIN_REQ in t.request_run_types) == on
     assert set(t.compiled) <= set(t.room) and t.routed_run_types <= set(t.room)
+
+
+def test_on_runs_takes_the_state_apart_in_its_declared_order():
+    """``handler_kernels.on_runs`` unpacks ``Scribe.runs_state`` into the names
+    ``RUNS_STATE`` gives, in that order (``_`` for the fields it does not use)."""
+    import ast
+    import inspect
+    import textwrap
+
+    from actors.scribe import handler_kernels
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(handler_kernels.on_runs.py_func)))
+    unpacks = [n for n in ast.walk(tree) if isinstance(n, ast.Assign)
+               and isinstance(n.value, ast.Name) and n.value.id == "state"]
+    assert len(unpacks) == 1
+    names = [e.id for e in unpacks[0].targets[0].elts]
+    assert len(names) == len(handler_kernels.RUNS_STATE)
+    for got, declared in zip(names, handler_kernels.RUNS_STATE, strict=True):
+        assert got in ("_", declared), (got, declared)

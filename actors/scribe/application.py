@@ -60,6 +60,11 @@ from .types import (
 )
 from .wire import NO_PAYLOAD, Messenger, Room, ScribeError, msgs_of, take_rows
 
+# the slot columns the compiled passes take by their own names (``runs_state``)
+_SLOT_COLUMNS = ("active", "root", "parent", "member", "last_heard", "last_seq", "last_sent",
+                 "n_children", "group", "join_cred", "acl", "rp_cache", "rp_cache_time",
+                 "my_cred", "creator", "rep_acl", "rep_creator")
+
 # the most rows per message lent to a run of receive_runs (they are not zeroed: a loose
 # bound costs nothing)
 _RUN_ROOM_MAX = 1024.0
@@ -271,23 +276,32 @@ class Scribe:
 
     def runs_state(self, ctx) -> tuple:
         """``handler_kernels.on_runs``'s arguments between ``last`` and ``out`` (and
-        ``on_mcast_routed``'s, ``on_join_routed``'s): the trees, keys, timers and type
-        codes its kernels work on (read at each call: the tree's arrays are replaced when
-        it grows, and by a restore)."""
+        ``on_mcast_routed``'s, ``on_join_routed``'s, ...): the trees, keys, timers and type
+        codes its kernels work on, in the order ``handler_kernels.RUNS_STATE`` names them
+        (read at each call: the tree's arrays are replaced when it grows, and by a
+        restore)."""
         t, keys, rp = self.tree, self.groups.table, self.repair
         sl, en = t.slots, t.entries
         period = rp.period or 0   # (no TICK runs without heartbeats)
-        return (rp.ticking, np.asarray(ctx.nodes), t.slot_index.arrays, t.entry_index.arrays,
-                t.n_groups, t.n_nodes, self.multicast.max_tree_hops, sl["active"], sl["root"],
-                sl["parent"], sl["member"], sl["last_heard"], sl["last_seq"], sl["last_sent"],
-                sl["node"], sl["n_children"], t.node_children, sl["group"], sl["join_cred"],
-                en["valid"], en["child"], en["refresh"], en["slot"], en["cred"],
-                keys["id_hi"], keys["id_lo"], self.rendezvous.stale, period,
-                rp.heartbeat_miss * period, rp.child_expiry_miss * period, DATA, TICK,
-                HEARTBEAT, REFRESH, LEAVE, REJOIN, sl["acl"], JOIN_ACK, MCAST, RP_ADDR,
-                sl["rp_cache"], sl["rp_cache_time"], JOIN, sl["my_cred"], t.reset_columns(),
-                COLLAPSE_WAVE, ADOPT, sl["creator"], sl["rep_acl"], sl["rep_creator"], CREATE,
-                REPLICA, self.rendezvous.k)
+        fields = {
+            "ticking": rp.ticking, "node_ids": np.asarray(ctx.nodes),
+            "six": t.slot_index.arrays, "eix": t.entry_index.arrays, "n_groups": t.n_groups,
+            "n_nodes": t.n_nodes, "max_hops": self.multicast.max_tree_hops,
+            "node_children": t.node_children, "slot_node": sl["node"],
+            "valid": en["valid"], "child": en["child"], "refresh": en["refresh"],
+            "e_slot": en["slot"], "e_cred": en["cred"],
+            "key_hi": keys["id_hi"], "key_lo": keys["id_lo"], "stale": self.rendezvous.stale,
+            "period": period, "silent_after": rp.heartbeat_miss * period,
+            "stale_after": rp.child_expiry_miss * period, "reset_cols": t.reset_columns(),
+            "replicas": self.rendezvous.k,
+            "data_type": DATA, "tick_type": TICK, "heartbeat_type": HEARTBEAT,
+            "refresh_type": REFRESH, "leave_type": LEAVE, "rejoin_type": REJOIN,
+            "join_ack_type": JOIN_ACK, "mcast_type": MCAST, "rp_addr_type": RP_ADDR,
+            "join_type": JOIN, "collapse_wave_type": COLLAPSE_WAVE, "adopt_type": ADOPT,
+            "create_type": CREATE, "replica_type": REPLICA}
+        for column in _SLOT_COLUMNS:
+            fields[column] = sl[column]
+        return tuple(fields[f] for f in handler_kernels.RUNS_STATE)
 
     def routed(self, ctx, m, here, next_hop) -> bool:
         """A routing step's messages at once (rows ``here`` delivered at this node, the

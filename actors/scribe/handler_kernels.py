@@ -552,15 +552,29 @@ def first_ticks_of(m, li, state, out, k, s_hr, s_rdist, s_lan):
                            s_hr, s_rdist, s_lan)
 
 
-# the places in ``Scribe.runs_state`` (on_runs takes it apart whole) of what
-# on_mcast_routed and on_join_routed read
+# ``Scribe.runs_state``'s fields, in its order: on_runs takes the tuple apart whole (into
+# these names), the kernels that read a few of its fields read them at these places
+RUNS_STATE = (
+    "ticking", "node_ids", "six", "eix", "n_groups", "n_nodes", "max_hops", "active", "root",
+    "parent", "member", "last_heard", "last_seq", "last_sent", "slot_node", "n_children",
+    "node_children", "group", "join_cred", "valid", "child", "refresh", "e_slot", "e_cred",
+    "key_hi", "key_lo", "stale", "period", "silent_after", "stale_after", "data_type",
+    "tick_type", "heartbeat_type", "refresh_type", "leave_type", "rejoin_type", "acl",
+    "join_ack_type", "mcast_type", "rp_addr_type", "rp_cache", "rp_cache_time", "join_type",
+    "my_cred", "reset_cols", "collapse_wave_type", "adopt_type", "creator", "rep_acl",
+    "rep_creator", "create_type", "replica_type", "replicas")
 _S_TICKING, _S_NODE_IDS, _S_SIX, _S_EIX, _S_N_GROUPS, _S_N_NODES, _S_ACTIVE, _S_ROOT, \
     _S_PARENT, _S_MEMBER, _S_LAST_SEQ, _S_LAST_SENT, _S_SLOT_NODE, _S_N_CHILDREN, \
     _S_NODE_CHILDREN, _S_GROUP, _S_JOIN_CRED, _S_VALID, _S_CHILD, _S_REFRESH, _S_E_SLOT, \
     _S_E_CRED, _S_KEY_HI, _S_KEY_LO, _S_PERIOD, _S_DATA, _S_TICK, _S_ACL, _S_JOIN_ACK, \
     _S_MCAST, _S_RP_ADDR, _S_JOIN, _S_MY_CRED, _S_CREATOR, _S_CREATE, _S_REPLICA, \
-    _S_REPLICAS = (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
-                   23, 24, 25, 27, 30, 31, 36, 37, 38, 39, 42, 43, 47, 50, 51, 52)
+    _S_REPLICAS = (RUNS_STATE.index(f) for f in (
+        "ticking", "node_ids", "six", "eix", "n_groups", "n_nodes", "active", "root",
+        "parent", "member", "last_seq", "last_sent", "slot_node", "n_children",
+        "node_children", "group", "join_cred", "valid", "child", "refresh", "e_slot",
+        "e_cred", "key_hi", "key_lo", "period", "data_type", "tick_type", "acl",
+        "join_ack_type", "mcast_type", "rp_addr_type", "join_type", "my_cred", "creator",
+        "create_type", "replica_type", "replicas"))
 
 
 @numba.njit(cache=True)
