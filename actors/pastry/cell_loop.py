@@ -100,7 +100,7 @@ class PastryLoopPart:
     """The Python side of a loop's Pastry part for a shard's :class:`Pastry`: its buffers,
     the inputs of a loop call, and what a call gathered moved to the shard's logs,
     counters and application. ``taken``: the types it takes; ``run_room``:
-    ``handler_kernels.run_room``."""
+    (send rows, payload ids) per message of each type (``handlers.tables``)."""
 
     def __init__(self, pastry, taken, run_room: dict):
         self.pastry = pastry

@@ -1384,54 +1384,19 @@ def ack_timers_idle(m, pending, deadline, count):
                           KA_TIMER, LEAF_REQ, LEAF_REPLY, LEAF_REFRESH, LEAF_LOOKUP, ROWS_REQ,
                           ROWS_REPLY, FIRST_OWN, LAST_OWN, ROW_REPLY, ROW_REQ))
 
-# The message types :func:`on_runs` takes, with the room (send rows, payload ids) each of
-# their messages may need: what each handler's own ``send_compiled`` call reserves.
-RUN_TYPES = (JOIN_START, JOIN_REQ, JOIN, JOIN_ROWS, JOIN_LEAFS, JOIN_NBRS, ANNOUNCE, KEEPALIVE,
-             KA_TIMER, LEAF_REQ, LEAF_REPLY, LEAF_REFRESH, LEAF_LOOKUP, ROWS_REQ, ROWS_REPLY,
-             ROW_REQ, ROW_REPLY, HOP_ACK, ACK_TIMER)
-# the types whose messages send a routed hop each, and with hop acknowledgements on, an
-# ACK_TIMER each for it; the routed ones (arriving over a hop) a HOP_ACK each as well
-HOP_SENDING_TYPES = (JOIN_REQ, JOIN, LEAF_REFRESH, LEAF_LOOKUP)
-ROUTED_RUN_TYPES = (JOIN, LEAF_LOOKUP)
-
 
 def joined_room(l: int, rows: int, width: int, nbrs: int, exchange_rows: int) -> int:
     """Send rows :func:`joined` may write per node that just joined."""
     return l + rows * width + nbrs + 3 + min(exchange_rows, rows) * width
 
 
-def run_room(l: int, rows: int, width: int, nbrs: int, joined_rows: int,
-             acks: bool = False) -> dict:
-    """{type: (send rows, payload ids) per message} of :data:`RUN_TYPES`, for leaf sets of
-    ``l``, routing tables of ``rows`` rows of ``width`` entries, neighbourhood sets of
-    ``nbrs`` and ``joined_rows`` sends per node that joins (:func:`joined_room`: a join
-    piece may complete its node's join); ``acks``: with hop acknowledgements (a timer per
-    hop sent, an acknowledgement per routed message that arrived)."""
-    table = rows * width
-    room = {JOIN_START: (1, 0), JOIN_REQ: (4, nbrs + table + l), JOIN: (3, table + l),
-            ANNOUNCE: (2, l + 1), KEEPALIVE: (1, 0), KA_TIMER: (2 * l + 3, 0),
-            LEAF_REQ: (1, l + 1),
-            LEAF_REPLY: (l, 0),
-            LEAF_LOOKUP: (1, l + 1), ROWS_REQ: (1, width), ROWS_REPLY: (0, 0),
-            # (a lookup and its next timer, or a table tick: a ROWS_REQ per row, its next)
-            LEAF_REFRESH: (max(2, rows + 1), 0), JOIN_ROWS: (joined_rows, 0),
-            JOIN_LEAFS: (joined_rows, 0),
-            JOIN_NBRS: (joined_rows, 0), ROW_REQ: (1, 0), ROW_REPLY: (1, 0),
-            HOP_ACK: (0, 0), ACK_TIMER: (0, 0)}
-    if acks:
-        for t in HOP_SENDING_TYPES:
-            per_row, per_id = room[t]
-            room[t] = (per_row + 1 + (t in ROUTED_RUN_TYPES), per_id)
-    return room
-
-
 @numba.njit(cache=True)
 def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks, seed,
             draws, run_rows, joined_rows, counts, out, pool, cursor, s_hr, s_rdist, s_lan):
     """Runs ``first..last-1`` of a cell pass (``m`` the pass's records in dispatch order,
-    run r = rows ``bounds[r]:bounds[r + 1]``, one message type each, every type one of
-    :data:`RUN_TYPES`), each handled by the kernels its handler calls (:func:`on_join_start`,
-    :func:`on_join_req`, :func:`on_join`, :func:`on_join_piece`
+    run r = rows ``bounds[r]:bounds[r + 1]``, one message type each, every type one that
+    ``handlers.tables`` gives as compiled), each handled by the kernels its handler calls
+    (:func:`on_join_start`, :func:`on_join_req`, :func:`on_join`, :func:`on_join_piece`
     then :func:`joined` for the nodes it completes, :func:`on_announce`, :func:`on_leaf_req`,
     :func:`on_leaf_reply`, :func:`on_ka_timer` (after :func:`presume_silent_leaves` where
     a leaf went silent), :func:`on_leaf_refresh`,
@@ -1447,15 +1412,15 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
     ``Router._send_hop`` do.
 
     Stops before a run it declines, which the caller then hands to the type's handler:
-    a run of :data:`HOP_SENDING_TYPES` with more messages than the pending hops have room
-    for (the handler's path grows them), a LEAF_REFRESH run that holds a
+    a run of a type that sends hops (``handlers.Handler.hop``) with more messages than
+    the pending hops have room for (the handler's path grows them), a LEAF_REFRESH run that holds a
     table-maintenance tick, an ACK_TIMER run that finds a hop lost, and runs
     :func:`on_join_start`, :func:`on_join`, :func:`on_leaf_refresh`,
     :func:`on_leaf_lookup` or :func:`presume_silent_leaves` do not take (nothing done).
     Returns (the first run not handled,
     probes, the nodes whose leaf set changed in the handled runs -- distinct, sorted --,
     the route log rows of the handled runs in their order, how many nodes joined, rows
-    written, cursor). Room: the sum of :func:`run_room` over the runs' messages
+    written, cursor). Room: the sum of ``handlers.tables``' room over the runs' messages
     (``run_rows[type]`` its rows per message, ``joined_rows`` :func:`joined_room`), not
     zeroed: each run zeroes the rows it may write before its kernel, and a join piece's
     run only those of the nodes it completes (its bound, a whole join's sends per piece,
@@ -1579,7 +1544,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
                 pool, pos, s_hr, s_rdist, s_lan)
             if not ok:   # a leaf went silent: presume the silent ones failed, then the round
                 # (a routing table holds an id in one slot, its prefix's: one request per
-                # leaf, the room run_room gives; more and the handler takes the run)
+                # leaf, the room handlers.tables gives; more and the handler takes the run)
                 uli, asked, pos = presume_silent_leaves(
                     mm, li, incarnation, timeout_us, rt, members, heard, failed, failed_next,
                     nbr, nbr_known, global_ids, half, np.int64(1), ROW_REQ_64, counts,

@@ -28,7 +28,7 @@ import numpy as np
 from actors.common_api import Application
 from actors.params import CUSTOM, Param, checked
 
-from . import handler_kernels
+from . import handler_kernels, handlers
 from . import types as msg_types
 from .cell_loop import PastryCellLoop, PastryLoopPart
 from .endpoint import OverlayEndpoint
@@ -227,44 +227,31 @@ class Pastry:
                                  join_contact_fallback=p["join_contact_fallback"],
                                  join_exchange_rows=p["join_exchange_rows"],
                                  rejoin_timeout_us=p["rejoin_timeout_us"], seed=p["seed"])
-        j, lm, r, a = self.join, self.maintenance, self.repair, self.acks
-        # routed messages of Pastry's own types that a compiled handler may take whole
-        # (it returns False to leave them to the router)
-        self._routed_handlers = {msg_types.LEAF_LOOKUP: lm.receive_lookups,
-                                 msg_types.JOIN: j.receive_joins}
-        self._handlers = {
-            msg_types.JOIN_START: j.on_join_start, msg_types.JOIN_REQ: j.on_join_req,
-            msg_types.JOIN_ROWS: j.on_join_rows, msg_types.JOIN_NBRS: j.on_join_nbrs,
-            msg_types.JOIN_LEAFS: j.on_join_leafs, msg_types.ROWS_REQ: j.on_rows_req,
-            msg_types.ROWS_REPLY: j.on_rows_reply,
-            msg_types.ANNOUNCE: lm.on_announce, msg_types.LEAF_REQ: lm.on_leaf_req,
-            msg_types.LEAF_REPLY: lm.on_leaf_reply, msg_types.KA_TIMER: lm.on_ka_timer,
-            msg_types.KEEPALIVE: lm.on_keepalive, msg_types.LEAF_REFRESH: lm.on_leaf_refresh,
-            msg_types.ROW_REQ: r.on_row_req, msg_types.ROW_REPLY: r.on_row_reply,
-            msg_types.HOP_ACK: a.on_ack, msg_types.ACK_TIMER: self._on_ack_timer,
-        }
+        # each type's handler, whether this configuration sends it (keep-alives; hop acks;
+        # the row requests of a repair, which a presumed failure starts) and the room of
+        # its runs, from its declaration (handlers.py)
+        keepalives = p["keepalive_us"] > 0
+        nodes = self.nodes
+        self._joined_room = self.join.joined_room()
+        t = handlers.tables(
+            {"join": self.join, "maintenance": self.maintenance, "repair": self.repair,
+             "acks": self.acks, "protocol": self},
+            {handlers.KEEPALIVES: keepalives, handlers.ACKS: self.acks.enabled,
+             handlers.REPAIRS: keepalives or self.acks.enabled},
+            handlers.Sizes(nodes.leaves.members.shape[1], nodes.table.rows,
+                           nodes.table.width, nodes.nbrs.members.shape[1], self._joined_room))
+        # direct batches of Pastry's types to their handler, and the routed ones a handler
+        # may take whole (it returns False to leave them to the router)
+        self._handlers, self._routed_handlers = t.receive, t.routed
         # (handle() gives these types' batches to their handler without a look at the mode)
         assert not set(self._handlers) & msg_types.ROUTED_TYPES
         # the types whose runs handle_runs takes in one compiled call, and each one's room
-        # (with hop acknowledgements, the timers and acknowledgements of the hops); not
-        # those this configuration never sends (keep-alives; hop acks; the row
-        # requests of a repair, which a presumed failure starts)
-        keepalives = p["keepalive_us"] > 0
-        sent = {msg_types.KEEPALIVE: keepalives, msg_types.KA_TIMER: keepalives,
-                msg_types.HOP_ACK: self.acks.enabled, msg_types.ACK_TIMER: self.acks.enabled,
-                msg_types.ROW_REQ: keepalives or self.acks.enabled,
-                msg_types.ROW_REPLY: keepalives or self.acks.enabled}
-        self.compiled_run_types = frozenset(
-            t for t in handler_kernels.RUN_TYPES if sent.get(t, True))
-        nodes = self.nodes
-        self._joined_room = j.joined_room()
-        self._run_room = handler_kernels.run_room(
-            nodes.leaves.members.shape[1], nodes.table.rows, nodes.table.width,
-            nodes.nbrs.members.shape[1], self._joined_room, self.acks.enabled)
+        self.compiled_run_types = t.run_types
+        self._run_room = t.room
         # the rows per message of each type, for the kernel to zero its runs' rows itself
         self._run_rows = np.zeros(max(self._run_room) + 1, np.int64)
-        for t, (per_row, _) in self._run_room.items():
-            self._run_rows[t] = per_row
+        for ty, (per_row, _) in self._run_room.items():
+            self._run_rows[ty] = per_row
         self._run_counts = np.zeros(handler_kernels.N_RUN_COUNTS, np.int64)
         # Pastry's part of a compiled cell loop, and the loop of Pastry alone
         own = self.compiled_run_types
