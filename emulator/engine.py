@@ -387,6 +387,12 @@ class ShardEngine:
         return {int(t) - kernels.TYPE_OFFSET: int(self._handed_back[t])
                 for t in np.flatnonzero(self._handed_back)}
 
+    @handed_back_by_type.setter
+    def handed_back_by_type(self, counts: dict) -> None:
+        self._handed_back[:] = 0
+        for t, v in counts.items():
+            self._handed_back[int(t) + kernels.TYPE_OFFSET] = int(v)
+
     def _take_loop_buffers(self, buffers) -> None:
         """What a compiled loop call gathered, to the engine's logs, outboxes and
         counters, in the order it was sent."""
@@ -576,7 +582,8 @@ class ShardEngine:
                 "counts": dict(self.counts), "sent_by_type": dict(self.sent_by_type),
                 "lost_by_type": dict(self.lost_by_type), "events": self.events,
                 "cells": self.cells, "python_events": self.python_events,
-                "python_by_type": self.python_by_type, "phase": self.phase,
+                "python_by_type": self.python_by_type,
+                "handed_back_by_type": self.handed_back_by_type, "phase": self.phase,
                 "done_until": self.done_until}
 
     def load_state(self, st: dict) -> None:
@@ -598,4 +605,5 @@ class ShardEngine:
         self.done_until = st.get("done_until", 0)
         self.python_events = st.get("python_events", 0)
         self.python_by_type = st.get("python_by_type", {})
+        self.handed_back_by_type = st.get("handed_back_by_type", {})
         self.sent_by_type, self.lost_by_type = st["sent_by_type"], st["lost_by_type"]
