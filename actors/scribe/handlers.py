@@ -87,6 +87,8 @@ HANDLERS = (
     Handler(REPLICA, "rendezvous", receive="on_replica", compiled="on_replica", room=0.0),
     Handler(JOIN_REQ, "joins", receive="on_join_req", loop=REQUEST, loop_when=(JOIN_PATH,),
             room=4.0),
+    # (a routed run's room includes Pastry's: a HOP_ACK per message, a hop and its
+    # ACK_TIMER per message passing; a JOIN's JOIN_ACK and first TICK timer besides)
     Handler(JOIN, "joins", deliver="on_join_at_rp", loop=ROUTED, loop_when=(JOIN_PATH,),
             room=5.0),
     Handler(JOIN_ACK, "joins", receive="on_join_ack", compiled="join_ack_compiled",
