@@ -32,6 +32,7 @@ from actors.scribe import cell_loop as scribe_loop
 from actors.scribe.handler_kernels import (
     DONE,
     MORE_ROOM,
+    create_routes_of,
     first_ticks_of,
     joins_accepted,
     on_join_routed,
@@ -40,6 +41,7 @@ from actors.scribe.handler_kernels import (
     replicas_wanted,
     write_join_requests,
 )
+from actors.scribe.types import CREATE_REQ
 from emulator import window
 from emulator.kernels import TYPE_OFFSET
 
@@ -144,6 +146,70 @@ def take_join_request_run(m, li, out, pool, cursor, acks_off, learn, joined, ack
 
 
 @numba.njit(cache=True)
+def take_create_request_run(m, li, out, pool, cursor, acks_off, learn, joined, acks, tables,
+                            state, factors, delivered, scribe_stats, tree_sizes, route_log,
+                            pastry_stats):
+    """A run of CREATE_REQs at their creators, from send ``cursor[0]`` on (the cursor
+    advanced), as ``RendezvousPoints.on_create_req`` and the route of the CREATEs it
+    starts run them: each CREATE (``scribe.handler_kernels.create_routes_of``), its first
+    routing step at its creator (``route_app_run``, no hop to acknowledge: the route log
+    rows), its deliver upcall where the creator is the RP (``on_routed_run``, with the
+    RP's replica set; the groups created go to ``delivered``), its hop
+    (``send_app_hops``), then the creators' first TICK timers (``first_ticks_of``, as
+    ``TreeRepair.start_ticks`` after the handler). Lent ``int(factors[CREATE_REQ] * n)``
+    rows. Returns whether the run was taken (False: nothing done, the handlers' path takes
+    it). O(the handlers' work)."""
+    n = len(m)
+    type_, rows, k0, o = _lent(m, factors, out, cursor)
+    s_hr, s_rdist, s_lan = tables
+    for i in range(n):
+        if li[i] < 0:
+            return False
+    pending, pending_count = acks[0], acks[3]
+    if not acks_off and pending_count[0] + n > len(pending):
+        return False   # (the handler's path makes the pending hops room)
+    # (no hop arrived: none to acknowledge)
+    ok, mk, lk, _, nxt, kind, log, here, _, n_on = _routing_step(
+        create_routes_of(m, state), li, np.bool_(True), learn, joined, acks, o, pool, tables)
+    if not ok:
+        return False
+    after = 2 * n_on + n     # the hops, their ACK_TIMERs, the creators' first ticks
+    if after > rows:
+        _short(scribe_stats, type_, after + len(mk), n)
+        return False
+    replicas = replica_sets(learn[1], lk, replicas_wanted(mk[0]["type"], state))
+    st, need, got, kd, pos = on_routed_run(mk, lk, here, nxt, replicas, state, tree_sizes,
+                                           o[:rows - after], pool, cursor[1], s_hr, s_rdist,
+                                           s_lan)
+    if st == MORE_ROOM:
+        _short(scribe_stats, type_, need + after, n)
+    if st != DONE:
+        return False
+    _log_routes(log, route_log, pastry_stats)
+    kd += send_app_hops(mk, nxt, kind, acks_off, acks, o, kd, s_hr, s_rdist, s_lan)
+    kd = first_ticks_of(m, li, state, o, kd, s_hr, s_rdist, s_lan)
+    cursor[0] = k0 + kd
+    cursor[1] = pos
+    scribe_loop.gather_deliveries(got, delivered, scribe_stats)
+    return True
+
+
+@numba.njit(cache=True)
+def take_request_run(m, li, out, pool, cursor, acks_off, learn, joined, acks, tables, state,
+                     factors, delivered, scribe_stats, tree_sizes, route_log, pastry_stats):
+    """A run of requests whose handler routes (``Scribe.request_run_types``): CREATE_REQs
+    by :func:`take_create_request_run`, JOIN_REQs by :func:`take_join_request_run`.
+    Returns whether the run was taken."""
+    if m[0]["type"] == CREATE_REQ:
+        return take_create_request_run(m, li, out, pool, cursor, acks_off, learn, joined,
+                                       acks, tables, state, factors, delivered, scribe_stats,
+                                       tree_sizes, route_log, pastry_stats)
+    return take_join_request_run(m, li, out, pool, cursor, acks_off, learn, joined, acks,
+                                 tables, state, factors, scribe_stats, tree_sizes, route_log,
+                                 pastry_stats)
+
+
+@numba.njit(cache=True)
 def _lent(m, factors, out, cursor):
     """The rows a run of ``m`` is lent, as ``take_runs`` lends a run: (its type, how many,
     where they start, the rows)."""
@@ -196,7 +262,7 @@ def run_cells(end, eng, taken, app_type, app_routed, app_requests, rows_per, int
     leaf set changed marked in ``stale`` (if ``mark_stale``), then Scribe's runs: those
     of direct messages by its part, a run of routed ones of a type ``app_routed`` marks
     by :func:`take_routed_run`, a run of requests of a type ``app_requests`` marks (their
-    handler routes) by :func:`take_join_request_run`. Returns (status, the pass handed
+    handler routes) by :func:`take_request_run`. Returns (status, the pass handed
     back, its payload, whether it is in dispatch order, the run declined, sends written,
     payload cursor). O(the handlers' work + cells scanned)."""
     # taken apart once: a call takes a reference to every array it is passed, and a tuple
@@ -256,10 +322,10 @@ def run_cells(end, eng, taken, app_type, app_routed, app_requests, rows_per, int
                 r += 1
                 continue
             if app_requests[np.int64(m[bounds[r]]["type"]) + TYPE_OFFSET]:
-                if not take_join_request_run(
+                if not take_request_run(
                         m[bounds[r]:bounds[r + 1]], li[bounds[r]:bounds[r + 1]], out, pool,
                         cursor, acks_off, learn, joins[0], acks, tables, state, factors,
-                        scribe_stats, tree_sizes, route_log, pastry_stats):
+                        delivered, scribe_stats, tree_sizes, route_log, pastry_stats):
                     return window.PASS_PARTLY_DONE, m, payload, True, r, cursor[0], cursor[1]
                 r += 1
                 continue
@@ -307,7 +373,7 @@ class StackCellLoop:
 
     def compile_ahead(self, ctx, eng) -> None:
         """Compile what :func:`run_cells` calls for a pass's application runs
-        (:func:`take_routed_run`, :func:`take_join_request_run`, Scribe's ``take_runs``)
+        (:func:`take_routed_run`, :func:`take_request_run`, Scribe's ``take_runs``)
         and at a pass's end (``window.end_pass``), for the types a call of this loop over
         the engine's arrays ``eng`` passes them; nothing runs. scenarios/warm.py has a
         second process do this while the first compiles the loop itself, whose compile
@@ -324,8 +390,8 @@ class StackCellLoop:
                 t(tables), t(state), t(factors))
         take_routed_run.compile((m, ints, *lent, t(delivered), t(scribe_stats),
                                  t(tree_sizes), t(route_log), t(pastry_stats)))
-        take_join_request_run.compile((m, ints, *lent, t(scribe_stats), t(tree_sizes),
-                                       t(route_log), t(pastry_stats)))
+        take_request_run.compile((m, ints, *lent, t(delivered), t(scribe_stats),
+                                  t(tree_sizes), t(route_log), t(pastry_stats)))
         scribe_loop.take_runs.compile((m, ints, ints, i64, i64, t(eng.out), t(eng.pool), ints,
                                        t(state), t(factors), t(s_tables), t(delivered),
                                        t(scribe_stats), t(tree_sizes), t(counts)))

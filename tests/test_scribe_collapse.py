@@ -106,7 +106,9 @@ def test_collapse_in_the_compiled_loop_matches_the_python_loop(monkeypatch):
     assert looped[1]["scribe_collapsed_nodes"] > 0
     fast = run_without_loop(monkeypatch, run)
     # without the loop Python saw every message of the collapse (and the requests); with
-    # it the loop took most waves and adoptions (the sparsest cells go to Python anyway)
+    # it the loop took most waves and adoptions (the sparsest cells go to Python anyway,
+    # and after a pass handed back -- the requests' -- the next few cells: how many
+    # depends on the loop's pacing before, ShardEngine._pace_loop)
     assert fast[4] >= waves + adopts
-    assert fast[4] - looped[4] > 0.8 * (waves + adopts)
+    assert fast[4] - looped[4] > 0.7 * (waves + adopts)
     same_outcome(looped, fast)

@@ -40,7 +40,7 @@ from .kernels import (
     write_child,
 )
 from .keyindex import any_within, has_room, insert_key, key_value, ranges_where
-from .rendezvous_kernels import on_create, on_replica
+from .rendezvous_kernels import create_routes, on_create, on_replica
 from .types import Data, Join, JoinAck, JoinReq, Mcast, Refresh, RpAddr
 
 # type-specific columns (compile-time constants inside the kernels)
@@ -404,6 +404,13 @@ def on_routed_run(m, li, here, next_hop, replicas, state, tree_sizes, out, pool,
         return on_create_routed(m[sel], li[sel], replicas[sel], state, tree_sizes, out, pool,
                                 cursor, s_hr, s_rdist, s_lan)
     return on_mcast_routed(m[sel], li[sel], state, out, pool, cursor, s_hr, s_rdist, s_lan)
+
+
+@numba.njit(cache=True)
+def create_routes_of(m, state):
+    """``rendezvous_kernels.create_routes`` of CREATE_REQs ``m`` on ``Scribe.runs_state``:
+    the CREATEs their creators route."""
+    return create_routes(m, state[_S_CREATE], state[_S_KEY_HI], state[_S_KEY_LO])
 
 
 @numba.njit(cache=True)

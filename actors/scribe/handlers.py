@@ -80,7 +80,9 @@ class Handler:
 
 
 HANDLERS = (
-    Handler(CREATE_REQ, "rendezvous", receive="on_create_req"),
+    # a request's sends: its hop and ACK_TIMER, its creator's first TICK timer (a creator
+    # that is the RP: the record to each replica)
+    Handler(CREATE_REQ, "rendezvous", receive="on_create_req", loop=REQUEST, room=4.0),
     # a CREATE's sends: the record to each replica, the RP's first TICK timer; passing, its
     # hop, the hop's ACK_TIMER and HOP_ACK
     Handler(CREATE, "rendezvous", deliver="on_create", loop=ROUTED, room=4.0),
