@@ -368,17 +368,18 @@ class ShardEngine:
 
     def _count_handed_back(self, m, taken, declined: int) -> None:
         """Note the type of the run that made the loop hand pass ``m`` back: the run it
-        declined, else the first of a type it does not take (none: the pass needed more
-        room than the loop had)."""
+        declined, else the first of a type it does not take, else (the pass needed more
+        room than the loop's buffers had) its first run."""
+        if not len(m):
+            return
         types = m["type"].astype(np.int64) + kernels.TYPE_OFFSET
         if declined >= 0:
             starts = np.flatnonzero(np.r_[True, types[1:] != types[:-1]])
-            cause = types[starts[declined]] if declined < len(starts) else -1
+            cause = types[starts[min(declined, len(starts) - 1)]]
         else:
             other = np.flatnonzero(~taken[types])
-            cause = types[other[0]] if len(other) else -1
-        if cause >= 0:
-            self._handed_back[cause] += 1
+            cause = types[other[0]] if len(other) else types[0]
+        self._handed_back[cause] += 1
 
     @property
     def handed_back_by_type(self) -> dict[int, int]:
