@@ -81,6 +81,21 @@ def test_save_load_roundtrip(tmp_path):
         Topology.load(tmp_path / "bad.npz")
 
 
+def test_save_leaves_another_writers_file_alone(tmp_path):
+    """Runs sharing the topology cache may save the same file at once: each writes its own
+    temporary file, so one never renames away or overwrites the other's half-written one."""
+    topo = line_topology()
+    target = tmp_path / "t.npz"
+    others = [tmp_path / "t.npz.tmp.npz", tmp_path / "t.npz.1.tmp.npz"]
+    for other in others:
+        other.write_bytes(b"another process, half-way")
+    topo.save(target)
+    assert all(o.read_bytes() == b"another process, half-way" for o in others)
+    assert np.array_equal(Topology.load(target).latency([0], [1]), topo.latency([0], [1]))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["t.npz"] + [o.name for o in others])
+
+
 def test_lazy_routes_match_dense():
     g = generate_transit_stub(preset="ts600", seed=2)
     dense = attach_hosts(g, 200, seed=5)

@@ -6,6 +6,7 @@ Directed link ids (ARCHITECTURE.md): core edge e gives 2e (edge_src -> edge_dst)
 from __future__ import annotations
 
 import json
+import os
 from functools import cached_property
 from pathlib import Path
 
@@ -255,7 +256,8 @@ class Topology:
         elif include_tables and g.n_routers <= self.dense_limit:
             arrays["route_dist"] = self.routes.dist
             arrays["route_pred"] = self.routes.pred
-        tmp = path.with_name(path.name + ".tmp.npz")
+        # a name of this process's own: runs sharing the cache may save the same topology
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp.npz")
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savez(tmp, **arrays)
         tmp.replace(path)
