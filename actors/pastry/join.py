@@ -42,10 +42,14 @@ from .messages import msgs_of, payload_of, send_rows, take_rows
 from .router import ROUTE_LOG_COLUMNS
 from .types import Join, JoinLeafs, JoinReq, JoinStart, RowsReq
 
-# an unjoined contact A holds a JOIN_REQ and looks again this much later, up to this many
-# times (10 virtual s) before serving it with whatever state it has
+# An unjoined contact A holds a JOIN_REQ and looks again this much later, until it has
+# joined: served from A's nearly empty tables, the joiner would start from nothing and its
+# leaf set would never reach its true neighbours (a flash crowd chains joiners through
+# contacts that are themselves joining). Every chain ends at a settled node or node 0, so
+# the hold ends when the joins before it do; the bound (an hour of virtual time) only stops
+# a contact that can never join from retrying forever.
 JOIN_REQ_RETRY_US = 50_000
-JOIN_REQ_MAX_RETRIES = 200
+JOIN_REQ_MAX_RETRIES = 3_600_000_000 // JOIN_REQ_RETRY_US
 
 
 def join_schedule(n: int, rate_per_s: float, start_us: int, seed: int) -> np.ndarray:
