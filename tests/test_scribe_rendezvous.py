@@ -43,10 +43,11 @@ def _by_group(cols):
 def test_create_in_the_compiled_loop_matches_the_python_loop(monkeypatch):
     """CREATE at the RPs (with the records sent to their replicas and kept there) and the
     duplicates refused: through the stack's compiled loop (CREATE_REQ runs with their
-    CREATEs' first routing step, routed CREATE runs, REPLICA runs in ``on_runs``) and through the handlers' path (``RendezvousPoints`` calling the
-    same kernels one cell at a time) the same run: counters, sends, trees with their
-    replicas' records, the route log, and the same group and refusal rows (each path logs
-    them at its own moment, so compared group by group), on two shards."""
+    CREATEs' first routing step, routed CREATE runs, REPLICA runs in ``on_runs``) and
+    through the handlers' path (``RendezvousPoints`` calling the same kernels one cell at
+    a time) the same run: counters, sends, trees with their replicas' records, the route
+    log, and the same group and refusal rows (each path logs them at its own moment, so
+    compared group by group), on two shards."""
     from protocol_world import run_without_loop, same_outcome
 
     from actors.scribe.types import CREATE, REPLICA
