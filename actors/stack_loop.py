@@ -104,14 +104,14 @@ def take_join_request_run(m, li, out, pool, cursor, acks_off, learn, joined, ack
     n = len(m)
     type_, rows, k0, o = _lent(m, factors, out, cursor)
     s_hr, s_rdist, s_lan = tables
-    ok, _, keys, start, joins = plan_join_requests(m, li, state, tree_sizes)
+    ok, _, _, start, joins = plan_join_requests(m, li, state, tree_sizes)
     if not ok:
         return False
     if len(start) == 0:   # (every request for a node already on the tree)
         if n > rows:
             _short(scribe_stats, type_, n, n)
             return False
-        write_join_requests(m, li, state, tree_sizes, keys, start)
+        write_join_requests(m, li, state, tree_sizes, start)
         cursor[0] = k0 + first_ticks_of(m, li, state, o, np.int64(0), s_hr, s_rdist, s_lan)
         return True
     pending, pending_count = acks[0], acks[3]
@@ -131,7 +131,7 @@ def take_join_request_run(m, li, out, pool, cursor, acks_off, learn, joined, ack
     if need > rows:
         _short(scribe_stats, type_, need, n)
         return False
-    write_join_requests(m, li, state, tree_sizes, keys, start)
+    write_join_requests(m, li, state, tree_sizes, start)
     _log_routes(log, route_log, pastry_stats)
     pos = cursor[1]
     st, _, kd, pos = on_join_routed(mk, lk, here, nxt, state, tree_sizes, o[:len(mk)], pool,

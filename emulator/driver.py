@@ -576,22 +576,19 @@ class Emulator:
     def counters(self) -> dict:
         per_shard = self._get([a.counters.remote() for a in self._actors], "counters")
         name = self.type_names.get
-        sent: dict[str, int] = {}
-        lost: dict[str, int] = {}
-        python: dict[str, int] = {}
-        handed_back: dict[str, int] = {}
+        # the shards' counts by type code, summed under the types' names
+        by_type: dict[str, dict[str, int]] = {
+            k: {} for k in ("sent_by_type", "lost_by_type", "python_by_type",
+                            "handed_back_by_type")}
         counts: dict[str, int] = {}
         for c in per_shard:
-            for t, v in c["sent_by_type"].items():
-                sent[name(t, str(t))] = sent.get(name(t, str(t)), 0) + v
-            for t, v in c["lost_by_type"].items():
-                lost[name(t, str(t))] = lost.get(name(t, str(t)), 0) + v
-            for t, v in c.get("python_by_type", {}).items():
-                python[name(t, str(t))] = python.get(name(t, str(t)), 0) + v
-            for t, v in c.get("handed_back_by_type", {}).items():
-                handed_back[name(t, str(t))] = handed_back.get(name(t, str(t)), 0) + v
+            for key, total in by_type.items():
+                for t, v in c.get(key, {}).items():
+                    total[name(t, str(t))] = total.get(name(t, str(t)), 0) + v
             for k, v in c["counts"].items():
                 counts[k] = counts.get(k, 0) + v
+        sent, lost = by_type["sent_by_type"], by_type["lost_by_type"]
+        python, handed_back = by_type["python_by_type"], by_type["handed_back_by_type"]
         return {"shards": self.shards, "delta_us": self.delta_us,
                 "lookahead_us": None if self.lookahead_us == NEVER else self.lookahead_us,
                 "windows": self._windows, "virtual_us": self.now,

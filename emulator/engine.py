@@ -385,14 +385,11 @@ class ShardEngine:
     def handed_back_by_type(self) -> dict[int, int]:
         """Passes the compiled loop handed back to the Python loop, per type code of the
         run that stopped it (declined, or not taken), in type order."""
-        return {int(t) - kernels.TYPE_OFFSET: int(self._handed_back[t])
-                for t in np.flatnonzero(self._handed_back)}
+        return _by_type(self._handed_back)
 
     @handed_back_by_type.setter
     def handed_back_by_type(self, counts: dict) -> None:
-        self._handed_back[:] = 0
-        for t, v in counts.items():
-            self._handed_back[int(t) + kernels.TYPE_OFFSET] = int(v)
+        _set_by_type(self._handed_back, counts)
 
     def _take_loop_buffers(self, buffers) -> None:
         """What a compiled loop call gathered, to the engine's logs, outboxes and
@@ -520,27 +517,21 @@ class ShardEngine:
     @property
     def lost_by_type(self) -> dict[int, int]:
         """Messages lost (bound for a dead node) per type code, in type order."""
-        return {int(t) - kernels.TYPE_OFFSET: int(self._lost_counts[t])
-                for t in np.flatnonzero(self._lost_counts)}
+        return _by_type(self._lost_counts)
 
     @lost_by_type.setter
     def lost_by_type(self, counts: dict) -> None:
-        self._lost_counts[:] = 0
-        for t, v in counts.items():
-            self._lost_counts[int(t) + kernels.TYPE_OFFSET] = int(v)
+        _set_by_type(self._lost_counts, counts)
 
     @property
     def python_by_type(self) -> dict[int, int]:
         """Messages in passes the Python loop dispatched, per type code, in type order:
         which handlers the compiled loop still hands back."""
-        return {int(t) - kernels.TYPE_OFFSET: int(self._python_counts[t])
-                for t in np.flatnonzero(self._python_counts)}
+        return _by_type(self._python_counts)
 
     @python_by_type.setter
     def python_by_type(self, counts: dict) -> None:
-        self._python_counts[:] = 0
-        for t, v in counts.items():
-            self._python_counts[int(t) + kernels.TYPE_OFFSET] = int(v)
+        _set_by_type(self._python_counts, counts)
 
     # ---- phase ends, logs, counters, checkpoints --------------------------------------
     def call(self, method: str, *args, phase: str | None = None):
@@ -608,3 +599,16 @@ class ShardEngine:
         self.python_by_type = st.get("python_by_type", {})
         self.handed_back_by_type = st.get("handed_back_by_type", {})
         self.sent_by_type, self.lost_by_type = st["sent_by_type"], st["lost_by_type"]
+
+
+def _by_type(counts: np.ndarray) -> dict[int, int]:
+    """{type code: count} of a per-type array (indexed by code + TYPE_OFFSET), the codes
+    with a count, in type order."""
+    return {int(t) - kernels.TYPE_OFFSET: int(counts[t]) for t in np.flatnonzero(counts)}
+
+
+def _set_by_type(counts: np.ndarray, by_type: dict) -> None:
+    """A per-type array set from {type code: count} (the others zero)."""
+    counts[:] = 0
+    for t, v in by_type.items():
+        counts[int(t) + kernels.TYPE_OFFSET] = int(v)

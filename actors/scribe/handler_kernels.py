@@ -40,7 +40,7 @@ from .kernels import (
     write_child,
 )
 from .keyindex import any_within, has_room, insert_key, key_value, ranges_where
-from .rendezvous_kernels import create_routes, on_create, on_replica
+from .rendezvous_kernels import create_routes, on_create, on_replica, slot_room, slots_of
 from .types import Data, Join, JoinAck, JoinReq, Mcast, Refresh, RpAddr
 
 # type-specific columns (compile-time constants inside the kernels)
@@ -465,17 +465,15 @@ def plan_join_requests(m, li, state, tree_sizes):
     n = len(m)
     s = np.empty(n, np.int64)
     keys = np.empty(n, np.int64)
-    top = 0
     for i in range(n):
         if li[i] < 0:
             return False, s, keys, np.empty(0, np.int64), np.empty(0, m.dtype)
         keys[i] = np.int64(li[i]) * n_groups + np.int64(m[i]["group"])
         v = key_value(six, keys[i])
         s[i] = v
-        top = max(top, li[i] + 1)
         if v >= 0 and active[v] and acl[v] >= 0 and m[i][_REQ_CREDENTIAL] != acl[v]:
             return False, s, keys, np.empty(0, np.int64), np.empty(0, m.dtype)
-    if not has_room(six, tree_sizes[0], n, top) or tree_sizes[0] + n > len(active):
+    if not slot_room(li, six, tree_sizes[0], active):
         return False, s, keys, np.empty(0, np.int64), np.empty(0, m.dtype)
     _, first = unique_first(keys)
     start = np.empty(len(first), np.int64)
@@ -506,24 +504,15 @@ def plan_join_requests(m, li, state, tree_sizes):
 
 
 @numba.njit(cache=True)
-def write_join_requests(m, li, state, tree_sizes, keys, start):
+def write_join_requests(m, li, state, tree_sizes, start):
     """The writes of :func:`plan_join_requests`' requests: every row's slot found or made
     (row order), a member with its credential (the last row of a slot written last), and
     the starting rows' slots on the tree as forwarders (``TreeJoins._activate``: no
     parent, the JOIN's credential); ``tree_sizes`` advanced. O(q)."""
-    six, n_groups = state[_S_SIX], state[_S_N_GROUPS]
-    slot_node, slot_group, member, my_cred = state[_S_SLOT_NODE], state[_S_GROUP], \
-        state[_S_MEMBER], state[_S_MY_CRED]
+    member, my_cred = state[_S_MEMBER], state[_S_MY_CRED]
     active, parent, join_cred = state[_S_ACTIVE], state[_S_PARENT], state[_S_JOIN_CRED]
-    size = tree_sizes[0]
-    s = np.empty(len(m), np.int64)
-    for i in range(len(m)):
-        v, new, size = insert_key(six, n_groups, size, keys[i])
-        if new:
-            slot_node[v] = li[i]
-            slot_group[v] = m[i]["group"]
-        s[i] = v
-    tree_sizes[0] = size
+    s = slots_of(m, li, state[_S_SIX], state[_S_N_GROUPS], tree_sizes, state[_S_SLOT_NODE],
+                 state[_S_GROUP])
     for i in range(len(m)):
         member[s[i]] = True
         my_cred[s[i]] = m[i][_REQ_CREDENTIAL]

@@ -1,6 +1,6 @@
-"""What Scribe's compiled handlers (``handler_kernels``, ``collapse_kernels``) share: the
-status each returns, the check of the messages they take, and how one writes the group
-columns of a message it sends."""
+"""What Scribe's compiled handlers (``handler_kernels``, ``collapse_kernels``,
+``rendezvous_kernels``) share: the status each returns, the check of the messages they
+take, and how one writes the group columns of a message it sends."""
 
 from __future__ import annotations
 

@@ -40,9 +40,10 @@ def slot_room(li, six, slot_size, active):
 
 
 @numba.njit(cache=True)
-def _slots_of(m, li, six, n_groups, sizes, slot_node, slot_group):
+def slots_of(m, li, six, n_groups, sizes, slot_node, slot_group):
     """Each row's slot for its group at its node, made where there is none (from index
-    size ``sizes[0]`` on, advanced), in row order. O(len(m))."""
+    size ``sizes[0]`` on, advanced), in row order: ``TreeState.get_or_make`` compiled.
+    O(len(m))."""
     size = sizes[0]
     s = np.empty(len(m), np.int64)
     for i in range(len(m)):
@@ -115,7 +116,7 @@ def on_create(m, li, reps, refuse, six, n_groups, sizes, slot_node, slot_group, 
     if need > len(out):
         return MORE_ROOM, need, 0, cursor
     zero_rows(out, np.int64(0), need)
-    s = _slots_of(m, li, six, n_groups, sizes, slot_node, slot_group)
+    s = slots_of(m, li, six, n_groups, sizes, slot_node, slot_group)
     for i in range(n):
         refused[i] = not creates[i]
     w = np.int64(0)
@@ -158,7 +159,7 @@ def on_replica(m, li, six, n_groups, sizes, slot_node, slot_group, active, rep_a
     Returns (status, need, rows written, cursor). O(q)."""
     if not direct_rows(m, li, replica_type) or not slot_room(li, six, sizes[0], active):
         return DECLINED, 0, 0, cursor
-    s = _slots_of(m, li, six, n_groups, sizes, slot_node, slot_group)
+    s = slots_of(m, li, six, n_groups, sizes, slot_node, slot_group)
     for i in range(len(m)):
         rep_acl[s[i]] = m[i][_ACL]
         rep_creator[s[i]] = m[i][_CREATOR]
