@@ -24,13 +24,20 @@ class LogBuffer:
     chunks of a table, the new ones are merged into as few chunks as their layouts allow
     (consecutive chunks of one phase with the same columns and dtypes): O(rows) copies
     once each, and the rows, their order and their types are unchanged.
+
+    They are merged as well once they hold `MERGE_BYTES`: the compiled loop logs a
+    window's hops as one chunk of whole message records, 3-4x the bytes of the columns
+    cut out of them, and a dense phase's few windows (a million nodes joining their
+    groups) would otherwise keep gigabytes of records until `take`.
     """
 
     MERGE_EVERY = 256
+    MERGE_BYTES = 16 << 20
 
     def __init__(self):
         self._chunks: dict[str, list[tuple[str, dict[str, np.ndarray]]]] = {}
         self._merged: dict[str, int] = {}     # chunks of each table up to here are merged
+        self._unmerged_bytes: dict[str, int] = {}   # held by the chunks after them
 
     def add(self, table: str, phase: str, columns: dict, copy: bool = True) -> None:
         """Append rows; array columns must share one length, scalars are broadcast (a
@@ -67,12 +74,8 @@ class LogBuffer:
             cols = {k: (_Const(v, n) if isinstance(v, str) else np.full(n, v[()]) if v.ndim == 0
                         else (v.copy() if copy else v))
                     for k, v in cols.items()}
-        chunks = self._chunks.setdefault(table, [])
-        chunks.append((phase, cols))
-        done = self._merged.get(table, 0)
-        if len(chunks) - done >= self.MERGE_EVERY:
-            chunks[done:] = _merge_runs(chunks[done:])
-            self._merged[table] = len(chunks)
+        self._append(table, (phase, cols),
+                     sum(v.nbytes for v in cols.values() if isinstance(v, np.ndarray)))
 
     def add_records(self, table: str, phase: str, records: np.ndarray,
                     columns: tuple[tuple, ...], consts: tuple[tuple[str, str], ...] = ()):
@@ -84,12 +87,20 @@ class LogBuffer:
         chunk, and the buffer then holds columns, not whole records)."""
         if not len(records):
             return
+        self._append(table, (phase, _Records(records, columns, consts)), records.nbytes)
+
+    def _append(self, table: str, chunk: tuple, nbytes: int) -> None:
+        """Append ``chunk`` (``nbytes`` of arrays) to ``table``; the chunks not merged yet
+        are merged once there are `MERGE_EVERY` of them or they hold `MERGE_BYTES`."""
         chunks = self._chunks.setdefault(table, [])
-        chunks.append((phase, _Records(records, columns, consts)))
+        chunks.append(chunk)
+        held = self._unmerged_bytes.get(table, 0) + nbytes
         done = self._merged.get(table, 0)
-        if len(chunks) - done >= self.MERGE_EVERY:
+        if len(chunks) - done >= self.MERGE_EVERY or held >= self.MERGE_BYTES:
             chunks[done:] = _merge_runs(chunks[done:])
             self._merged[table] = len(chunks)
+            held = 0
+        self._unmerged_bytes[table] = held
 
     def take(self) -> dict[str, pa.Table]:
         """All buffered rows as Arrow tables (column order of the first chunk, one chunk
@@ -108,6 +119,7 @@ class LogBuffer:
             out[table] = pa.concat_tables(parts, promote_options="permissive")
         self._chunks = {}
         self._merged = {}
+        self._unmerged_bytes = {}
         return out
 
 
@@ -198,6 +210,9 @@ def _cut_records(rows: list, first: _Records) -> dict:
     memory once per column (and a merge's records can be hundreds of megabytes, a fresh
     allocation each time). O(rows)."""
     row = np.dtype((np.void, first.rows.dtype.itemsize))
+    per_block = max(1, CUT_BLOCK_BYTES // first.rows.dtype.itemsize)
+    # a chunk larger than a block (a window's hops) is cut a block at a time too
+    rows = [r[k:k + per_block] for r in rows for k in range(0, len(r), per_block)]
     parts: dict[str, list] = {}
     i = 0
     while i < len(rows):

@@ -92,6 +92,34 @@ def test_records_logged_whole_give_the_columns_cut_from_them(block_bytes, monkey
 
 
 @CUT_BLOCKS
+def test_records_past_the_byte_bound_are_cut_at_once_into_the_same_table(block_bytes,
+                                                                         monkeypatch):
+    """A window's hops logged as one large chunk of records (the compiled loop's) are cut
+    into columns as soon as the table's unmerged chunks hold MERGE_BYTES, not kept whole
+    until `take`, and the table is the same as that of the columns logged as they came."""
+    monkeypatch.setattr(logs, "CUT_BLOCK_BYTES", block_bytes)
+    rng = np.random.default_rng(8)
+    rec = np.dtype([("time", "i8"), ("sent", "i8"), ("src", "i4"), ("pad", "V60")])
+    columns = (("time", "sent"), ("arrival", "time"), ("src", "src"))
+    bounded, as_columns = LogBuffer(), LogBuffer()
+    bounded.MERGE_BYTES = 50_000 * rec.itemsize
+    held = []
+    for n in (70_000, 10, 20_000, 20_000, 20_000, 3):
+        r = np.zeros(n, rec)
+        for name in ("time", "sent", "src"):
+            r[name] = rng.integers(0, 10**6, n)
+        as_columns.add("message", "join", {c: r[f].copy() for c, f in columns})
+        bounded.add_records("message", "join", r, columns)
+        held.append(sum(c.rows.nbytes for _, c in bounded._chunks["message"]
+                        if isinstance(c, logs._Records)))
+    # the first chunk alone is past the bound: cut at once; then 3 chunks pile up to it
+    assert held == [0, 10 * rec.itemsize, 20_010 * rec.itemsize, 40_010 * rec.itemsize, 0,
+                    3 * rec.itemsize]
+    got, want = bounded.take()["message"], as_columns.take()["message"]
+    assert got.equals(want)
+
+
+@CUT_BLOCKS
 def test_records_with_a_cast_column_and_a_label_give_the_columns_logged_one_by_one(
         block_bytes, monkeypatch):
     """Records logged with a column cast on the way and a string label (Scribe's compiled
