@@ -2,8 +2,8 @@
 and the check that refuses a run that would not fit (`check_memory`).
 
 The figures are upper-end rates measured on the development machine (BENCHMARKS.md): the
-1,000,000-node `paper_zipf_1500` run (oracle, 2 shards) peaked at 7.5 GB of the machine
-while emulating (its shards writing the join's logs) and 7.3 GB in the Spark analysis; the
+1,000,000-node `paper_zipf_1500` run (oracle, 2 shards) peaked at 7.1-7.4 GB of the machine
+in the Spark analysis and 6.7 GB while emulating; the
 100,000-node protocol run at 8.1 GB on the whole machine; a 25,000-node shard held
 0.65-0.7 GB while emulating and 2.36 GB while writing an 11.7 M-row phase log. A run
 refused here would really not have fitted; a run admitted may still need swap-free
