@@ -3,9 +3,10 @@ and the check that refuses a run that would not fit (`check_memory`).
 
 The figures are upper-end rates measured on the development machine (BENCHMARKS.md): the
 1,000,000-node `paper_zipf_1500` run (oracle, 2 shards) peaked at 7.1-7.4 GB of the machine
-in the Spark analysis and 6.7 GB while emulating; the
-100,000-node protocol run at 8.1 GB on the whole machine; a 25,000-node shard held
-0.65-0.7 GB while emulating and 2.36 GB while writing an 11.7 M-row phase log. A run
+in the Spark analysis and 6.7 GB while emulating; the 100,000-node protocol run
+(`paper_zipf_1500_protocol`, one shard) at 5.3 GB, its shard at 1.94 GB while writing its
+27.9 M-row bootstrap log; `small_groups_30k` at 4.9 GB, in the analysis (0.7-0.8 GB of
+the machine in use before each run). A run
 refused here would really not have fitted; a run admitted may still need swap-free
 headroom for the rest of the machine. Topologies run one after the other and the Spark
 analysis spills to disk, so neither multiplies the estimate.
@@ -24,8 +25,9 @@ from .progress import log, warn
 BASE_BYTES = 3 * 1024**3
 NODE_BYTES = 6 * 1024             # Pastry tables + Scribe state + engine queues, per node
 MEMBER_BYTES = 400                # per (group, member): tree entries, membership rows
-MESSAGE_ROW_BYTES = 250           # per message logged in the largest phase, at flush (the
-                                  # protocol run's 11.7 M-row bootstrap log: 2.36 GB per shard)
+MESSAGE_ROW_BYTES = 80            # per message logged in the largest phase, at flush (the
+                                  # 100,000-node protocol run's 27.9 M-row bootstrap log: its
+                                  # shard 0.63 GB before, 1.94 GB writing it, 47 B a row)
 # routers of the built-in sources (the dense delay table is routers^2 int32, twice: driver
 # and object store); measured maps are sized by their files, unknown here: assume ts5050's
 ROUTERS = {"ts600": 600, "ts5050": 5050}
