@@ -45,8 +45,8 @@ $(VENV)/.installed: pyproject.toml
 	@# uv resolves and installs the same versions as pip, faster; pip does it where uv
 	@# cannot be had or fails (an index reachable only through pip's own configuration).
 	@# --compile-bytecode: the .pyc files pip writes at install; without them every
-	@# process (Ray's workers, Spark's) compiles what it imports again wherever
-	@# PYTHONDONTWRITEBYTECODE is set, which made the test suite 40 % slower
+	@# process (Ray's workers, Spark's; the test suite starts hundreds) compiles what it
+	@# imports again wherever PYTHONDONTWRITEBYTECODE is set
 	$(PY) -m pip install --quiet uv \
 	  && $(PY) -m uv pip install --quiet --compile-bytecode --python $(PY) -e '.[dev]' \
 	  || { echo "uv failed: installing with pip"; $(PY) -m pip install --quiet --upgrade pip \
