@@ -28,7 +28,7 @@ import numpy as np
 import ray
 
 from . import heads as round_heads
-from .batch import ENGINE_DTYPE, Batch, as_messages, check_message_dtype
+from .batch import ENGINE_DTYPE, Batch, SparseBatch, as_messages, check_message_dtype
 from .engine import CONTROL_NAMES, FAIL, RECOVER, check_log_fields
 from .errors import first_line
 from .local_link import LinkClosed
@@ -406,7 +406,8 @@ class Emulator:
         shard = self.node_shard[m["dst"]]
         for k in np.unique(shard).tolist():
             part = b.take(shard == k)
-            self._inbox[k].append(ray.put(part))
+            # the fields it sets only: the object store keeps what a shard was sent
+            self._inbox[k].append(ray.put(SparseBatch(part)))
             self._next_at[k] = min(self._next_at[k], int(part.msgs["time"].min()))
 
     def _control(self, nodes, at, code):

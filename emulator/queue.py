@@ -35,7 +35,15 @@ import numba
 import numpy as np
 
 from . import kernels
-from .batch import ENGINE_DTYPE, Batch, as_messages, dispatch_order, records_of, take_rows
+from .batch import (
+    ENGINE_DTYPE,
+    Batch,
+    SparseBatch,
+    as_messages,
+    dispatch_order,
+    records_of,
+    take_rows,
+)
 
 NEVER = np.iinfo(np.int64).max
 
@@ -88,11 +96,14 @@ class EventQueue:
         phase) is kept as it is, not copied, and its messages move into the pools as they
         come due (:meth:`release`, and every pop), so the pools hold what is due soon
         rather than growing to every stimulus. O(n log n) unless in time order already."""
+        if isinstance(batch, SparseBatch) and (len(batch) <= _DEFER_ABOVE
+                                               or batch.dtype != self.dtype):
+            batch = batch.whole()
         if len(batch) <= _DEFER_ABOVE:
             self.push(batch)
             return
-        m = as_messages(batch.msgs, self.dtype)
-        t = m["time"]
+        m = batch if isinstance(batch, SparseBatch) else as_messages(batch.msgs, self.dtype)
+        t = m.field("time") if isinstance(m, SparseBatch) else m["time"]
         order = None if bool((t[1:] >= t[:-1]).all()) else np.argsort(t, kind="stable")
         times = np.ascontiguousarray(t if order is None else t[order])
         self._deferred.append([m, batch.payload, order, times, 0])
@@ -108,7 +119,9 @@ class EventQueue:
             m, payload, order, times, at = d
             j = int(np.searchsorted(times, t))
             if j > at:
-                rows = np.array(m[at:j]) if order is None else m[order[at:j]]
+                idx = slice(at, j) if order is None else order[at:j]
+                rows = m.records(idx) if isinstance(m, SparseBatch) else \
+                    (np.array(m[idx]) if order is None else m[idx])
                 # as writable as the payload: the compiled push then has the signature of
                 # a push of the batch itself (read-only both when from the object store)
                 rows.flags.writeable = payload.flags.writeable
@@ -226,8 +239,8 @@ class EventQueue:
     def snapshot(self) -> Batch:
         """All pending messages as one batch (for checkpoints), by (time, src, seq); the
         queue is unchanged."""
-        waiting = [Batch(m, payload).take(np.arange(at, len(m)) if order is None
-                                          else order[at:])
+        waiting = [Batch(m.records() if isinstance(m, SparseBatch) else m, payload).take(
+                       np.arange(at, len(m)) if order is None else order[at:])
                    for m, payload, order, _, at in self._deferred]
         b = Batch.concat([self._pools_batch(), *waiting], self.dtype)
         m = b.msgs

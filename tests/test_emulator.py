@@ -12,7 +12,7 @@ import pytest
 from emu_protocols import BOOM, FLOOD_DTYPE, PING, RELAY, TYPE_NAMES, Flood
 
 from emulator import ENGINE_DTYPE, Batch, RouterLatency, message_dtype, new_messages, rank_within
-from emulator.batch import as_messages, pack_rows
+from emulator.batch import SparseBatch, as_messages, pack_rows
 from emulator.engine import ShardEngine
 from emulator.queue import NEVER, RING_CELLS, EventQueue
 from emulator.rng import node_uniform
@@ -359,11 +359,13 @@ def test_compacted_queue_shrinks_and_pops_what_its_twin_pops(ring):
     assert len(a._rows) == 1024 and a.next_time() == NEVER
 
 
+@pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("in_time_order", [True, False])
-def test_deferred_batch_pops_as_if_pushed(in_time_order):
+def test_deferred_batch_pops_as_if_pushed(in_time_order, sparse):
     """A large batch handed over with defer (read-only, as from the object store) waits
     outside the pools and moves in as it comes due: next time and cell, length, snapshot
-    and every pop (rows, payload, order) are those of a twin that pushed it."""
+    and every pop (rows, payload, order) are those of a twin that pushed it. The same
+    sent as a SparseBatch (the driver's stimuli): the fields it sets only."""
     rng = np.random.default_rng(8)
     a, b = EventQueue(1000), EventQueue(1000)
     n = 30_000
@@ -376,7 +378,15 @@ def test_deferred_batch_pops_as_if_pushed(in_time_order):
     payload = p["payload"].copy()
     payload.flags.writeable = False
     early = new_messages(3, time=[100, 2_500, 7_000], seq=[n, n + 1, n + 2])
-    a.defer(Batch(m, payload))
+    if sparse:
+        sent = SparseBatch(Batch(m, payload))
+        assert sorted(sent.columns) == ["pay_len", "pay_off", "seq", "src", "time"]
+        assert np.array_equal(sent.records(), m)
+        for col in sent.columns.values():
+            col.flags.writeable = False
+        a.defer(sent)
+    else:
+        a.defer(Batch(m, payload))
     b.push(Batch(m.copy(), payload.copy()))
     for q in (a, b):
         q.defer(Batch(early.copy()))                 # small: straight into the pools
