@@ -223,9 +223,10 @@ class Batch:
 class SparseBatch:
     """A batch sent as the fields of its records that are not zero in every row, one
     column each, and its payload: the driver's stimuli for a whole phase (a JOIN request
-    sets 8 of the record's 18 fields), which wait in the object store, read-only, until
-    their shard moves them into its queue as they come due. Whole records would hold
-    the object store's pages for every field; they stay resident until Ray stops.
+    sets 9 of the record's 18 fields, 50 of its 105 bytes), which wait in the object
+    store, read-only, until their shard moves them into its queue as they come due.
+    Whole records would hold the object store's pages for every field; they stay
+    resident until Ray stops.
     ``records(idx)`` rebuilds rows ``idx`` as whole records, equal to the original ones."""
 
     __slots__ = ("dtype", "n", "columns", "payload")
