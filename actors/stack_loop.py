@@ -41,6 +41,7 @@ from actors.scribe.handler_kernels import (
     replicas_wanted,
     write_join_requests,
 )
+from actors.scribe.kernel_rows import direct_rows
 from actors.scribe.types import CREATE_REQ
 from emulator import window
 from emulator.kernels import TYPE_OFFSET
@@ -162,9 +163,8 @@ def take_create_request_run(m, li, out, pool, cursor, acks_off, learn, joined, a
     n = len(m)
     type_, rows, k0, o = _lent(m, factors, out, cursor)
     s_hr, s_rdist, s_lan = tables
-    for i in range(n):
-        if li[i] < 0:
-            return False
+    if not direct_rows(m, li, type_):
+        return False
     pending, pending_count = acks[0], acks[3]
     if not acks_off and pending_count[0] + n > len(pending):
         return False   # (the handler's path makes the pending hops room)

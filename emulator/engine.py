@@ -509,10 +509,8 @@ class ShardEngine:
 
     @sent_by_type.setter
     def sent_by_type(self, counts: dict) -> None:
-        self._sent_counts[:] = 0
         self._sent_types = [int(t) for t in counts]
-        for t, v in counts.items():
-            self._sent_counts[int(t) + kernels.TYPE_OFFSET] = int(v)
+        _set_by_type(self._sent_counts, counts)
 
     @property
     def lost_by_type(self) -> dict[int, int]:

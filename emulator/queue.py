@@ -120,8 +120,10 @@ class EventQueue:
             j = int(np.searchsorted(times, t))
             if j > at:
                 idx = slice(at, j) if order is None else order[at:j]
-                rows = m.records(idx) if isinstance(m, SparseBatch) else \
-                    (np.array(m[idx]) if order is None else m[idx])
+                if isinstance(m, SparseBatch):
+                    rows = m.records(idx)
+                else:   # (a slice is a view: copied; an index array copies)
+                    rows = np.array(m[idx]) if order is None else m[idx]
                 # as writable as the payload: the compiled push then has the signature of
                 # a push of the batch itself (read-only both when from the object store)
                 rows.flags.writeable = payload.flags.writeable

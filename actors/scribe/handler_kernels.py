@@ -28,7 +28,7 @@ import numpy as np
 from emulator.kernels import concat_rows, put_send, unique_first, zero_rows
 
 from .collapse_kernels import on_adopt, on_collapse_wave
-from .kernel_rows import DECLINED, DONE, MORE_ROOM, direct_rows, put_group
+from .kernel_rows import DECLINED, DONE, MORE_ROOM, direct_rows, put_group, start_route
 from .kernels import (
     active_slot,
     heard_parent,
@@ -486,20 +486,9 @@ def plan_join_requests(m, li, state, tree_sizes):
     joins = np.zeros(k, m.dtype)
     for j in range(k):
         r = m[start[j]]
-        g = r["group"]
-        o = joins[j]
-        o["src"] = r["dst"]
-        o["dst"] = r["dst"]
-        o["origin"] = r["dst"]
-        o["time"] = r["time"]
-        o["sent"] = r["time"]
-        o["type"] = state[_S_JOIN]
-        o["key_hi"] = key_hi[g]
-        o["key_lo"] = key_lo[g]
-        o["group"] = g
-        o["mode"] = 1
-        o[_JOIN_CREDENTIAL] = r[_REQ_CREDENTIAL]
-        o[_JOIN_LAST_SEQ] = last_seq[s[start[j]]] if s[start[j]] >= 0 else -1
+        start_route(joins, j, r, state[_S_JOIN], key_hi, key_lo)
+        joins[j][_JOIN_CREDENTIAL] = r[_REQ_CREDENTIAL]
+        joins[j][_JOIN_LAST_SEQ] = last_seq[s[start[j]]] if s[start[j]] >= 0 else -1
     return True, s, keys, start, joins
 
 

@@ -1,6 +1,7 @@
 """What Scribe's compiled handlers (``handler_kernels``, ``collapse_kernels``,
 ``rendezvous_kernels``) share: the status each returns, the check of the messages they
-take, and how one writes the group columns of a message it sends."""
+take, how one writes the group columns of a message it sends, and the message a request
+starts routing."""
 
 from __future__ import annotations
 
@@ -18,6 +19,23 @@ def put_group(out, k, g, key_hi, key_lo):
     out[k]["group"] = g
     out[k]["key_hi"] = key_hi[g]
     out[k]["key_lo"] = key_lo[g]
+
+
+@numba.njit(cache=True)
+def start_route(out, k, request, type_, key_hi, key_lo):
+    """Row k of out (zeroed) becomes the message of ``type_`` that ``request``'s node
+    routes toward its group's key, as ``Router.route`` makes it at its origin: src = dst =
+    origin = that node, sent at the request's time, mode 1. The type's own columns are
+    the caller's."""
+    node = request["dst"]
+    out[k]["src"] = node
+    out[k]["dst"] = node
+    out[k]["origin"] = node
+    out[k]["time"] = request["time"]
+    out[k]["sent"] = request["time"]
+    out[k]["type"] = type_
+    out[k]["mode"] = 1
+    put_group(out, k, request["group"], key_hi, key_lo)
 
 
 @numba.njit(cache=True)

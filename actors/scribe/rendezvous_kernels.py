@@ -19,7 +19,7 @@ import numpy as np
 
 from emulator.kernels import put_send, unique_first, zero_rows
 
-from .kernel_rows import DECLINED, DONE, MORE_ROOM, direct_rows, put_group
+from .kernel_rows import DECLINED, DONE, MORE_ROOM, direct_rows, put_group, start_route
 from .keyindex import has_room, insert_key, key_value
 from .types import Create, CreateReq, Replica
 
@@ -173,17 +173,6 @@ def create_routes(m, create_type, key_hi, key_lo):
     key, the credential, mode 1. O(q)."""
     out = np.zeros(len(m), m.dtype)
     for i in range(len(m)):
-        r, o = m[i], out[i]
-        g = r["group"]
-        o["src"] = r["dst"]
-        o["dst"] = r["dst"]
-        o["origin"] = r["dst"]
-        o["time"] = r["time"]
-        o["sent"] = r["time"]
-        o["type"] = create_type
-        o["key_hi"] = key_hi[g]
-        o["key_lo"] = key_lo[g]
-        o["group"] = g
-        o["mode"] = 1
-        o[_CREDENTIAL] = r[_REQ_CREDENTIAL]
+        start_route(out, i, m[i], create_type, key_hi, key_lo)
+        out[i][_CREDENTIAL] = m[i][_REQ_CREDENTIAL]
     return out
