@@ -583,15 +583,19 @@ def session(ray_runtime):
 def spark(ray_runtime):
     """The session's RayDP Spark session (one executor core), started on first use; a
     module whose tests stopped it (a lost executor's session is stopped by the runner)
-    leaves the next module a new one."""
+    leaves the next module a new one. Its JVMs get the JIT compiler the runs get for runs
+    as small as the tests' (`analysis.jit = auto`: C1): with C2 a fresh session's JVMs
+    spend ~40 CPU seconds compiling during their first small analyses."""
     import test_analysis_helpers as hand
     from pyspark import cloudpickle
 
     from runtime.ray_spark import start_ray, start_spark
+    from scenarios.analysis_spark import jvm_conf
     os.environ["PYSPARK_PYTHON"] = sys.executable
     cloudpickle.register_pickle_by_value(hand)   # workers cannot import tests/
     start_ray(num_cpus=2)
-    return start_spark(cores=1)          # the running session, when one is up
+    # (the running session, when one is up)
+    return start_spark(cores=1, configs=jvm_conf("c1", None, None))
 
 
 @pytest.fixture(scope="session")

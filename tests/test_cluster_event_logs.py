@@ -75,10 +75,13 @@ def _analyse_hand_run(run_dir: Path) -> dict:
 
     from analysis import run_analysis
     from runtime import ray_spark as runtime
+    from scenarios.analysis_spark import jvm_conf
 
     topo, groups, edges = build_run(run_dir)
     shape = runtime.spark_shape()
-    run_analysis(run_dir, runtime.start_spark(memory="1g", driver_memory="1g"))
+    # the JIT compiler a run as small gets (`analysis.jit = auto`)
+    run_analysis(run_dir, runtime.start_spark(memory="1g", driver_memory="1g",
+                                              configs=jvm_conf("c1", None, None)))
     return {"shape": list(shape), "run_dir": str(run_dir),
             "expected": expected_rows(topo, groups, edges, GROUP_SIZES, N_HOSTS)}
 
