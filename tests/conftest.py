@@ -500,9 +500,11 @@ def _order(item, late_modules: set[str]) -> tuple[bool, int]:
     """(runs last, group): 0 the tests beside the background compile; 1 the tests that
     start no Ray (one process, one core: the background jobs have the other; a run's
     shards beside those jobs would wait for cores at every window); 2 the other slow
-    tests; 3 the other tests of a module with a `late` test (they start that test's
-    background work); then, last, the tests marked `owns_runtime` (beside that work), the
-    `late` tests, and the reports of the tests run by a process of their own."""
+    tests; 3 the slow tests that wait for a background job (`BACKGROUND`: the first of
+    them starts after the compile, and a test waiting for it would leave a core idle); 4
+    the other tests of a module with a `late` test (they start that test's background
+    work); then, last, the tests marked `owns_runtime` (beside that work), the `late`
+    tests, and the reports of the tests run by a process of their own."""
     if item.get_closest_marker("own_process") is not None \
             and not os.environ.get(OWN_PROCESS_ENV):
         return True, 2   # (here only reports of a process of their own: wait for it last)
@@ -514,8 +516,10 @@ def _order(item, late_modules: set[str]) -> tuple[bool, int]:
     if module in BESIDE_THE_COMPILE and not KERNEL_FIXTURES & set(item.fixturenames):
         return False, 0
     if module in late_modules:
-        return False, 3
-    return False, 2 if item.get_closest_marker("slow") is not None else 1
+        return False, 4
+    if item.get_closest_marker("slow") is None:
+        return False, 1
+    return False, 3 if set(BACKGROUND) & set(item.fixturenames) else 2
 
 
 def pytest_collection_modifyitems(session, config, items):
