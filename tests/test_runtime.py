@@ -9,6 +9,9 @@ import pytest
 
 from emulator import heap
 from runtime import ray_spark as runtime
+from scenarios.analysis_spark import jvm_conf
+
+C1 = jvm_conf("c1", None, None)
 
 # these tests start and stop Ray and Spark themselves: after every test that shares the
 # session's (tests/conftest.py)
@@ -103,7 +106,9 @@ def test_spark_on_ray_with_a_stale_link_hands_arrow_both_ways_and_writes_class_a
         os.unlink(latest)
         os.symlink(tmp_path / "cleaned", latest)      # points nowhere now
         # one executor core: Ray Data needs a free CPU to hand the dataset to Spark
-        with runtime.session(cores=1) as spark:       # the Ray above: started only once
+        # the JIT compiler a run as small gets (`analysis.jit = auto`: C1): the archives do
+        # not depend on it, and C2 would spend tens of CPU seconds compiling in each JVM
+        with runtime.session(cores=1, configs=C1) as spark:   # on the Ray above: one start
             opts = spark.conf.get("spark.driver.extraJavaOptions")
             assert f"-Dray.logging.dir={node.get_logs_dir_path()}" in opts
             assert "-XX:ArchiveClassesAtExit=" in opts          # an empty cache: it dumps
@@ -142,8 +147,9 @@ def test_spark_on_ray_with_a_stale_link_hands_arrow_both_ways_and_writes_class_a
         runtime.start_ray()
         ray_dir = runtime.JAVA_DRIVER_LIBRARY_DIR
         loads = tmp_path / "class-load.log"
-        spark = runtime.start_spark(configs={
-            "spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={loads}"})
+        spark = runtime.start_spark(configs={**C1, "spark.driver.extraJavaOptions":
+                                             f"{C1['spark.driver.extraJavaOptions']} "
+                                             f"-Xlog:class+load=info:file={loads}"})
         opts = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
         assert f"-XX:SharedArchiveFile={root / 'driver.jsa'}" in opts
         assert spark.range(100).selectExpr("sum(id)").collect()[0][0] == 4950
