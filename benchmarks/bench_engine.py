@@ -26,9 +26,9 @@ sys.path[:0] = [str(_ROOT), str(_ROOT / "tests")]
 os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), str(_ROOT / "tests"),
                                             os.environ.get("PYTHONPATH", "")])
 
-from emu_protocols import FLOOD_DTYPE, PING, TYPE_NAMES, Flood  # noqa: E402
 from report import add_json_option  # noqa: E402 (benchmarks/ is on sys.path)
 
+from emu_protocols import FLOOD_DTYPE, PING, TYPE_NAMES, Flood  # noqa: E402
 from emulator import Emulator, RouterLatency, new_messages  # noqa: E402
 from runtime.ray_spark import start_ray  # noqa: E402
 from topologies import make_topology  # noqa: E402

@@ -30,9 +30,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), str(_ROOT / "tests"),
 
 import numpy as np  # noqa: E402
 import ray  # noqa: E402
-from emu_protocols import FLOOD_DTYPE, PING, TYPE_NAMES, Flood  # noqa: E402
 from report import add_json_option  # noqa: E402 (benchmarks/ is on sys.path)
 
+from emu_protocols import FLOOD_DTYPE, PING, TYPE_NAMES, Flood  # noqa: E402
 from emulator import Emulator, RouterLatency, new_messages  # noqa: E402
 from topologies import make_topology  # noqa: E402
 

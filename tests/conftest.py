@@ -590,9 +590,9 @@ def spark(ray_runtime):
     leaves the next module a new one. Its JVMs get the JIT compiler the runs get for runs
     as small as the tests' (`analysis.jit = auto`: C1): with C2 a fresh session's JVMs
     spend ~40 CPU seconds compiling during their first small analyses."""
-    import test_analysis_helpers as hand
     from pyspark import cloudpickle
 
+    import test_analysis_helpers as hand
     from runtime.ray_spark import start_ray, start_spark
     from scenarios.analysis_spark import jvm_conf
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -607,7 +607,6 @@ def reference_runs(ray_runtime, tmp_path_factory) -> dict:
     """{shards: run directory} of the session's reference run (tests/runs.py) on 2 shards
     and on 1, each end to end with its analysis. Shared: read them, never change them."""
     from runs import reference_config
-
     from scenarios import run_scenario
     wait_for_warm_kernels()
     base = tmp_path_factory.mktemp("reference")

@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 import pytest
-import test_analysis_helpers as hand
 
+import test_analysis_helpers as hand
 from analysis.physical import core_pair_loads, core_union_counts
 from analysis.schema import AnalysisOptions
 

@@ -16,9 +16,9 @@ import shutil
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from test_analysis_real import build_run
 
 from analysis import AnalysisOptions, run_analysis
+from test_analysis_real import build_run
 
 
 def shuffle_logs(src, dst, seed: int = 5, parts: int = 3) -> None:

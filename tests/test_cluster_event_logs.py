@@ -71,11 +71,10 @@ def expected_rows(topo, groups, edges, group_sizes, n_hosts) -> dict[str, int]:
 
 def _analyse_hand_run(run_dir: Path) -> dict:
     """`run_analysis` of test_analysis_real's hand-built run on the cluster's Spark."""
-    from test_analysis_real import GROUP_SIZES, N_HOSTS, build_run
-
     from analysis import run_analysis
     from runtime import ray_spark as runtime
     from scenarios.analysis_spark import jvm_conf
+    from test_analysis_real import GROUP_SIZES, N_HOSTS, build_run
 
     topo, groups, edges = build_run(run_dir)
     shape = runtime.spark_shape()
@@ -154,10 +153,10 @@ def _three_node_run(tmp: Path) -> dict:
     the shards ran on and whether the run directory got an events folder."""
     import ray
     from ray.cluster_utils import Cluster
-    from runs import reference_config
 
     import emulator
     from emulator.driver import Emulator
+    from runs import reference_config
     from runtime import ray_spark as runtime
     from scenarios import run_scenario
     from scenarios import runner as runner_mod

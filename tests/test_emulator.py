@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from emu_protocols import BOOM, FLOOD_DTYPE, PING, RELAY, TYPE_NAMES, Flood
 
+from emu_protocols import BOOM, FLOOD_DTYPE, PING, RELAY, TYPE_NAMES, Flood
 from emulator import ENGINE_DTYPE, Batch, RouterLatency, message_dtype, new_messages, rank_within
 from emulator.batch import SparseBatch, as_messages, pack_rows
 from emulator.engine import ShardEngine

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from runs import (
     emulated_copy,
     log_differences,
@@ -37,11 +38,10 @@ from runs import (
     reference_config,
     result_differences,
 )
-from test_cli import CLI
-
 from scenarios import analysis_step, run_scenario
 from scenarios import run_dir as run_dir_mod
 from scenarios import runner as runner_mod
+from test_cli import CLI
 
 pytestmark = pytest.mark.slow
 
@@ -72,6 +72,7 @@ def run_processes() -> list[psutil.Process]:
     background jobs running meanwhile: each is a run of its own, e.g. a simulated
     cluster whose nodes listen on their node address)."""
     import ray
+
     from conftest import background_processes
     me = psutil.Process()
     others = background_processes()

@@ -10,13 +10,13 @@ import threading
 import time
 
 import pytest
-from test_cli import assert_bad_input, run_cli
 
 from runtime import ray_spark as runtime
 from scenarios import ScenarioError, load_scenario
 from scenarios import runner as runner_mod
 from scenarios.analysis_step import spark_lost
 from scenarios.memory import check_memory, estimate_memory
+from test_cli import assert_bad_input, run_cli
 
 
 def _closed_port() -> int:

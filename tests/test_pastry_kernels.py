@@ -4,14 +4,14 @@ short leaf sets, empty slots), compared value for value."""
 
 import numpy as np
 import pytest
-import reference_pastry as ref_pastry
-from reference_pastry import group_rows_kernel as group_rows
 
+import reference_pastry as ref_pastry
 from actors.pastry import kernels
 from actors.pastry.oracle import oracle_state
 from actors.pastry.routing import next_hop
 from actors.pastry.synthetic import synthetic_network
 from emulator.kernels import router_latency, unique_first
+from reference_pastry import group_rows_kernel as group_rows
 
 N = 400
 
@@ -381,10 +381,9 @@ def test_hop_identity_and_ack_matching_kernels_equal_numpy():
     top bit set) as the sender keeps it (handler_kernels.expect_hops: with its deadline
     and the record at its sending time), and the multiset clearing of pending hops by
     acks, against the numpy code they replaced."""
-    from reference_pastry import acked_pending, hop_hash
-
     from actors.pastry.handler_kernels import expect_hops
     from actors.pastry.messages import MSG_DTYPE
+    from reference_pastry import acked_pending, hop_hash
 
     rng = np.random.default_rng(3)
     m = np.zeros(500, MSG_DTYPE)
@@ -418,11 +417,10 @@ def test_ask_rows_sends_each_empty_slot_to_its_next_helper():
     attempt-th live entry from the slot's row on, none for a filled slot, a last attempt
     or a table without that many entries; the sends in slot order, with row, column and
     attempt."""
-    from reference_pastry import row_helpers
-
     from actors.pastry import handler_kernels as hk
     from actors.pastry.messages import MSG_DTYPE
     from actors.pastry.types import ROW_REQ, RowReq
+    from reference_pastry import row_helpers
 
     rng = np.random.default_rng(8)
     hr, rdist, lan = np.zeros(200, np.int32), np.zeros((1, 1), np.int32), np.int64(0)
@@ -457,11 +455,10 @@ def test_presume_failed_kernel_equals_the_numpy_presumption(holey_state):
     emptied, each leaf side closed up with its clocks, the failed memory's slots, and a
     ROW_REQ from every emptied slot to its first helper, in (presumption, row, column)
     order; declined, with nothing changed, when the room is short."""
-    from reference_pastry import presume_failed, row_helpers
-
     from actors.pastry import handler_kernels as hk
     from actors.pastry.messages import MSG_DTYPE
     from actors.pastry.types import ROW_REQ
+    from reference_pastry import presume_failed, row_helpers
 
     rng = np.random.default_rng(11)
     hr, rdist, lan = np.zeros(N, np.int32), np.zeros((1, 1), np.int32), np.int64(0)

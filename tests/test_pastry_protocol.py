@@ -4,7 +4,6 @@ detection and leaf-set repair."""
 
 import numpy as np
 import pytest
-from protocol_world import network, pastry_joined, pastry_world, pending, protocol_message, root_of
 
 from actors.messages import TypeFields
 from actors.pastry import ids as I
@@ -12,6 +11,7 @@ from actors.pastry import types as T
 from actors.pastry.oracle import oracle_state
 from actors.pastry.protocol import msgs_of
 from actors.pastry.quality import table_quality
+from protocol_world import network, pastry_joined, pastry_world, pending, protocol_message, root_of
 
 APP_TYPE = 200
 

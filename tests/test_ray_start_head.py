@@ -40,9 +40,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from runs import figure_differences, reference_cli_args, summary
 
 from emulator.jit_cache import KERNEL_CACHE_ENV
+from runs import figure_differences, reference_cli_args, summary
 
 pytestmark = pytest.mark.slow
 

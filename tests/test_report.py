@@ -14,12 +14,12 @@ import shutil
 import tomllib
 
 import pytest
-import report_browser
-from test_cli import ROOT, assert_bad_input, needs_scenarios, run_cli
 
+import report_browser
 from analysis import published
 from analysis.report import write_report
 from analysis.spread import add_spread, spread_at, t_interval
+from test_cli import ROOT, assert_bad_input, needs_scenarios, run_cli
 
 RESULTS = ROOT / "results"
 T_975_2 = 4.302652729749462     # Student t quantile 0.975, 2 degrees of freedom (tables: 4.303)

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import types
 
-from protocol_world import World, network, pastry_joined
-
 from actors.pastry.join import join_schedule
 from actors.stack import OverlayStack
+from protocol_world import World, network, pastry_joined
 from scenarios import phases
 from scenarios.config import build_config
 

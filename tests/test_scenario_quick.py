@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from runs import REFERENCE_GROUPS, REFERENCE_NODES, reference_config, summary
 
+from runs import REFERENCE_GROUPS, REFERENCE_NODES, reference_config, summary
 from scenarios import ScenarioError, load_scenario, run_scenario
 from scenarios import runner as runner_mod
 from scenarios.groups import zipf_sizes

@@ -3,10 +3,10 @@ members stay connected, probes logged, same results on 1, 2 and 3 shards; root p
 break a loop the remover could close."""
 
 import numpy as np
-from protocol_world import protocol_message, root_of
-from test_scribe_tree import G, N, assert_members_reach_root, build, make_groups
 
 from actors.scribe import multicast_requests
+from protocol_world import protocol_message, root_of
+from test_scribe_tree import G, N, assert_members_reach_root, build, make_groups
 
 BOUND = 6
 

@@ -2,9 +2,9 @@
 one child disappear from trees built on real Pastry routes, chains included."""
 
 import numpy as np
-from test_scribe_tree import G, N, build, make_groups
 
 from actors.scribe import collapse_requests, multicast_requests
+from test_scribe_tree import G, N, build, make_groups
 
 
 def collapse_reference(edges, members, root):
@@ -83,9 +83,8 @@ def test_collapse_in_the_compiled_loop_matches_the_python_loop(monkeypatch):
     and ADOPT runs, the tree's entry index grown by ADOPTs) and through the handlers'
     path (``TreeCollapse`` calling them one cell at a time) give the same run: logs,
     counters, sends and trees, on two shards (waves and adoptions cross them)."""
-    from protocol_world import run_without_loop, same_outcome
-
     from actors.scribe.types import ADOPT, COLLAPSE_WAVE
+    from protocol_world import run_without_loop, same_outcome
 
     table, creators, creds, members = make_groups(seed=6)
 

@@ -3,9 +3,9 @@ node, which adopts the joiner."""
 
 import numpy as np
 import pytest
-from test_scribe_tree import G, N, assert_members_reach_root, build, make_groups
 
 from actors.scribe import multicast_requests
+from test_scribe_tree import G, N, assert_members_reach_root, build, make_groups
 
 BOUND = 8
 

@@ -5,7 +5,6 @@ prunes, 1 and 3 shards give identical logs; repair and RP take-over with keep-al
 
 import numpy as np
 import pytest
-from protocol_world import network, scribe_world
 
 from actors.scribe import (
     create_requests,
@@ -14,6 +13,7 @@ from actors.scribe import (
     leave_requests,
     multicast_requests,
 )
+from protocol_world import network, scribe_world
 
 N, G = 1500, 30
 JOIN_AT = 1_000_000   # after the creations have reached the RPs

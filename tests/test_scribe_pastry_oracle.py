@@ -5,10 +5,10 @@ member exactly once, and 1 and 2 shards give identical results."""
 
 import numpy as np
 import pytest
-from protocol_world import network, root_of, scribe_world
-from test_scribe_tree import assert_members_reach_root
 
 from actors.scribe import create_requests, group_table, join_requests, multicast_requests
+from protocol_world import network, root_of, scribe_world
+from test_scribe_tree import assert_members_reach_root
 
 N, G = 4000, 60
 JOIN_AT = 1_000_000   # after the creations have reached the RPs

@@ -3,9 +3,9 @@ surviving member gets every message of a stream exactly once and in order despit
 forwarder failures; without it some are lost. Same deliveries on 1 and 3 shards."""
 
 import numpy as np
-from test_scribe_repair import READY, forwarders, start
 
 from actors.scribe import multicast_requests
+from test_scribe_repair import READY, forwarders, start
 
 T0, T_END, EVERY = READY + 100_000, READY + 2_000_000, 20_000
 FAIL_AT = READY + 1_000_000

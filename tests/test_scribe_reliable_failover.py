@@ -6,9 +6,9 @@ replica that took over, which goes on with the failed RP's numbering."""
 
 import numpy as np
 import pytest
-from test_scribe_repair import READY, forwarders, start
 
 from actors.scribe import multicast_requests
+from test_scribe_repair import READY, forwarders, start
 
 T0, T_END, EVERY = READY + 100_000, READY + 2_000_000, 20_000
 FAIL_AT = READY + 1_000_000

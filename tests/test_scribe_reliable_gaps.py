@@ -14,6 +14,7 @@ Pastry no longer routes to (real stack, LocalEmulator):
   be routed into the recovered node, which refuses them."""
 
 import numpy as np
+
 from test_scribe_reliable_failover import T_END, publish
 from test_scribe_repair import READY, forwarders, start
 
@@ -40,9 +41,8 @@ def test_a_late_forwarder_fetches_what_a_repairing_child_further_behind_needs():
     """Off-tree node F gets a repair JOIN from member A (up to date) and becomes a
     forwarder at A's position; then one from member B, whose parent failed 10 messages
     earlier. F never had B's missing messages: it must fetch them for B."""
-    from protocol_world import protocol_message
-
     from actors.scribe.types import JOIN, Join
+    from protocol_world import protocol_message
 
     w, table, creds, members, rp = start(1, seed=43, params={"reliable": True})
     n = publish(w, creds, members, rp)

@@ -2,10 +2,10 @@
 and CREATE and REPLICA through the stack's compiled loop against the handlers' path."""
 
 import numpy as np
-from test_scribe_tree import G, build, make_groups
 
 from actors.pastry.leafset import replica_sets
 from actors.scribe import create_requests
+from test_scribe_tree import G, build, make_groups
 
 
 def replica_sets_reference(members, li, k):
@@ -48,9 +48,8 @@ def test_create_in_the_compiled_loop_matches_the_python_loop(monkeypatch):
     a time) the same run: counters, sends, trees with their replicas' records, the route
     log, and the same group and refusal rows (each path logs them at its own moment, so
     compared group by group), on two shards."""
-    from protocol_world import run_without_loop, same_outcome
-
     from actors.scribe.types import CREATE, REPLICA
+    from protocol_world import run_without_loop, same_outcome
 
     table, creators, creds, members = make_groups(seed=8)
     again = np.arange(4)

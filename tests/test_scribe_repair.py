@@ -4,6 +4,8 @@ take-over by the live node closest to the group id."""
 
 import numpy as np
 import pytest
+
+from actors.scribe import multicast_requests
 from protocol_world import (
     replica_set,
     root_of,
@@ -14,8 +16,6 @@ from protocol_world import (
     scribe_replica_acl,
 )
 from test_scribe_tree import JOIN_AT, G, N, build, make_groups
-
-from actors.scribe import multicast_requests
 
 # tree maintenance period: a child hears of its parent and the parent of its child once a
 # round trip (up to ~300 ms here) has passed; three silent periods must outlast it
@@ -252,7 +252,6 @@ def test_stack_one_by_one_gives_the_same_run(shards, monkeypatch):
     import functools
 
     import protocol_world
-
     from actors.stack import make_stack
     from emulator.local import LocalEmulator
 

@@ -3,15 +3,6 @@ with the real Pastry + Scribe stack: create, join, multicast, leave, dump, check
 
 import numpy as np
 import pytest
-from protocol_world import (
-    checkpoint,
-    network,
-    restore,
-    root_of,
-    run_without_loop,
-    same_outcome,
-    scribe_world,
-)
 
 from actors.scribe import (
     Scribe,
@@ -20,6 +11,15 @@ from actors.scribe import (
     join_requests,
     leave_requests,
     multicast_requests,
+)
+from protocol_world import (
+    checkpoint,
+    network,
+    restore,
+    root_of,
+    run_without_loop,
+    same_outcome,
+    scribe_world,
 )
 from scenarios.config import protocol_params
 

@@ -22,6 +22,7 @@ import math
 from pathlib import Path
 
 import pytest
+
 from runs import (
     csv_differences,
     figure_differences,
@@ -29,7 +30,6 @@ from runs import (
     reference_config,
     summary,
 )
-
 from scenarios import run_scenario
 from scenarios import runner as runner_mod
 

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tests")]
 
 from protocol_digest import run_faithful, run_workload  # noqa: E402
+
 from test_scribe_repair import repair_run  # noqa: E402
 
 if __name__ == "__main__":
