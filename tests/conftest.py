@@ -598,8 +598,7 @@ def spark(ray_runtime):
     os.environ["PYSPARK_PYTHON"] = sys.executable
     cloudpickle.register_pickle_by_value(hand)   # workers cannot import tests/
     start_ray(num_cpus=2)
-    # (the running session, when one is up)
-    return start_spark(cores=1, configs=jvm_conf("c1", None, None))
+    return start_spark(cores=1, configs=jvm_conf("c1", None, None))   # or the one running
 
 
 @pytest.fixture(scope="session")
