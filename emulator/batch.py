@@ -110,9 +110,12 @@ def _row_view(dtype: np.dtype) -> np.dtype:
     return row
 
 
-def take_rows(msgs: np.ndarray, idx) -> np.ndarray:
+def take_rows(msgs, idx) -> np.ndarray:
     """msgs[idx] as a new array, copied as whole records (``take_rows(m, slice(None))``
-    is a copy of m: 3x faster than ``m.copy()``, which copies a record field by field)."""
+    is a copy of m: 3x faster than ``m.copy()``, which copies a record field by field);
+    ``msgs`` may be a :class:`SparseBatch`, whose rows are then rebuilt."""
+    if isinstance(msgs, SparseBatch):
+        return msgs.records(idx)
     row = _row_view(msgs.dtype)
     if isinstance(idx, slice):
         return records_of(msgs[idx].view(row).copy(), msgs.dtype)
@@ -239,15 +242,20 @@ class SparseBatch:
     def __len__(self) -> int:
         return self.n
 
-    def field(self, name: str) -> np.ndarray:
-        """One field of every row (zeros where the batch sent none)."""
+    def __getitem__(self, name: str) -> np.ndarray:
+        """One field of every row, as a record array's ``m[name]`` (zeros where the batch
+        sent none)."""
         col = self.columns.get(name)
         return np.zeros(self.n, self.dtype[name]) if col is None else col
 
     def records(self, idx=slice(None)) -> np.ndarray:
-        """Rows ``idx`` (a slice or an index array) as whole records, a new array.
+        """Rows ``idx`` (a slice, indices or a mask) as whole records, a new array.
         O(rows x fields sent)."""
-        n = len(range(*idx.indices(self.n))) if isinstance(idx, slice) else len(idx)
+        if isinstance(idx, slice):
+            n = len(range(*idx.indices(self.n)))
+        else:
+            idx = np.asarray(idx)
+            n = int(idx.sum()) if idx.dtype == np.bool_ else len(idx)
         out = np.zeros(n, self.dtype)
         for name, col in self.columns.items():
             out[name] = col[idx]

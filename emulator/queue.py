@@ -103,7 +103,7 @@ class EventQueue:
             self.push(batch)
             return
         m = batch if isinstance(batch, SparseBatch) else as_messages(batch.msgs, self.dtype)
-        t = m.field("time") if isinstance(m, SparseBatch) else m["time"]
+        t = m["time"]
         order = None if bool((t[1:] >= t[:-1]).all()) else np.argsort(t, kind="stable")
         times = np.ascontiguousarray(t if order is None else t[order])
         self._deferred.append([m, batch.payload, order, times, 0])
@@ -119,11 +119,7 @@ class EventQueue:
             m, payload, order, times, at = d
             j = int(np.searchsorted(times, t))
             if j > at:
-                idx = slice(at, j) if order is None else order[at:j]
-                if isinstance(m, SparseBatch):
-                    rows = m.records(idx)
-                else:   # (a slice is a view: copied; an index array copies)
-                    rows = np.array(m[idx]) if order is None else m[idx]
+                rows = take_rows(m, slice(at, j) if order is None else order[at:j])
                 # as writable as the payload: the compiled push then has the signature of
                 # a push of the batch itself (read-only both when from the object store)
                 rows.flags.writeable = payload.flags.writeable

@@ -12,7 +12,7 @@ import pytest
 
 from emu_protocols import BOOM, FLOOD_DTYPE, PING, RELAY, TYPE_NAMES, Flood
 from emulator import ENGINE_DTYPE, Batch, RouterLatency, message_dtype, new_messages, rank_within
-from emulator.batch import SparseBatch, as_messages, pack_rows
+from emulator.batch import SparseBatch, as_messages, pack_rows, take_rows
 from emulator.engine import ShardEngine
 from emulator.queue import NEVER, RING_CELLS, EventQueue
 from emulator.rng import node_uniform
@@ -382,6 +382,12 @@ def test_deferred_batch_pops_as_if_pushed(in_time_order, sparse):
         sent = SparseBatch(Batch(m, payload))
         assert sorted(sent.columns) == ["pay_len", "pay_off", "seq", "src", "time"]
         assert np.array_equal(sent.records(), m)
+        some = rng.random(n) < 0.3           # rows by mask, by indices, by slice
+        for idx in (some, np.flatnonzero(some)[::-1], slice(7, 70)):
+            assert np.array_equal(take_rows(sent, idx), m[idx])
+        assert np.array_equal(sent["time"], m["time"])
+        unsent = next(f for f in m.dtype.names if f not in sent.columns)
+        assert sent[unsent].dtype == m.dtype[unsent] and not sent[unsent].any()
         for col in sent.columns.values():
             col.flags.writeable = False
         a.defer(sent)
