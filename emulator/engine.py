@@ -320,9 +320,9 @@ class ShardEngine:
         """Run the stack's compiled cell loop (``stack.run_cells``; emulator/window.py)
         until the window's end or a pass it hands back, and move what it gathered to the
         engine's logs, outboxes and counters (and call it again where it stopped for
-        that, its buffers half full). Returns (the handed-back pass, the run the stack
-        declined in it, -1 if none; or None, -1 at the window's end), the messages popped
-        and the cells begun."""
+        that: its buffers half full, or the queue's payload pool low). Returns (the
+        handed-back pass, the run the stack declined in it, -1 if none; or None, -1 at the
+        window's end), the messages popped and the cells begun."""
         buffers = self._buffers
         c = buffers.counts
         popped = cells = 0
@@ -344,7 +344,9 @@ class ShardEngine:
                 # stack's own sends after them (gathered) come next, as in the Python loop
                 self.sends.written(k, pos)
             loop.gathered(self.ctx, int(c[window.ROOM_EXTRA]))
-            if status != window.BUFFERS_HALF_FULL:
+            if status == window.PAYLOAD_POOL_LOW:
+                self.queue.move_payload()
+            elif status != window.BUFFERS_HALF_FULL:
                 break
         if status == window.WINDOW_DONE:
             return None, -1, popped, cells

@@ -175,6 +175,12 @@ class EventQueue:
             self._pay = _repack_payload(self._meta, self._pending(), self._poff, self._plen,
                                         self._pay, size)
 
+    def move_payload(self) -> None:
+        """Move the pending messages' payload to the front of a pool with room to spare
+        (:meth:`make_room`'s move, whatever room is left): a compiled loop asks for it
+        between its calls, before the pool is full (``window.PAYLOAD_POOL_LOW``)."""
+        self.make_room(0, len(self._pay) - int(self._meta[_PAY_USED]) + 1)
+
     def _grow(self, capacity: int) -> None:
         old = len(self._rows)
         rows = np.zeros(capacity, self.dtype)

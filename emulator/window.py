@@ -42,6 +42,7 @@ CELL_HANDED_BACK = 1  # a popped pass the loop does not take: the engine process
 PASS_PARTLY_DONE = 2  # a popped pass of which the handlers took runs 0..done-1
 PASS_UNROUTED = 3    # sends the stamping refused (a bad source or destination)
 BUFFERS_HALF_FULL = 4  # before a new cell: the engine takes the buffers' rows, calls again
+PAYLOAD_POOL_LOW = 5   # before a new cell: the engine moves the queue's payload, calls again
 
 # counters of a loop call (``LoopBuffers.counts``)
 N_CELLS, N_EVENTS, NOW, DONE_UNTIL, LATE, N_LOG, N_OUT, N_OUT_PAY, N_NEW_TYPES, \
@@ -76,9 +77,10 @@ class LoopBuffers:
         self.outbox_pay = np.zeros(ints, np.int32)
 
     def grow(self, rows: int, ints: int) -> None:
-        """Room for at least ``rows`` records and ``ints`` payload ints (the buffers are
-        empty: the engine took their rows)."""
-        self._allocate(max(2 * rows, len(self.log)), max(2 * ints, len(self.outbox_pay)))
+        """Room for at least ``2 * rows`` records and ``2 * ints`` payload ints (the
+        buffers are empty: the engine took their rows); none is replaced that has it."""
+        if 2 * rows > len(self.log) or 2 * ints > len(self.outbox_pay):
+            self._allocate(max(2 * rows, len(self.log)), max(2 * ints, len(self.outbox_pay)))
 
 
 def engine_arrays(engine, buffers: LoopBuffers) -> EngineArrays:
@@ -162,26 +164,24 @@ def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_
                free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, delta, local_index,
                alive, lost_counts, sizes, c):
     """A loop's next pass (the arrays: ``EngineArrays``' fields of those names, ``c`` its
-    ``counts``): the next busy cell before ``end`` unless a further pass of ``cell`` is
-    due (``in_cell``), and every message due before that cell's end taken out of the queue
-    (the queue's compiled pop, in dispatch order; a pass of more than
-    ``kernels.SORT_MAX`` rows is not sorted here: the engine sorts it). The loop's
-    handlers may take the pass whole when every type has one (``taken[type +
-    TYPE_OFFSET]``) -- the messages for dead nodes are then lost, counted by type in
-    ``lost_counts`` (``ShardEngine._drop_lost``), and the pass is the others --, and the
-    most they may send --
-    ``rows_per[type]`` records a message (a factor: a run of n lends ``int(rows_per[type]
-    * n)``) and ``ints_per[type]`` payload ints -- fits the send buffer, the queue
-    (``meta``, ``pay``) and the loop's buffers (their lengths: ``sizes``,
-    :func:`buffer_sizes`; else the room asked is noted in ``c`` for the engine, which
-    grows them before it processes the pass), and ``extra_rows`` rows a message of the
-    stack's own buffers fit the ``extra_room`` free. A new cell is not begun while the
-    loop's log or outbox is more than half full: the engine empties them and calls again
-    (a pass that does not fit would be handed back whole, to the slower Python loop).
-    Returns (status: WINDOW_DONE, BUFFERS_HALF_FULL, CELL_HANDED_BACK or -1 for a pass to
-    take, the cell, the pass, its payload, whether it is in dispatch order, the start of
-    every run of a type then len(pass), each row's local index). O(k log k) for a pass of
-    k, + cells scanned."""
+    ``counts``): the next busy cell before ``end`` unless a further pass of ``cell`` is due
+    (``in_cell``), and every message due before that cell's end taken out of the queue (the
+    queue's compiled pop, in dispatch order; a pass of more than ``kernels.SORT_MAX`` rows is
+    not sorted here: the engine sorts it). The loop's handlers may take the pass whole when
+    every type has one (``taken[type + TYPE_OFFSET]``) -- the messages for dead nodes are then
+    lost, counted by type in ``lost_counts`` (``ShardEngine._drop_lost``), and the pass is the
+    others --, and the most they may send -- ``rows_per[type]`` records a message (a factor: a
+    run of n lends ``int(rows_per[type] * n)``) and ``ints_per[type]`` payload ints -- fits the
+    send buffer, the queue (``meta``, ``pay``) and the loop's buffers (their lengths: ``sizes``,
+    :func:`buffer_sizes`; else the room asked is noted in ``c`` for the engine, which grows them
+    before it processes the pass), and ``extra_rows`` rows a message of the stack's own buffers
+    fit the ``extra_room`` free. A new cell is not begun while the loop's log or outbox is more
+    than half full, nor while the queue's payload pool is more than three-quarters used: the
+    engine empties the buffers, or moves the pool's payload, and calls again (a pass that does
+    not fit would be handed back whole, to the slower Python loop). Returns (status:
+    WINDOW_DONE, BUFFERS_HALF_FULL, PAYLOAD_POOL_LOW, CELL_HANDED_BACK or -1 for a pass to take,
+    the cell, the pass, its payload, whether it is in dispatch order, the start of every run of
+    a type then len(pass), each row's local index). O(k log k) for a pass of k, + cells scanned."""
     d = delta
     n_out, n_pool, n_log, n_outbox, n_outbox_pay = sizes
     if not in_cell:
@@ -191,6 +191,11 @@ def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_
                 True, np.zeros(1, np.int64), np.empty(0, np.int64)
         if 2 * c[N_LOG] > n_log or 2 * c[N_OUT] > n_outbox or 2 * c[N_OUT_PAY] > n_outbox_pay:
             return BUFFERS_HALF_FULL, cell, np.empty(0, rows.dtype), \
+                np.empty(0, np.int32), True, np.zeros(1, np.int64), np.empty(0, np.int64)
+        if 4 * meta[2] > 3 * len(pay):
+            # the queue's payload pool three-quarters used (it is moved only between calls,
+            # and a pass that did not fit would go to the slower Python loop)
+            return PAYLOAD_POOL_LOW, cell, np.empty(0, rows.dtype), \
                 np.empty(0, np.int32), True, np.zeros(1, np.int64), np.empty(0, np.int64)
         c[NOW] = cell * d
         c[CELL_END] = cell * d + d

@@ -138,18 +138,39 @@ FAITHFUL_ORDERED = {1: "c096ce074c2367478e2fd4fa1321cc1c7c59f7218b4a1479458f64b6
 @pytest.mark.parametrize("shards", [1, 2])
 def test_faithful_bootstrap_reproduces_the_reference_digest(shards, monkeypatch):
     """No keep-alives, so no hop acks: the compiled lookup, refresh and exchange handlers
-    run, in the compiled cell loop and, a pass at a time, through ``Pastry.handle_runs``;
-    their sends, in their order, are those of the Python handlers."""
+    run, in the compiled cell loop and, a pass at a time, through ``Pastry.handle_runs``
+    (every other time the engine would call the compiled loop, the Python loop takes the
+    next four cells instead here: both loops take turns on one run); their sends, in
+    their order, are those of the Python handlers. The compiled loop stops for the queue
+    to move its payload (``window.PAYLOAD_POOL_LOW``) many times."""
+    from emulator.engine import ShardEngine
+    from emulator.queue import EventQueue
+
     by_python = _count_runs_taken(monkeypatch)
+    turns = {"loop": 0, "moves": 0}
+    real_takes, real_move = ShardEngine._loop_takes_next, EventQueue.move_payload
+
+    def takes_next(self, loop, end):
+        turns["loop"] += 1
+        if turns["loop"] % 2:
+            return real_takes(self, loop, end)
+        self._python_cells = 4
+        return False
+
+    def move_payload(self):
+        turns["moves"] += 1
+        real_move(self)
+    monkeypatch.setattr(ShardEngine, "_loop_takes_next", takes_next)
+    monkeypatch.setattr(EventQueue, "move_payload", move_payload)
     emu, _ = run_faithful(300, shards)
     taken = _runs_taken(emu, by_python)
     # every type of the stretch was taken together many times (so the digest covers it)
     assert set(taken) == set(emu.engines[0].stack.compiled_run_types)
     assert min(taken.values()) > 20, taken
-    # both loops ran many passes (the Python one: the table-maintenance ticks and their row
-    # requests, and the cells after a short stretch of the compiled loop, ShardEngine._pace_loop)
+    # both loops ran many passes
     python = sum(e.python_events for e in emu.engines)
     assert 0.01 < python / sum(e.events for e in emu.engines) < 0.9
+    assert turns["moves"] > 10, turns
     d, rows = digest(emu, ordered=True)
     counters = rows["counters"]
     assert counters["counts.pastry_joined"] == 299 and counters["sent_by_type.29"] > 1000
