@@ -98,6 +98,64 @@ def test_leaf_and_neighbour_merges_into_empty_sets_equal_numpy_selection(net):
     assert np.array_equal(nbrs, ref)
 
 
+def test_leaf_merge_into_leaf_sets_equals_selecting_from_members_and_candidates(net):
+    """Merged into existing leaf sets, candidates give what selecting from the members and
+    the candidates gives -- rows no candidate can enter (the members again, farther ids,
+    the node itself, -1), rows with a member to leave out, rows that gain -- and the
+    keep-alive clocks follow their nodes: a member's from its old slot, a newcomer's
+    ``now``, an empty slot's the row's first empty slot's."""
+    rng = np.random.default_rng(9)
+    hi, lo = net["node_ids_hi"], net["node_ids_lo"]
+    me = rng.permutation(N)[:300].astype(np.int64)
+    rows = np.arange(300, dtype=np.int64)      # node i of these 300 has global id me[i]
+    no_failed = np.full((300, 4), -1, np.int32)
+    leaves = np.full((300, 16), -1, np.int32)
+    first = _cand(rng, 300, 40, me)
+    first[:100, 12:] = -1                      # short sides for some rows
+    kernels.merge_leaf_sets(leaves, np.zeros((300, 16), np.int64), rows, first,
+                            np.zeros(300, np.int64), me, hi, lo, 8, no_failed)
+    old = leaves.copy()
+    heard = rng.integers(0, 10**6, (300, 16))
+    old_heard = heard.copy()
+    cand = _cand(rng, 300, 20, me)
+    kept = rng.random(300) < 0.5               # rows offered only what cannot enter
+    for i in np.flatnonzero(kept):
+        members = old[i][old[i] >= 0]
+        x = rng.permutation(N)[:40]           # ids that would not enter: beyond full sides
+        with_x = ref_pastry.select_leaves(np.full(40, me[i]), np.c_[np.tile(old[i], (40, 1)),
+                                                                     x], hi, lo, 8)
+        far = x[(with_x == old[i]).all(axis=1) & ~np.isin(x, old[i])]
+        offer = np.r_[rng.permutation(members), far[:3], me[i], -1][:20]
+        cand[i] = np.r_[offer, -np.ones(20 - len(offer), np.int64)]
+    for i in np.flatnonzero(~kept[:100]):     # a short side gains one id, the other none
+        members = old[i][old[i] >= 0]
+        x = np.setdiff1d(rng.permutation(N)[:40], np.r_[members, me[i]])
+        down = kernels.smaller_side(hi, lo, me[i:i + 1], x[None, :])[0]
+        short_down = old[i, 7] < 0
+        x = x[down == short_down][:1]
+        cand[i] = np.r_[rng.permutation(members), x, -np.ones(20 - len(members) - len(x),
+                                                                  np.int64)]
+    failed = no_failed.copy()
+    dead_rows = np.flatnonzero(kept & (old[:, 0] >= 0))[:10]
+    failed[dead_rows, 0] = old[dead_rows, 0]   # a member presumed failed: it leaves
+    now = rng.integers(10**7, 10**8, 300)
+    changed, added = kernels.merge_leaf_sets(leaves, heard, rows, cand, now, me, hi, lo, 8,
+                                             failed)
+    ref = ref_pastry.select_leaves(me, np.c_[old, cand], hi, lo, 8, exclude=failed)
+    assert np.array_equal(leaves, ref)
+    differ = (leaves != old).any(axis=1)
+    assert np.array_equal(changed, differ) and differ.any() and (~differ).sum() > 100
+    assert differ[dead_rows].all() and not differ[kept & ~np.isin(rows, dead_rows)].any()
+    for i in range(300):
+        empty = np.flatnonzero(old[i] < 0)
+        for j in range(16):
+            x = leaves[i, j]
+            src = np.flatnonzero(old[i] == x) if x >= 0 else empty
+            assert heard[i, j] == (old_heard[i, src[0]] if len(src) else now[i]), (i, j)
+            if x >= 0 and x not in old[i]:
+                assert x in added[i]
+
+
 def test_group_rows_kernel_equals_numpy():
     rng = np.random.default_rng(5)
     keys = rng.integers(0, 50, 400)

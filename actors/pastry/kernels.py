@@ -607,12 +607,16 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, id
     any_changed = False
     for i in range(nb):
         r = local_idx[i]
+        me = np.int64(global_ids[r])
+        if not _row_gains(members, r, cand, i, me, ids_hi, ids_lo, half, failed):
+            for j in range(nl):
+                new[i, j] = members[r, j]
+            continue    # (most merges)
         for j in range(nl):
             both[j] = members[r, j]
         for j in range(nc):
             both[nl + j] = cand[i, j]
-        _select_row(new, i, dist, half, both, np.int64(global_ids[r]), ids_hi, ids_lo, failed,
-                    r)
+        _select_row(new, i, dist, half, both, me, ids_hi, ids_lo, failed, r)
         for j in range(nl):
             if new[i, j] != members[r, j]:
                 changed[i] = True
@@ -633,6 +637,16 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, id
         clocks = np.empty(nl, np.int64)
         for i in range(nb):
             r = local_idx[i]
+            if not changed[i]:
+                # its members keep their clocks (they are distinct), its empty slots take
+                # the first empty slot's
+                first = 0
+                while first < nl and members[r, first] >= 0:
+                    first += 1
+                for j in range(first + 1, nl):
+                    if members[r, j] < 0:
+                        heard[r, j] = heard[r, first]
+                continue
             for j in range(nl):     # from the old row, before it is written
                 src = -1
                 for q in range(nl):
@@ -644,6 +658,55 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, id
                 members[r, j] = new[i, j]
                 heard[r, j] = clocks[j]
     return changed, added
+
+
+@numba.njit(cache=True)
+def _row_gains(members, r, cand, i, me, ids_hi, ids_lo, half, failed):
+    """Whether :func:`_select_row` could make leaf set ``members[r]`` (of node ``me``)
+    anything but itself from it and the candidates ``cand[i]``: False when none of its
+    ids is one to leave out (row r of ``failed``) and no candidate that is not a member
+    goes on a side with room or is nearer than that side's farthest member. A leaf set is
+    always in the form the selection gives (each side its nearest ids, nearest first, then
+    its holes; a failure closes the holes up), so it is then its own selection. Loads the
+    ids of the candidates that are not members and of the sides' farthest members only.
+    O(C * l)."""
+    nl = members.shape[1]
+    if _any_excluded(failed, r):
+        return True
+    s_hi, s_lo = ids_hi[me], ids_lo[me]
+    ns = 0
+    while ns < half and members[r, ns] >= 0:
+        ns += 1
+    nu = 0
+    while nu < half and members[r, half + nu] >= 0:
+        nu += 1
+    far_dh = far_dl = far_uh = far_ul = np.uint64(0)
+    if ns == half:
+        f = np.int64(members[r, half - 1])
+        _, far_dh, far_dl = on_smaller_side(s_hi, s_lo, ids_hi[f], ids_lo[f])
+    if nu == half:
+        f = np.int64(members[r, nl - 1])
+        far_uh, far_ul = _sub(ids_hi[f], ids_lo[f], s_hi, s_lo)
+    for j in range(cand.shape[1]):
+        c = np.int64(cand[i, j])
+        if c < 0 or c == me:
+            continue
+        member = False
+        for q in range(nl):
+            if members[r, q] == c:
+                member = True
+                break
+        if member:
+            continue
+        down, dh, dl = on_smaller_side(s_hi, s_lo, ids_hi[c], ids_lo[c])
+        if down:
+            if ns < half or _less(dh, dl, far_dh, far_dl):
+                return True
+        else:
+            uh, ul = _sub(ids_hi[c], ids_lo[c], s_hi, s_lo)
+            if nu < half or _less(uh, ul, far_uh, far_ul):
+                return True
+    return False
 
 
 @numba.njit(cache=True)
