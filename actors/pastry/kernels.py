@@ -609,9 +609,7 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, id
         r = local_idx[i]
         me = np.int64(global_ids[r])
         if not _row_gains(members, r, cand, i, me, ids_hi, ids_lo, half, failed):
-            for j in range(nl):
-                new[i, j] = members[r, j]
-            continue    # (most merges)
+            continue    # (most merges: the row is its own selection; ``new[i]`` unread)
         for j in range(nl):
             both[j] = members[r, j]
         for j in range(nc):
