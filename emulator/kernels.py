@@ -412,8 +412,14 @@ def dispatch_sort(types, time, src, seq):
 def run_bounds(values):
     """Start of every run of equal values, then len(values): [0, ..., n] (just [0] when
     empty). O(n)."""
+    return _run_bounds_into(values, np.empty(len(values) + 1, np.int64))
+
+
+@numba.njit(cache=True)
+def _run_bounds_into(values, out):
+    """:func:`run_bounds` written to ``out`` (room for len(values) + 1): its first
+    part, a view. O(n)."""
     n = len(values)
-    out = np.empty(n + 1, np.int64)
     k = 0
     for i in range(n):
         if i == 0 or values[i] != values[i - 1]:
@@ -429,8 +435,9 @@ def cell_runs(types, dst, local_index, alive):
     equal ``types`` then len -- :func:`run_bounds` --, the local index int64 of every
     row's ``dst``, whether all those nodes are ``alive``). O(n)."""
     n = len(types)
-    bounds = run_bounds(types)
-    li = np.empty(n, np.int64)
+    both = np.empty(2 * n + 1, np.int64)   # local indices, then the bounds: one allocation
+    li = both[:n]
+    bounds = _run_bounds_into(types, both[n:])
     all_alive = True
     for i in range(n):
         x = local_index[dst[i]]

@@ -323,7 +323,8 @@ def push_slots(m, copy_rows, with_pay, payload, meta, free, heap_t, heap_s, poff
     its cell's list of the ring (due within the ring's cells) or sift it into the heap;
     returns the slots in row order (none if ``copy_rows``)."""
     n = len(m)
-    slots = np.empty(0 if copy_rows else n, np.int64)
+    # (none: an empty view, as an array of its own would be an allocation)
+    slots = free[:0] if copy_rows else np.empty(n, np.int64)
     size, nfree, used = meta[0], meta[1], meta[2]
     ring = len(head)
     base = meta[5]
@@ -415,17 +416,17 @@ def pop_slots(t, meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, d
         k += 1
     if tc > base:   # (bounded: base + the ring's cells must not overflow)
         meta[5] = min(tc, np.iinfo(np.int64).max // 2)
-    slots = free[nfree - k:nfree].copy()
+    taken = free[nfree - k:nfree]     # (copied below: a later push reuses these places)
     meta[0], meta[1] = size, nfree
     if ordered and 1 < k <= kernels.SORT_MAX:
-        types = np.empty(k, np.int64)
-        time = np.empty(k, np.int64)
-        src = np.empty(k, np.int64)
-        seq = np.empty(k, np.int64)
+        keys = np.empty((4, k), np.int64)     # type, time, src, seq: one allocation
         for i in range(k):
-            r = rows[slots[i]]
-            types[i], time[i], src[i], seq[i] = r["type"], r["time"], r["src"], r["seq"]
-        slots = slots[kernels.dispatch_sort(types, time, src, seq)]
+            r = rows[taken[i]]
+            keys[0, i], keys[1, i], keys[2, i], keys[3, i] = \
+                r["type"], r["time"], r["src"], r["seq"]
+        slots = taken[kernels.dispatch_sort(keys[0], keys[1], keys[2], keys[3])]
+    else:
+        slots = taken.copy()
     payload, offsets = _gather_payload(slots, poff, plen, pay)
     meta[3] -= len(payload)
     return slots, payload, offsets
@@ -479,8 +480,12 @@ def _pending_slots(meta, heap_s, head, nxt):
 @numba.njit(cache=True)
 def _gather_payload(slots, poff, plen, pay):
     """The slots' payload packed in slot order and each one's offset in it."""
-    offsets = poff[slots]          # copies: compact_payload rewrites them
-    return kernels.compact_payload(offsets, plen[slots], pay), offsets
+    taken = np.empty((2, len(slots)), np.int64)    # offsets, lengths: one allocation
+    for i in range(len(slots)):
+        taken[0, i] = poff[slots[i]]          # copies: compact_payload rewrites them
+        taken[1, i] = plen[slots[i]]
+    offsets = taken[0]
+    return kernels.compact_payload(offsets, taken[1], pay), offsets
 
 
 @numba.njit(cache=True)

@@ -138,20 +138,22 @@ def on_announce(m, li, in_leaf_set, rt, members, heard, failed, nbr, nbr_keys, n
     distinct sorted li, changed, rows written, cursor). Room: 2 rows and l + 1 ids per
     message. O(learn + n * l)."""
     n = len(m)
-    cand = np.empty((n, 1), np.int64)
-    src = np.empty(n, np.int64)     # (contiguous: the layout learn's other callers pass)
-    now = np.empty(n, np.int64)
+    # the senders (contiguous: the layout learn's other callers pass), the times and the
+    # senders as candidates, in one allocation
+    columns = np.empty((3, n), np.int64)
+    src, now = columns[0], columns[1]
+    cand = columns[2].reshape((n, 1))
     for i in range(n):
         cand[i, 0] = src[i] = m[i]["src"]
         now[i] = m[i]["time"]
     probes, uli, changed, _added, _latest = learn(
         rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, li, cand, now,
         ids_hi, ids_lo, b, half, hr, rdist, lan, src, np.bool_(True), np.bool_(True))
-    member = row_contains(members, li, src)
-    answer = np.zeros(n, np.bool_)
+    # whether each sender is a member; then, in place, whether it gets the leaf set
+    answer = row_contains(members, li, src)
     k = np.int64(0)     # (not a literal 0: a further compile of each callee)
     for i in range(n):
-        new_member = member[i] and changed[np.searchsorted(uli, li[i])]
+        new_member = answer[i] and changed[np.searchsorted(uli, li[i])]
         answer[i] = new_member or in_leaf_set[i] == 1
         if new_member and in_leaf_set[i] == 1:
             put_send(out, k, m[i]["dst"], m[i]["src"], req_type, m[i]["time"], s_hr, s_rdist,
@@ -1441,7 +1443,7 @@ def on_runs(m, payload, local, bounds, first, last, acks_off, learn, joins, acks
     n_joined = 0
     log = np.empty(0, ROUTE_LOG_DTYPE)
     # what a run that learns nothing reports (made once: each array is an allocation)
-    no_uli = np.empty(0, np.int64)
+    no_uli = changed_nodes[:0]
     no_changed = np.empty(0, np.bool_)
     k = np.int64(0)     # (not a literal 0: a further compile of each callee)
     pos = cursor

@@ -599,16 +599,25 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, id
     nb = len(local_idx)
     nl = members.shape[1]
     nc = cand.shape[1]
+    changed = np.zeros(nb, np.bool_)
+    added = np.full((nb, nl), -1, np.int32)
+    # the first row that can gain (most merges have none: then nothing more is made, as
+    # each array is an allocation)
+    i0 = 0
+    while i0 < nb and not _row_gains(members, local_idx[i0], cand, i0,
+                                     np.int64(global_ids[local_idx[i0]]), ids_hi, ids_lo,
+                                     half, failed):
+        i0 += 1
+    if i0 == nb:
+        return changed, added
     new = np.full((nb, nl), -1, np.int32)
     dist = np.empty((4, half), np.uint64)
     both = np.empty(nl + nc, np.int64)     # a row's old members, then its candidates
-    changed = np.zeros(nb, np.bool_)
-    added = np.full((nb, nl), -1, np.int32)
     any_changed = False
-    for i in range(nb):
+    for i in range(i0, nb):
         r = local_idx[i]
         me = np.int64(global_ids[r])
-        if not _row_gains(members, r, cand, i, me, ids_hi, ids_lo, half, failed):
+        if i > i0 and not _row_gains(members, r, cand, i, me, ids_hi, ids_lo, half, failed):
             continue    # (most merges: the row is its own selection; ``new[i]`` unread)
         for j in range(nl):
             both[j] = members[r, j]
