@@ -190,6 +190,8 @@ def on_leaf_reply(m, payload, li, rt, members, heard, failed, nbr, nbr_keys, nbr
         ids_hi, ids_lo, b, half, hr, rdist, lan, senders, np.bool_(True), np.bool_(False))
     k = 0
     for r in range(len(uli)):
+        if not changed[r]:
+            continue    # (nothing added; ``added`` may have no rows then)
         me = global_ids[uli[r]]
         t = max(latest[r], 0)
         for c in range(added.shape[1]):
@@ -276,11 +278,9 @@ def on_leaf_lookup(m, li, rt, members, nbr, ids_hi, ids_lo, b, lookup_type, own_
     this shard's (the caller's general path handles or reports it). Room: 1 row and l + 1
     ids per message. O(routing step + learn)."""
     n = len(m)
-    no_log = np.empty(0, ROUTE_LOG_DTYPE)
-    no_li = np.empty(0, np.int64)
     no_changed = np.empty(0, np.bool_)
     if not _routed_here(m, li):
-        return False, no_log, 0, no_li, no_changed, 0, cursor
+        return False, np.empty(0, ROUTE_LOG_DTYPE), 0, li[:0], no_changed, 0, cursor
     nxt, kind, counts = route_step(m, li, rt, members, nbr, ids_hi, ids_lo, b, lookup_type,
                                    own_lo, own_hi)
     log = np.empty(counts[HERE_OWN] + counts[HERE_APP], ROUTE_LOG_DTYPE)
@@ -289,20 +289,20 @@ def on_leaf_lookup(m, li, rt, members, nbr, ids_hi, ids_lo, b, lookup_type, own_
     for i in range(n):
         if kind[i] <= HERE_APP and m[i]["type"] == lookup_type and m[i]["origin"] != m[i]["dst"]:
             q += 1
-    probes, uli, changed = 0, no_li, no_changed
+    probes, uli, changed = 0, li[:0], no_changed    # (views, not arrays of their own)
     k = np.int64(0)     # (not a literal 0: a further compile of each callee)
     pos = cursor
     if q:
-        sel = np.empty(q, np.int64)
+        # the lookups' rows, their nodes, times and origins as candidates: one allocation
+        columns = np.empty((4, q), np.int64)
+        sel, lli, now = columns[0], columns[1], columns[2]
+        cand = columns[3].reshape((q, 1))
         j = 0
         for i in range(n):
             if kind[i] <= HERE_APP and m[i]["type"] == lookup_type and \
                     m[i]["origin"] != m[i]["dst"]:
                 sel[j] = i
                 j += 1
-        lli = np.empty(q, np.int64)
-        cand = np.empty((q, 1), np.int64)
-        now = np.empty(q, np.int64)
         for j in range(q):
             lli[j] = li[sel[j]]
             cand[j, 0] = m[sel[j]]["origin"]

@@ -594,22 +594,23 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, id
     follow their nodes (a member's from its first slot in the old row), a newcomer's at
     ``now[i]`` -- every row's when any row changed, none otherwise (an empty slot's clock
     then takes the first empty slot's; it is never read). Returns (changed bool[B], added
-    int32[B, l]: the members of each new row not in its old one, else -1).
+    int32[B, l]: the members of each new row not in its old one, else -1 -- or no rows
+    at all when no row could change, so none changed).
     O(B * (l + C) * half + B * l^2)."""
     nb = len(local_idx)
     nl = members.shape[1]
     nc = cand.shape[1]
     changed = np.zeros(nb, np.bool_)
-    added = np.full((nb, nl), -1, np.int32)
     # the first row that can gain (most merges have none: then nothing more is made, as
-    # each array is an allocation)
+    # each array is an allocation, and ``added`` has no rows)
     i0 = 0
     while i0 < nb and not _row_gains(members, local_idx[i0], cand, i0,
                                      np.int64(global_ids[local_idx[i0]]), ids_hi, ids_lo,
                                      half, failed):
         i0 += 1
     if i0 == nb:
-        return changed, added
+        return changed, members[:0]
+    added = np.full((nb, nl), -1, np.int32)
     new = np.full((nb, nl), -1, np.int32)
     dist = np.empty((4, half), np.uint64)
     both = np.empty(nl + nc, np.int64)     # a row's old members, then its candidates
@@ -759,10 +760,10 @@ def route_step(m, li, rt, leaf, nbr, ids_hi, ids_lo, b, lookup_type, own_lo, own
     application's), ON_OWN / ON_APP (forward). A ``lookup_type`` message routes as if its
     origin were absent (:func:`next_hop`'s ``exclude``). O(n * l) on the common paths."""
     n = len(m)
-    self_ids = np.empty(n, np.int64)
-    key_hi = np.empty(n, np.uint64)
-    key_lo = np.empty(n, np.uint64)
-    exclude = np.empty(n, np.int64)
+    ints = np.empty((2, n), np.int64)      # (two columns an allocation each)
+    keys = np.empty((2, n), np.uint64)
+    self_ids, exclude = ints[0], ints[1]
+    key_hi, key_lo = keys[0], keys[1]
     for i in range(n):
         self_ids[i] = m[i]["dst"]
         key_hi[i] = m[i]["key_hi"]
@@ -925,8 +926,9 @@ def learn(rt, members, heard, failed, nbr, nbr_keys, nbr_known, global_ids, li, 
     4. ``nbrs``: and into the neighbourhood sets (:func:`merge_nearest` with the set's
        cached keys ``nbr_keys`` / ``nbr_known``).
 
-    Returns (probes, distinct sorted li, changed bool[U], added int32[U, l], latest
-    ``now`` of each one's rows int64[U]). O(B * C * (memory + half + M) + B log B)."""
+    Returns (probes, distinct sorted li, changed bool[U], added int32[U, l] -- no rows
+    when no row could change --, latest ``now`` of each one's rows int64[U]).
+    O(B * C * (memory + half + M) + B log B)."""
     if forget:
         forget_failed(failed, li, senders)
     probes = insert_table(rt, li, global_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan_us, failed)

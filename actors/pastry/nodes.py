@@ -82,7 +82,8 @@ class PastryNodes:
         ``senders``: each row came straight from that node, so it is alive (out of the
         failed memory first). Fires ``app.new_leafs`` for the nodes whose leaf set changed,
         once their state is all in. Returns (distinct sorted li, changed mask, members
-        added, latest ``t`` of each). One compiled call (``kernels.learn``)."""
+        added -- no rows when no row could change --, latest ``t`` of each). One compiled
+        call (``kernels.learn``)."""
         li = np.ascontiguousarray(li, np.int64)
         hr, rdist, lan = self.latency_tables(ctx)
         forget = senders is not None
