@@ -227,9 +227,10 @@ def unique_first(keys):
     returns, in one compiled pass (callers hold a handful of keys, where numpy's unique
     costs ~15 us). O(n log n)."""
     n = len(keys)
-    o = np.argsort(keys, kind="mergesort")     # stable: a key's first occurrence first
+    idx = np.empty((2, n), np.int64)     # the order, then the first occurrences
+    o, first = idx[0], idx[1]
+    stable_order(keys, o)                # stable: a key's first occurrence first
     vals = np.empty(n, keys.dtype)
-    first = np.empty(n, np.int64)
     u = 0
     for q in range(n):
         k = keys[o[q]]
@@ -237,7 +238,30 @@ def unique_first(keys):
             vals[u] = k
             first[u] = o[q]
             u += 1
-    return vals[:u].copy(), first[:u].copy()
+    return vals[:u], first[:u]
+
+
+# the longest key array :func:`stable_order` sorts by insertion
+INSERTION_MAX = 32
+
+
+@numba.njit(cache=True)
+def stable_order(keys, out):
+    """``np.argsort(keys, kind="mergesort")`` written to ``out`` (len(keys)): the indices
+    of ``keys`` in ascending order, equal keys in their input order. Up to INSERTION_MAX
+    keys by insertion, in place: the compiled kernels sort a handful of keys per call, and
+    numba's sort makes arrays of its own at every call. O(n log n), O(n^2) up to
+    INSERTION_MAX."""
+    n = len(keys)
+    if n > INSERTION_MAX:
+        out[:] = np.argsort(keys, kind="mergesort")
+        return
+    for i in range(n):
+        j = i
+        while j > 0 and keys[out[j - 1]] > keys[i]:
+            out[j] = out[j - 1]
+            j -= 1
+        out[j] = i
 
 
 @numba.njit(cache=True)

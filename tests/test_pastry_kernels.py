@@ -10,7 +10,7 @@ from actors.pastry import kernels
 from actors.pastry.oracle import oracle_state
 from actors.pastry.routing import next_hop
 from actors.pastry.synthetic import synthetic_network
-from emulator.kernels import router_latency, unique_first
+from emulator.kernels import INSERTION_MAX, router_latency, stable_order, unique_first
 from reference_pastry import group_rows_kernel as group_rows
 
 N = 400
@@ -158,13 +158,14 @@ def test_leaf_merge_into_leaf_sets_equals_selecting_from_members_and_candidates(
 
 def test_group_rows_kernel_equals_numpy():
     rng = np.random.default_rng(5)
-    keys = rng.integers(0, 50, 400)
-    cand = rng.integers(-1, 1000, (400, 7))
-    t = rng.integers(0, 10**9, 400)
-    for tt in (t, None):
-        got, ref = group_rows(keys, cand, tt), ref_pastry.group_rows(keys, cand, tt)
-        assert all(np.array_equal(x, y) for x, y in zip(got[:2], ref[:2], strict=True))
-        assert (tt is None and got[2] is None) or np.array_equal(got[2], ref[2])
+    for n in (1, 6, 32, 33, 400):      # (up to 32 rows sorted by insertion)
+        keys = rng.integers(0, max(n // 8, 2), n)
+        cand = rng.integers(-1, 1000, (n, 7))
+        t = rng.integers(0, 10**9, n)
+        for tt in (t, None):
+            got, ref = group_rows(keys, cand, tt), ref_pastry.group_rows(keys, cand, tt)
+            assert all(np.array_equal(x, y) for x, y in zip(got[:2], ref[:2], strict=True))
+            assert (tt is None and got[2] is None) or np.array_equal(got[2], ref[2])
 
 
 class RouterLat:
@@ -300,11 +301,23 @@ def test_neighbourhood_merges_with_kept_keys_equal_selection_from_scratch(net):
 
 def test_unique_first_equals_numpy_unique_with_first_indices():
     rng = np.random.default_rng(9)
-    for n in (0, 1, 5, 300):
+    for n in (0, 1, 5, 32, 33, 300):
         keys = rng.integers(0, 20, n).astype(np.int64)
         vals, first = unique_first(keys)
         ref_vals, ref_first = np.unique(keys, return_index=True)
         assert np.array_equal(vals, ref_vals) and np.array_equal(first, ref_first)
+
+
+def test_stable_order_equals_a_stable_argsort():
+    """The compiled kernels' stable order (by insertion up to INSERTION_MAX keys, numba's
+    merge sort above) is numpy's stable argsort: equal keys keep their input order."""
+    rng = np.random.default_rng(12)
+    for n in (*range(0, INSERTION_MAX + 3), 300):
+        for dtype in (np.int64, np.int32, np.uint64):
+            keys = rng.integers(0, max(n // 3, 1), n).astype(dtype)
+            out = np.full(n, -1, np.int64)
+            stable_order(keys, out)
+            assert np.array_equal(out, np.argsort(keys, kind="stable")), (n, dtype)
 
 
 def test_learn_in_one_kernel_equals_the_parts_one_after_the_other(net, holey_state):

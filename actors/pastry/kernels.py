@@ -15,7 +15,7 @@ import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import leading_zeros  # LLVM ctlz intrinsic
 
-from emulator.kernels import host_delay, unique_first
+from emulator.kernels import host_delay, stable_order, unique_first
 
 _HALF_HI = np.uint64(1 << 63)
 _I64_MAX = np.iinfo(np.int64).max
@@ -238,7 +238,10 @@ def group_rows(keys, cand, t, with_t):
     O(B log B + B * w)."""
     n = len(keys)
     w = cand.shape[1]
-    o = np.argsort(keys, kind="mergesort")
+    # the order, then the unique keys and each one's max t: one allocation
+    columns = np.empty((3, n), np.int64)
+    o = columns[0]
+    stable_order(keys, o)
     nu = 0
     kmax = 0
     run = 0
@@ -249,9 +252,10 @@ def group_rows(keys, cand, t, with_t):
         run += 1
         if run > kmax:
             kmax = run
-    uk = np.empty(nu, np.int64)
+    uk = columns[1][:nu]
     out = np.full((nu, kmax * w), -1, np.int64)
-    tmax = np.full(nu, np.iinfo(np.int64).min, np.int64)
+    tmax = columns[2][:nu]
+    tmax[:] = np.iinfo(np.int64).min
     u = -1
     within = 0
     for q in range(n):
