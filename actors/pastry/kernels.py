@@ -614,10 +614,12 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, id
         i0 += 1
     if i0 == nb:
         return changed, members[:0]
-    added = np.full((nb, nl), -1, np.int32)
-    new = np.full((nb, nl), -1, np.int32)
+    rows = np.full((2, nb, nl), -1, np.int32)     # the selections and what they add
+    new, added = rows[0], rows[1]
     dist = np.empty((4, half), np.uint64)
-    both = np.empty(nl + nc, np.int64)     # a row's old members, then its candidates
+    # a row's old members, then its candidates; then a row's new clocks
+    ints = np.empty(2 * nl + nc, np.int64)
+    both, clocks = ints[:nl + nc], ints[nl + nc:]
     any_changed = False
     for i in range(i0, nb):
         r = local_idx[i]
@@ -646,7 +648,6 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, id
             if not known:
                 added[i, j] = x
     if any_changed:
-        clocks = np.empty(nl, np.int64)
         for i in range(nb):
             r = local_idx[i]
             if not changed[i]:
