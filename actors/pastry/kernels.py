@@ -607,8 +607,11 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, id
     changed = np.zeros(nb, np.bool_)
     # the first row that can gain (most merges have none: then nothing more is made, as
     # each array is an allocation, and ``added`` has no rows)
-    i0 = _next_gaining_row(members, local_idx, cand, 0, global_ids, ids_hi, ids_lo, half,
-                           failed)
+    i0 = 0
+    while i0 < nb and not _row_gains(members, local_idx[i0], cand, i0,
+                                     np.int64(global_ids[local_idx[i0]]), ids_hi, ids_lo,
+                                     half, failed):
+        i0 += 1
     if i0 == nb:
         return changed, members[:0]
     rows = np.full((2, nb, nl), -1, np.int32)     # the selections and what they add
@@ -618,14 +621,11 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, id
     ints = np.empty(2 * nl + nc, np.int64)
     both, clocks = ints[:nl + nc], ints[nl + nc:]
     any_changed = False
-    gaining = i0
     for i in range(i0, nb):
-        if i < gaining:
-            continue    # (most rows: the row is its own selection; ``new[i]`` unread)
-        gaining = _next_gaining_row(members, local_idx, cand, i + 1, global_ids, ids_hi,
-                                    ids_lo, half, failed)
         r = local_idx[i]
         me = np.int64(global_ids[r])
+        if i > i0 and not _row_gains(members, r, cand, i, me, ids_hi, ids_lo, half, failed):
+            continue    # (most merges: the row is its own selection; ``new[i]`` unread)
         for j in range(nl):
             both[j] = members[r, j]
         for j in range(nc):
@@ -674,58 +674,52 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, id
 
 
 @numba.njit(cache=True)
-def _next_gaining_row(members, local_idx, cand, start, global_ids, ids_hi, ids_lo, half,
-                      failed):
-    """The first row i >= ``start`` for which :func:`_select_row` could make leaf set
-    ``members[local_idx[i]]`` (of node ``global_ids[local_idx[i]]``) anything but itself
-    from it and the candidates ``cand[i]``; len(local_idx) when none can. A row cannot
-    when none of its ids is one to leave out (its row of ``failed``) and no candidate that
-    is not a member goes on a side with room or is nearer than that side's farthest
-    member: a leaf set is always in the form the selection gives (each side its nearest
-    ids, nearest first, then its holes; a failure closes the holes up), so it is then its
-    own selection. Loads the ids of the candidates that are not members and of the sides'
-    farthest members only. The rows in one call: a call per row would take a reference to
-    each array it is passed. O(rows looked at * C * l)."""
+def _row_gains(members, r, cand, i, me, ids_hi, ids_lo, half, failed):
+    """Whether :func:`_select_row` could make leaf set ``members[r]`` (of node ``me``)
+    anything but itself from it and the candidates ``cand[i]``: False when none of its
+    ids is one to leave out (row r of ``failed``) and no candidate that is not a member
+    goes on a side with room or is nearer than that side's farthest member. A leaf set is
+    always in the form the selection gives (each side its nearest ids, nearest first, then
+    its holes; a failure closes the holes up), so it is then its own selection. Loads the
+    ids of the candidates that are not members and of the sides' farthest members only.
+    O(C * l)."""
     nl = members.shape[1]
-    for i in range(start, len(local_idx)):
-        r = local_idx[i]
-        if _any_excluded(failed, r):
-            return i
-        me = np.int64(global_ids[r])
-        s_hi, s_lo = ids_hi[me], ids_lo[me]
-        ns = 0
-        while ns < half and members[r, ns] >= 0:
-            ns += 1
-        nu = 0
-        while nu < half and members[r, half + nu] >= 0:
-            nu += 1
-        far_dh = far_dl = far_uh = far_ul = np.uint64(0)
-        if ns == half:
-            f = np.int64(members[r, half - 1])
-            _, far_dh, far_dl = on_smaller_side(s_hi, s_lo, ids_hi[f], ids_lo[f])
-        if nu == half:
-            f = np.int64(members[r, nl - 1])
-            far_uh, far_ul = _sub(ids_hi[f], ids_lo[f], s_hi, s_lo)
-        for j in range(cand.shape[1]):
-            c = np.int64(cand[i, j])
-            if c < 0 or c == me:
-                continue
-            member = False
-            for q in range(nl):
-                if members[r, q] == c:
-                    member = True
-                    break
-            if member:
-                continue
-            down, dh, dl = on_smaller_side(s_hi, s_lo, ids_hi[c], ids_lo[c])
-            if down:
-                if ns < half or _less(dh, dl, far_dh, far_dl):
-                    return i
-            else:
-                uh, ul = _sub(ids_hi[c], ids_lo[c], s_hi, s_lo)
-                if nu < half or _less(uh, ul, far_uh, far_ul):
-                    return i
-    return len(local_idx)
+    if _any_excluded(failed, r):
+        return True
+    s_hi, s_lo = ids_hi[me], ids_lo[me]
+    ns = 0
+    while ns < half and members[r, ns] >= 0:
+        ns += 1
+    nu = 0
+    while nu < half and members[r, half + nu] >= 0:
+        nu += 1
+    far_dh = far_dl = far_uh = far_ul = np.uint64(0)
+    if ns == half:
+        f = np.int64(members[r, half - 1])
+        _, far_dh, far_dl = on_smaller_side(s_hi, s_lo, ids_hi[f], ids_lo[f])
+    if nu == half:
+        f = np.int64(members[r, nl - 1])
+        far_uh, far_ul = _sub(ids_hi[f], ids_lo[f], s_hi, s_lo)
+    for j in range(cand.shape[1]):
+        c = np.int64(cand[i, j])
+        if c < 0 or c == me:
+            continue
+        member = False
+        for q in range(nl):
+            if members[r, q] == c:
+                member = True
+                break
+        if member:
+            continue
+        down, dh, dl = on_smaller_side(s_hi, s_lo, ids_hi[c], ids_lo[c])
+        if down:
+            if ns < half or _less(dh, dl, far_dh, far_dl):
+                return True
+        else:
+            uh, ul = _sub(ids_hi[c], ids_lo[c], s_hi, s_lo)
+            if nu < half or _less(uh, ul, far_uh, far_ul):
+                return True
+    return False
 
 
 @numba.njit(cache=True)
@@ -771,7 +765,7 @@ def route_step(m, li, rt, leaf, nbr, ids_hi, ids_lo, b, lookup_type, own_lo, own
     application's), ON_OWN / ON_APP (forward). A ``lookup_type`` message routes as if its
     origin were absent (:func:`next_hop`'s ``exclude``). O(n * l) on the common paths."""
     n = len(m)
-    ints = np.empty((2, n), np.int64)      # (the int64 columns, then the uint64 ones)
+    ints = np.empty((2, n), np.int64)      # (two columns an allocation each)
     keys = np.empty((2, n), np.uint64)
     self_ids, exclude = ints[0], ints[1]
     key_hi, key_lo = keys[0], keys[1]
