@@ -765,7 +765,7 @@ def route_step(m, li, rt, leaf, nbr, ids_hi, ids_lo, b, lookup_type, own_lo, own
     application's), ON_OWN / ON_APP (forward). A ``lookup_type`` message routes as if its
     origin were absent (:func:`next_hop`'s ``exclude``). O(n * l) on the common paths."""
     n = len(m)
-    ints = np.empty((2, n), np.int64)      # (two columns an allocation each)
+    ints = np.empty((2, n), np.int64)      # (the int64 columns, then the uint64 ones)
     keys = np.empty((2, n), np.uint64)
     self_ids, exclude = ints[0], ints[1]
     key_hi, key_lo = keys[0], keys[1]
