@@ -14,7 +14,14 @@ Types: ``route`` (a routed application message's routing step, forwarded or deli
 ``join`` (a JOIN's routing step: the hop sends its rows, the root its leaf set),
 ``announce``, ``leaf_reply``, ``join_rows``, ``keepalive``, ``rows_req``, ``rows_reply``.
 
-Usage: ``python benchmarks/bench_protocol.py [--nodes 10000] [--src CHECKOUT]``
+With ``--loop`` the batch is a cell of the engine's window instead, 100 copies in
+consecutive grid cells of one window run by ``ShardEngine.advance``, so the stack's
+compiled cell loop takes them (the engine's determinism rules, the handlers and the
+routing of the sends, as in a run) unless a type has no compiled handler; messages/s
+counts every message the window processed (the sends that fall due in it too), and the
+table gives the share the Python loop took.
+
+Usage: ``python benchmarks/bench_protocol.py [--nodes 10000] [--loop] [--src CHECKOUT]``
 (``--src``: import emulator/ and actors/ from another checkout, e.g. the code before).
 """
 
@@ -29,6 +36,7 @@ from pathlib import Path
 from report import add_json_option
 
 SIZES = (10, 100, 1_000, 10_000)
+CELLS_PER_WINDOW = 100     # (--loop) cells of a batch in one window of the engine
 TYPES = ("route", "join", "announce", "leaf_reply", "join_rows", "keepalive", "rows_req",
          "rows_reply")
 
@@ -143,6 +151,45 @@ def time_cell(eng, batch, min_s: float) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def time_loop_cells(eng, batch, min_s: float) -> tuple[float, float]:
+    """(messages per CPU second of the engine's window loop -- the stack's compiled cell
+    loop where it takes the types -- on cells of ``batch``, the share of the messages the
+    Python loop took). Each repetition queues ``CELLS_PER_WINDOW`` copies of the batch in
+    consecutive grid cells after the last one run and advances to the end of the last, so
+    a window holds many cells, as in a run; the messages the handlers send that fall due
+    inside that window run too, and count (every message the engine processed). Median of
+    >= 3 repetitions, >= min_s in all."""
+    from emulator.logs import LogBuffer
+
+    d = eng.delta_us
+    rates = []
+    total = 0.0
+    python = events = 0
+    while len(rates) < 3 or total < min_s:
+        eng.queue.clear()
+        eng.logs = LogBuffer()
+        t = (max(eng.now, eng.done_until) // d + 1) * d
+        cells = []
+        for c in range(CELLS_PER_WINDOW):
+            m = batch.msgs.copy()
+            m["time"] = m["sent"] = t + c * d
+            m["seq"] += c * len(m)
+            cells.append(type(batch)(m, batch.payload) if len(batch.payload)
+                         else type(batch)(m))
+        before = eng.python_events
+        t0 = time.process_time()  # CPU time: the machine is shared, wall time is noise
+        _, _, stats = eng.advance(t + CELLS_PER_WINDOW * d, "bench", cells)
+        dt = time.process_time() - t0
+        python += eng.python_events - before
+        events += stats["events"]
+        rates.append(stats["events"] / dt)
+        total += dt
+        if len(rates) >= 50:
+            break
+    eng.queue.clear()
+    return sorted(rates)[len(rates) // 2], python / max(events, 1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=10_000)
@@ -151,6 +198,9 @@ def main() -> None:
     ap.add_argument("--src", type=Path, default=Path(__file__).resolve().parents[1])
     add_json_option(ap, "protocol_cells.json", "the table")
     ap.add_argument("--types", nargs="*", default=list(TYPES))
+    ap.add_argument("--loop", action="store_true",
+                    help="run each cell through the engine's window loop (the compiled "
+                         "cell loop) instead of the Python dispatch")
     a = ap.parse_args()
     sys.path.insert(0, str(a.src.resolve()))
     import numpy as np
@@ -160,22 +210,35 @@ def main() -> None:
     setup = time.perf_counter() - t0
     rng = np.random.default_rng(a.seed)
     print(f"src={a.src} nodes={a.nodes} setup {setup:.1f} s, load {os.getloadavg()[0]:.1f}")
-    print(f"{'type':12s}" + "".join(f"{k:>12,}" for k in SIZES) + "   (messages/s, one shard)")
+    how = "the window loop" if a.loop else "the Python dispatch"
+    print(f"{'type':12s}" + "".join(f"{k:>12,}" for k in SIZES)
+          + f"   (messages/s, one shard, by {how})")
     out = {}
+    python = {}
     for kind in a.types:
         # warm-up: compile / cache-load kernels outside the timing
-        eng._dispatch(make_batch(kind, 10, eng, net, rng))
+        if a.loop:
+            time_loop_cells(eng, make_batch(kind, 10, eng, net, rng), 0.0)
+        else:
+            eng._dispatch(make_batch(kind, 10, eng, net, rng))
         row = {}
         for k in SIZES:
             b = make_batch(kind, k, eng, net, rng)
-            row[k] = k / time_cell(eng, b, a.min_s)
+            if a.loop:
+                row[k], python[f"{kind}_{k}"] = time_loop_cells(eng, b, a.min_s)
+            else:
+                row[k] = k / time_cell(eng, b, a.min_s)
         out[kind] = row
-        print(f"{kind:12s}" + "".join(f"{row[k]:>12,.0f}" for k in SIZES), flush=True)
+        share = ""
+        if a.loop:
+            share = f"   ({max(python[f'{kind}_{k}'] for k in SIZES):.0%} by the Python loop)"
+        print(f"{kind:12s}" + "".join(f"{row[k]:>12,.0f}" for k in SIZES) + share, flush=True)
     if a.json:
         from report import write_record
         figures = {f"{kind}_{k}": rate for kind, row in out.items() for k, rate in row.items()}
+        figures.update({f"python_share_{key}": v for key, v in python.items()})
         write_record(a.json, f"bench_protocol, {a.nodes:,} nodes",
-                     {**figures, "nodes": a.nodes, "src": str(a.src)})
+                     {**figures, "nodes": a.nodes, "src": str(a.src), "loop": a.loop})
 
 
 if __name__ == "__main__":
