@@ -174,8 +174,7 @@ def time_loop_cells(eng, batch, min_s: float) -> tuple[float, float]:
             m = batch.msgs.copy()
             m["time"] = m["sent"] = t + c * d
             m["seq"] += c * len(m)
-            cells.append(type(batch)(m, batch.payload) if len(batch.payload)
-                         else type(batch)(m))
+            cells.append(type(batch)(m, batch.payload))
         before = eng.python_events
         t0 = time.process_time()  # CPU time: the machine is shared, wall time is noise
         _, _, stats = eng.advance(t + CELLS_PER_WINDOW * d, "bench", cells)

@@ -187,16 +187,13 @@ def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_
     if not in_cell:
         cell = next_pending(meta, heap_t, head, nxt, rows, d, np.bool_(False))
         if cell == NEVER or cell * d >= end:
-            return WINDOW_DONE, cell, np.empty(0, rows.dtype), np.empty(0, np.int32), \
-                True, np.zeros(1, np.int64), np.empty(0, np.int64)
+            return _no_pass(WINDOW_DONE, cell, rows)
         if 2 * c[N_LOG] > n_log or 2 * c[N_OUT] > n_outbox or 2 * c[N_OUT_PAY] > n_outbox_pay:
-            return BUFFERS_HALF_FULL, cell, np.empty(0, rows.dtype), \
-                np.empty(0, np.int32), True, np.zeros(1, np.int64), np.empty(0, np.int64)
+            return _no_pass(BUFFERS_HALF_FULL, cell, rows)
         if 4 * meta[2] > 3 * len(pay):
             # the queue's payload pool three-quarters used (it is moved only between calls,
             # and a pass that did not fit would go to the slower Python loop)
-            return PAYLOAD_POOL_LOW, cell, np.empty(0, rows.dtype), \
-                np.empty(0, np.int32), True, np.zeros(1, np.int64), np.empty(0, np.int64)
+            return _no_pass(PAYLOAD_POOL_LOW, cell, rows)
         c[NOW] = cell * d
         c[CELL_END] = cell * d + d
         c[N_CELLS] += 1
@@ -238,6 +235,14 @@ def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_
         c[ROOM_EXTRA] = extra_rows * k
         ok = False
     return (-1 if ok else CELL_HANDED_BACK), cell, m, payload, True, bounds, li
+
+
+@numba.njit(cache=True)
+def _no_pass(status, cell, rows):
+    """What :func:`begin_pass` returns when it stops before a pass (``status``): no rows,
+    no payload, one run bound, no local indices. O(1)."""
+    return status, cell, np.empty(0, rows.dtype), np.empty(0, np.int32), True, \
+        np.zeros(1, np.int64), np.empty(0, np.int64)
 
 
 @numba.njit(cache=True)
