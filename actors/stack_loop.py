@@ -282,12 +282,13 @@ def run_cells(end, eng, taken, app_type, app_routed, app_requests, rows_per, int
     in_cell = np.bool_(False)   # a further pass of ``cell`` is due (zero-delay self-messages)
     cursor = np.zeros(2, np.int64)
     while True:
-        room = min(len(route_log) - pastry_stats[pastry_loop.N_ROUTE_LOG],
-                   len(delivered) - scribe_stats[scribe_loop.N_DELIVERED])
+        n_log, n_got = pastry_stats[pastry_loop.N_ROUTE_LOG], scribe_stats[scribe_loop.N_DELIVERED]
+        room = min(len(route_log) - n_log, len(delivered) - n_got)
+        half_full = 2 * n_log > len(route_log) or 2 * n_got > len(delivered)
         status, cell, m, payload, ordered, bounds, li = window.begin_pass(
-            end, cell, in_cell, taken, rows_per, ints_per, 1, room, meta, free, heap_t,
-            heap_s, poff, plen, pay, head, nxt, rows, delta, local_index, alive, lost_counts, sizes,
-            c)
+            end, cell, in_cell, taken, rows_per, ints_per, 1, room, half_full, meta, free,
+            heap_t, heap_s, poff, plen, pay, head, nxt, rows, delta, local_index, alive,
+            lost_counts, sizes, c)
         if status >= 0:
             return status, m, payload, ordered, 0, 0, 0
         n_runs = len(bounds) - 1

@@ -14,6 +14,13 @@ Types: ``route`` (a routed application message's routing step, forwarded or deli
 ``join`` (a JOIN's routing step: the hop sends its rows, the root its leaf set),
 ``announce``, ``leaf_reply``, ``join_rows``, ``keepalive``, ``rows_req``, ``rows_reply``.
 
+With ``--stack scribe`` the engine runs the product's stack (Pastry with Scribe) over
+``GROUPS`` groups, created by their creators' CREATE requests before any timing, and the
+type ``mcast`` is Scribe's MCAST routed from a random source to its group's rendezvous
+point: the routing step of an application message as a run has it (Pastry's hop, Scribe's
+forward upcall on the way, the deliver upcall and the RP_ADDR reply at the RP). With
+Pastry alone, ``route`` (type 60) has no application to take it.
+
 With ``--loop`` the batch is a cell of the engine's window instead, 100 copies in
 consecutive grid cells of one window run by ``ShardEngine.advance``, so the stack's
 compiled cell loop takes them (the engine's determinism rules, the handlers and the
@@ -21,7 +28,8 @@ routing of the sends, as in a run) unless a type has no compiled handler; messag
 counts every message the window processed (the sends that fall due in it too), and the
 table gives the share the Python loop took.
 
-Usage: ``python benchmarks/bench_protocol.py [--nodes 10000] [--loop] [--src CHECKOUT]``
+Usage: ``python benchmarks/bench_protocol.py [--nodes 10000] [--loop] [--stack scribe]
+[--types mcast ...] [--src CHECKOUT]``
 (``--src``: import emulator/ and actors/ from another checkout, e.g. the code before).
 """
 
@@ -39,6 +47,11 @@ SIZES = (10, 100, 1_000, 10_000)
 CELLS_PER_WINDOW = 100     # (--loop) cells of a batch in one window of the engine
 TYPES = ("route", "join", "announce", "leaf_reply", "join_rows", "keepalive", "rows_req",
          "rows_reply")
+SCRIBE_TYPES = ("mcast",)   # (--stack scribe)
+GROUPS = 100                # (--stack scribe) groups, their RPs spread over the nodes
+CREATE_US = 2_000_000       # (--stack scribe) virtual time the CREATEs (then the first
+                            # multicasts) get to reach the RPs
+SOURCES = 5_000             # (--stack scribe) (source, group) pairs the MCASTs come from
 
 
 def stack_record():
@@ -53,7 +66,10 @@ def stack_record():
     return MSG_DTYPE, {"message_dtype": MSG_DTYPE}
 
 
-def build(nodes: int, seed: int):
+def build(nodes: int, seed: int, stack: str = "pastry"):
+    """(engine, shared network) of one shard holding every node, Pastry's state the
+    oracle's; ``stack`` "scribe": the product's stack, its groups created (module
+    docstring)."""
     import functools
 
     import numpy as np
@@ -66,10 +82,31 @@ def build(nodes: int, seed: int):
 
     net = synthetic_network(nodes, max(8, nodes // 20), seed, span_us=60_000)
     lat = RouterLatency(net["host_router"], net["router_dist_us"], net["lan_us"])
-    params, _ = protocol_params(nodes, seed, pastry={"bootstrap": "oracle"})
-    factory = functools.partial(Pastry, None, params)
+    params, scribe_params = protocol_params(nodes, seed, pastry={"bootstrap": "oracle"})
+    if stack == "scribe":
+        from actors.scribe import create_requests, group_table, multicast_requests
+        from actors.stack import make_stack
+
+        rng = np.random.default_rng(seed)
+        credentials = rng.integers(1, 10**9, GROUPS)
+        creators = rng.integers(0, nodes, GROUPS)
+        net["groups"] = group_table([f"bench{g}" for g in range(GROUPS)],
+                                    [f"node{c}" for c in creators], credentials)
+        factory = functools.partial(make_stack, params, scribe_params)
+    else:
+        factory = functools.partial(Pastry, None, params)
     eng = ShardEngine(0, np.zeros(nodes, np.int32), lat, factory, seed=seed,
                       delta_us=lat.min_latency_us(), shared=net, **stack_record()[1])
+    if stack == "scribe":   # the groups exist at their RPs before any timing
+        eng.advance((CREATE_US // eng.delta_us) * eng.delta_us, "bench",
+                    [create_requests(creators, np.arange(GROUPS), 0, credentials)])
+        # the sources publish once, so each holds its group's slot (where the RP's
+        # RP_ADDR answer is kept) as a source does in a run
+        src, grp = rng.integers(0, nodes, SOURCES), rng.integers(0, GROUPS, SOURCES)
+        t = eng.now + eng.delta_us
+        eng.advance(((t + CREATE_US) // eng.delta_us) * eng.delta_us, "bench",
+                    [multicast_requests(src, grp, t, credentials[grp])])
+        net["sources"] = src, grp
     return eng, net
 
 
@@ -81,7 +118,7 @@ def make_batch(kind: str, k: int, eng, net, rng):
 
     MSG_DTYPE = stack_record()[0]
 
-    st = eng.stack.nodes.tables()
+    st = getattr(eng.stack, "pastry", eng.stack).nodes.tables()  # (the stack's Pastry)
     n = eng.n_nodes
     m = np.zeros(k, MSG_DTYPE)
     dst = rng.integers(0, n, k)
@@ -90,6 +127,18 @@ def make_batch(kind: str, k: int, eng, net, rng):
     m["group"] = -1
     m["seq"] = np.arange(k)
     payload = None
+    if kind == "mcast":    # a source's MCAST, routed to its group's RP
+        from actors.scribe.types import MCAST, Mcast
+
+        pick = rng.integers(0, len(net["sources"][0]), k)
+        src, g = net["sources"][0][pick], net["sources"][1][pick]
+        m["src"] = m["dst"] = m["origin"] = src
+        m["mode"], m["type"], m["group"] = 1, MCAST, g
+        m["key_hi"], m["key_lo"] = net["groups"]["id_hi"][g], net["groups"]["id_lo"][g]
+        m[Mcast.credential] = net["groups"]["credential"][g]
+        m[Mcast.seqno] = np.arange(k)
+        m[Mcast.publish_time] = eng.now
+        return Batch(m)
     if kind in ("route", "join"):
         m["src"] = m["dst"] = dst
         m["mode"] = 1
@@ -196,7 +245,11 @@ def main() -> None:
     ap.add_argument("--min-s", type=float, default=0.3, help="time spent per cell at least")
     ap.add_argument("--src", type=Path, default=Path(__file__).resolve().parents[1])
     add_json_option(ap, "protocol_cells.json", "the table")
-    ap.add_argument("--types", nargs="*", default=list(TYPES))
+    ap.add_argument("--stack", choices=("pastry", "scribe"), default="pastry",
+                    help="Pastry alone, or the product's stack with groups (type mcast)")
+    ap.add_argument("--types", nargs="*", default=None,
+                    help=f"default: {' '.join(TYPES)} (and {' '.join(SCRIBE_TYPES)} with "
+                         "--stack scribe)")
     ap.add_argument("--loop", action="store_true",
                     help="run each cell through the engine's window loop (the compiled "
                          "cell loop) instead of the Python dispatch")
@@ -205,10 +258,17 @@ def main() -> None:
     import numpy as np
 
     t0 = time.perf_counter()
-    eng, net = build(a.nodes, a.seed)
+    if a.types is None:
+        a.types = list(TYPES) + (list(SCRIBE_TYPES) if a.stack == "scribe" else [])
+    unknown = sorted(set(a.types) - set(TYPES) - set(SCRIBE_TYPES))
+    if unknown or (a.stack == "pastry" and set(a.types) & set(SCRIBE_TYPES)):
+        ap.error(f"--types: {' '.join(unknown) or 'mcast'} not a type of the "
+                 f"{a.stack} stack")
+    eng, net = build(a.nodes, a.seed, a.stack)
     setup = time.perf_counter() - t0
     rng = np.random.default_rng(a.seed)
-    print(f"src={a.src} nodes={a.nodes} setup {setup:.1f} s, load {os.getloadavg()[0]:.1f}")
+    print(f"src={a.src} stack={a.stack} nodes={a.nodes} setup {setup:.1f} s, "
+          f"load {os.getloadavg()[0]:.1f}")
     how = "the window loop" if a.loop else "the Python dispatch"
     print(f"{'type':12s}" + "".join(f"{k:>12,}" for k in SIZES)
           + f"   (messages/s, one shard, by {how})")
@@ -237,7 +297,8 @@ def main() -> None:
         figures = {f"{kind}_{k}": rate for kind, row in out.items() for k, rate in row.items()}
         figures.update({f"python_share_{key}": v for key, v in python.items()})
         write_record(a.json, f"bench_protocol, {a.nodes:,} nodes",
-                     {**figures, "nodes": a.nodes, "src": str(a.src), "loop": a.loop})
+                     {**figures, "nodes": a.nodes, "src": str(a.src), "loop": a.loop,
+                      "stack": a.stack})
 
 
 if __name__ == "__main__":

@@ -160,9 +160,9 @@ def buffer_sizes(out, pool, log, outbox, outbox_pay):
 
 
 @numba.njit(cache=True)
-def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_room, meta,
-               free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, delta, local_index,
-               alive, lost_counts, sizes, c):
+def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_room,
+               extra_half_full, meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows,
+               delta, local_index, alive, lost_counts, sizes, c):
     """A loop's next pass (the arrays: ``EngineArrays``' fields of those names, ``c`` its
     ``counts``): the next busy cell before ``end`` unless a further pass of ``cell`` is due
     (``in_cell``), and every message due before that cell's end taken out of the queue (the
@@ -175,10 +175,12 @@ def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_
     send buffer, the queue (``meta``, ``pay``) and the loop's buffers (their lengths: ``sizes``,
     :func:`buffer_sizes`; else the room asked is noted in ``c`` for the engine, which grows them
     before it processes the pass), and ``extra_rows`` rows a message of the stack's own buffers
-    fit the ``extra_room`` free. A new cell is not begun while the loop's log or outbox is more
-    than half full, nor while the queue's payload pool is more than three-quarters used: the
-    engine empties the buffers, or moves the pool's payload, and calls again (a pass that does
-    not fit would be handed back whole, to the slower Python loop). Returns (status:
+    fit the ``extra_room`` free (else the rows asked are noted in ``c``: the stack's
+    ``gathered`` makes its buffers twice that). A new cell is not begun while the loop's log
+    or outbox or one of the stack's own buffers (``extra_half_full``) is more than half full,
+    nor while the queue's payload pool is more than three-quarters used: the engine empties
+    the buffers, or moves the pool's payload, and calls again (a pass that does not fit would
+    be handed back whole, to the slower Python loop). Returns (status:
     WINDOW_DONE, BUFFERS_HALF_FULL, PAYLOAD_POOL_LOW, CELL_HANDED_BACK or -1 for a pass to take,
     the cell, the pass, its payload, whether it is in dispatch order, the start of every run of
     a type then len(pass), each row's local index). O(k log k) for a pass of k, + cells scanned."""
@@ -188,7 +190,8 @@ def begin_pass(end, cell, in_cell, taken, rows_per, ints_per, extra_rows, extra_
         cell = next_pending(meta, heap_t, head, nxt, rows, d, np.bool_(False))
         if cell == NEVER or cell * d >= end:
             return _no_pass(WINDOW_DONE, cell, rows)
-        if 2 * c[N_LOG] > n_log or 2 * c[N_OUT] > n_outbox or 2 * c[N_OUT_PAY] > n_outbox_pay:
+        if extra_half_full or 2 * c[N_LOG] > n_log or 2 * c[N_OUT] > n_outbox \
+                or 2 * c[N_OUT_PAY] > n_outbox_pay:
             return _no_pass(BUFFERS_HALF_FULL, cell, rows)
         if 4 * meta[2] > 3 * len(pay):
             # the queue's payload pool three-quarters used (it is moved only between calls,

@@ -430,3 +430,39 @@ def test_joins_with_hop_acks_in_the_loop_match_the_python_loop(monkeypatch):
     fast = run_without_loop(monkeypatch, run)
     assert loop_python < 0.5 * sum(e.python_events for e in fast[4].emu.engines)
     same_outcome(looped, fast)
+
+
+def test_deliveries_beyond_the_loops_buffer_stay_in_the_compiled_loop(monkeypatch):
+    """Multicasts to large groups deliver more in one loop call than the compiled loop's
+    delivery buffer holds: the loop stops before a new cell once it is half full (the engine takes
+    the rows and calls again), so no pass goes back to the Python loop for want of room
+    there; and the run is the Python loop's."""
+    from actors.scribe.cell_loop import N_DELIVERED, ScribeLoopPart
+
+    table, creators, creds, _ = make_groups(seed=17)
+    members = [np.arange(N)] * G      # every node in every group: G x N deliveries a round
+    calls = []   # per loop call: (deliveries gathered, buffer length, room asked)
+    gathered = ScribeLoopPart.gathered
+
+    def counted(self, ctx, extra_rows):
+        calls.append((int(self.stats[N_DELIVERED]), len(self.delivered), extra_rows))
+        gathered(self, ctx, extra_rows)
+
+    monkeypatch.setattr(ScribeLoopPart, "gathered", counted)
+
+    def run():
+        w = build(7, 1, table, creators, creds, members)
+        w.inject(multicast_requests(w.rendezvous(G), np.arange(G), 9_000_000, creds))
+        w.run()
+        w.dump()
+        logs = {name: w.table(name) for name in ("delivery", "tree_edge", "route")}
+        trees = [e.stack.app.tree.state() for e in w.emu.engines]
+        return logs, w.counters, w.sent, trees
+
+    looped = run()
+    got, size, asked = np.array(calls).T
+    assert got.sum() > 2 * size.max(), (got.sum(), size.max())
+    assert (2 * got > size).any()          # a call stopped with the buffer half full
+    assert not asked.any(), calls          # and no pass was handed back for its room
+    fast = run_without_loop(monkeypatch, run)
+    same_outcome(looped, fast)

@@ -74,10 +74,11 @@ def run_cells(end, eng, taken, rows_per, ints_per, acks_off, learn, joins, acks,
     first = np.int64(0)
     in_cell = np.bool_(False)   # a further pass of ``cell`` is due (zero-delay self-messages)
     while True:
+        n_log = stats[N_ROUTE_LOG]
         status, cell, m, payload, ordered, bounds, li = window.begin_pass(
-            end, cell, in_cell, taken, rows_per, ints_per, 1, len(route_log) - stats[N_ROUTE_LOG],
-            meta, free, heap_t, heap_s, poff, plen, pay, head, nxt, rows, delta, local_index,
-            alive, lost_counts, sizes, c)
+            end, cell, in_cell, taken, rows_per, ints_per, 1, len(route_log) - n_log,
+            2 * n_log > len(route_log), meta, free, heap_t, heap_s, poff, plen, pay, head, nxt,
+            rows, delta, local_index, alive, lost_counts, sizes, c)
         if status >= 0:
             return status, m, payload, ordered, 0, 0, 0
         n_runs = len(bounds) - 1
@@ -133,7 +134,7 @@ class PastryLoopPart:
         """What the call gathered, to the shard's logs, counters and the application's
         ``new_leafs`` (once for every node whose leaf set changed: the upcall carries no
         time and sends nothing, ``Pastry._own_runs``); room for ``extra_rows`` route-log
-        rows if the loop asked for it."""
+        rows in half the buffer if the loop asked for it."""
         st = self.stats
         n = int(st[N_ROUTE_LOG])
         if n:
@@ -148,7 +149,7 @@ class PastryLoopPart:
             nodes = np.sort(self.changed[:n])
             self.changed_mask[nodes] = False
             self.pastry.app.new_leafs(ctx, nodes)
-        if extra_rows > len(self.route_log):
+        if 2 * extra_rows > len(self.route_log):   # (then half of it holds such a pass)
             self.route_log = np.zeros(2 * extra_rows, ROUTE_LOG_DTYPE)
 
 

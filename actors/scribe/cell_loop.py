@@ -103,8 +103,8 @@ class ScribeLoopPart:
         """What the call gathered, as ``receive_runs`` does it after its call: the DATA
         counts, the deliveries and the groups created, the room of a run that was short;
         the tree indexes' sizes that routed JOIN, CREATE, ADOPT and REPLICA runs reached,
-        the collapse counts; room for ``extra_rows`` deliveries if the loop asked for
-        it."""
+        the collapse counts; room for ``extra_rows`` deliveries in half the buffer if the
+        loop asked for it."""
         sc, st = self.scribe, self.stats
         sc.tree.inserted(self.tree_sizes[0], self.tree_sizes[1])
         sc.collapse.counted(ctx, self.counts)
@@ -122,6 +122,6 @@ class ScribeLoopPart:
                 sc.multicast.log_deliveries(ctx, rows)
         if st[SHORT_TYPE] >= 0:
             sc._run_room.asked(int(st[SHORT_TYPE]), int(st[SHORT_NEED]), int(st[SHORT_COUNT]))
-        if extra_rows > len(self.delivered):
+        if 2 * extra_rows > len(self.delivered):   # (then half of it holds such a pass)
             self.delivered = np.zeros(2 * extra_rows, self.delivered.dtype)
 
