@@ -16,17 +16,20 @@ Types: ``route`` (a routed application message's routing step, forwarded or deli
 
 With ``--stack scribe`` the engine runs the product's stack (Pastry with Scribe) over
 ``GROUPS`` groups, created by their creators' CREATE requests before any timing, and the
-type ``mcast`` is Scribe's MCAST routed from a random source to its group's rendezvous
-point: the routing step of an application message as a run has it (Pastry's hop, Scribe's
-forward upcall on the way, the deliver upcall and the RP_ADDR reply at the RP). With
-Pastry alone, ``route`` (type 60) has no application to take it.
+type ``mcast`` is Scribe's MCAST routed from one of ``SOURCES`` sources (each has published
+to its group once, so it holds the group's slot, as a source in a run does) to its group's
+rendezvous point: the routing step of an application message as a run has it (Pastry's
+hop, Scribe's forward upcall on the way, the deliver upcall and the RP_ADDR reply at the
+RP). With Pastry alone, ``route`` (type 60) has no application to take it.
 
 With ``--loop`` the batch is a cell of the engine's window instead, 100 copies in
 consecutive grid cells of one window run by ``ShardEngine.advance``, so the stack's
 compiled cell loop takes them (the engine's determinism rules, the handlers and the
 routing of the sends, as in a run) unless a type has no compiled handler; messages/s
 counts every message the window processed (the sends that fall due in it too), and the
-table gives the share the Python loop took.
+table gives the share the Python loop took at each size. (A cell of more than
+``emulator.kernels.SORT_MAX`` messages -- 10,000 a cell plus the hops that fall due in
+it -- always goes to the Python loop, and the few cells after it too.)
 
 Usage: ``python benchmarks/bench_protocol.py [--nodes 10000] [--loop] [--stack scribe]
 [--types mcast ...] [--src CHECKOUT]``
@@ -290,7 +293,8 @@ def main() -> None:
         out[kind] = row
         share = ""
         if a.loop:
-            share = f"   ({max(python[f'{kind}_{k}'] for k in SIZES):.0%} by the Python loop)"
+            share = "   (by the Python loop: " \
+                + " / ".join(f"{python[f'{kind}_{k}']:.0%}" for k in SIZES) + ")"
         print(f"{kind:12s}" + "".join(f"{row[k]:>12,.0f}" for k in SIZES) + share, flush=True)
     if a.json:
         from report import write_record
