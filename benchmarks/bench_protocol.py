@@ -20,7 +20,8 @@ type ``mcast`` is Scribe's MCAST routed from one of ``SOURCES`` sources (each ha
 to its group once, so it holds the group's slot, as a source in a run does) to its group's
 rendezvous point: the routing step of an application message as a run has it (Pastry's
 hop, Scribe's forward upcall on the way, the deliver upcall and the RP_ADDR reply at the
-RP). With Pastry alone, ``route`` (type 60) has no application to take it.
+RP). ``route`` is Pastry alone's: its type (60) has no application there, and in the
+product's stack it is Scribe's CREATE.
 
 With ``--loop`` the batch is a cell of the engine's window instead, 100 copies in
 consecutive grid cells of one window run by ``ShardEngine.advance``, so the stack's
@@ -251,8 +252,8 @@ def main() -> None:
     ap.add_argument("--stack", choices=("pastry", "scribe"), default="pastry",
                     help="Pastry alone, or the product's stack with groups (type mcast)")
     ap.add_argument("--types", nargs="*", default=None,
-                    help=f"default: {' '.join(TYPES)} (and {' '.join(SCRIBE_TYPES)} with "
-                         "--stack scribe)")
+                    help=f"default: {' '.join(TYPES)} (with --stack scribe: "
+                         f"{' '.join(SCRIBE_TYPES)}, then the others but route)")
     ap.add_argument("--loop", action="store_true",
                     help="run each cell through the engine's window loop (the compiled "
                          "cell loop) instead of the Python dispatch")
@@ -261,12 +262,13 @@ def main() -> None:
     import numpy as np
 
     t0 = time.perf_counter()
+    types = TYPES if a.stack == "pastry" else (*SCRIBE_TYPES, *TYPES[1:])
     if a.types is None:
-        a.types = list(TYPES) + (list(SCRIBE_TYPES) if a.stack == "scribe" else [])
-    unknown = sorted(set(a.types) - set(TYPES) - set(SCRIBE_TYPES))
-    if unknown or (a.stack == "pastry" and set(a.types) & set(SCRIBE_TYPES)):
-        ap.error(f"--types: {' '.join(unknown) or 'mcast'} not a type of the "
-                 f"{a.stack} stack")
+        a.types = list(types)
+    unknown = [t for t in a.types if t not in types]
+    if unknown:
+        ap.error(f"--types: {' '.join(unknown)}: not a type of the {a.stack} stack "
+                 f"({' '.join(types)})")
     eng, net = build(a.nodes, a.seed, a.stack)
     setup = time.perf_counter() - t0
     rng = np.random.default_rng(a.seed)
