@@ -15,6 +15,18 @@ from actors.scribe.keyindex import KeyIndex, key_value, ranges_where
 def test_matches_a_dict(batches, width):
     ix = KeyIndex(width, capacity=4)   # small: the table and the chains grow often
     ref = {}
+    # every prefix (and ones past the last, and repeated ones) lists its values by key,
+    # after every batch: a chain sorted by a listing gets out of order again
+    prefixes = np.r_[np.arange(0, 500 // width + 3), 0, 0]
+
+    def lists_by_key():
+        qi, v = ix.within(prefixes)
+        assert qi.dtype == np.int64 and v.dtype == np.int32
+        assert (np.diff(qi) >= 0).all()
+        for q, p in enumerate(prefixes.tolist()):
+            expect = [ref[k] for k in sorted(ref) if k // width == p]
+            assert v[qi == q].tolist() == expect
+
     for batch in batches:
         vals, new = ix.insert(np.array(batch, np.int64))
         assert vals.dtype == np.int32 and new.dtype == bool
@@ -25,18 +37,12 @@ def test_matches_a_dict(batches, width):
             else:
                 assert not new[i]
             assert vals[i] == ref[k]
+        lists_by_key()
     assert len(ix) == len(ref)
     probe = np.arange(-2, 503)
     got = ix.lookup(probe)
     assert all(got[i] == ref.get(int(k), -1) for i, k in enumerate(probe))
-    # every prefix (and ones past the last, and repeated ones) lists its values by key
-    prefixes = np.r_[np.arange(0, 500 // width + 3), 0, 0]
-    qi, v = ix.within(prefixes)
-    assert qi.dtype == np.int64 and v.dtype == np.int32
-    assert (np.diff(qi) >= 0).all()
-    for q, p in enumerate(prefixes.tolist()):
-        expect = [ref[k] for k in sorted(ref) if k // width == p]
-        assert v[qi == q].tolist() == expect
+    lists_by_key()
     # a filter on the values
     keep = np.arange(len(ref) + 1) % 2 == 0
     qi, v = ix.within(prefixes, keep)

@@ -23,7 +23,7 @@ from emulator.kernels import put_send, unique_first, zero_rows
 
 from .kernel_rows import DECLINED, DONE, MORE_ROOM, direct_rows, put_group
 from .kernels import active_slot, clear_slot_children, remove_child, reset_slot, write_child
-from .keyindex import has_room, insert_key
+from .keyindex import chain_first, chain_head, has_room, insert_key
 from .types import Adopt, CollapseWave
 
 _ANCESTOR = CollapseWave.ancestor
@@ -71,14 +71,14 @@ def on_collapse_wave(m, li, six, eix, n_groups, active, member, root, parent, n_
     for j in first:
         taken[j] = s[j] >= 0
     removable = np.zeros(n, np.bool_)
-    head, nxt = eix[2], eix[3]
+    head, nxt, key_of = eix[2], eix[3], eix[4]
     need = 0
     for i in range(n):
         if not taken[i]:
             continue
         v = s[i]
         removable[i] = not member[v] and not root[v] and n_children[v] == 1
-        cur = head[v] if v < len(head) else -1
+        cur = chain_head(head, nxt, key_of, v)   # (in child order: the waves go out in it)
         while cur >= 0:
             need += valid[cur]
             cur = nxt[cur]
@@ -93,7 +93,7 @@ def on_collapse_wave(m, li, six, eix, n_groups, active, member, root, parent, n_
                 continue
             r = m[i]
             v = s[i]
-            cur = head[v] if v < len(head) else -1
+            cur = chain_first(head, v)      # (in child order since the count)
             while cur >= 0:
                 if valid[cur]:
                     _put(out, w, r["dst"], e_child[cur], wave_type, r, key_hi, key_lo, s_hr,

@@ -15,7 +15,7 @@ import numpy as np
 
 from emulator.kernels import unique_first
 
-from .keyindex import key_value, ranges_where
+from .keyindex import chain_first, key_value, ranges_where
 
 
 @numba.njit(cache=True)
@@ -247,9 +247,10 @@ def reset_slots(slots, flags, small, wide):
 @numba.njit(cache=True)
 def clear_slot_children(v, eix, valid, n_children, node_children, slot_node):
     """Slot v drops every child (its valid entries become invalid, its slot's and node's
-    child counts go down by as many). Returns how many it had. O(the slot's entries)."""
+    child counts go down by as many). Returns how many it had. O(the slot's entries, in
+    any order)."""
     head, nxt = eix[2], eix[3]
-    cur = head[v] if v < len(head) else -1
+    cur = chain_first(head, v)
     k = 0
     while cur >= 0:
         if valid[cur]:

@@ -11,8 +11,14 @@ Two structures answer the two questions Scribe asks:
   arrays would pay a binary search per look-up and a re-sort per insert, which at
   100,000 nodes dominates a shard's join phase: benchmarks/bench_scale.py profiles it);
 - **prefix ranges** (a node's slots in group order, a slot's children in child order):
-  with ``width`` set, every prefix heads a chain of its values linked in key order, kept
-  sorted as keys arrive (O(chain length) per insert: a node's groups, a slot's children).
+  with ``width`` set, every prefix heads a chain of its values, in key order where its
+  listings need it. A new key is linked in its place when that is among the chain's first
+  :data:`ORDERED_WALK` values, else at the front, and the chain is marked out of order
+  (its head stored as ``-2 - first value``); whoever lists the prefix in key order
+  (`chain_head`, `ranges_where`) sorts such a chain first. A step along a chain is a cache
+  miss, and long chains grow far more often than they are listed (a node gets its slots
+  of dozens of trees in the join, its ticks list them), while short ones (a slot's
+  children) stay in order as they grow and cost no sort when listed.
 
 Every function here is a numba kernel over the index's arrays, which it hands out as one
 tuple (``KeyIndex.arrays``) so that Scribe's compiled steps (``kernels.py``) can look keys
@@ -24,9 +30,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from emulator.kernels import stable_order
+
 _EMPTY = np.iinfo(np.int64).min            # a free hash cell (never a key)
 _FIB = np.uint64(0x9E3779B97F4A7C15)       # 2^64 / golden ratio: Fibonacci hashing
 _NO_FILTER = np.zeros(0, dtype=bool)       # ranges' "keep every value"
+ORDERED_WALK = 4                           # chain values an insert passes to keep order
 
 
 class KeyIndex:
@@ -170,9 +179,9 @@ def _lookup(ix, q):
 @numba.njit(cache=True)
 def insert_key(ix, width, size, k):
     """Look up key k in index arrays ix (`KeyIndex.arrays`, ``width`` its width or 0),
-    adding it with value ``size`` if absent. Returns (value, whether it was added, the new
-    size). The caller has made room (`KeyIndex.make_room`). O(1) expected plus, with a
-    width, the walk along k's prefix chain."""
+    adding it with value ``size`` if absent (with a width, into its prefix's chain: the
+    module docstring). Returns (value, whether it was added, the new size). The caller has
+    made room (`KeyIndex.make_room`). O(1) expected, O(ORDERED_WALK) along the chain."""
     hkeys, hvals, head, nxt, key_of = ix
     if k == _EMPTY:
         raise ValueError("KeyIndex: the smallest int64 is reserved")
@@ -186,19 +195,76 @@ def insert_key(ix, width, size, k):
     hkeys[c] = k
     hvals[c] = v
     key_of[v] = k
-    if width > 0:          # link v into its prefix's chain, in key order
+    if width > 0:
         p = k // width
+        first = head[p]
+        in_order = first >= -1
         prev = -1
-        cur = head[p]
-        while cur >= 0 and key_of[cur] < k:
+        cur = first
+        for _ in range(ORDERED_WALK):
+            if cur < 0 or key_of[cur] > k:
+                break
             prev = cur
             cur = nxt[cur]
-        nxt[v] = cur
-        if prev < 0:
-            head[p] = v
-        else:
-            nxt[prev] = v
+        if in_order and (cur < 0 or key_of[cur] > k):    # its place: after prev
+            nxt[v] = cur
+            if prev < 0:
+                head[p] = v
+            else:
+                nxt[prev] = v
+        else:                                            # at the front, out of order
+            nxt[v] = chain_first(head, p)
+            head[p] = -2 - v
     return v, True, size + 1
+
+
+# (inlined: a call that passes arrays costs their reference counts, per prefix listed)
+@numba.njit(cache=True, inline="always")
+def chain_first(head, p):
+    """The first value of prefix ``p``'s chain (chain heads ``head``), in whatever order
+    the chain is; -1 if it has none. O(1)."""
+    if p < 0 or p >= len(head):
+        return np.int32(-1)
+    first = head[p]
+    return first if first >= -1 else np.int32(-2 - first)
+
+
+@numba.njit(cache=True, inline="always")
+def chain_head(head, nxt, key_of, p):
+    """The first value of prefix ``p``'s chain in key order (an index's chain heads,
+    links and keys: `KeyIndex.arrays` 2 to 4), -1 if it has none: a chain out of order is
+    sorted first. O(1), or for a chain of c values out of order O(c log c)
+    (``stable_order``)."""
+    if p < 0 or p >= len(head):
+        return np.int32(-1)
+    if head[p] < -1:
+        _sort_chain(head, nxt, key_of, p)
+    return head[p]
+
+
+@numba.njit(cache=True)
+def _sort_chain(head, nxt, key_of, p):
+    """Relink prefix ``p``'s chain (out of order) in key order; its keys are distinct.
+    O(c log c)."""
+    first = chain_first(head, p)
+    c = 0
+    cur = first
+    while cur >= 0:
+        c += 1
+        cur = nxt[cur]
+    vals = np.empty(c, np.int32)
+    keys = np.empty((2, c), np.int64)    # the keys, then their order
+    cur = first
+    for i in range(c):
+        vals[i] = cur
+        keys[0, i] = key_of[cur]
+        cur = nxt[cur]
+    order = keys[1]
+    stable_order(keys[0], order)
+    head[p] = vals[order[0]]
+    for i in range(c - 1):
+        nxt[vals[order[i]]] = vals[order[i + 1]]
+    nxt[vals[order[c - 1]]] = -1
 
 
 @numba.njit(cache=True)
@@ -216,9 +282,9 @@ def has_room(ix, size, more, prefixes):
 @numba.njit(cache=True)
 def any_within(ix, p, keep):
     """Whether prefix ``p`` has a value v with keep[v] (`ranges_where` for one prefix,
-    stopping at the first). O(the prefix's chain)."""
+    stopping at the first; in any order). O(the prefix's chain)."""
     head, nxt = ix[2], ix[3]
-    cur = head[p] if 0 <= p < len(head) else -1
+    cur = chain_first(head, p)
     while cur >= 0:
         if keep[cur]:
             return True
@@ -256,13 +322,13 @@ def _rehash(hkeys, hvals, cap):
 @numba.njit(cache=True)
 def ranges_where(ix, prefixes, keep):
     """(query index, value) of every key with prefix ``prefixes[i]`` whose value v has
-    keep[v] (`keep` empty: every value), by query then key. O(q + output)."""
-    head, nxt = ix[2], ix[3]
+    keep[v] (`keep` empty: every value), by query then key. O(q + output), plus the sort
+    of each chain out of key order (`chain_head`)."""
+    head, nxt, key_of = ix[2], ix[3], ix[4]
     every = len(keep) == 0
     total = 0
     for i in range(len(prefixes)):
-        p = prefixes[i]
-        cur = head[p] if 0 <= p < len(head) else -1
+        cur = chain_head(head, nxt, key_of, prefixes[i])
         while cur >= 0:
             if every or keep[cur]:
                 total += 1
@@ -271,8 +337,7 @@ def ranges_where(ix, prefixes, keep):
     out = np.empty(total, np.int32)
     j = 0
     for i in range(len(prefixes)):
-        p = prefixes[i]
-        cur = head[p] if 0 <= p < len(head) else -1
+        cur = chain_first(head, prefixes[i])    # (in key order since the count)
         while cur >= 0:
             if every or keep[cur]:
                 qi[j] = i
