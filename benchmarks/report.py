@@ -13,7 +13,7 @@ It names the page ``section`` it belongs to and the ``rows`` it shows there: eac
 "n/a") and optionally a ``target``
 (``text``, and ``figure`` / ``op`` / ``value`` to judge it: met when every run meets it;
 ``verdict``: what to print while that figure is missing). A row may carry its own
-``measured`` (commit, date, machine, source) when it was measured apart from the record's
+``measured`` (commit, date, machine, source, command) when it was measured apart from the record's
 other rows; a new run of the benchmark drops those. ``source`` says where the figures come
 from: "transcribed ..." for the records carried over from the old diary of BENCHMARKS.md
 (its last version is commit 44f380f), "measured" for a benchmark's own output.
@@ -300,7 +300,8 @@ def render_section(records: list[dict], section: str) -> str:
         if rec.get("section") != section:
             continue
         for row in rec["rows"]:
-            m = {**{k: rec.get(k) for k in ("commit", "date", "machine", "source")},
+            # a row measured apart says so: its own commit, date, machine, source, command
+            m = {**{k: rec.get(k) for k in ("commit", "date", "machine", "source", "command")},
                  **row.get("measured", {})}
             tgt = ""
             for t in ([row["target"]] if isinstance(row.get("target"), dict)
@@ -313,7 +314,7 @@ def render_section(records: list[dict], section: str) -> str:
                 "transcribed") else "")
             lines.append("| " + " | ".join(_cell(x) for x in (
                 row["title"], render_display(row, rec["figures"]), tgt or "-",
-                f"`{rec['command']}`", m["machine"]["name"], when)) + " |")
+                f"`{m['command']}`", m["machine"]["name"], when)) + " |")
     return "\n".join(lines)
 
 
