@@ -72,8 +72,8 @@ def stack_record():
 
 def build(nodes: int, seed: int, stack: str = "pastry"):
     """(engine, shared network) of one shard holding every node, Pastry's state the
-    oracle's; ``stack`` "scribe": the product's stack, its groups created (module
-    docstring)."""
+    oracle's; ``stack`` "scribe": the product's stack, its groups created and its sources'
+    (nodes, groups) in ``net["sources"]`` (module docstring)."""
     import functools
 
     import numpy as np
