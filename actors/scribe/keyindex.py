@@ -17,8 +17,8 @@ Two structures answer the two questions Scribe asks:
   (its head stored as ``-2 - first value``); whoever lists the prefix in key order
   (`chain_head`, `ranges_where`) sorts such a chain first. A step along a chain is a cache
   miss, and long chains grow far more often than they are listed (a node gets its slots
-  of dozens of trees in the join, its ticks list them), while short ones (a slot's
-  children) stay in order as they grow and cost no sort when listed.
+  of dozens of trees in the join; only tree repair's ticks list them), while short ones
+  (a slot's children) stay in order as they grow and cost no sort when listed.
 
 Every function here is a numba kernel over the index's arrays, which it hands out as one
 tuple (``KeyIndex.arrays``) so that Scribe's compiled steps (``kernels.py``) can look keys
