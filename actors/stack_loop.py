@@ -195,21 +195,6 @@ def take_create_request_run(m, li, out, pool, cursor, acks_off, learn, joined, a
 
 
 @numba.njit(cache=True)
-def take_request_run(m, li, out, pool, cursor, acks_off, learn, joined, acks, tables, state,
-                     factors, delivered, scribe_stats, tree_sizes, route_log, pastry_stats):
-    """A run of requests whose handler routes (``Scribe.request_run_types``): CREATE_REQs
-    by :func:`take_create_request_run`, JOIN_REQs by :func:`take_join_request_run`.
-    Returns whether the run was taken."""
-    if m[0]["type"] == CREATE_REQ:
-        return take_create_request_run(m, li, out, pool, cursor, acks_off, learn, joined,
-                                       acks, tables, state, factors, delivered, scribe_stats,
-                                       tree_sizes, route_log, pastry_stats)
-    return take_join_request_run(m, li, out, pool, cursor, acks_off, learn, joined, acks,
-                                 tables, state, factors, scribe_stats, tree_sizes, route_log,
-                                 pastry_stats)
-
-
-@numba.njit(cache=True)
 def _lent(m, factors, out, cursor):
     """The rows a run of ``m`` is lent, as ``take_runs`` lends a run: (its type, how many,
     where they start, the rows)."""
@@ -262,7 +247,8 @@ def run_cells(end, eng, taken, app_type, app_routed, app_requests, rows_per, int
     leaf set changed marked in ``stale`` (if ``mark_stale``), then Scribe's runs: those
     of direct messages by its part, a run of routed ones of a type ``app_routed`` marks
     by :func:`take_routed_run`, a run of requests of a type ``app_requests`` marks (their
-    handler routes) by :func:`take_request_run`. Returns (status, the pass handed
+    handler routes) by :func:`take_create_request_run` or :func:`take_join_request_run`.
+    Returns (status, the pass handed
     back, its payload, whether it is in dispatch order, the run declined, sends written,
     payload cursor). O(the handlers' work + cells scanned)."""
     # taken apart once: a call takes a reference to every array it is passed, and a tuple
@@ -323,10 +309,19 @@ def run_cells(end, eng, taken, app_type, app_routed, app_requests, rows_per, int
                 r += 1
                 continue
             if app_requests[np.int64(m[bounds[r]]["type"]) + TYPE_OFFSET]:
-                if not take_request_run(
-                        m[bounds[r]:bounds[r + 1]], li[bounds[r]:bounds[r + 1]], out, pool,
-                        cursor, acks_off, learn, joins[0], acks, tables, state, factors,
-                        delivered, scribe_stats, tree_sizes, route_log, pastry_stats):
+                # (chosen here: a kernel that only chose would be compiled with both
+                # linked into it, one more time)
+                mr, lr = m[bounds[r]:bounds[r + 1]], li[bounds[r]:bounds[r + 1]]
+                if mr[0]["type"] == CREATE_REQ:
+                    took = take_create_request_run(
+                        mr, lr, out, pool, cursor, acks_off, learn, joins[0], acks, tables,
+                        state, factors, delivered, scribe_stats, tree_sizes, route_log,
+                        pastry_stats)
+                else:
+                    took = take_join_request_run(
+                        mr, lr, out, pool, cursor, acks_off, learn, joins[0], acks, tables,
+                        state, factors, scribe_stats, tree_sizes, route_log, pastry_stats)
+                if not took:
                     return window.PASS_PARTLY_DONE, m, payload, True, r, cursor[0], cursor[1]
                 r += 1
                 continue
@@ -373,13 +368,16 @@ class StackCellLoop:
                          bool(self.rendezvous.k), self.rendezvous.stale)
 
     def compile_ahead(self, ctx, eng) -> None:
-        """Compile what :func:`run_cells` calls for a pass's application runs
-        (:func:`take_routed_run`, :func:`take_request_run`, Scribe's ``take_runs``)
-        and at a pass's end (``window.end_pass``), for the types a call of this loop over
-        the engine's arrays ``eng`` passes them; nothing runs. scenarios/warm.py has a
-        second process do this while the first compiles the loop itself, whose compile
-        then loads them from the cache: they are about half of it. O(their compile, or
-        their cache load)."""
+        """Compile what :func:`run_cells` calls for a pass's application runs (Scribe's
+        ``take_runs``, :func:`take_routed_run`, :func:`take_create_request_run`,
+        :func:`take_join_request_run`) and at a pass's end (``window.end_pass``), for the
+        types a call of this loop over the engine's arrays ``eng`` passes them; nothing
+        runs. scenarios/warm.py has a second process do this while the first compiles the
+        loop itself, whose compile then loads from the cache each part saved by the time
+        it gets there (they are about half of it) and compiles the others too. In this
+        order, the first process compiles least again: it gets to them after Pastry's
+        part, which takes about as long as Scribe's part and the routed run together, and
+        reaches Scribe's part, the largest, last. O(their compile, or their cache load)."""
         (acks_off, learn, joins, acks, _, _, _, _, _, tables, route_log, _, _, pastry_stats,
          _) = self.pastry.inputs(ctx)
         state, factors, s_tables, delivered, scribe_stats, tree_sizes, counts = \
@@ -389,13 +387,13 @@ class StackCellLoop:
         i64 = numba.types.int64
         lent = (t(eng.out), t(eng.pool), ints, t(acks_off), t(learn), t(joins[0]), t(acks),
                 t(tables), t(state), t(factors))
-        take_routed_run.compile((m, ints, *lent, t(delivered), t(scribe_stats),
-                                 t(tree_sizes), t(route_log), t(pastry_stats)))
-        take_request_run.compile((m, ints, *lent, t(delivered), t(scribe_stats),
-                                  t(tree_sizes), t(route_log), t(pastry_stats)))
+        ends = (t(scribe_stats), t(tree_sizes), t(route_log), t(pastry_stats))
         scribe_loop.take_runs.compile((m, ints, ints, i64, i64, t(eng.out), t(eng.pool), ints,
                                        t(state), t(factors), t(s_tables), t(delivered),
                                        t(scribe_stats), t(tree_sizes), t(counts)))
+        take_routed_run.compile((m, ints, *lent, t(delivered), *ends))
+        take_create_request_run.compile((m, ints, *lent, t(delivered), *ends))
+        take_join_request_run.compile((m, ints, *lent, *ends))
         window.end_pass.compile(window.end_pass_types(eng))
 
     def gathered(self, ctx, extra_rows: int) -> None:

@@ -58,6 +58,7 @@ def test_the_loops_parts_compiled_ahead_are_those_the_loop_calls(warm_run):
     cache = Path(warm_run["cache"])
     parts = (("actors", "stack_loop.take_routed_run-"),
              ("actors", "stack_loop.take_join_request_run-"),
+             ("actors", "stack_loop.take_create_request_run-"),
              ("actors/scribe", "cell_loop.take_runs-"),
              ("emulator", "window.end_pass-"))
     for folder, prefix in parts:
