@@ -313,8 +313,6 @@ class Emulator:
         k = due[0]                      # the first shard's process died under the call
         if isinstance(cause, RelayedError):
             k, cause = cause.shard, cause.error
-        while isinstance(cause, ray.exceptions.RayTaskError) and cause.cause is not None:
-            cause = cause.cause
         return self._shard_error(k, cause, what, at,
                                  [self._actors[j].ready.remote() for j in due], due)
 
@@ -324,7 +322,10 @@ class Emulator:
         itself: the dead one is found among the calls `probe`, of shards `probe_ids`),
         OSError for a failed log or checkpoint write (disk full, read-only: the runner
         reports storage errors itself, wherever they happen), else EmulationError naming
-        the shard whose handler raised."""
+        the shard whose handler raised. A `cause` that is a call's error is unwrapped to
+        its own cause (a push through another machine's gateway that failed there)."""
+        while isinstance(cause, ray.exceptions.RayTaskError) and cause.cause is not None:
+            cause = cause.cause
         if isinstance(cause, (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError,
                               LinkClosed)):
             dead = self._dead_shard(probe, probe_ids)

@@ -137,13 +137,16 @@ class LinkClient:
         self._lock = threading.Lock()
         self._unsynced = False
 
-    def push(self, seq, era, promise, batch, leaving) -> None:
+    def push(self, seq, era, promise, batch, leaving, src=None) -> None:
+        """Send a push of this link's shard, or (``src``) one this shard passes on for
+        shard ``src`` of another machine."""
+        src = self.src if src is None else int(src)
         if batch is None:
-            head = np.array([PUSH, self.src, seq, era, promise, leaving, -1, 0], np.int64)
+            head = np.array([PUSH, src, seq, era, promise, leaving, -1, 0], np.int64)
             parts = [head]
         else:
             pay = batch.payload if batch.has_payload else None
-            head = np.array([PUSH, self.src, seq, era, promise, leaving, len(batch.msgs),
+            head = np.array([PUSH, src, seq, era, promise, leaving, len(batch.msgs),
                              0 if pay is None else len(pay)], np.int64)
             parts = [head, np.ascontiguousarray(batch.msgs)]
             if pay is not None:

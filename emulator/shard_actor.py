@@ -40,7 +40,10 @@ shard is busy in its round.
 A push to a shard of the same Ray node is no Ray call: it goes over a local link
 (emulator/local_link.py), sent once the shard's lock is released, and a reader thread of
 the peer applies it with the same `deliver`; a round's end waits for each link's `sync`
-where it waits for the Ray pushes' calls.
+where it waits for the Ray pushes' calls. The pushes made at once to the shards of another
+node go in one Ray call (`deliver_many`) to that node's gateway, its lowest shard, which
+passes them on over its own links; a round's end then waits for the gateway's
+`sync_links` too.
 
 Large read-only inputs (the latency tables, node ids, group tables) arrive as object-store
 references and are read zero-copy.
@@ -152,12 +155,18 @@ class ShardActor:
         self._asked_in = np.zeros(0, np.int64)
         self._asked_out = np.zeros(0, np.int64)
         self._answers: list = []
+        self._answer_calls: list = []             # gateways' calls carrying answers
         self._profiles: dict | None = None       # phase -> cProfile of its rounds, when on
         # pushes to the peers of this machine go over local links (emulator/local_link.py),
         # the others as Ray calls; a link that closed means its peer's process died
         self._link_server: LinkServer | None = None
         self._links: dict[int, LinkClient] = {}
         self._link_lost: BaseException | None = None
+        # pushes to the peers of another machine go in one Ray call per machine, to its
+        # gateway (its first shard), which passes them on over its local links: the peer's
+        # gateway, and the gateways pushed to in this round (guarded by _cond)
+        self._via: dict[int, int] = {}
+        self._via_used: set = set()
 
     def ready(self) -> int:
         """The shard's earliest pending event (timers its stack set up), once set up."""
@@ -195,6 +204,11 @@ class ShardActor:
             node = links[j][0]
             self._links = {p: LinkClient(address, j) for p, (where, address) in enumerate(links)
                            if p != j and where == node}
+            gateway: dict = {}
+            for p, (where, _) in enumerate(links):
+                gateway.setdefault(where, p)
+            self._via = {p: gateway[where] for p, (where, _) in enumerate(links)
+                         if where != node}
         self._look_out = np.array(lookahead[j], np.int64)       # to each peer
         self._look_in = np.array(lookahead[:, j], np.int64)     # from each peer
         self._look_out[j] = self._look_in[j] = NEVER
@@ -257,39 +271,72 @@ class ShardActor:
                 push = self._push(src, int(self._promise_now[src]), None, -1)
                 self._answers.append(push)
                 local.append(push)
-        self._send_local(local)
+        calls = self._send_local(local)
+        if local and src in self._via:   # a gateway's call: the round's end waits for it
+            with self._cond:
+                self._answer_calls += calls
 
     def _push(self, k, promise, batch, leaving):
         """Push number seq_out[k] to peer k (call under _cond: both threads push): a Ray
-        call's ref, or for a peer of a local link the push itself, which
-        :meth:`_send_local` sends once the lock is released (a send may wait for the peer
-        to read, and the peer's reader may wait for its own lock)."""
+        call's ref, or for a peer of a local link or of another machine's gateway the push
+        itself, which :meth:`_send_local` sends once the lock is released (a send may wait
+        for the peer to read, and the peer's reader may wait for its own lock)."""
         seq = int(self._seq_out[k])
         self._seq_out[k] += 1
         if promise > self._promised[k]:
             self._promised[k] = promise
-        if k in self._links:
+        if k in self._links or k in self._via:
             return (k, seq, self._era, promise, batch, leaving)
         return self._peers[k].deliver.remote(self.engine.shard_id, seq, self._era, promise,
                                              batch, leaving)
 
     def _send_local(self, pushes) -> list:
-        """Send the local-link pushes among `pushes` (outside `_cond`); returns the
-        others (Ray refs)."""
+        """Send `pushes` (outside `_cond`): those to peers of this machine over their
+        local links, those to another machine's peers in one `deliver_many` call to its
+        gateway; returns the Ray refs (those calls, and the pushes made as Ray calls)."""
         refs = []
+        via: dict = {}
         for p in pushes:
-            if isinstance(p, tuple):
+            if not isinstance(p, tuple):
+                refs.append(p)
+            elif p[0] in self._links:
                 k, seq, era, promise, batch, leaving = p
                 self._links[k].push(seq, era, promise, batch, leaving)
             else:
-                refs.append(p)
+                via.setdefault(self._via[p[0]], []).append(p)
+        if via:
+            me = self.engine.shard_id
+            refs += [self._peers[g].deliver_many.remote(me, group) for g, group in via.items()]
+            with self._cond:
+                self._via_used.update(via)
         return refs
 
+    def deliver_many(self, src, pushes) -> None:
+        """Pushes of shard `src` of another machine (each ``(peer, seq, era, promise,
+        batch, leaving)``), this shard being their gateway on its machine: its own are
+        applied as `deliver` applies them, the others passed on over its local links (their
+        order per peer kept; `sync_links` waits until they are applied). Runs on the second
+        thread."""
+        me = self.engine.shard_id
+        for k, seq, era, promise, batch, leaving in pushes:
+            if k == me:
+                self.deliver(src, seq, era, promise, batch, leaving)
+            else:
+                self._links[k].push(seq, era, promise, batch, leaving, src=src)
+
+    def sync_links(self) -> None:
+        """Return once the peers of this machine applied everything this shard pushed or
+        passed on to them so far."""
+        for link in self._links.values():
+            link.sync()
+
     def _take_answers(self) -> tuple[list, int]:
-        """(the Ray calls among the `want` answers since the last take, how many answers
-        there were); call under `_cond`. `want` sent the local-link ones itself."""
+        """(the Ray calls among the `want` answers since the last take, with the gateways'
+        calls that carried the others to another machine, how many answers there were);
+        call under `_cond`. `want` sent the local-link ones itself."""
         answers, self._answers = self._answers, []
-        return [p for p in answers if not isinstance(p, tuple)], len(answers)
+        calls, self._answer_calls = self._answer_calls, []
+        return [p for p in answers if not isinstance(p, tuple)] + calls, len(answers)
 
     def abort(self, src, number) -> None:
         """Shard `src` failed in round `number`: this shard's round of that number stops
@@ -537,6 +584,9 @@ class ShardActor:
         ray.get(pushes)   # the driver must not start the next round before peers hold them
         for link in self._links.values():
             link.sync()
+        with self._cond:
+            gateways, self._via_used = self._via_used, set()
+        ray.get([self._peers[g].sync_links.remote() for g in sorted(gateways)])
         if self._link_lost is not None:    # (a round that never waited still reports it)
             raise self._link_lost
         stats["wait_s"] += time.perf_counter() - t0

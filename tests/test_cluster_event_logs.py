@@ -14,10 +14,13 @@ hands them the event logs and the topology file; every CSV must hold the rows an
 independent computation expects (a header-only CSV from a part file left on an executor's
 disk would fail here).
 
-Then, on a 3-node cluster whose nodes share the disk, 3 shards (one on each node, no driver
-hub: they push batches to each other) with a named `run.storage`, where every shard writes
-its logs: emulation only, the logs must be the session's 1-shard reference logs row for
-row.
+Then, on a 3-node cluster whose nodes share the disk, 4 shards (two on the first node, one
+on each other; no driver hub: they push batches to each other, the two of the first node
+over a local link, and the other nodes' pushes to either of them in one call to the first,
+their gateway, which passes shard 1's on) with a named `run.storage`, where every shard
+writes its logs: emulation only, shard 1 killed in the join phase (the others' pushes to
+it fail at the gateway: the run replays the phase), the logs must be the session's 1-shard
+reference logs row for row.
 
 The clusters and their Spark run in a child process (a Spark driver JVM stays attached to
 the Ray it first connected to), once for these tests, in the background from the session's
@@ -148,9 +151,10 @@ def _cluster_run(tmp: Path) -> dict:
 
 
 def _three_node_run(tmp: Path) -> dict:
-    """The reference scenario's emulation on 3 shards, one on each node of a 3-node cluster
-    sharing this disk, logs in a named run.storage; returns where the logs are, the nodes
-    the shards ran on and whether the run directory got an events folder."""
+    """The reference scenario's emulation on 4 shards of a 3-node cluster sharing this
+    disk, two on its first node, logs in a named run.storage; returns where the logs are,
+    the nodes the shards ran on, their local-link peers and whether the run directory got an
+    events folder."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -162,33 +166,41 @@ def _three_node_run(tmp: Path) -> dict:
     from scenarios import runner as runner_mod
 
     cluster = Cluster()
-    seen = []
+    seen, linked, killed = [], [], []
+    real_get = Emulator._get
 
-    class NodeRecorder(Emulator):   # one shard per node; notes where they ran
+    def get_and_kill(self, refs, what, *ids):   # shard 1, behind node 0's gateway
+        if what == "phase 'join'" and not killed:
+            pid = ray.get(self._actors[1].__ray_call__.remote(lambda a: os.getpid()))
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        return real_get(self, refs, what, *ids)
+
+    class NodeRecorder(Emulator):   # shards 0 and 1 on node 0; notes where they ran
         def __init__(self, *args, **kwargs):
-            kwargs["actor_options"] = [{"resources": {f"node{k}": 0.01}} for k in range(3)]
+            kwargs["actor_options"] = [{"resources": {f"node{k}": 0.01}} for k in (0, 0, 1, 2)]
             super().__init__(*args, **kwargs)
-
-        def shutdown(self):
             seen.append(len(set(ray.get([a.node_id.remote() for a in self._actors]))))
-            super().shutdown()
+            linked.append(ray.get([a.link_peers.remote() for a in self._actors]))
 
     real_analyse, real_total = runner_mod._analyse, runner_mod._record_total
     emulator.Emulator = NodeRecorder
+    Emulator._get = get_and_kill
     runner_mod._analyse = lambda *a, **k: {}
     runner_mod._record_total = lambda *a, **k: None
     try:
         for n in range(3):
             cluster.add_node(num_cpus=1, resources={f"node{n}": 1})
-        cfg = reference_config(3)
+        cfg = reference_config(4, "run.retries=1")
         cfg.run["storage"] = str(tmp / "storage")
         out = run_scenario(cfg, out=tmp / "run", progress=False, address=cluster.address)
     finally:
-        emulator.Emulator = Emulator
+        emulator.Emulator, Emulator._get = Emulator, real_get
         runner_mod._analyse, runner_mod._record_total = real_analyse, real_total
         runtime.stop_ray()
         cluster.shutdown()
-    return {"storage": str(tmp / "storage"), "nodes": seen,
+    return {"storage": str(tmp / "storage"), "nodes": seen, "linked": linked,
+            "killed": len(killed), "run_log": (out / "run.log").read_text(),
             "events_in_run_dir": (out / "events").exists()}
 
 
@@ -265,6 +277,9 @@ def test_analyze_on_two_node_cluster(cluster_child):
 def test_three_node_cluster_gives_the_one_shard_logs(cluster_child, reference_runs):
     from runs import log_differences
     got = cluster_child["three_nodes"]
-    assert got["nodes"] == [3], f"shards ran on {got['nodes']} nodes"
+    # (a second emulator after the kill; shard 0 is node 0's gateway)
+    assert len(got["nodes"]) >= 2 and set(got["nodes"]) == {3}, got["nodes"]
+    assert all(peers == [[1], [0], [], []] for peers in got["linked"]), got["linked"]
+    assert got["killed"] == 1 and "retry 1 of 1" in got["run_log"], got["run_log"][-2000:]
     assert not got["events_in_run_dir"]              # the shards wrote to run.storage
     assert log_differences(Path(got["storage"]), reference_runs[1]) == []
