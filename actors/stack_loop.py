@@ -248,9 +248,9 @@ def run_cells(end, eng, taken, app_type, app_routed, app_requests, rows_per, int
     of direct messages by its part, a run of routed ones of a type ``app_routed`` marks
     by :func:`take_routed_run`, a run of requests of a type ``app_requests`` marks (their
     handler routes) by :func:`take_create_request_run` or :func:`take_join_request_run`.
-    Returns (status, the pass handed
-    back, its payload, whether it is in dispatch order, the run declined, sends written,
-    payload cursor). O(the handlers' work + cells scanned)."""
+    Returns (status, the pass handed back, its payload, whether it is in dispatch order,
+    the run declined, sends written, payload cursor). O(the handlers' work + cells
+    scanned)."""
     # taken apart once: a call takes a reference to every array it is passed, and a tuple
     # spread into a call (``*args``) is first copied, a reference to each of its arrays
     # more (emulator/window.py)

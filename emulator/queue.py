@@ -152,9 +152,12 @@ class EventQueue:
         # a few records are copied in the kernel (no numpy call); many by numpy, which
         # moves a whole record at once where the compiled copy goes field by field
         few = n <= _FEW
-        slots = push_slots(m, few, has_pay, payload, self._meta, self._free, self._heap_t,
-                      self._heap_s, self._poff, self._plen, self._pay, self._rows,
-                      self._head, self._next, self.delta)
+        # read-only views: batches from the object store arrive read-only, the others not,
+        # and each kind would be a compile of its own (one a warm-up's small run may miss)
+        slots = push_slots(kernels.read_only(m), few, has_pay, kernels.read_only(payload),
+                           self._meta, self._free, self._heap_t, self._heap_s, self._poff,
+                           self._plen, self._pay, self._rows, self._head, self._next,
+                           self.delta)
         if not few:
             self._raw[slots] = m.view(self._raw.dtype) if m.flags.c_contiguous \
                 else take_rows(m, slice(None)).view(self._raw.dtype)

@@ -18,9 +18,9 @@ Then, on a 3-node cluster whose nodes share the disk, 4 shards (two on the first
 on each other; no driver hub: they push batches to each other, the two of the first node
 over a local link, and the other nodes' pushes to either of them in one call to the first,
 their gateway, which passes shard 1's on) with a named `run.storage`, where every shard
-writes its logs: emulation only, shard 1 killed in the join phase (the others' pushes to
-it fail at the gateway: the run replays the phase), the logs must be the session's 1-shard
-reference logs row for row.
+writes its logs: emulation only, shard 1 (behind the gateway) killed in the join phase
+and the phase replayed, the logs must be the session's 1-shard reference logs row for
+row.
 
 The clusters and their Spark run in a child process (a Spark driver JVM stays attached to
 the Ray it first connected to), once for these tests, in the background from the session's
