@@ -88,6 +88,19 @@ def _analyse_hand_run(run_dir: Path) -> dict:
             "expected": expected_rows(topo, groups, edges, GROUP_SIZES, N_HOSTS)}
 
 
+def _killing_get(real_get, killed: list):
+    """``Emulator._get`` that first kills shard 1's process (SIGKILL) at the join phase's
+    first call, once (its pid goes to ``killed``): the run must replay that phase."""
+    def get_and_kill(self, refs, what, *ids):
+        import ray
+        if what == "phase 'join'" and not killed:
+            pid = ray.get(self._actors[1].__ray_call__.remote(lambda a: os.getpid()))
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        return real_get(self, refs, what, *ids)
+    return get_and_kill
+
+
 def _cluster_run(tmp: Path) -> dict:
     """The scenario on the 2-node cluster, a shard killed in the join phase, then the hand
     run's analysis there; returns what the analysis counted per table, where the shards
@@ -114,13 +127,6 @@ def _cluster_run(tmp: Path) -> dict:
         counted.update({name: df.count() for name, df in tables.items()})
         return tables
 
-    def get_and_kill(self, refs, what, *ids):
-        if what == "phase 'join'" and not killed:
-            pid = ray.get(self._actors[1].__ray_call__.remote(lambda a: os.getpid()))
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-        return real_get(self, refs, what, *ids)
-
     class OneShardPerNode(Emulator):
         def __init__(self, *args, **kwargs):
             kwargs["actor_options"] = [{"resources": {f"node{k}": 0.01}} for k in range(2)]
@@ -128,7 +134,7 @@ def _cluster_run(tmp: Path) -> dict:
             nodes.append(len(set(ray.get([a.node_id.remote() for a in self._actors]))))
 
     analysis_run.load_events = counting_load
-    Emulator._get = get_and_kill
+    Emulator._get = _killing_get(real_get, killed)
     emulator.Emulator = OneShardPerNode
     try:
         try:
@@ -169,13 +175,6 @@ def _three_node_run(tmp: Path) -> dict:
     seen, linked, killed = [], [], []
     real_get = Emulator._get
 
-    def get_and_kill(self, refs, what, *ids):   # shard 1, behind node 0's gateway
-        if what == "phase 'join'" and not killed:
-            pid = ray.get(self._actors[1].__ray_call__.remote(lambda a: os.getpid()))
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-        return real_get(self, refs, what, *ids)
-
     class NodeRecorder(Emulator):   # shards 0 and 1 on node 0; notes where they ran
         def __init__(self, *args, **kwargs):
             kwargs["actor_options"] = [{"resources": {f"node{k}": 0.01}} for k in (0, 0, 1, 2)]
@@ -185,7 +184,7 @@ def _three_node_run(tmp: Path) -> dict:
 
     real_analyse, real_total = runner_mod._analyse, runner_mod._record_total
     emulator.Emulator = NodeRecorder
-    Emulator._get = get_and_kill
+    Emulator._get = _killing_get(real_get, killed)
     runner_mod._analyse = lambda *a, **k: {}
     runner_mod._record_total = lambda *a, **k: None
     try:
