@@ -11,7 +11,7 @@ away. Nothing is analysed (Spark never starts) and nothing is kept but numba's c
 
 Compiling is numba's own work, one kernel after another in one process: the stack's
 compiled cell loop calls nearly every handler kernel, and compiling it compiles them all in
-turn (about 100 s of one core from an empty cache). So the stack's kernels compile first,
+turn (about 140 s of one core from an empty cache). So the stack's kernels compile first,
 on both cores: two scaled-down :data:`STACK_SCENARIO` runs at once, one shard each. One
 composes the handlers in the loop, whose compile takes the engine's pass, then Pastry's
 part, then Scribe's part and the pass's end, then the loop's body. The other, with the
