@@ -382,16 +382,26 @@ def warm_cmd(
     names: Annotated[list[str] | None, typer.Argument(
         metavar="[NAME]...", help="Scenarios whose kernels to compile (default: "
         "small_groups_30k, the scenario of `make run`).")] = None,
+    no_progress: Annotated[bool, typer.Option(
+        "--no-progress", help="No status line.")] = False,
 ):
     """Compile scenarios' numba kernels into the cache, once per machine (`make run` does
     it for the default scenario): a scaled-down emulation on a local Ray, no analysis."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     from runtime import ray_spark
     from scenarios.warm import warm
 
+    # the step under way and its time, on a terminal (a finished step prints its line)
+    status = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                      console=out, transient=True, disable=no_progress or not out.is_terminal)
+    task = status.add_task("reading the scenarios", total=None)
     saved = os.environ.pop("RAY_ADDRESS", None)    # the cache is this machine's: local Ray
     try:
-        seconds = warm(names or ["small_groups_30k"],
-                       say=lambda s: out.print(s, markup=False, highlight=False))
+        with status:
+            seconds = warm(names or ["small_groups_30k"],
+                           say=lambda s: out.print(s, markup=False, highlight=False),
+                           doing=lambda s: status.reset(task, description=s))
     finally:
         ray_spark.stop_ray()
         if saved is not None:

@@ -76,22 +76,28 @@ def warm_stack(tmp: Path) -> None:
             run.result()
 
 
-def warm(names: list[str], say=print) -> float:
+def warm(names: list[str], say=print, doing=lambda step: None) -> float:
     """Run each scenario of `names` scaled down (on the Ray already up, else an embedded
     one that the caller stops; no Spark) so that its kernels land in numba's cache; returns
-    the seconds taken. O(size of the warm run) plus one compilation of each kernel not
-    cached yet (none on a second call)."""
+    the seconds taken. ``say``: a finished step's line; ``doing``: the step under way, for a
+    status line (from an empty cache the stack's step is minutes without output). O(size
+    of the warm run) plus one compilation of each kernel not cached yet (none on a second
+    call)."""
     from runtime.ray_spark import start_ray
 
     from . import runner
 
     t0 = time.perf_counter()
     configs = [warm_config(n) for n in names]      # bad names fail before Ray starts
+    doing("starting Ray")
     start_ray(None)
+    doing("compiling the protocol stack's kernels on two cores (about 2 minutes from an "
+          "empty cache on 2 cores, seconds once they are cached)")
     with tempfile.TemporaryDirectory(prefix="scribe-emu-warm-") as tmp:
         warm_stack(Path(tmp))
     say(f"kernels of the stack compiled and cached ({time.perf_counter() - t0:.1f} s)")
     for cfg in configs:
+        doing(f"compiling what is left of {cfg.name}'s kernels (a scaled-down run)")
         t1 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="scribe-emu-warm-") as tmp:
             runner.emulate_only(cfg, Path(tmp) / cfg.name)

@@ -259,10 +259,11 @@ class RayHeadChild(ScriptChild):
 class WarmRun(BackgroundJob):
     """`cli.py warm quick` on a copy of the session's kernel cache (hard links, so it costs
     no copying) without the entries of two kernels, REMOVED: tests/test_warm.py checks
-    that the warm-up compiled and cached them again. A process of the session that loads a
-    kernel never writes into that copy; the warm-up writes new files (numba replaces a
-    cache file, it does not write into it), so the session's own cache is left as it was.
-    At low priority, with until the session's end."""
+    that the warm-up compiled and cached them again. Its output is that of a terminal
+    (the status line drawn). A process of the session that loads a kernel never writes
+    into that copy; the warm-up writes new files (numba replaces a cache file, it does not
+    write into it), so the session's own cache is left as it was. At low priority, with
+    until the session's end."""
 
     # (kernel source, cache entry prefix): the engine's and Scribe's, cheap to compile
     REMOVED = (("emulator/kernels.py", "kernels.cell_runs-"),
@@ -287,8 +288,9 @@ class WarmRun(BackgroundJob):
             for f in files:
                 f.unlink()
             removed[prefix] = len(files)
+        # (FORCE_COLOR: rich takes the file for a terminal, so the status line is drawn)
         res = self.run([sys.executable, ROOT / "cli.py", "warm", "quick"], timeout=900,
-                       env={KERNEL_CACHE_ENV: str(root)}, nice=10)
+                       env={KERNEL_CACHE_ENV: str(root), "FORCE_COLOR": "1"}, nice=10)
         return {"res": res, "cache": str(cache), "removed": removed}
 
 

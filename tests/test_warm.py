@@ -30,6 +30,9 @@ def test_warm_runs_a_scenario_scaled_down_and_leaves_its_kernels_cached(warm_run
     res, cache = warm_run["res"], Path(warm_run["cache"])
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "kernels of quick compiled and cached" in res.stdout
+    # on a terminal a status line names the step under way: minutes of it from an empty cache
+    assert "compiling the protocol stack's kernels" in res.stdout
+    assert "compiling what is left of quick's kernels" in res.stdout
     for rel, prefix in WarmRun.REMOVED:
         folder = cache / Path(rel).parent
         assert list(folder.glob(f"{prefix}*.nbi")), (folder, prefix)
