@@ -91,8 +91,8 @@ def warm(names: list[str], say=print, doing=lambda step: None) -> float:
     configs = [warm_config(n) for n in names]      # bad names fail before Ray starts
     doing("starting Ray")
     start_ray(None)
-    doing("compiling the protocol stack's kernels on two cores (about 2 minutes from an "
-          "empty cache on 2 cores, seconds once they are cached)")
+    doing("compiling the protocol stack's kernels (about 2 minutes on 2 cores from an empty "
+          "cache; seconds once they are cached)")
     with tempfile.TemporaryDirectory(prefix="scribe-emu-warm-") as tmp:
         warm_stack(Path(tmp))
     say(f"kernels of the stack compiled and cached ({time.perf_counter() - t0:.1f} s)")
