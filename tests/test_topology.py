@@ -1,4 +1,7 @@
 """Core Topology: hand-built graphs, latency, paths, persistence."""
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
@@ -94,6 +97,27 @@ def test_save_leaves_another_writers_file_alone(tmp_path):
     assert np.array_equal(Topology.load(target).latency([0], [1]), topo.latency([0], [1]))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["t.npz"] + [o.name for o in others])
+
+
+def test_threads_saving_one_topology_at_once(tmp_path):
+    """The warm-up builds its two workloads in threads of one process, each of which may
+    save the same cached topology: every save succeeds and leaves one whole file."""
+    topo = attach_hosts(generate_transit_stub(preset="ts600", seed=1), 300, seed=1)
+    target = tmp_path / "t.npz"
+    n = 4
+    start = threading.Barrier(n)
+
+    def save():
+        start.wait()
+        topo.save(target)
+
+    for _ in range(3):
+        with ThreadPoolExecutor(n) as pool:
+            for f in [pool.submit(save) for _ in range(n)]:
+                f.result()
+        assert [p.name for p in tmp_path.iterdir()] == ["t.npz"]
+        assert np.array_equal(Topology.load(target).latency([0, 5], [7, 9]),
+                              topo.latency([0, 5], [7, 9]))
 
 
 def test_lazy_routes_match_dense():

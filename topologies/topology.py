@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from functools import cached_property
 from pathlib import Path
 
@@ -256,11 +257,17 @@ class Topology:
         elif include_tables and g.n_routers <= self.dense_limit:
             arrays["route_dist"] = self.routes.dist
             arrays["route_pred"] = self.routes.pred
-        # a name of this process's own: runs sharing the cache may save the same topology
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp.npz")
+        # a temporary file of this call's own: runs sharing the cache, and threads of one
+        # process (the warm-up's), may save the same topology at once
         path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(tmp, **arrays)
-        tmp.replace(path)
+        fd, tmp = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp.npz", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                np.savez(out, **arrays)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
     @classmethod
     def load(cls, path) -> Topology:
