@@ -100,7 +100,7 @@ class ShardEngine:
         self.cpu_s = 0.0
         self.events = 0
         self.cells = 0
-        self.python_events = 0     # of those, in passes the Python loop dispatched
+        self.python_events = 0     # of those, the ones the Python loop dispatched
         self._python_counts = np.zeros(2 * kernels.TYPE_OFFSET, np.int64)   # by type
         # passes the compiled loop handed back, by the type of the run that stopped it
         self._handed_back = np.zeros(2 * kernels.TYPE_OFFSET, np.int64)
@@ -281,9 +281,10 @@ class ShardEngine:
             if due is None:
                 due = self.queue.pop_cell(cell)
                 events += len(due)
-            self.python_events += len(due)
-            np.add.at(self._python_counts, due.msgs["type"].astype(np.int64)
-                      + kernels.TYPE_OFFSET, 1)
+            # (a declined pass: the loop took the runs before the declined one)
+            types = due.msgs["type"][_run_start(due.msgs["type"], declined):]
+            self.python_events += len(types)
+            np.add.at(self._python_counts, types.astype(np.int64) + kernels.TYPE_OFFSET, 1)
             self._due_in_cell = False
             self._dispatch(due, declined)
             self._flush()
@@ -376,8 +377,7 @@ class ShardEngine:
             return
         types = m["type"].astype(np.int64) + kernels.TYPE_OFFSET
         if declined >= 0:
-            starts = np.flatnonzero(np.r_[True, types[1:] != types[:-1]])
-            cause = types[starts[min(declined, len(starts) - 1)]]
+            cause = types[min(_run_start(m["type"], declined), len(types) - 1)]
         else:
             other = np.flatnonzero(~taken[types])
             cause = types[other[0]] if len(other) else types[0]
@@ -525,7 +525,7 @@ class ShardEngine:
 
     @property
     def python_by_type(self) -> dict[int, int]:
-        """Messages in passes the Python loop dispatched, per type code, in type order:
+        """Messages the Python loop dispatched, per type code, in type order:
         which handlers the compiled loop still hands back."""
         return _by_type(self._python_counts)
 
@@ -599,6 +599,15 @@ class ShardEngine:
         self.python_by_type = st.get("python_by_type", {})
         self.handed_back_by_type = st.get("handed_back_by_type", {})
         self.sent_by_type, self.lost_by_type = st["sent_by_type"], st["lost_by_type"]
+
+
+def _run_start(types: np.ndarray, run: int) -> int:
+    """The first row of run ``run`` (runs of equal ``types``, as the dispatch's) of a pass;
+    0 for ``run`` < 0, len(types) past its last run. O(len(types))."""
+    if run <= 0:
+        return 0
+    starts = np.flatnonzero(types[1:] != types[:-1]) + 1
+    return int(starts[run - 1]) if run - 1 < len(starts) else len(types)
 
 
 def _by_type(counts: np.ndarray) -> dict[int, int]:
