@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import uuid
 from functools import cached_property
 from pathlib import Path
 
@@ -258,15 +258,15 @@ class Topology:
             arrays["route_dist"] = self.routes.dist
             arrays["route_pred"] = self.routes.pred
         # a temporary file of this call's own: runs sharing the cache, and threads of one
-        # process (the warm-up's), may save the same topology at once
+        # process (the warm-up's), may save the same topology at once (a name, not
+        # mkstemp, so that the file gets the usual permissions: analysts read run dirs)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp.npz", dir=path.parent)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}-{uuid.uuid4().hex}.tmp.npz")
         try:
-            with os.fdopen(fd, "wb") as out:
-                np.savez(out, **arrays)
-            os.replace(tmp, path)
+            np.savez(tmp, **arrays)
+            tmp.replace(path)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise
 
     @classmethod
