@@ -281,10 +281,6 @@ class ShardEngine:
             if due is None:
                 due = self.queue.pop_cell(cell)
                 events += len(due)
-            # (a declined pass: the loop took the runs before the declined one)
-            types = due.msgs["type"][_run_start(due.msgs["type"], declined):]
-            self.python_events += len(types)
-            np.add.at(self._python_counts, types.astype(np.int64) + kernels.TYPE_OFFSET, 1)
             self._due_in_cell = False
             self._dispatch(due, declined)
             self._flush()
@@ -377,7 +373,8 @@ class ShardEngine:
             return
         types = m["type"].astype(np.int64) + kernels.TYPE_OFFSET
         if declined >= 0:
-            cause = types[min(_run_start(m["type"], declined), len(types) - 1)]
+            starts = np.flatnonzero(np.r_[True, types[1:] != types[:-1]])
+            cause = types[starts[min(declined, len(starts) - 1)]]
         else:
             other = np.flatnonzero(~taken[types])
             cause = types[other[0]] if len(other) else types[0]
@@ -434,6 +431,10 @@ class ShardEngine:
         together = self._run_types
         run_types = types[bounds_arr[:-1]].tolist() if together else None
         i = max(declined, 0)   # (declined: a run handle_runs stopped at goes to handle alone)
+        # the Python loop's messages: of a declined pass, the loop took the runs before i
+        python = types[bounds[min(i, n_runs)]:]
+        self.python_events += len(python)
+        np.add.at(self._python_counts, python.astype(np.int64) + kernels.TYPE_OFFSET, 1)
         settled = declined > 0   # past the FAIL and RECOVER runs, the rest checked for dead nodes
         while i < n_runs:
             s, e = bounds[i], bounds[i + 1]
@@ -599,15 +600,6 @@ class ShardEngine:
         self.python_by_type = st.get("python_by_type", {})
         self.handed_back_by_type = st.get("handed_back_by_type", {})
         self.sent_by_type, self.lost_by_type = st["sent_by_type"], st["lost_by_type"]
-
-
-def _run_start(types: np.ndarray, run: int) -> int:
-    """The first row of run ``run`` (runs of equal ``types``, as the dispatch's) of a pass;
-    0 for ``run`` < 0, len(types) past its last run. O(len(types))."""
-    if run <= 0:
-        return 0
-    starts = np.flatnonzero(types[1:] != types[:-1]) + 1
-    return int(starts[run - 1]) if run - 1 < len(starts) else len(types)
 
 
 def _by_type(counts: np.ndarray) -> dict[int, int]:
