@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.core.extending import intrinsic
 
 
 def read_only(value):
@@ -25,6 +28,33 @@ def read_only(value):
         value = value.view()
         value.flags.writeable = False
     return value
+
+
+@intrinsic
+def prefetch(typingctx, arr, offset):
+    """Ask the CPU to bring element ``offset`` (flat, C order) of array ``arr`` into its
+    caches, without waiting for it (LLVM's prefetch: no fault, no result). A kernel that
+    reads the state of one random node after another waits for each cache miss in turn;
+    naming the next node's lines first lets their loads run while it works on this one.
+    O(1)."""
+    if not isinstance(arr, types.Array) or not isinstance(offset, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        i64, i32, i8p = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        size = context.get_abi_sizeof(context.get_data_type(sig.args[0].dtype))
+        off = builder.mul(context.cast(builder, args[1], sig.args[1], types.int64),
+                          ir.Constant(i64, size))
+        ptr = builder.inttoptr(builder.add(builder.ptrtoint(ary.data, i64), off), i8p)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+            "llvm.prefetch.p0i8")
+        # (a read, kept in every cache level, of data)
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.none(arr, offset), codegen
 
 
 @numba.njit(cache=True)

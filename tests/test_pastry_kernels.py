@@ -2,6 +2,7 @@
 compute: random states and candidate rows (duplicates, -1 pads, dead ids, the node itself,
 short leaf sets, empty slots), compared value for value."""
 
+import numba
 import numpy as np
 import pytest
 
@@ -10,7 +11,7 @@ from actors.pastry import kernels
 from actors.pastry.oracle import oracle_state
 from actors.pastry.routing import next_hop
 from actors.pastry.synthetic import synthetic_network
-from emulator.kernels import INSERTION_MAX, router_latency, stable_order, unique_first
+from emulator.kernels import INSERTION_MAX, prefetch, router_latency, stable_order, unique_first
 from reference_pastry import group_rows_kernel as group_rows
 
 N = 400
@@ -696,3 +697,21 @@ def test_latency_inputs_take_the_models_router_tables_else_the_shared_inputs():
         assert hr.dtype == np.int32 and hr.tolist() == [0, 1] and rdist[0, 1] == 5 and lan == 7
     with pytest.raises(AttributeError, match="a bug inside"):
         latency_inputs(Ctx("broken"))
+
+
+def test_prefetch_is_a_cache_hint_that_changes_nothing():
+    """The kernels name the next node's state to the caches with ``prefetch``: it lowers to
+    the CPU's prefetch instruction, for any dtype and integer offset, reads nothing back
+    and faults on no address (an offset beyond the array included)."""
+    @numba.njit
+    def hint_then_sum(a, offset):
+        prefetch(a, offset)
+        return a.sum()
+
+    for a in (np.arange(12, dtype=np.int32).reshape(3, 4), np.arange(5, dtype=np.uint64)):
+        for offset in (np.int64(2), np.int32(1), np.int64(10**9)):
+            assert hint_then_sum(a, offset) == a.sum()
+    asm = "\n".join(hint_then_sum.inspect_asm(sig) for sig in hint_then_sum.signatures)
+    assert "prefetch" in asm or "prfm" in asm        # x86-64 / arm64
+    with pytest.raises(numba.core.errors.TypingError):
+        numba.njit(lambda x: prefetch(x, 0))(3)

@@ -15,7 +15,7 @@ import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import leading_zeros  # LLVM ctlz intrinsic
 
-from emulator.kernels import host_delay, stable_order, unique_first
+from emulator.kernels import host_delay, prefetch, stable_order, unique_first
 
 _HALF_HI = np.uint64(1 << 63)
 _I64_MAX = np.iinfo(np.int64).max
@@ -127,6 +127,21 @@ def side_farthest(members, x, lo, hi):
 
 
 @numba.njit(cache=True)
+def _prefetch_offer(rt, li, global_ids, cand, i, hr, n_hr, rows, width, rdist):
+    """:func:`insert_table`'s next row, named to the caches before its turn: node ``li``'s
+    table rows and the delays from it to the candidates ``cand[i]`` (most are in the
+    table already and need no delay; a wasted line costs less than a wait). O(rows + C)."""
+    base = li * rows * width
+    for r in range(rows):
+        prefetch(rt, base + r * width)
+    h = np.int64(hr[global_ids[li]]) * n_hr
+    for j in range(cand.shape[1]):
+        c = cand[i, j]
+        if c >= 0:
+            prefetch(rdist, h + hr[c])
+
+
+@numba.njit(cache=True)
 def insert_table(rt, local_idx, global_ids, cand, ids_hi, ids_lo, b, hr, rdist, lan_us, failed):
     """Offer ``cand[i, :]`` to the routing table of local node ``local_idx[i]`` (global id
     ``global_ids[local_idx[i]]``), leaving out the ids of its row of ``failed`` (-1: none);
@@ -137,9 +152,14 @@ def insert_table(rt, local_idx, global_ids, cand, ids_hi, ids_lo, b, hr, rdist, 
     rows = rt.shape[1]
     k = 0
     probes = 0
+    width = rt.shape[2]
+    n_hr = len(rdist)
     for i in range(nb):  # pass 1: every pair against the table before the call
         li = local_idx[i]
         me = np.int64(global_ids[li])
+        if i + 1 < nb:
+            _prefetch_offer(rt, local_idx[i + 1], global_ids, cand, i + 1, hr, n_hr, rows,
+                            width, rdist)
         any_dead = _any_excluded(failed, li)
         for j in range(nc):
             c = cand[i, j]
@@ -290,6 +310,12 @@ def next_hop(rt, leaf, nbr, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo,
         me = self_ids[i]
         kh, kl = key_hi[i], key_lo[i]
         ex = exclude[i]
+        if i + 1 < nb:   # the next message's leaf set and table row, loading meanwhile
+            nxt = local_idx[i + 1]
+            prefetch(leaf, nxt * nl)
+            pn = _spl(ids_hi[self_ids[i + 1]], ids_lo[self_ids[i + 1]], key_hi[i + 1],
+                      key_lo[i + 1], b)
+            prefetch(rt, (nxt * rows + min(pn, rows - 1)) * width)
         s_hi, s_lo = ids_hi[me], ids_lo[me]
         # ---- leaf-set range ----
         # A side covers the keys up to its farthest member, even when it is short: a
@@ -527,6 +553,21 @@ def random_known(leaf, rt, local_idx, u):
 
 
 @numba.njit(cache=True)
+def _prefetch_nearest(members, keys, row, global_ids, cand, i, hr, rdist):
+    """:func:`merge_nearest`'s next row, named to the caches before its turn
+    (:func:`_prefetch_offer`). O(M + C)."""
+    m = members.shape[1]
+    prefetch(members, row * m)
+    for q in range(0, m, 8):            # (8 keys a cache line)
+        prefetch(keys, row * m + q)
+    h = np.int64(hr[global_ids[row]]) * len(rdist)
+    for j in range(cand.shape[1]):
+        c = cand[i, j]
+        if c >= 0:
+            prefetch(rdist, h + hr[c])
+
+
+@numba.njit(cache=True)
 def merge_nearest(members, keys, known, local_idx, global_ids, cand, failed, hr, rdist,
                   lan_us):
     """Neighbourhood-set merge in place: row ``local_idx[i]`` of ``members`` becomes the m
@@ -548,6 +589,9 @@ def merge_nearest(members, keys, known, local_idx, global_ids, cand, failed, hr,
     for i in range(nb):
         row = local_idx[i]
         me = np.int64(global_ids[row])
+        if i + 1 < nb:   # the next row's set, keys and delays, loading meanwhile
+            _prefetch_nearest(members, keys, local_idx[i + 1], global_ids, cand, i + 1, hr,
+                              rdist)
         if not known[row]:
             k = 0
             for j in range(m + nc):
@@ -590,6 +634,19 @@ def merge_nearest(members, keys, known, local_idx, global_ids, cand, failed, hr,
 
 
 @numba.njit(cache=True)
+def _prefetch_leaf_row(members, r, cand, i, ids_hi, ids_lo):
+    """:func:`merge_leaf_sets`' next row, named to the caches before its turn
+    (:func:`_prefetch_offer`): leaf set ``members[r]`` and the ids of the candidates
+    ``cand[i]``. O(C)."""
+    prefetch(members, r * members.shape[1])
+    for j in range(cand.shape[1]):
+        c = cand[i, j]
+        if c >= 0:
+            prefetch(ids_hi, c)
+            prefetch(ids_lo, c)
+
+
+@numba.njit(cache=True)
 def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, ids_lo, half,
                     failed):
     """The leaf-set merge of :func:`learn`, in place: row ``local_idx[i]`` (distinct) of
@@ -608,9 +665,12 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, id
     # the first row that can gain (most merges have none: then nothing more is made, as
     # each array is an allocation, and ``added`` has no rows)
     i0 = 0
-    while i0 < nb and not _row_gains(members, local_idx[i0], cand, i0,
-                                     np.int64(global_ids[local_idx[i0]]), ids_hi, ids_lo,
-                                     half, failed):
+    while i0 < nb:
+        if i0 + 1 < nb:
+            _prefetch_leaf_row(members, local_idx[i0 + 1], cand, i0 + 1, ids_hi, ids_lo)
+        if _row_gains(members, local_idx[i0], cand, i0, np.int64(global_ids[local_idx[i0]]),
+                      ids_hi, ids_lo, half, failed):
+            break
         i0 += 1
     if i0 == nb:
         return changed, members[:0]
@@ -624,6 +684,8 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, id
     for i in range(i0, nb):
         r = local_idx[i]
         me = np.int64(global_ids[r])
+        if i + 1 < nb:
+            _prefetch_leaf_row(members, local_idx[i + 1], cand, i + 1, ids_hi, ids_lo)
         if i > i0 and not _row_gains(members, r, cand, i, me, ids_hi, ids_lo, half, failed):
             continue    # (most merges: the row is its own selection; ``new[i]`` unread)
         for j in range(nl):
