@@ -126,7 +126,7 @@ def side_farthest(members, x, lo, hi):
     return n_ok, np.int64(members[x, lo + max(n_ok - 1, 0)])
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _prefetch_offer(rt, li, global_ids, cand, i, hr, n_hr, rows, width, rdist):
     """:func:`insert_table`'s next row, named to the caches before its turn: node ``li``'s
     table rows and the delays from it to the candidates ``cand[i]`` (most are in the
@@ -552,7 +552,7 @@ def random_known(leaf, rt, local_idx, u):
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _prefetch_nearest(members, keys, row, global_ids, cand, i, hr, rdist):
     """:func:`merge_nearest`'s next row, named to the caches before its turn
     (:func:`_prefetch_offer`). O(M + C)."""
@@ -633,7 +633,7 @@ def merge_nearest(members, keys, known, local_idx, global_ids, cand, failed, hr,
     return members
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _prefetch_leaf_row(members, r, cand, i, ids_hi, ids_lo):
     """:func:`merge_leaf_sets`' next row, named to the caches before its turn
     (:func:`_prefetch_offer`): leaf set ``members[r]`` and the ids of the candidates
