@@ -30,6 +30,12 @@ def read_only(value):
     return value
 
 
+# per-node tables with fewer rows than this stay in a core's caches: naming the next
+# row's lines to them then costs instructions and saves no wait (kernels that prefetch
+# do it from this many rows on)
+PREFETCH_MIN_ROWS = 4096
+
+
 @intrinsic
 def prefetch(typingctx, arr, offset):
     """Ask the CPU to bring element ``offset`` (flat, C order) of array ``arr`` into its

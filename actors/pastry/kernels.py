@@ -15,7 +15,7 @@ import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import leading_zeros  # LLVM ctlz intrinsic
 
-from emulator.kernels import host_delay, prefetch, stable_order, unique_first
+from emulator.kernels import PREFETCH_MIN_ROWS, host_delay, prefetch, stable_order, unique_first
 
 _HALF_HI = np.uint64(1 << 63)
 _I64_MAX = np.iinfo(np.int64).max
@@ -154,10 +154,11 @@ def insert_table(rt, local_idx, global_ids, cand, ids_hi, ids_lo, b, hr, rdist, 
     probes = 0
     width = rt.shape[2]
     n_hr = len(rdist)
+    many = len(rt) >= PREFETCH_MIN_ROWS
     for i in range(nb):  # pass 1: every pair against the table before the call
         li = local_idx[i]
         me = np.int64(global_ids[li])
-        if i + 1 < nb:
+        if i + 1 < nb and many:
             _prefetch_offer(rt, local_idx[i + 1], global_ids, cand, i + 1, hr, n_hr, rows,
                             width, rdist)
         any_dead = _any_excluded(failed, li)
@@ -305,12 +306,13 @@ def next_hop(rt, leaf, nbr, local_idx, self_ids, key_hi, key_lo, ids_hi, ids_lo,
     nm = nbr.shape[1]
     out = np.full(nb, -1, np.int64)
     rule = np.zeros(nb, np.int8)
+    many = len(rt) >= PREFETCH_MIN_ROWS
     for i in range(nb):
         li = local_idx[i]
         me = self_ids[i]
         kh, kl = key_hi[i], key_lo[i]
         ex = exclude[i]
-        if i + 1 < nb:   # the next message's leaf set and table row, loading meanwhile
+        if i + 1 < nb and many:   # the next message's leaf set and table row, loading meanwhile
             nxt = local_idx[i + 1]
             prefetch(leaf, nxt * nl)
             pn = _spl(ids_hi[self_ids[i + 1]], ids_lo[self_ids[i + 1]], key_hi[i + 1],
@@ -586,10 +588,11 @@ def merge_nearest(members, keys, known, local_idx, global_ids, cand, failed, hr,
     nb, nc = cand.shape
     m = members.shape[1]
     scratch = np.empty(m + nc, np.int64)
+    many = len(members) >= PREFETCH_MIN_ROWS
     for i in range(nb):
         row = local_idx[i]
         me = np.int64(global_ids[row])
-        if i + 1 < nb:   # the next row's set, keys and delays, loading meanwhile
+        if i + 1 < nb and many:   # the next row's set, keys and delays, loading meanwhile
             _prefetch_nearest(members, keys, local_idx[i + 1], global_ids, cand, i + 1, hr,
                               rdist)
         if not known[row]:
@@ -664,9 +667,10 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, id
     changed = np.zeros(nb, np.bool_)
     # the first row that can gain (most merges have none: then nothing more is made, as
     # each array is an allocation, and ``added`` has no rows)
+    many = len(members) >= PREFETCH_MIN_ROWS
     i0 = 0
     while i0 < nb:
-        if i0 + 1 < nb:
+        if i0 + 1 < nb and many:
             _prefetch_leaf_row(members, local_idx[i0 + 1], cand, i0 + 1, ids_hi, ids_lo)
         if _row_gains(members, local_idx[i0], cand, i0, np.int64(global_ids[local_idx[i0]]),
                       ids_hi, ids_lo, half, failed):
@@ -684,7 +688,7 @@ def merge_leaf_sets(members, heard, local_idx, cand, now, global_ids, ids_hi, id
     for i in range(i0, nb):
         r = local_idx[i]
         me = np.int64(global_ids[r])
-        if i + 1 < nb:
+        if i + 1 < nb and many:
             _prefetch_leaf_row(members, local_idx[i + 1], cand, i + 1, ids_hi, ids_lo)
         if i > i0 and not _row_gains(members, r, cand, i, me, ids_hi, ids_lo, half, failed):
             continue    # (most merges: the row is its own selection; ``new[i]`` unread)
