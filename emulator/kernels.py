@@ -38,11 +38,12 @@ PREFETCH_MIN_ROWS = 4096
 
 @intrinsic
 def prefetch(typingctx, arr, offset):
-    """Ask the CPU to bring element ``offset`` (flat, C order) of array ``arr`` into its
-    caches, without waiting for it (LLVM's prefetch: no fault, no result). A kernel that
-    reads the state of one random node after another waits for each cache miss in turn;
-    naming the next node's lines first lets their loads run while it works on this one.
-    O(1)."""
+    """Ask the CPU to bring element ``offset`` of array ``arr`` (counted in memory from its
+    first element: the flat index of a C-contiguous array) into its caches, without
+    waiting for it (LLVM's prefetch: no fault and no result, whatever the address). A
+    kernel that reads the state of one random node after another waits for each cache miss
+    in turn; naming the next node's lines first lets their loads run while it works on
+    this one. O(1)."""
     if not isinstance(arr, types.Array) or not isinstance(offset, types.Integer):
         return None
 
