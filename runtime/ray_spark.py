@@ -1054,6 +1054,10 @@ JAVA_LIBRARY_COPY = ("file_lock", "libcore_worker_library_java.so")
 # Ray's Java runtime (RayNativeRuntime) unpacks the library of a JVM that connects as a Ray
 # driver into "/tmp/ray/" + currentTimeMillis, a fixed path whatever Ray's temp directory.
 JAVA_DRIVER_LIBRARY_DIR = "/tmp/ray"
+# A JVM unpacks the library holding the lock, lets the lock go, then loads the library: a
+# copy younger than this may be between the two (lock free, library not loaded yet), and a
+# JVM of another Ray on this machine would fail to load it were it deleted.
+JAVA_LIBRARY_LOAD_GRACE_S = 2.0
 
 
 def remove_java_library_copies(temp_dir: str | None, since: float) -> int:
@@ -1062,19 +1066,23 @@ def remove_java_library_copies(temp_dir: str | None, since: float) -> int:
     Spark driver and RayDP's app master) unpacks the 40 MB library into a directory of its
     own, /tmp/ray/<milliseconds>/, and nothing removes it: two per Spark session, 25 GB
     on this machine after a day of runs. Taken only: directories made since `since` (this
-    Ray's start) holding nothing but the library and its lock file, whose lock no process
-    holds (a JVM unpacking now holds it; a JVM that has loaded the library keeps its
-    mapping when the file goes)."""
+    Ray's start) holding nothing but the library and its lock file, whose library was
+    written :data:`JAVA_LIBRARY_LOAD_GRACE_S` ago or more and whose lock no process holds
+    (a JVM unpacking now holds it; a JVM that has loaded the library keeps its mapping
+    when the file goes)."""
     import fcntl
 
     if not temp_dir or not os.path.isdir(temp_dir):
         return 0
     removed = 0
+    loaded_by = time.time() - JAVA_LIBRARY_LOAD_GRACE_S
     for entry in os.scandir(temp_dir):
         try:
             if not (entry.name.isdigit() and entry.is_dir(follow_symlinks=False)
                     and entry.stat().st_mtime >= since - 1
-                    and sorted(os.listdir(entry.path)) == sorted(JAVA_LIBRARY_COPY)):
+                    and sorted(os.listdir(entry.path)) == sorted(JAVA_LIBRARY_COPY)
+                    and os.stat(os.path.join(entry.path, JAVA_LIBRARY_COPY[1])).st_mtime
+                    <= loaded_by):
                 continue
             with open(os.path.join(entry.path, "file_lock"), "a") as lock:
                 fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

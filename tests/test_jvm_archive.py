@@ -130,20 +130,29 @@ def test_merge_options_appends():
 
 
 def test_java_library_copies_are_removed_when_unused_and_new(tmp_path):
-    def copy(name, extra=()):
+    """Removed: the copies unpacked since this Ray's start, unlocked, loaded. Kept: an
+    older one, a directory with more in it or another name, a locked one (a JVM unpacking)
+    and one unpacked within the load grace (a JVM between unpacking and loading it)."""
+    def copy(name, extra=(), written=None):
         d = tmp_path / name
         d.mkdir()
         for f in (*runtime.JAVA_LIBRARY_COPY, *extra):
             (d / f).write_bytes(b"x")
+            if written is not None:
+                os.utime(d / f, (written, written))
+        if written is not None:
+            os.utime(d, (written, written))
         return d
 
-    since = time.time()
-    mine = copy("1795600000001")
-    older = copy("1795600000002")
-    os.utime(older, (since - 3600, since - 3600))
-    other = copy("1795600000003", extra=("something_else",))
-    named = copy("session_latest_copy")
-    locked = copy("1795600000004")
+    now = time.time()
+    since = now - 60                      # this Ray started a minute ago
+    unpacked = since + 5                  # its JVMs unpacked their copies then
+    mine = copy("1795600000001", written=unpacked)
+    older = copy("1795600000002", written=since - 3600)
+    other = copy("1795600000003", extra=("something_else",), written=unpacked)
+    named = copy("session_latest_copy", written=unpacked)
+    locked = copy("1795600000004", written=unpacked)
+    loading = copy("1795600000005", written=now)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import fcntl, sys, time\n"
          f"f = open({str(locked / 'file_lock')!r}, 'a')\n"
@@ -157,5 +166,6 @@ def test_java_library_copies_are_removed_when_unused_and_new(tmp_path):
         holder.wait()
     assert not mine.exists()
     assert older.exists() and other.exists() and named.exists() and locked.exists()
+    assert loading.exists()
     assert runtime.remove_java_library_copies(str(tmp_path / "absent"), since) == 0
     assert runtime.remove_java_library_copies(None, since) == 0
