@@ -74,6 +74,13 @@ def host_delay(host_router, router_dist, lan_us, a, b):
     return np.int64(router_dist[host_router[a], host_router[b]]) + 2 * np.int64(lan_us)
 
 
+@numba.njit(cache=True, inline="always")
+def prefetch_delay(host_router, router_dist, a, b):
+    """:func:`prefetch` of the entry of ``router_dist`` that :func:`host_delay` (a, b) reads,
+    for a kernel that will probe that delay soon. O(1)."""
+    prefetch(router_dist, np.int64(host_router[a]) * len(router_dist) + host_router[b])
+
+
 @numba.njit(cache=True)
 def router_latency(host_router, router_dist, lan_us, a, b):
     """:func:`host_delay` of each pair (a[i], b[i]) (int64). O(n)."""

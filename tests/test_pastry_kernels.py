@@ -11,7 +11,15 @@ from actors.pastry import kernels
 from actors.pastry.oracle import oracle_state
 from actors.pastry.routing import next_hop
 from actors.pastry.synthetic import synthetic_network
-from emulator.kernels import INSERTION_MAX, prefetch, router_latency, stable_order, unique_first
+from emulator.kernels import (
+    INSERTION_MAX,
+    host_delay,
+    prefetch,
+    prefetch_delay,
+    router_latency,
+    stable_order,
+    unique_first,
+)
 from reference_pastry import group_rows_kernel as group_rows
 
 N = 400
@@ -715,3 +723,13 @@ def test_prefetch_is_a_cache_hint_that_changes_nothing():
     assert "prefetch" in asm or "prfm" in asm        # x86-64 / arm64
     with pytest.raises(numba.core.errors.TypingError):
         numba.njit(lambda x: prefetch(x, 0))(3)
+
+    @numba.njit
+    def hint_then_delay(hr, rdist, a, b):
+        prefetch_delay(hr, rdist, a, b)
+        return host_delay(hr, rdist, 7, a, b)
+
+    hr, rdist = np.array([0, 2, 1], np.int32), np.arange(9, dtype=np.int32).reshape(3, 3)
+    assert hint_then_delay(hr, rdist, 1, 2) == rdist[2, 1] + 14
+    assert "prefetch" in hint_then_delay.inspect_asm(hint_then_delay.signatures[0]) or \
+        "prfm" in hint_then_delay.inspect_asm(hint_then_delay.signatures[0])

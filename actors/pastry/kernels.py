@@ -15,7 +15,14 @@ import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import leading_zeros  # LLVM ctlz intrinsic
 
-from emulator.kernels import PREFETCH_MIN_ROWS, host_delay, prefetch, stable_order, unique_first
+from emulator.kernels import (
+    PREFETCH_MIN_ROWS,
+    host_delay,
+    prefetch,
+    prefetch_delay,
+    stable_order,
+    unique_first,
+)
 
 _HALF_HI = np.uint64(1 << 63)
 _I64_MAX = np.iinfo(np.int64).max
@@ -127,18 +134,18 @@ def side_farthest(members, x, lo, hi):
 
 
 @numba.njit(cache=True, inline="always")
-def _prefetch_offer(rt, li, global_ids, cand, i, hr, n_hr, rows, width, rdist):
+def _prefetch_offer(rt, li, global_ids, cand, i, hr, rdist):
     """:func:`insert_table`'s next row, named to the caches before its turn: node ``li``'s
     table rows and the delays from it to the candidates ``cand[i]`` (most are in the
     table already and need no delay; a wasted line costs less than a wait). O(rows + C)."""
-    base = li * rows * width
+    rows, width = rt.shape[1], rt.shape[2]
     for r in range(rows):
-        prefetch(rt, base + r * width)
-    h = np.int64(hr[global_ids[li]]) * n_hr
+        prefetch(rt, (li * rows + r) * width)
+    me = global_ids[li]
     for j in range(cand.shape[1]):
         c = cand[i, j]
         if c >= 0:
-            prefetch(rdist, h + hr[c])
+            prefetch_delay(hr, rdist, me, c)
 
 
 @numba.njit(cache=True)
@@ -152,15 +159,12 @@ def insert_table(rt, local_idx, global_ids, cand, ids_hi, ids_lo, b, hr, rdist, 
     rows = rt.shape[1]
     k = 0
     probes = 0
-    width = rt.shape[2]
-    n_hr = len(rdist)
     many = len(rt) >= PREFETCH_MIN_ROWS
     for i in range(nb):  # pass 1: every pair against the table before the call
         li = local_idx[i]
         me = np.int64(global_ids[li])
         if i + 1 < nb and many:
-            _prefetch_offer(rt, local_idx[i + 1], global_ids, cand, i + 1, hr, n_hr, rows,
-                            width, rdist)
+            _prefetch_offer(rt, local_idx[i + 1], global_ids, cand, i + 1, hr, rdist)
         any_dead = _any_excluded(failed, li)
         for j in range(nc):
             c = cand[i, j]
@@ -562,11 +566,11 @@ def _prefetch_nearest(members, keys, row, global_ids, cand, i, hr, rdist):
     prefetch(members, row * m)
     for q in range(0, m, 8):            # (8 keys a cache line)
         prefetch(keys, row * m + q)
-    h = np.int64(hr[global_ids[row]]) * len(rdist)
+    me = global_ids[row]
     for j in range(cand.shape[1]):
         c = cand[i, j]
         if c >= 0:
-            prefetch(rdist, h + hr[c])
+            prefetch_delay(hr, rdist, me, c)
 
 
 @numba.njit(cache=True)
