@@ -53,12 +53,14 @@ $(VENV)/.installed: pyproject.toml
 	       && $(PY) -m pip install --quiet -e '.[dev]'; }
 	touch $@
 
-# numba's kernels of the default scenario compile once per machine, before the first
-# `make run` / `make quick`, not inside it (scenarios/warm.py); the test session compiles
-# what it needs itself, in the background (tests/warm_kernels.py)
+# numba's kernels of the default scenario compile once per machine and version of their
+# sources (the files emulator/jit_cache.py keys the cache by), before the first `make run`
+# / `make quick`, not inside it (scenarios/warm.py); the test session compiles what it
+# needs itself, in the background (tests/warm_kernels.py)
+KERNEL_SOURCES := $(shell grep -rl --include='*.py' numba emulator actors)
 warm: $(VENV)/.warmed
 
-$(VENV)/.warmed: $(VENV)/.installed
+$(VENV)/.warmed: $(VENV)/.installed $(KERNEL_SOURCES)
 	@if $(PY) cli.py warm; then touch $@; \
 	else echo "warning: kernels not precompiled (above); the first run compiles them" >&2; fi
 
