@@ -136,11 +136,14 @@ class SparkWarmup:
                 self._warming = None
                 self._timing["spark_warmup"] = time.perf_counter() - t0
         except Exception:  # noqa: BLE001 - the analysis starts Spark itself; see class doc
-            # info, not warning: the run log has it, the console stays the run's own (a
-            # warm-up stopped because the emulation ended first, or a run stopped
-            # mid-emulation shutting Ray down under this thread, is no news)
+            # info, not warning: the run log has it, the console stays the run's own. A
+            # warm-up stopped because the emulation ended first (its Spark jobs cancelled),
+            # or a run stopped mid-emulation shutting Ray down under this thread, is no
+            # news: one line, without the cancelled jobs' Java trace; a failure keeps its
+            # trace
+            stopped = self._cancelled.is_set()
             log.info("Spark warm-up %s; the analysis goes on without it",
-                     "stopped" if self._cancelled.is_set() else "failed", exc_info=True)
+                     "stopped" if stopped else "failed", exc_info=not stopped)
         finally:    # every JVM of the session is up by now (its Python workers inherit)
             self._jvms_low.set()
 

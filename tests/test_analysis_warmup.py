@@ -41,3 +41,35 @@ def test_warmup_refuses_a_topology_with_too_few_hosts(tmp_path):
     attach_hosts(generate_transit_stub(preset="ts600", seed=1), n_hosts=3, seed=1).save(path)
     with pytest.raises(ValueError, match="needs 6"):
         write_warmup_run(tmp_path / "warm", path)
+
+
+@pytest.mark.parametrize("cancelled", [True, False])
+def test_a_stopped_warmup_logs_one_line_and_a_failed_one_its_trace(monkeypatch, caplog,
+                                                                  tmp_path, cancelled):
+    """The emulation ending first stops the warm-up by cancelling its Spark jobs, which
+    raise with a long Java trace: that is no news, so run.log gets one line without it.
+    A warm-up that fails on its own keeps its trace there."""
+    import logging
+    import threading
+
+    from scenarios import analysis_spark
+
+    failing = threading.Event()
+
+    def start_then_raise(cfg):
+        failing.wait(30)
+        raise RuntimeError("Job 1 cancelled as part of cancellation of all jobs")
+
+    monkeypatch.setattr(analysis_spark, "start_analysis_spark", start_then_raise)
+    warmup = analysis_spark.SparkWarmup(cfg=None, topology_file=tmp_path / "topo-0.npz")
+    with caplog.at_level(logging.INFO, logger="scribe_emu.scenario"):
+        warmup.start()
+        if cancelled:
+            warmup.cancel()
+        failing.set()
+        warmup._thread.join(30)
+    assert not warmup._thread.is_alive()
+    (record,) = [r for r in caplog.records if "Spark warm-up" in r.getMessage()]
+    assert record.getMessage().startswith(
+        "Spark warm-up stopped" if cancelled else "Spark warm-up failed")
+    assert bool(record.exc_info) != cancelled     # (the trace: only for a failure)
