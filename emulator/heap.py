@@ -11,6 +11,13 @@ emulation's peak. So a shard trims its heap where it knows the phase's work is o
 Spark's Python processes (the driver collecting tables, the workers running grouped maps)
 make and drop tables of MBs all session long: :func:`map_large_blocks` has each go back to
 the OS when freed.
+
+Python's own heap: a shard process holds some 200,000 objects that live as long as it does
+(Ray's, the compiler's, the kernels loaded from the cache, the stack's), and the cycle collector's
+oldest generation walks them all, a few tenths of a second each time on the 2-core VMs,
+whenever enough new objects survived (a phase that loads kernels on first use makes that
+happen mid-phase). :func:`freeze_survivors` takes what exists at a phase boundary out of
+the collector's walks.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 
 
 @functools.cache
@@ -36,6 +44,15 @@ def trim() -> None:
     f = _glibc("malloc_trim")
     if f is not None:
         f(0)
+
+
+def freeze_survivors() -> None:
+    """Move every object the cycle collector tracks now into its permanent generation
+    (``gc.freeze``): later collections walk only what is made after. Reference counting
+    still frees a frozen object; only a cycle among frozen objects that becomes garbage
+    stays, so this is for points where the process's objects are its long-lived state (a
+    shard set up, a phase's logs written), not its temporaries. O(1)."""
+    gc.freeze()
 
 
 # glibc's mallopt parameter for the size above which an allocation gets its own mapping

@@ -170,6 +170,7 @@ class ShardActor:
 
     def ready(self) -> int:
         """The shard's earliest pending event (timers its stack set up), once set up."""
+        heap.freeze_survivors()     # the set-up's objects live as long as the shard
         return self.engine.queue.next_time()
 
     def link_address(self) -> tuple[str, str]:
@@ -636,6 +637,8 @@ class ShardActor:
         # before the logs take fresh memory
         self.engine.queue.compact()
         heap.trim()
+        # what the phase made and kept (its kernels, loaded on first use) lives on too
+        heap.freeze_survivors()
         tables = self.engine.take_logs()
         self._stash = []
         out = []
