@@ -3,9 +3,12 @@
 numba checks a cached function against its own source file only. A kernel that calls
 kernels of other files -- the compiled cell loop calls nearly all of them -- would load its
 old machine code after one of those files changed (a `git pull`, an edit) and silently
-compute the old rule. Here every cached function of the project is keyed by its own file
-and by the contents of all the project's kernel files (``emulator/`` and ``actors/`` files
-that use numba): a change to any of them recompiles, on its next use, each kernel used.
+compute the old rule; so would a kernel reading a module global (a type code, a field
+name: numba freezes it into the code) after the plain module defining it changed. Here
+every cached function of the project is keyed by its own file and by the contents of the
+kernel sources (emulator/kernel_sources.py: the ``emulator/`` and ``actors/`` files that
+import numba and every project module they import): a change to any of them recompiles,
+on its next use, each kernel used.
 
 The project's kernels are cached under this user's scribe-emu cache, not next to their
 sources: ``<cache>/numba/<digest of the kernel sources>/<the file's directory relative to
@@ -37,8 +40,10 @@ from pathlib import Path
 
 from numba.core import caching, config
 
+from . import kernel_sources
+
 ROOT = Path(__file__).resolve().parents[1]
-KERNEL_PACKAGES = ("emulator", "actors")
+KERNEL_PACKAGES = kernel_sources.PACKAGES
 KERNEL_CACHE_ENV = "SCRIBE_EMU_KERNEL_CACHE"
 KEEP_DIGESTS = 8                 # digest directories kept whatever their age
 STALE_AFTER_S = 24 * 3600        # an older digest directory unused this long is removed
@@ -47,18 +52,15 @@ _digest_dir: Path | None = None
 
 
 def kernel_sources_digest() -> str:
-    """SHA-256 over the path (relative to the project root) and contents of every project
-    file under :data:`KERNEL_PACKAGES` that mentions numba; computed once per process.
-    O(their size)."""
+    """SHA-256 over the path (relative to the project root) and contents of every kernel
+    source (``kernel_sources.kernel_source_files``); computed once per process. O(the
+    packages' size)."""
     global _digest
     if _digest is None:
         h = hashlib.sha256()
-        for package in KERNEL_PACKAGES:
-            for path in sorted((ROOT / package).rglob("*.py")):
-                text = path.read_bytes()
-                if b"numba" in text:
-                    h.update(str(path.relative_to(ROOT)).encode())
-                    h.update(text)
+        for path in kernel_sources.kernel_source_files(ROOT):
+            h.update(str(path.relative_to(ROOT)).encode())
+            h.update(path.read_bytes())
         _digest = h.hexdigest()
     return _digest
 

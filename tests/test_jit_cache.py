@@ -54,6 +54,8 @@ def _project(root: Path) -> Path:
     package = root / "emulator"
     package.mkdir(parents=True)
     shutil.copy(Path(jit_cache.__file__), package / "jit_cache.py")
+    shutil.copy(Path(jit_cache.__file__).with_name("kernel_sources.py"),
+                package / "kernel_sources.py")
     (package / "__init__.py").write_text("from . import jit_cache\n\njit_cache.install()\n")
     (package / "kernel.py").write_text(KERNEL)
     (package / "other.py").write_text(OTHER_KERNEL_FILE)
@@ -91,6 +93,55 @@ def test_a_copy_elsewhere_loads_the_cache_and_a_changed_kernel_file_recompiles(t
         "compiled", "loaded", "compiled", "compiled", "loaded"]
     assert not list(tmp_path.rglob("__pycache__/*.nb[ic]"))      # not beside the sources
     assert len([p for p in cache.iterdir() if p.is_dir()]) == 3  # one per source version
+
+
+CONSTANT_KERNEL = """import numba
+
+from .codes import FACTOR
+
+
+@numba.njit(cache=True)
+def scaled(x):
+    return FACTOR * x
+"""
+
+CONSTANT_PROBE = """import json, sys
+sys.path.insert(0, sys.argv[1])
+from emulator.scaled import scaled
+print(json.dumps([scaled(7), sum(scaled.stats.cache_hits.values())]))
+"""
+
+
+def test_a_changed_module_a_kernel_reads_a_constant_from_recompiles(tmp_path):
+    """numba freezes a module global a kernel reads (here ``FACTOR``, as the handlers read
+    type codes and field names from actors/*/types.py) into its code: the module defining
+    it is a kernel source too, though it compiles nothing, so changing it recompiles the
+    kernel instead of loading the old code and the old constant."""
+    from emulator.kernel_sources import kernel_source_files
+
+    cache = tmp_path / "cache"
+    first = _project(tmp_path / "first")
+    (first / "emulator" / "codes.py").write_text("FACTOR = 3\n")
+    (first / "emulator" / "scaled.py").write_text(CONSTANT_KERNEL)
+    (first / "emulator" / "engine.py").write_text("STEPS = 1\n")   # no kernel reads it
+    keyed = {p.name for p in kernel_source_files(first)}
+    assert {"codes.py", "scaled.py", "kernel.py", "other.py", "jit_cache.py"} <= keyed
+    assert "engine.py" not in keyed
+    changed = _copy(first, tmp_path / "changed")
+    (changed / "emulator" / "codes.py").write_text("FACTOR = 4\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NUMBA_CACHE_DIR")}
+    env[jit_cache.KERNEL_CACHE_ENV] = str(cache)
+
+    def run(project):
+        res = subprocess.run([sys.executable, "-c", CONSTANT_PROBE, str(project)],
+                             cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert res.returncode == 0, res.stdout + res.stderr
+        return json.loads(res.stdout)
+
+    assert run(first) == [21, 0]        # compiled
+    assert run(first) == [21, 1]        # loaded
+    assert run(changed) == [28, 0]      # the new constant: compiled again
 
 
 def _versions_left(root: Path, ages: list[float], monkeypatch) -> list[int]:
