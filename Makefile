@@ -54,9 +54,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # numba's kernels of the default scenario compile once per machine and version of their
-# sources (the files emulator/kernel_sources.py lists: emulator/jit_cache.py keys the cache by them), before the first `make run`
-# / `make quick`, not inside it (scenarios/warm.py); the test session compiles what it
-# needs itself, in the background (tests/warm_kernels.py)
+# sources (the files emulator/kernel_sources.py lists, which emulator/jit_cache.py keys
+# the cache by), before the first `make run` / `make quick`, not inside it
+# (scenarios/warm.py); the test session compiles what it needs itself, in the background
+# (tests/warm_kernels.py)
 KERNEL_SOURCES := $(shell python3 emulator/kernel_sources.py)
 warm: $(VENV)/.warmed
 

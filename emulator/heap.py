@@ -12,12 +12,12 @@ Spark's Python processes (the driver collecting tables, the workers running grou
 make and drop tables of MBs all session long: :func:`map_large_blocks` has each go back to
 the OS when freed.
 
-Python's own heap: a shard process holds some 200,000 objects that live as long as it does
-(Ray's, the compiler's, the kernels loaded from the cache, the stack's), and the cycle collector's
-oldest generation walks them all, a few tenths of a second each time on the 2-core VMs,
-whenever enough new objects survived (a phase that loads kernels on first use makes that
-happen mid-phase). :func:`freeze_survivors` takes what exists at a phase boundary out of
-the collector's walks.
+Python's own heap: a shard process holds some 200,000 objects that live as long as it
+does (Ray's, the compiler's, the kernels loaded from the cache, the stack's), and the
+cycle collector's oldest generation walks them all, a few tenths of a second each time on
+the 2-core VMs, whenever enough new objects survived (a phase that loads kernels on first
+use makes that happen mid-phase). :func:`freeze_survivors` takes what exists at a phase
+boundary out of the collector's walks.
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def kernel_source_files(root: Path = ROOT) -> list[Path]:
         if path in keyed:
             continue
         keyed.add(path)
-        todo.extend(seen.get(path) or _imports(root, path)[1])
+        todo.extend(seen[path])
     return sorted(keyed)
 
 
