@@ -70,12 +70,17 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-def _run(cache: Path, *projects: Path) -> list[str]:
-    """For each project in turn: "loaded" or "compiled" (cache hits, misses of its kernel)."""
+def _env(cache: Path) -> dict:
+    """This environment for a fresh interpreter caching the kernels under ``cache`` only."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NUMBA_CACHE_DIR")}
     env[jit_cache.KERNEL_CACHE_ENV] = str(cache)
+    return env
+
+
+def _run(cache: Path, *projects: Path) -> list[str]:
+    """For each project in turn: "loaded" or "compiled" (cache hits, misses of its kernel)."""
     res = subprocess.run([sys.executable, "-c", PROBE, *map(str, projects)], cwd=cache.parent,
-                         env=env, capture_output=True, text=True, timeout=300)
+                         env=_env(cache), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     counts = [json.loads(line) for line in res.stdout.strip().splitlines()]
     return [{(1, 0): "loaded", (0, 1): "compiled"}.get(tuple(c), str(c)) for c in counts]
@@ -129,12 +134,10 @@ def test_a_changed_module_a_kernel_reads_a_constant_from_recompiles(tmp_path):
     assert "engine.py" not in keyed
     changed = _copy(first, tmp_path / "changed")
     (changed / "emulator" / "codes.py").write_text("FACTOR = 4\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NUMBA_CACHE_DIR")}
-    env[jit_cache.KERNEL_CACHE_ENV] = str(cache)
 
     def run(project):
         res = subprocess.run([sys.executable, "-c", CONSTANT_PROBE, str(project)],
-                             cwd=tmp_path, env=env, capture_output=True, text=True,
+                             cwd=tmp_path, env=_env(cache), capture_output=True, text=True,
                              timeout=300)
         assert res.returncode == 0, res.stdout + res.stderr
         return json.loads(res.stdout)
